@@ -1,0 +1,385 @@
+//! The agent's life: find the conductor, look the node up, serve the command
+//! API (HTTPS with a fresh certificate when the conductor supports it), and
+//! heartbeat until the machine powers off.
+//!
+//! Design: one task owns the conductor session. Commands talk to it only
+//! through [`AgentEvent`]s: an ended async command asks for an early
+//! heartbeat; a power action is carried out (ramdisk) or simulated by forgetting
+//! the token and command list and looking up again (host mode). The callback
+//! URL and certificate never change within one process, as Ironic requires.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use crate::conductor::client::Heartbeat;
+use crate::conductor::lookup::{decide_token, TokenDecision};
+use crate::conductor::{ApiVersion, ConductorClient, ConductorError, LookupResult};
+use crate::config::{ApiUrls, Config, RunMode};
+use crate::state::{AgentEvent, AgentState};
+use crate::{api, net, power, server, tls};
+
+/// Gap after a failed heartbeat: `ERROR_RETRY × U(1, 2)` (spec §2.4).
+const ERROR_RETRY: Duration = Duration::from_secs(5);
+/// Repeated identical warnings are logged at most this often.
+const LOG_REPEAT: Duration = Duration::from_secs(60);
+
+/// A running agent, for callers (tests, the demo) that need its address.
+#[derive(Debug)]
+pub struct RunningAgent {
+    /// Shared state.
+    pub state: Arc<AgentState>,
+    /// `http(s)://host:port` sent to the conductor.
+    pub callback_url: String,
+    /// The main loop; ends only on a fatal error.
+    pub task: tokio::task::JoinHandle<Result<()>>,
+}
+
+/// Runs the agent until a fatal error.
+pub async fn run(config: Config) -> Result<()> {
+    start(config)
+        .await?
+        .task
+        .await
+        .context("the agent's main task panicked")?
+}
+
+/// Runs [`start`] and then the heartbeat loop in a background task (tests,
+/// demos); the task ends only on a fatal error or when aborted.
+pub fn start_detached(config: Config) -> tokio::task::JoinHandle<Result<()>> {
+    tokio::spawn(async move {
+        let running = start(config).await?;
+        running
+            .task
+            .await
+            .context("the agent's main task panicked")?
+    })
+}
+
+/// Looks up the node, starts the API and returns once the heartbeat loop runs.
+pub async fn start(config: Config) -> Result<RunningAgent> {
+    let urls = match &config.api_urls {
+        ApiUrls::Urls(u) => u.clone(),
+        ApiUrls::Mdns => {
+            bail!("ipa-api-url=mdns: mDNS discovery is not available in this build yet")
+        }
+        ApiUrls::None => bail!(
+            "no conductor configured: set ipa-api-url on the kernel command line or --api-url"
+        ),
+    };
+    let http = tls::http_client(
+        config.insecure,
+        config.cafile.as_deref(),
+        config.http_request_timeout,
+    )?;
+    let client = ConductorClient::new(http, urls, config.global_request_id.clone());
+    let (tx, events) = mpsc::unbounded_channel();
+    let state = Arc::new(AgentState::new(config, Some(tx)));
+    let config = &state.config;
+
+    let version = negotiate_version(&client, config).await?;
+    let advertise = advertise_address(&client, config).await?;
+    let mut macs = net::mac_addresses(std::path::Path::new("/sys"));
+    macs.extend(config.extra_macs.iter().map(|m| m.to_ascii_lowercase()));
+    macs.sort();
+    macs.dedup();
+    tracing::info!(%version, %advertise, ?macs, "looking up the node");
+    let session = lookup_until_found(&client, &state, version, &macs).await?;
+
+    let cert = if config.auto_tls && version >= ApiVersion::AUTO_TLS {
+        Some(tls::generate_certificate(advertise, &hostname())?)
+    } else {
+        if config.auto_tls {
+            tracing::warn!(%version, "the conductor's API is older than 1.68: serving plain HTTP");
+        }
+        None
+    };
+    let server_tls = cert
+        .as_ref()
+        .map(|c| tls::server_config(c, session.config.tls_min_version.as_deref()))
+        .transpose()?;
+    let listen = SocketAddr::new(config.listen_host, config.listen_port);
+    let server = server::Server::start(listen, api::router(state.clone()), server_tls).await?;
+    let port = if config.listen_port == 0 || config.advertise_port == 0 {
+        server.local_addr.port()
+    } else {
+        config.advertise_port
+    };
+    let scheme = if cert.is_some() { "https" } else { "http" };
+    let callback_url = net::callback_url(scheme, advertise, port);
+    tracing::info!(%callback_url, listen = %server.local_addr, "command API listening");
+
+    let session_loop = Session {
+        client,
+        state: state.clone(),
+        version,
+        macs,
+        callback_url: callback_url.clone(),
+        verify_ca: cert.map(|c| c.pem),
+        lookup: session,
+        server,
+    };
+    let task = tokio::spawn(session_loop.heartbeat_loop(events));
+    Ok(RunningAgent {
+        state,
+        callback_url,
+        task,
+    })
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".into())
+}
+
+async fn negotiate_version(client: &ConductorClient, config: &Config) -> Result<ApiVersion> {
+    if let Some((a, b)) = config.ironic_api_version {
+        return Ok(ApiVersion(a, b));
+    }
+    let mut delay = config.lookup_interval;
+    let deadline = deadline(config.lookup_timeout);
+    let mut throttle = LogThrottle::default();
+    loop {
+        match client.max_version().await {
+            Ok(max) if max < ApiVersion::TOKEN => return Err(ConductorError::TooOld(max).into()),
+            Ok(max) => return Ok(max.min(ApiVersion::AUTO_TLS)),
+            Err(e) => {
+                throttle.warn(&format!("cannot read the conductor's API version: {e}"));
+                if deadline.is_some_and(|d| Instant::now() >= d) {
+                    return Err(e).context("giving up on the conductor");
+                }
+            }
+        }
+        tokio::time::sleep(jitter(delay, 0.5, 1.5)).await;
+        delay = (delay * 2).min(config.lookup_max_interval);
+    }
+}
+
+async fn advertise_address(client: &ConductorClient, config: &Config) -> Result<IpAddr> {
+    if let Some(h) = config.advertise_host {
+        return Ok(h);
+    }
+    let mut last = None;
+    for url in client.urls() {
+        match net::route_source_for(url).await {
+            Ok(ip) if !is_link_local(ip) => return Ok(ip),
+            Ok(ip) => last = Some(anyhow::anyhow!("{ip} is link-local")),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| anyhow::anyhow!("no conductor URL")))
+        .context("finding the address to advertise; set ipa-advertise-host")
+}
+
+fn is_link_local(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(a) => a.is_link_local(),
+        IpAddr::V6(a) => (a.segments()[0] & 0xffc0) == 0xfe80,
+    }
+}
+
+fn deadline(timeout: Duration) -> Option<Instant> {
+    (!timeout.is_zero()).then(|| Instant::now() + timeout)
+}
+
+/// `base × U(lo, hi)`.
+fn jitter(base: Duration, lo: f64, hi: f64) -> Duration {
+    base.mul_f64(lo + fastrand::f64() * (hi - lo))
+}
+
+/// Looks the node up with capped, randomised exponential back-off until the
+/// conductor answers with a usable token, or the lookup budget runs out.
+async fn lookup_until_found(
+    client: &ConductorClient,
+    state: &AgentState,
+    version: ApiVersion,
+    macs: &[String],
+) -> Result<LookupResult> {
+    let config = &state.config;
+    let deadline = deadline(config.lookup_timeout);
+    let mut delay = config.lookup_interval;
+    let mut conflicts = 0usize;
+    let mut throttle = LogThrottle::default();
+    loop {
+        let problem = match client.lookup(version, macs, None).await {
+            Ok(found) => {
+                match decide_token(found.config.agent_token.as_deref(), state.token().as_deref()) {
+                    TokenDecision::Adopt(t) => {
+                        state.set_token(Some(t));
+                        tracing::info!(node = %found.node_uuid, "node found; token received");
+                        return Ok(found);
+                    }
+                    TokenDecision::KeepKnown => {
+                        tracing::info!(node = %found.node_uuid, "node found; using the pre-shared token");
+                        return Ok(found);
+                    }
+                    TokenDecision::LockedOut => format!(
+                        "node {} already has a token this agent does not know; waiting until the conductor wipes it",
+                        found.node_uuid
+                    ),
+                    TokenDecision::Missing => format!(
+                        "the lookup answer for node {} carries no usable agent token",
+                        found.node_uuid
+                    ),
+                }
+            }
+            Err(e) => {
+                if e.status() == Some(409) {
+                    // The node is locked: wait a little more each time (sticky).
+                    const EXTRA: [u64; 3] = [5, 10, 30];
+                    let extra = EXTRA[conflicts.min(EXTRA.len() - 1)];
+                    conflicts += 1;
+                    tokio::time::sleep(Duration::from_secs(extra).min(config.lookup_max_interval))
+                        .await;
+                }
+                format!("lookup failed: {e}")
+            }
+        };
+        throttle.warn(&problem);
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            bail!(
+                "no node found within {} s; last problem: {problem}",
+                config.lookup_timeout.as_secs()
+            );
+        }
+        tokio::time::sleep(jitter(delay, 0.5, 1.5)).await;
+        delay = (delay * 2).min(config.lookup_max_interval);
+    }
+}
+
+struct Session {
+    client: ConductorClient,
+    state: Arc<AgentState>,
+    version: ApiVersion,
+    macs: Vec<String>,
+    callback_url: String,
+    verify_ca: Option<String>,
+    lookup: LookupResult,
+    server: server::Server,
+}
+
+impl Session {
+    async fn heartbeat_loop(
+        mut self,
+        mut events: mpsc::UnboundedReceiver<AgentEvent>,
+    ) -> Result<()> {
+        let mut next = Instant::now();
+        let mut last_beat: Option<Instant> = None;
+        let mut throttle = LogThrottle::default();
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep_until(next) => {
+                    let result = self.beat().await;
+                    let now = Instant::now();
+                    last_beat = Some(now);
+                    match result {
+                        Ok(()) => {
+                            throttle.reset();
+                            next = now + jitter(self.lookup.config.heartbeat_timeout, 0.3, 0.6);
+                        }
+                        Err(e) if e.is_invalid_token() => {
+                            tracing::warn!(error = %e, "the conductor no longer accepts our token; looking up again");
+                            self.relookup().await?;
+                            next = Instant::now();
+                        }
+                        Err(e) => {
+                            throttle.warn(&format!("heartbeat failed: {e}"));
+                            next = now + jitter(ERROR_RETRY, 1.0, 2.0);
+                        }
+                    }
+                }
+                Some(event) = events.recv() => match event {
+                    AgentEvent::AsyncCommandFinished => {
+                        let now = Instant::now();
+                        let earliest = last_beat
+                            .map(|t| t + self.state.config.min_heartbeat_interval)
+                            .unwrap_or(now)
+                            .max(now);
+                        next = next.min(earliest);
+                    }
+                    AgentEvent::Power(action) => {
+                        if self.state.config.mode == RunMode::Ramdisk {
+                            self.server.stop();
+                            power::act(action);
+                        }
+                        self.state.reset_as_after_reboot();
+                        tracing::info!("agent reset as after a reboot; looking the node up again");
+                        self.lookup_again().await?;
+                        next = Instant::now();
+                    }
+                },
+            }
+        }
+    }
+
+    async fn beat(&self) -> Result<(), ConductorError> {
+        let token = self.state.token().unwrap_or_default();
+        let hb = Heartbeat {
+            callback_url: &self.callback_url,
+            agent_token: &token,
+            agent_verify_ca: self.verify_ca.as_deref(),
+        };
+        let r = self
+            .client
+            .heartbeat(self.version, &self.lookup.node_uuid, &hb)
+            .await;
+        if r.is_ok() {
+            tracing::debug!(node = %self.lookup.node_uuid, "heartbeat accepted");
+        }
+        r
+    }
+
+    /// The token was wiped: a new operation starts with a fresh command list.
+    async fn relookup(&mut self) -> Result<()> {
+        self.state.commands.reset();
+        self.state.set_token(self.state.config.agent_token.clone());
+        self.lookup_again().await
+    }
+
+    async fn lookup_again(&mut self) -> Result<()> {
+        self.lookup =
+            lookup_until_found(&self.client, &self.state, self.version, &self.macs).await?;
+        Ok(())
+    }
+}
+
+/// Logs a repeated warning once, then again only when it changes or every
+/// [`LOG_REPEAT`], with the number of repeats in between.
+#[derive(Debug, Default)]
+struct LogThrottle {
+    last: Option<(String, Instant)>,
+    repeats: u64,
+}
+
+impl LogThrottle {
+    fn warn(&mut self, msg: &str) {
+        let now = Instant::now();
+        match &self.last {
+            Some((m, at)) if m == msg && now.duration_since(*at) < LOG_REPEAT => {
+                self.repeats += 1;
+                tracing::debug!("{msg}");
+            }
+            _ => {
+                if self.repeats > 0 {
+                    tracing::warn!(repeats = self.repeats, "{msg}");
+                } else {
+                    tracing::warn!("{msg}");
+                }
+                self.last = Some((msg.to_string(), now));
+                self.repeats = 0;
+            }
+        }
+    }
+
+    fn reset(&mut self) {
+        self.last = None;
+        self.repeats = 0;
+    }
+}

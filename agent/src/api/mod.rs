@@ -1,0 +1,212 @@
+//! The IPA-compatible command API (spec §1): routes, token check, body
+//! limits, and the mapping of command outcomes to HTTP replies. Handlers only
+//! parse and validate; running commands belongs to
+//! [`crate::commands::history::CommandHistory`].
+//!
+//! Both `/v1/commands` and `/v1/commands/` are served (Ironic always uses the
+//! trailing slash), with and without the `/v1` prefix as IPA does.
+
+pub mod error;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{header, Uri};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::{Json, Router};
+use serde_json::{json, Value};
+
+pub use error::ApiError;
+
+use crate::commands::history::StartError;
+use crate::commands::registry::{self, LookupError};
+use crate::state::AgentState;
+
+/// The agent's version string, sent as `agent_version` and served on `/v1/status`.
+pub const AGENT_VERSION: &str = env!("CARGO_PKG_VERSION");
+
+type Params = Query<HashMap<String, String>>;
+
+/// Builds the router. Tests call it with `tower::ServiceExt::oneshot`.
+pub fn router(state: Arc<AgentState>) -> Router {
+    let commands = get(list_commands)
+        .post(run_command)
+        .fallback(method_not_allowed);
+    let one = get(get_command).fallback(method_not_allowed);
+    let status = get(status).fallback(method_not_allowed);
+    Router::new()
+        .route("/", get(root).fallback(method_not_allowed))
+        .route("/v1", get(v1).fallback(method_not_allowed))
+        .route("/v1/", get(v1).fallback(method_not_allowed))
+        .route("/v1/status", status.clone())
+        .route("/status", status)
+        .route("/v1/commands", commands.clone())
+        .route("/v1/commands/", commands.clone())
+        .route("/commands", commands.clone())
+        .route("/commands/", commands)
+        .route("/v1/commands/{id}", one.clone())
+        .route("/commands/{id}", one)
+        .fallback(not_found)
+        .with_state(state)
+}
+
+async fn not_found(uri: Uri) -> ApiError {
+    ApiError::NotFound(format!("no resource at {}", uri.path()))
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::MethodNotAllowed
+}
+
+fn base_url(req_headers: &axum::http::HeaderMap) -> String {
+    let host = req_headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("localhost");
+    format!("//{host}")
+}
+
+fn link(base: &str, path: &str, rel: &str) -> Value {
+    json!({"href": format!("{base}{path}"), "rel": rel})
+}
+
+async fn root(headers: axum::http::HeaderMap) -> Json<Value> {
+    let base = base_url(&headers);
+    let version = json!({"id": "v1", "links": [link(&base, "/v1", "self"),
+        {"href": "https://docs.openstack.org/ironic-python-agent/", "rel": "describedby", "type": "text/html"}]});
+    Json(json!({
+        "name": "OpenStack Ironic Python Agent API",
+        "description": "Ironic Python Agent is a provisioning agent for OpenStack Ironic",
+        "versions": [version.clone()],
+        "default_version": version,
+    }))
+}
+
+async fn v1(headers: axum::http::HeaderMap) -> Json<Value> {
+    let base = base_url(&headers);
+    Json(json!({
+        "id": "v1",
+        "links": [link(&base, "/v1", "self")],
+        "commands": [link(&base, "/v1/commands", "self"), link(&base, "/commands", "bookmark")],
+        "status": [link(&base, "/v1/status", "self"), link(&base, "/status", "bookmark")],
+        "media_types": [{"base": "application/json",
+                          "type": "application/vnd.openstack.ironic-python-agent.v1+json"}],
+    }))
+}
+
+async fn status(State(state): State<Arc<AgentState>>) -> Json<Value> {
+    Json(json!({"started_at": state.started_at, "version": AGENT_VERSION}))
+}
+
+fn check_token(state: &AgentState, q: &HashMap<String, String>) -> Result<(), ApiError> {
+    if state.token_matches(q.get("agent_token").map(String::as_str)) {
+        Ok(())
+    } else {
+        Err(ApiError::InvalidToken)
+    }
+}
+
+async fn list_commands(
+    State(state): State<Arc<AgentState>>,
+    Query(q): Params,
+) -> Result<Json<Value>, ApiError> {
+    check_token(&state, &q)?;
+    Ok(Json(json!({"commands": state.commands.all()})))
+}
+
+async fn get_command(
+    State(state): State<Arc<AgentState>>,
+    Path(id): Path<String>,
+    Query(q): Params,
+) -> Result<Json<Value>, ApiError> {
+    check_token(&state, &q)?;
+    let cmd = state
+        .commands
+        .get(&id)
+        .ok_or_else(|| ApiError::NotFound(format!("command {id} not found")))?;
+    if wants_wait(&q) {
+        cmd.wait().await;
+    }
+    Ok(Json(
+        serde_json::to_value(cmd.snapshot()).map_err(internal)?,
+    ))
+}
+
+fn wants_wait(q: &HashMap<String, String>) -> bool {
+    q.get("wait")
+        .is_some_and(|w| w.eq_ignore_ascii_case("true"))
+}
+
+fn internal(e: impl std::fmt::Display) -> ApiError {
+    ApiError::Internal(e.to_string())
+}
+
+async fn run_command(
+    State(state): State<Arc<AgentState>>,
+    Query(q): Params,
+    req: Request,
+) -> Result<impl IntoResponse, ApiError> {
+    check_token(&state, &q)?;
+    let body = read_body(req, state.config.max_request_bytes).await?;
+    let doc: Value = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::InvalidCommand(format!("request body is not valid JSON: {e}")))?;
+    let name = doc
+        .get("name")
+        .and_then(Value::as_str)
+        .ok_or_else(|| ApiError::InvalidCommand("'name' (a string) is required".into()))?;
+    let params = match doc.get("params") {
+        Some(p @ Value::Object(_)) => p.clone(),
+        Some(_) => {
+            return Err(ApiError::InvalidCommand(
+                "'params' must be an object".into(),
+            ))
+        }
+        None => return Err(ApiError::InvalidCommand("'params' is required".into())),
+    };
+    let spec = registry::lookup(name).map_err(|e| match e {
+        LookupError::NoExtension(_) => ApiError::NotFound(e.to_string()),
+        LookupError::Malformed | LookupError::NoCommand(_) => {
+            ApiError::InvalidCommand(e.to_string())
+        }
+    })?;
+    (spec.validate)(&params).map_err(ApiError::InvalidParams)?;
+    let result = state
+        .commands
+        .execute(&state, spec, params, wants_wait(&q))
+        .await
+        .map_err(|StartError::Busy(name)| ApiError::Busy(name))?;
+    Ok(Json(serde_json::to_value(result).map_err(internal)?))
+}
+
+/// Reads a request body of at most `limit` bytes. A declared length above the
+/// limit is refused before reading anything; an undeclared one is refused as
+/// soon as the limit is crossed, so an oversized body is never buffered.
+async fn read_body(req: Request, limit: usize) -> Result<Bytes, ApiError> {
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(ApiError::TooLarge(limit));
+    }
+    axum::body::to_bytes(req.into_body(), limit)
+        .await
+        .map_err(|e| {
+            use std::error::Error as _;
+            let too_large = e
+                .source()
+                .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
+            if too_large {
+                ApiError::TooLarge(limit)
+            } else {
+                ApiError::InvalidCommand(format!("could not read the request body: {e}"))
+            }
+        })
+}
+
+#[cfg(test)]
+mod tests;

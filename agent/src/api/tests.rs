@@ -1,0 +1,436 @@
+//! Router tests without sockets: every request goes through `oneshot`.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{Method, Request, StatusCode};
+use serde_json::{json, Value};
+use tower::ServiceExt;
+
+use super::router;
+use crate::commands::registry::{CommandFuture, CommandSpec, Mode};
+use crate::commands::Outcome;
+use crate::config::Config;
+use crate::state::AgentState;
+
+const TOKEN: &str = "0123456789abcdef0123456789abcdef0123456789a";
+
+fn state_with(config: Config) -> Arc<AgentState> {
+    let s = Arc::new(AgentState::new(config, None));
+    s.set_token(Some(TOKEN.into()));
+    s
+}
+
+fn state() -> Arc<AgentState> {
+    state_with(Config::default())
+}
+
+async fn call(
+    state: &Arc<AgentState>,
+    method: Method,
+    uri: &str,
+    body: Option<&str>,
+) -> (StatusCode, Value) {
+    let req = Request::builder()
+        .method(method)
+        .uri(uri)
+        .header("content-type", "application/json")
+        .body(
+            body.map(|b| Body::from(b.to_string()))
+                .unwrap_or_else(Body::empty),
+        )
+        .unwrap();
+    let resp = router(state.clone()).oneshot(req).await.unwrap();
+    let status = resp.status();
+    let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20)
+        .await
+        .unwrap();
+    let v = if bytes.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_slice(&bytes).unwrap()
+    };
+    (status, v)
+}
+
+fn cmd_uri(extra: &str) -> String {
+    format!("/v1/commands/?agent_token={TOKEN}{extra}")
+}
+
+async fn post(state: &Arc<AgentState>, uri: &str, body: Value) -> (StatusCode, Value) {
+    call(state, Method::POST, uri, Some(&body.to_string())).await
+}
+
+fn assert_fault(v: &Value, needle: &str) {
+    let f = v["faultstring"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no faultstring in {v}"));
+    assert!(f.contains(needle), "{f:?} does not contain {needle:?}");
+    assert!(v["faultcode"] == "Client" || v["faultcode"] == "Server");
+}
+
+#[tokio::test]
+async fn public_routes_need_no_token() {
+    let s = state();
+    let (st, v) = call(&s, Method::GET, "/", None).await;
+    assert_eq!(st, StatusCode::OK);
+    assert_eq!(v["default_version"]["id"], "v1");
+    for path in ["/v1", "/v1/"] {
+        let (st, v) = call(&s, Method::GET, path, None).await;
+        assert_eq!(st, StatusCode::OK);
+        assert_eq!(v["id"], "v1");
+    }
+    let (st, v) = call(&s, Method::GET, "/v1/status", None).await;
+    assert_eq!(st, StatusCode::OK);
+    assert!(v["started_at"].as_f64().unwrap() > 1.7e9);
+    assert_eq!(v["version"], super::AGENT_VERSION);
+}
+
+#[tokio::test]
+async fn commands_need_the_token() {
+    let s = state();
+    for uri in [
+        "/v1/commands/",
+        "/v1/commands",
+        "/v1/commands/?agent_token=wrong",
+        "/commands/",
+    ] {
+        let (st, v) = call(&s, Method::GET, uri, None).await;
+        assert_eq!(st, StatusCode::UNAUTHORIZED, "{uri}");
+        assert_fault(&v, "Token invalid");
+    }
+    let (st, v) = post(
+        &s,
+        "/v1/commands/?agent_token=nope",
+        json!({"name": "clean.get_clean_steps", "params": {}}),
+    )
+    .await;
+    assert_eq!(st, StatusCode::UNAUTHORIZED);
+    assert_fault(&v, "401 Unauthorized");
+    let (st, v) = call(&s, Method::GET, &cmd_uri(""), None).await;
+    assert_eq!(st, StatusCode::OK);
+    assert_eq!(v, json!({"commands": []}));
+    let (st, _) = call(
+        &s,
+        Method::GET,
+        &format!("/v1/commands?agent_token={TOKEN}"),
+        None,
+    )
+    .await;
+    assert_eq!(st, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn no_token_known_yet_means_every_command_is_refused() {
+    let s = Arc::new(AgentState::new(Config::default(), None));
+    let (st, _) = call(&s, Method::GET, "/v1/commands/?agent_token=", None).await;
+    assert_eq!(st, StatusCode::UNAUTHORIZED);
+}
+
+#[tokio::test]
+async fn get_clean_steps_returns_five_keys_and_ipa_steps() {
+    let s = state();
+    let (st, v) = post(
+        &s,
+        &cmd_uri("&wait=true"),
+        json!({"name": "clean.get_clean_steps", "params": {"node": {"uuid": "n1"}, "ports": []}}),
+    )
+    .await;
+    assert_eq!(st, StatusCode::OK);
+    let keys: Vec<&String> = v.as_object().unwrap().keys().collect();
+    assert_eq!(keys.len(), 5, "{v}");
+    assert_eq!(v["command_name"], "get_clean_steps");
+    assert_eq!(v["command_status"], "SUCCEEDED");
+    assert_eq!(v["command_error"], Value::Null);
+    let steps = v["command_result"]["clean_steps"]["GenericHardwareManager"]
+        .as_array()
+        .unwrap();
+    let meta = steps
+        .iter()
+        .find(|x| x["step"] == "erase_devices_metadata")
+        .unwrap();
+    assert_eq!(meta["priority"], 99);
+    assert_eq!(meta["interface"], "deploy");
+    assert_eq!(
+        v["command_result"]["hardware_manager_version"],
+        json!({"generic_hardware_manager": "1.2"})
+    );
+    assert_eq!(s.node().unwrap()["uuid"], "n1", "the node is cached");
+
+    let (_, v) = post(
+        &s,
+        &cmd_uri("&wait=true"),
+        json!({"name": "deploy.get_deploy_steps", "params": {}}),
+    )
+    .await;
+    let steps = v["command_result"]["deploy_steps"]["GenericHardwareManager"]
+        .as_array()
+        .unwrap();
+    assert!(
+        steps.iter().all(|x| x["priority"] == 0),
+        "deploy steps all have priority 0"
+    );
+}
+
+#[tokio::test]
+async fn malformed_requests_get_400_404_405_with_faultstring() {
+    let s = state();
+    let (st, v) = call(&s, Method::POST, &cmd_uri(""), Some("{not json")).await;
+    assert_eq!(st, StatusCode::BAD_REQUEST);
+    assert_fault(&v, "not valid JSON");
+    let (st, v) = post(&s, &cmd_uri(""), json!({"params": {}})).await;
+    assert_eq!(st, StatusCode::BAD_REQUEST);
+    assert_fault(&v, "'name'");
+    let (st, v) = post(&s, &cmd_uri(""), json!({"name": "clean.get_clean_steps"})).await;
+    assert_eq!(st, StatusCode::BAD_REQUEST);
+    assert_fault(&v, "'params' is required");
+    let (st, v) = post(
+        &s,
+        &cmd_uri(""),
+        json!({"name": "clean.get_clean_steps", "params": []}),
+    )
+    .await;
+    assert_eq!(st, StatusCode::BAD_REQUEST);
+    assert_fault(&v, "must be an object");
+    let (st, v) = post(&s, &cmd_uri(""), json!({"name": "nodot", "params": {}})).await;
+    assert_eq!(st, StatusCode::BAD_REQUEST);
+    assert_fault(&v, "<extension>.<name>");
+    let (st, v) = post(&s, &cmd_uri(""), json!({"name": "bogus.cmd", "params": {}})).await;
+    assert_eq!(st, StatusCode::NOT_FOUND);
+    assert_fault(&v, "Extension with id bogus not found");
+    let (st, v) = post(
+        &s,
+        &cmd_uri(""),
+        json!({"name": "clean.bogus", "params": {}}),
+    )
+    .await;
+    assert_eq!(st, StatusCode::BAD_REQUEST);
+    assert_fault(&v, "Unknown command: clean.bogus");
+    let (st, v) = post(
+        &s,
+        &cmd_uri(""),
+        json!({"name": "clean.execute_clean_step", "params": {"node": {}}}),
+    )
+    .await;
+    assert_eq!(st, StatusCode::BAD_REQUEST);
+    assert_fault(&v, "Invalid command parameters");
+    let (st, v) = call(&s, Method::DELETE, &cmd_uri(""), None).await;
+    assert_eq!(st, StatusCode::METHOD_NOT_ALLOWED);
+    assert_fault(&v, "405");
+    let (st, v) = call(&s, Method::GET, "/v2/nothing", None).await;
+    assert_eq!(st, StatusCode::NOT_FOUND);
+    assert_fault(&v, "/v2/nothing");
+    let (st, v) = call(
+        &s,
+        Method::GET,
+        &format!("/v1/commands/nope?agent_token={TOKEN}"),
+        None,
+    )
+    .await;
+    assert_eq!(st, StatusCode::NOT_FOUND);
+    assert_fault(&v, "command nope not found");
+    assert_eq!(
+        s.commands.all().len(),
+        0,
+        "refused requests are not recorded"
+    );
+}
+
+#[tokio::test]
+async fn oversized_bodies_are_refused_with_413() {
+    let s = state_with(Config {
+        max_request_bytes: 1024,
+        ..Config::default()
+    });
+    let big =
+        json!({"name": "clean.get_clean_steps", "params": {"x": "a".repeat(4096)}}).to_string();
+    let (st, v) = call(&s, Method::POST, &cmd_uri(""), Some(&big)).await;
+    assert_eq!(st, StatusCode::PAYLOAD_TOO_LARGE);
+    assert_fault(&v, "larger than 1024 bytes");
+    // Declared length over the limit: refused before reading.
+    let req = Request::builder()
+        .method(Method::POST)
+        .uri(cmd_uri(""))
+        .header("content-length", "999999999")
+        .body(Body::from("{}"))
+        .unwrap();
+    let resp = router(s.clone()).oneshot(req).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    // Streamed body without a length that crosses the limit.
+    let req = Request::builder()
+        .method(Method::POST)
+        .uri(cmd_uri(""))
+        .body(Body::new(Chunks { left: 8, size: 512 }))
+        .unwrap();
+    let resp = router(s.clone()).oneshot(req).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::PAYLOAD_TOO_LARGE);
+}
+
+/// A body of `left` chunks of `size` spaces, with no declared length.
+struct Chunks {
+    left: usize,
+    size: usize,
+}
+
+impl http_body::Body for Chunks {
+    type Data = axum::body::Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        if self.left == 0 {
+            return std::task::Poll::Ready(None);
+        }
+        self.left -= 1;
+        let chunk = axum::body::Bytes::from(vec![b' '; self.size]);
+        std::task::Poll::Ready(Some(Ok(http_body::Frame::data(chunk))))
+    }
+}
+
+static SLOW: CommandSpec = CommandSpec {
+    extension: "test",
+    method: "slow",
+    mode: Mode::Async,
+    validate: |_| Ok(()),
+    run: slow,
+};
+
+static RELEASE: tokio::sync::Notify = tokio::sync::Notify::const_new();
+
+fn slow(_: Arc<AgentState>, _: Value) -> CommandFuture {
+    Box::pin(async {
+        RELEASE.notified().await;
+        Outcome::Done(json!({"done": true}))
+    })
+}
+
+#[tokio::test]
+async fn busy_while_an_async_command_runs_then_free() {
+    let s = state();
+    let running = s
+        .commands
+        .execute(&s, &SLOW, json!({}), false)
+        .await
+        .unwrap();
+    assert_eq!(
+        running.command_status,
+        crate::commands::CommandStatus::Running
+    );
+    let (st, v) = post(
+        &s,
+        &cmd_uri("&wait=true"),
+        json!({"name": "clean.get_clean_steps", "params": {}}),
+    )
+    .await;
+    assert_eq!(st, StatusCode::CONFLICT);
+    assert_fault(&v, "Agent is busy: executing command slow");
+    assert!(v["faultstring"]
+        .as_str()
+        .unwrap()
+        .to_lowercase()
+        .contains("agent is busy"));
+    let (_, list) = call(&s, Method::GET, &cmd_uri(""), None).await;
+    assert_eq!(list["commands"][0]["command_status"], "RUNNING");
+    assert_eq!(list["commands"][0]["command_result"], Value::Null);
+
+    // GET with wait=true blocks until the command ends.
+    let id = running.id.clone();
+    let s2 = s.clone();
+    let waiter = tokio::spawn(async move {
+        call(
+            &s2,
+            Method::GET,
+            &format!("/v1/commands/{id}?wait=true&agent_token={TOKEN}"),
+            None,
+        )
+        .await
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    assert!(!waiter.is_finished());
+    RELEASE.notify_one();
+    let (st, v) = waiter.await.unwrap();
+    assert_eq!(st, StatusCode::OK);
+    assert_eq!(v["command_status"], "SUCCEEDED");
+    assert_eq!(v["command_result"], json!({"done": true}));
+    let (st, _) = post(
+        &s,
+        &cmd_uri("&wait=true"),
+        json!({"name": "clean.get_clean_steps", "params": {}}),
+    )
+    .await;
+    assert_eq!(
+        st,
+        StatusCode::OK,
+        "free again once the async command ended"
+    );
+    let (_, list) = call(&s, Method::GET, &cmd_uri(""), None).await;
+    let names: Vec<&str> = list["commands"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["command_name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["slow", "get_clean_steps"], "history is ordered");
+}
+
+#[tokio::test]
+async fn execute_clean_step_echoes_the_step_and_checks_versions() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("d.img");
+    crate::testconductor::demo::write_demo_image(&img).unwrap();
+    let s = state_with(Config {
+        allowed_devices: vec![img.clone()],
+        ..Config::default()
+    });
+    let step = json!({"interface": "deploy", "step": "erase_devices_metadata", "priority": 10, "abortable": true});
+    let (st, v) = post(&s, &cmd_uri("&wait=true"), json!({"name": "clean.execute_clean_step",
+        "params": {"step": step, "node": {"uuid": "n"}, "ports": [], "clean_version": {"generic_hardware_manager": "1.2"}}})).await;
+    assert_eq!(st, StatusCode::OK);
+    assert_eq!(v["command_status"], "SUCCEEDED", "{v}");
+    assert_eq!(v["command_result"]["clean_step"], step);
+    assert_eq!(v["command_result"]["clean_result"], Value::Null);
+    let f = std::fs::File::open(&img).unwrap();
+    assert!(crate::disk::erase::probe_signatures(&f).unwrap().is_empty());
+
+    let (_, v) = post(&s, &cmd_uri("&wait=true"), json!({"name": "clean.execute_clean_step",
+        "params": {"step": step, "node": {}, "ports": [], "clean_version": {"generic_hardware_manager": "1.1"}}})).await;
+    assert_eq!(v["command_status"], "CLEAN_VERSION_MISMATCH");
+    assert_eq!(v["command_error"]["type"], "VersionMismatch");
+
+    let (_, v) = post(&s, &cmd_uri("&wait=true"), json!({"name": "deploy.execute_deploy_step",
+        "params": {"step": {"interface": "deploy", "step": "no_such_step"}, "node": {}, "ports": []}})).await;
+    assert_eq!(v["command_status"], "FAILED");
+    assert_eq!(v["command_name"], "execute_deploy_step");
+    assert_eq!(
+        v["command_error"]["type"],
+        "IncompatibleHardwareMethodError"
+    );
+    assert!(v["command_error"]["details"]
+        .as_str()
+        .unwrap()
+        .contains("no_such_step"));
+}
+
+#[tokio::test]
+async fn a_refused_device_fails_the_step_with_a_precise_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let ok = dir.path().join("ok.img");
+    crate::testconductor::demo::write_demo_image(&ok).unwrap();
+    let s = state_with(Config {
+        allowed_devices: vec![ok.clone(), std::path::PathBuf::from("/dev/null")],
+        ..Config::default()
+    });
+    let (_, v) = post(&s, &cmd_uri("&wait=true"), json!({"name": "clean.execute_clean_step",
+        "params": {"step": {"interface": "deploy", "step": "erase_devices_metadata"}, "node": {}, "ports": []}})).await;
+    assert_eq!(v["command_status"], "FAILED", "{v}");
+    assert_eq!(v["command_error"]["type"], "BlockDeviceEraseError");
+    assert!(
+        v["command_error"]["details"]
+            .as_str()
+            .unwrap()
+            .contains("/dev/null"),
+        "{v}"
+    );
+}

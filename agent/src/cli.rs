@@ -1,0 +1,172 @@
+//! Command-line interface: `agent serve` (host mode daemon) and `agent demo`
+//! (the agent driven by the built-in test conductor). Flags override the
+//! kernel command line, which is read from `/proc/cmdline` or `--cmdline-file`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::{Args, Parser, Subcommand};
+
+use crate::config::{self, Config, KernelParams, RunMode};
+
+/// Bare-metal deploy agent, compatible with Ironic's ironic-python-agent.
+#[derive(Debug, Parser)]
+#[command(name = "agent", version)]
+pub struct Cli {
+    /// Debug logging (also `ipa-debug=1` on the kernel command line).
+    #[arg(long, global = true)]
+    pub debug: bool,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the agent on an ordinary machine (host mode): only devices given
+    /// with --allow-device are written; power actions are simulated.
+    Serve(ServeArgs),
+    /// Show the agent being driven by the built-in test conductor: a manual
+    /// clean with erase_devices_metadata on a scratch disk image.
+    Demo(DemoArgs),
+}
+
+/// Flags of `agent serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Conductor API URL (repeatable or comma-separated); overrides ipa-api-url.
+    #[arg(long = "api-url", value_delimiter = ',')]
+    pub api_url: Vec<String>,
+    /// Address put in the callback URL (default: the one routing to the conductor).
+    #[arg(long)]
+    pub advertise_host: Option<std::net::IpAddr>,
+    /// Port put in the callback URL (0: the port actually bound).
+    #[arg(long)]
+    pub advertise_port: Option<u16>,
+    /// Address the command API binds (default in host mode: the advertised address).
+    #[arg(long)]
+    pub listen_host: Option<std::net::IpAddr>,
+    /// Port the command API binds (0: any free port).
+    #[arg(long)]
+    pub listen_port: Option<u16>,
+    /// A device the agent may write (repeatable). Nothing else is touched.
+    #[arg(long = "allow-device")]
+    pub allow_device: Vec<PathBuf>,
+    /// Also look the node up by this MAC (repeatable).
+    #[arg(long = "mac")]
+    pub mac: Vec<String>,
+    /// Read kernel parameters from this file instead of /proc/cmdline.
+    #[arg(long)]
+    pub cmdline_file: Option<PathBuf>,
+    /// Do not verify the conductor's TLS certificate.
+    #[arg(long)]
+    pub insecure: bool,
+    /// CA bundle for the conductor and image servers.
+    #[arg(long)]
+    pub cafile: Option<PathBuf>,
+    /// Serve plain HTTP even when the conductor supports auto-TLS.
+    #[arg(long)]
+    pub no_tls: bool,
+    /// Give up looking the node up after this many seconds (0: never).
+    #[arg(long)]
+    pub lookup_timeout: Option<u64>,
+    /// Longest gap between lookup attempts, in seconds.
+    #[arg(long)]
+    pub lookup_max_interval: Option<u64>,
+    /// Minimum gap between a heartbeat and the next forced one, in seconds.
+    #[arg(long)]
+    pub min_heartbeat_interval: Option<f64>,
+}
+
+/// Flags of `agent demo`.
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Keep the scratch disk image here instead of a temporary directory.
+    #[arg(long)]
+    pub workdir: Option<PathBuf>,
+}
+
+/// Sets up logging to stderr; `RUST_LOG` overrides the level.
+pub fn init_tracing(debug: bool) {
+    let default = if debug { "debug" } else { "info" };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .try_init();
+}
+
+/// Runs a parsed command line.
+pub async fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Serve(args) => {
+            let config = host_config(&args, cli.debug)?;
+            crate::agent::run(config).await
+        }
+        Command::Demo(args) => crate::testconductor::demo::run(args.workdir).await,
+    }
+}
+
+/// Builds the host-mode configuration: kernel parameters, then flags.
+pub fn host_config(args: &ServeArgs, debug: bool) -> Result<Config> {
+    let path = args
+        .cmdline_file
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("/proc/cmdline"));
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("reading kernel parameters from {}", path.display()))?;
+    let (mut c, errors) = Config::from_kernel_params(&KernelParams::parse(&text));
+    for e in errors {
+        tracing::warn!("{e}");
+    }
+    c.mode = RunMode::Host;
+    c.debug |= debug;
+    // Host mode waits for the conductor as long as it takes.
+    c.lookup_timeout = Duration::ZERO;
+    if !args.api_url.is_empty() {
+        c.api_urls = config::parse_api_urls(&args.api_url.join(","))
+            .map_err(|e| anyhow::anyhow!("--api-url: {e}"))?;
+    }
+    if let Some(h) = args.advertise_host {
+        c.advertise_host = Some(h);
+    }
+    if let Some(p) = args.advertise_port {
+        c.advertise_port = p;
+    }
+    // On a shared host, listen only where we advertise unless told otherwise.
+    c.listen_host = args
+        .listen_host
+        .or(c.advertise_host)
+        .unwrap_or(c.listen_host);
+    if let Some(p) = args.listen_port {
+        c.listen_port = p;
+    }
+    c.allowed_devices = args.allow_device.clone();
+    for m in &args.mac {
+        if !crate::net::is_valid_mac(&m.to_ascii_lowercase()) {
+            anyhow::bail!("--mac {m:?}: expected six colon-separated hex bytes");
+        }
+    }
+    c.extra_macs = args.mac.clone();
+    c.insecure |= args.insecure;
+    if let Some(f) = &args.cafile {
+        c.cafile = Some(f.clone());
+    }
+    if args.no_tls {
+        c.auto_tls = false;
+    }
+    if let Some(t) = args.lookup_timeout {
+        c.lookup_timeout = Duration::from_secs(t);
+    }
+    if let Some(t) = args.lookup_max_interval {
+        c.lookup_max_interval = Duration::from_secs(t.max(1));
+    }
+    if let Some(t) = args.min_heartbeat_interval {
+        c.min_heartbeat_interval = Duration::from_secs_f64(t.max(0.0));
+    }
+    Ok(c)
+}

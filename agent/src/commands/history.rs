@@ -1,0 +1,244 @@
+//! The per-boot, append-only list of commands and the rules for running them:
+//! one agent-wide lock serialises command starts (a sync command holds it while
+//! it runs), a second command while an async one runs is refused as busy, and
+//! every async command that ends asks for an early heartbeat (spec §1.4).
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::sync::watch;
+
+use super::registry::{CommandSpec, Mode};
+use super::{CommandError, CommandResult, CommandStatus, ErrorKind, Outcome};
+use crate::state::{AgentEvent, AgentState};
+
+/// Sync commands must answer within Ironic's `[agent]command_timeout`
+/// (default 60 s); stop waiting a little before that.
+pub const SYNC_COMMAND_TIMEOUT: Duration = Duration::from_secs(50);
+
+/// One command: identity plus mutable state, observable until it finishes.
+#[derive(Debug)]
+pub struct Command {
+    id: String,
+    name: String,
+    state: Mutex<State>,
+    done: watch::Sender<bool>,
+}
+
+#[derive(Debug)]
+struct State {
+    status: CommandStatus,
+    error: Option<CommandError>,
+    result: Option<Value>,
+}
+
+impl Command {
+    fn new(name: &str) -> Arc<Self> {
+        Arc::new(Self {
+            id: uuid::Uuid::new_v4().to_string(),
+            name: name.to_string(),
+            state: Mutex::new(State {
+                status: CommandStatus::Running,
+                error: None,
+                result: None,
+            }),
+            done: watch::channel(false).0,
+        })
+    }
+
+    /// The command's id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The bare command name (`execute_clean_step`).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Whether it is still running.
+    pub fn is_running(&self) -> bool {
+        self.lock().status == CommandStatus::Running
+    }
+
+    /// The result document as served by the API.
+    pub fn snapshot(&self) -> CommandResult {
+        let s = self.lock();
+        CommandResult {
+            id: self.id.clone(),
+            command_name: self.name.clone(),
+            command_status: s.status,
+            command_error: s.error.clone(),
+            command_result: s.result.clone(),
+        }
+    }
+
+    /// Records the outcome; a command finishes once, later outcomes (e.g. of
+    /// work that outlived a sync timeout) are ignored.
+    fn finish(&self, outcome: Outcome) -> bool {
+        let mut s = self.lock();
+        if s.status != CommandStatus::Running {
+            return false;
+        }
+        match outcome {
+            Outcome::Done(v) => {
+                s.status = CommandStatus::Succeeded;
+                s.result = Some(v);
+            }
+            Outcome::Failed(e) => {
+                s.status = CommandStatus::Failed;
+                s.error = Some(e);
+            }
+            Outcome::VersionMismatch(e) => {
+                s.status = CommandStatus::CleanVersionMismatch;
+                s.error = Some(e);
+            }
+        }
+        drop(s);
+        self.done.send_replace(true);
+        true
+    }
+
+    /// Waits until the command is no longer running.
+    pub async fn wait(&self) {
+        let mut rx = self.done.subscribe();
+        // The sender lives as long as `self`, so this cannot fail.
+        let _ = rx.wait_for(|done| *done).await;
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// The agent's command list for this boot.
+#[derive(Debug, Default)]
+pub struct CommandHistory {
+    list: Mutex<Vec<Arc<Command>>>,
+    start_lock: tokio::sync::Mutex<()>,
+    running: Mutex<Option<Arc<Command>>>,
+}
+
+/// Why a command could not be started.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum StartError {
+    /// Another (async) command is still running.
+    #[error("executing command {0}")]
+    Busy(String),
+}
+
+impl CommandHistory {
+    /// All commands, oldest first.
+    pub fn all(&self) -> Vec<CommandResult> {
+        self.lock_list().iter().map(|c| c.snapshot()).collect()
+    }
+
+    /// One command by id.
+    pub fn get(&self, id: &str) -> Option<Arc<Command>> {
+        self.lock_list().iter().find(|c| c.id == id).cloned()
+    }
+
+    /// Forgets every command, as after a reboot. A command still running keeps
+    /// the agent busy until it ends, even though it is no longer listed.
+    pub fn reset(&self) {
+        self.lock_list().clear();
+    }
+
+    /// Name of the command that makes the agent busy, if any.
+    pub fn busy_with(&self) -> Option<String> {
+        let running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(c) = running.as_ref().filter(|c| c.is_running()) {
+            return Some(c.name.clone());
+        }
+        self.lock_list()
+            .last()
+            .filter(|c| c.is_running())
+            .map(|c| c.name.clone())
+    }
+
+    /// Runs `spec` with `params`: sync commands to completion (bounded by
+    /// [`SYNC_COMMAND_TIMEOUT`]); async ones in the background, waiting for
+    /// them only when `wait` is set.
+    pub async fn execute(
+        &self,
+        state: &Arc<AgentState>,
+        spec: &'static CommandSpec,
+        params: Value,
+        wait: bool,
+    ) -> Result<CommandResult, StartError> {
+        let guard = self.start_lock.lock().await;
+        if let Some(name) = self.busy_with() {
+            return Err(StartError::Busy(name));
+        }
+        let cmd = Command::new(spec.method);
+        self.lock_list().push(cmd.clone());
+        tracing::info!(command = %format!("{}.{}", spec.extension, spec.method), id = %cmd.id, "command started");
+        let task = {
+            let (state, cmd) = (state.clone(), cmd.clone());
+            tokio::spawn(async move {
+                let outcome = (spec.run)(state.clone(), params).await;
+                log_outcome(spec, &cmd, &outcome);
+                let finished = cmd.finish(outcome);
+                if spec.mode == Mode::Async {
+                    state.commands.clear_running(&cmd);
+                    if finished {
+                        state.notify(AgentEvent::AsyncCommandFinished);
+                    }
+                }
+            })
+        };
+        match spec.mode {
+            Mode::Sync => {
+                if tokio::time::timeout(SYNC_COMMAND_TIMEOUT, cmd.wait())
+                    .await
+                    .is_err()
+                {
+                    cmd.finish(Outcome::Failed(CommandError::new(
+                        ErrorKind::CommandTimeout,
+                        format!(
+                            "{}.{} did not finish within {} s; it goes on in the background",
+                            spec.extension,
+                            spec.method,
+                            SYNC_COMMAND_TIMEOUT.as_secs()
+                        ),
+                    )));
+                }
+                drop(guard);
+            }
+            Mode::Async => {
+                *self.running.lock().unwrap_or_else(|p| p.into_inner()) = Some(cmd.clone());
+                drop(guard);
+                if wait {
+                    cmd.wait().await;
+                }
+            }
+        }
+        drop(task);
+        Ok(cmd.snapshot())
+    }
+
+    fn clear_running(&self, cmd: &Arc<Command>) {
+        let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+        if running.as_ref().is_some_and(|c| Arc::ptr_eq(c, cmd)) {
+            *running = None;
+        }
+    }
+
+    fn lock_list(&self) -> std::sync::MutexGuard<'_, Vec<Arc<Command>>> {
+        self.list.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+fn log_outcome(spec: &CommandSpec, cmd: &Command, outcome: &Outcome) {
+    let name = format!("{}.{}", spec.extension, spec.method);
+    match outcome {
+        Outcome::Done(_) => tracing::info!(command = %name, id = %cmd.id, "command succeeded"),
+        Outcome::Failed(e) => {
+            tracing::error!(command = %name, id = %cmd.id, error = %e, "command failed")
+        }
+        Outcome::VersionMismatch(e) => {
+            tracing::warn!(command = %name, id = %cmd.id, error = %e, "hardware manager version mismatch")
+        }
+    }
+}

@@ -1,0 +1,221 @@
+//! The in-band steps as a static table of data (name, interface, priorities,
+//! flags, arguments) plus the shared logic of `get_*_steps` and
+//! `execute_*_step` for cleaning and deployment (spec §1.7, §7.1).
+//!
+//! Only steps this agent really implements are listed: Ironic runs every
+//! step reported with a priority above zero during automated cleaning, so
+//! advertising an unimplemented one would make cleaning fail.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use serde_json::{json, Map, Value};
+
+use super::{CommandError, ErrorKind, Outcome};
+use crate::disk;
+use crate::state::AgentState;
+
+/// Name under which steps are grouped (Ironic flattens the groups).
+pub const HARDWARE_MANAGER: &str = "GenericHardwareManager";
+/// Hardware manager versions, echoed back by Ironic as `clean_version` etc.
+pub fn hardware_manager_version() -> Value {
+    json!({"generic_hardware_manager": "1.2"})
+}
+
+/// Cleaning or deployment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StepKind {
+    /// `clean.*`
+    Clean,
+    /// `deploy.*`
+    Deploy,
+}
+
+impl StepKind {
+    fn word(self) -> &'static str {
+        match self {
+            Self::Clean => "clean",
+            Self::Deploy => "deploy",
+        }
+    }
+
+    fn error_kind(self) -> ErrorKind {
+        match self {
+            Self::Clean => ErrorKind::Cleaning,
+            Self::Deploy => ErrorKind::Deployment,
+        }
+    }
+}
+
+/// What a step handler receives.
+#[derive(Debug, Clone)]
+pub struct StepCall {
+    /// The node as sent by the conductor (secrets masked).
+    pub node: Value,
+    /// The node's ports.
+    pub ports: Value,
+    /// `step.args`.
+    pub args: Map<String, Value>,
+}
+
+/// A boxed step future.
+pub type StepFuture = Pin<Box<dyn Future<Output = Result<Value, CommandError>> + Send>>;
+
+/// Description of one step argument (`argsinfo`).
+#[derive(Debug)]
+pub struct ArgInfo {
+    /// Argument name.
+    pub name: &'static str,
+    /// Human description.
+    pub description: &'static str,
+    /// Whether Ironic must supply it.
+    pub required: bool,
+}
+
+/// One row of the step table.
+#[derive(Debug)]
+pub struct Step {
+    /// Step name (`erase_devices_metadata`).
+    pub name: &'static str,
+    /// Ironic interface the step belongs to (`deploy`, `raid`).
+    pub interface: &'static str,
+    /// Priority as a clean step, or `None` if it is not one.
+    pub clean_priority: Option<u32>,
+    /// Priority as a deploy step, or `None` if it is not one.
+    pub deploy_priority: Option<u32>,
+    /// Whether the conductor may abort it.
+    pub abortable: bool,
+    /// Whether the node must reboot after it.
+    pub reboot_requested: bool,
+    /// Accepted arguments.
+    pub argsinfo: &'static [ArgInfo],
+    /// The implementation.
+    pub run: fn(Arc<AgentState>, StepCall) -> StepFuture,
+}
+
+/// Every step this agent implements.
+pub static STEPS: &[Step] = &[Step {
+    name: "erase_devices_metadata",
+    interface: "deploy",
+    clean_priority: Some(99),
+    deploy_priority: Some(0),
+    abortable: true,
+    reboot_requested: false,
+    argsinfo: &[],
+    run: |s, c| Box::pin(disk::erase::erase_devices_metadata_step(s, c)),
+}];
+
+impl Step {
+    fn priority(&self, kind: StepKind) -> Option<u32> {
+        match kind {
+            StepKind::Clean => self.clean_priority,
+            StepKind::Deploy => self.deploy_priority,
+        }
+    }
+
+    fn describe(&self, priority: u32) -> Value {
+        let mut v = json!({
+            "step": self.name,
+            "priority": priority,
+            "interface": self.interface,
+            "reboot_requested": self.reboot_requested,
+            "abortable": self.abortable,
+        });
+        if !self.argsinfo.is_empty() {
+            let args: Map<String, Value> = self
+                .argsinfo
+                .iter()
+                .map(|a| {
+                    (
+                        a.name.to_string(),
+                        json!({"description": a.description, "required": a.required}),
+                    )
+                })
+                .collect();
+            v["argsinfo"] = Value::Object(args);
+        }
+        v
+    }
+}
+
+/// `get_clean_steps` / `get_deploy_steps`: caches the node and lists the steps.
+pub async fn get_steps(state: Arc<AgentState>, params: Value, kind: StepKind) -> Outcome {
+    if let Some(node) = params.get("node").filter(|n| n.is_object()) {
+        state.cache_node(node.clone());
+    }
+    let steps: Vec<Value> = STEPS
+        .iter()
+        .filter_map(|s| s.priority(kind).map(|p| s.describe(p)))
+        .collect();
+    Outcome::Done(json!({
+        format!("{}_steps", kind.word()): {HARDWARE_MANAGER: steps},
+        "hardware_manager_version": hardware_manager_version(),
+    }))
+}
+
+/// Parameter check of `execute_*_step`: `step` must be an object naming a step.
+pub fn validate_execute(params: &Value) -> Result<(), String> {
+    let step = params
+        .get("step")
+        .ok_or("the 'step' parameter is required")?;
+    match step.get("step") {
+        Some(Value::String(s)) if !s.is_empty() => {}
+        _ => return Err("'step' must be an object with a 'step' name".into()),
+    }
+    match step.get("args") {
+        None | Some(Value::Null) | Some(Value::Object(_)) => Ok(()),
+        Some(_) => Err("'step.args' must be an object".into()),
+    }
+}
+
+/// `execute_clean_step` / `execute_deploy_step`: version check, dispatch, and
+/// the result echoing the step as Ironic requires (spec §1.9).
+pub async fn execute_step(state: Arc<AgentState>, params: Value, kind: StepKind) -> Outcome {
+    let word = kind.word();
+    let step = params.get("step").cloned().unwrap_or(Value::Null);
+    let name = step.get("step").and_then(Value::as_str).unwrap_or_default();
+    let version_key = format!("{word}_version");
+    if let Some(theirs) = params.get(&version_key).filter(|v| !v.is_null()) {
+        let ours = hardware_manager_version();
+        if *theirs != ours {
+            return Outcome::VersionMismatch(CommandError::new(
+                ErrorKind::VersionMismatch,
+                format!("Mismatch of hardware managers: conductor sent {theirs}, agent has {ours}"),
+            ));
+        }
+    }
+    if let Some(node) = params.get("node").filter(|n| n.is_object()) {
+        state.cache_node(node.clone());
+    }
+    let Some(def) = STEPS
+        .iter()
+        .find(|s| s.name == name && s.priority(kind).is_some())
+    else {
+        return Outcome::Failed(CommandError::new(
+            ErrorKind::IncompatibleHardwareMethod,
+            format!("{word} step {name:?} is not implemented by this agent"),
+        ));
+    };
+    let call = StepCall {
+        node: params.get("node").cloned().unwrap_or(Value::Null),
+        ports: params.get("ports").cloned().unwrap_or(Value::Null),
+        args: step
+            .get("args")
+            .and_then(Value::as_object)
+            .cloned()
+            .unwrap_or_default(),
+    };
+    tracing::info!(step = name, kind = word, "running step");
+    match (def.run)(state, call).await {
+        Ok(result) => Outcome::Done(json!({
+            format!("{word}_result"): result,
+            format!("{word}_step"): step,
+        })),
+        Err(e) if e.kind == ErrorKind::CommandExecution => Outcome::Failed(CommandError::new(
+            kind.error_kind(),
+            format!("Error performing {word} step {name}: {}", e.details),
+        )),
+        Err(e) => Outcome::Failed(e),
+    }
+}

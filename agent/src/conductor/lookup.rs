@@ -1,0 +1,154 @@
+//! The lookup answer (spec §2.2) and the rules for adopting it: node UUID,
+//! heartbeat timeout, token (≥ 32 characters adopted; `******` keeps a
+//! pre-shared token), TLS minimum version and the other settings Ironic sends.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+/// Settings from the lookup `config` that the agent honours.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LookupConfig {
+    /// `heartbeat_timeout`: heartbeats every 0.3–0.6 × this.
+    pub heartbeat_timeout: Duration,
+    /// `agent_token` as sent (may be `******`).
+    pub agent_token: Option<String>,
+    /// `tls_min_version` (`"1.2"`, `"1.3"`).
+    pub tls_min_version: Option<String>,
+    /// `agent_md5_checksum_enable`.
+    pub md5_allowed: bool,
+    /// `permitted_image_formats`.
+    pub permitted_image_formats: Vec<String>,
+    /// The whole `config` object, for settings read later.
+    pub raw: Value,
+}
+
+/// A successful lookup.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LookupResult {
+    /// The node's UUID.
+    pub node_uuid: String,
+    /// The node (masked).
+    pub node: Value,
+    /// The `config` part.
+    pub config: LookupConfig,
+}
+
+/// Parses a lookup (or `continue_inspection` 1.84) answer.
+pub fn parse_lookup(doc: &Value) -> Result<LookupResult, String> {
+    let node = doc.get("node").ok_or("no 'node' in the answer")?;
+    let node_uuid = node
+        .get("uuid")
+        .and_then(Value::as_str)
+        .ok_or("no 'node.uuid' in the answer")?
+        .to_string();
+    // Old APIs put heartbeat_timeout at the top level.
+    let config = doc.get("config").cloned().unwrap_or_else(|| doc.clone());
+    let heartbeat_timeout = config
+        .get("heartbeat_timeout")
+        .and_then(Value::as_f64)
+        .filter(|t| *t > 0.0)
+        .ok_or("no positive 'config.heartbeat_timeout' in the answer")?;
+    Ok(LookupResult {
+        node_uuid,
+        node: node.clone(),
+        config: LookupConfig {
+            heartbeat_timeout: Duration::from_secs_f64(heartbeat_timeout),
+            agent_token: config
+                .get("agent_token")
+                .and_then(Value::as_str)
+                .map(String::from),
+            tls_min_version: config
+                .get("tls_min_version")
+                .and_then(Value::as_str)
+                .map(String::from),
+            md5_allowed: config
+                .get("agent_md5_checksum_enable")
+                .and_then(Value::as_bool)
+                .unwrap_or(false),
+            permitted_image_formats: config
+                .get("permitted_image_formats")
+                .and_then(Value::as_array)
+                .map(|a| {
+                    a.iter()
+                        .filter_map(Value::as_str)
+                        .map(String::from)
+                        .collect()
+                })
+                .unwrap_or_else(|| vec!["raw".into(), "gpt".into(), "qcow2".into()]),
+            raw: config,
+        },
+    })
+}
+
+/// What to do with the token of a lookup answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TokenDecision {
+    /// Use this new token.
+    Adopt(String),
+    /// The conductor already issued a token (`******`): keep the one we know.
+    KeepKnown,
+    /// The conductor says a token exists but we do not know it: locked out
+    /// until the conductor wipes it.
+    LockedOut,
+    /// No usable token in the answer.
+    Missing,
+}
+
+/// Applies IPA's token rules (spec §2.2).
+pub fn decide_token(offered: Option<&str>, known: Option<&str>) -> TokenDecision {
+    match offered {
+        Some(t) if t.len() >= 32 && t != "******" => TokenDecision::Adopt(t.to_string()),
+        Some("******") if known.is_some() => TokenDecision::KeepKnown,
+        Some("******") => TokenDecision::LockedOut,
+        _ => TokenDecision::Missing,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn parses_ironic_39_answer() {
+        let doc = json!({"node": {"uuid": "d0838b0d", "properties": {}},
+            "config": {"heartbeat_timeout": 300, "agent_token": "x".repeat(43),
+                       "tls_min_version": "1.3", "agent_md5_checksum_enable": true,
+                       "permitted_image_formats": ["raw", "qcow2"]}});
+        let r = parse_lookup(&doc).unwrap();
+        assert_eq!(r.node_uuid, "d0838b0d");
+        assert_eq!(r.config.heartbeat_timeout, Duration::from_secs(300));
+        assert_eq!(r.config.tls_min_version.as_deref(), Some("1.3"));
+        assert!(r.config.md5_allowed);
+        assert_eq!(r.config.permitted_image_formats, ["raw", "qcow2"]);
+    }
+
+    #[test]
+    fn old_answers_and_missing_fields() {
+        let r = parse_lookup(&json!({"node": {"uuid": "u"}, "heartbeat_timeout": 10})).unwrap();
+        assert_eq!(r.config.heartbeat_timeout, Duration::from_secs(10));
+        assert!(parse_lookup(&json!({"node": {}}))
+            .unwrap_err()
+            .contains("node.uuid"));
+        assert!(parse_lookup(&json!({"node": {"uuid": "u"}, "config": {}}))
+            .unwrap_err()
+            .contains("heartbeat_timeout"));
+    }
+
+    #[test]
+    fn token_rules() {
+        let t = "a".repeat(43);
+        assert_eq!(
+            decide_token(Some(&t), None),
+            TokenDecision::Adopt(t.clone())
+        );
+        assert_eq!(
+            decide_token(Some("******"), Some(&t)),
+            TokenDecision::KeepKnown
+        );
+        assert_eq!(decide_token(Some("******"), None), TokenDecision::LockedOut);
+        assert_eq!(decide_token(Some("short"), None), TokenDecision::Missing);
+        assert_eq!(decide_token(None, Some(&t)), TokenDecision::Missing);
+    }
+}

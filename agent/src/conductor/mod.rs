@@ -1,0 +1,122 @@
+//! Talking to the conductor (Ironic's ramdisk endpoints, spec §2): API
+//! version negotiation, lookup, heartbeat. Errors are typed so the main loop
+//! can tell "look up again" (token wiped) from "retry later".
+
+pub mod client;
+pub mod lookup;
+
+pub use client::{ApiVersion, ConductorClient};
+pub use lookup::{LookupConfig, LookupResult};
+
+/// A failed conductor call.
+#[derive(Debug, thiserror::Error)]
+pub enum ConductorError {
+    /// No answer (DNS, connect, TLS, timeout).
+    #[error("cannot reach the conductor at {url}: {reason}")]
+    Unreachable {
+        /// Request URL.
+        url: String,
+        /// Cause, with its chain.
+        reason: String,
+    },
+    /// An HTTP error status.
+    #[error("{url} answered HTTP {status}: {message}")]
+    Http {
+        /// Request URL.
+        url: String,
+        /// Status code.
+        status: u16,
+        /// Ironic's `faultstring`, else the body.
+        message: String,
+    },
+    /// A 2xx answer we cannot use.
+    #[error("unusable answer from {url}: {reason}")]
+    Invalid {
+        /// Request URL.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The conductor's API is too old for agent tokens.
+    #[error("the conductor's API version {0} is older than 1.62 and cannot issue agent tokens")]
+    TooOld(ApiVersion),
+}
+
+impl ConductorError {
+    /// HTTP status, if the conductor answered.
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            Self::Http { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+
+    /// Whether the conductor no longer knows our token (it was wiped at a power
+    /// action or the end of an operation): the agent must look up again.
+    pub fn is_invalid_token(&self) -> bool {
+        match self {
+            Self::Http {
+                status: 400,
+                message,
+                ..
+            } => {
+                let m = message.to_ascii_lowercase();
+                m.contains("invalid or missing agent token")
+                    || m.contains("agent token is required")
+            }
+            _ => false,
+        }
+    }
+}
+
+/// Extracts Ironic's error text: `{"error_message": "<json with faultstring>"}`,
+/// or `{"error": "..."}`, else the raw body (shortened).
+pub fn ironic_error_message(body: &str) -> String {
+    if let Ok(v) = serde_json::from_str::<serde_json::Value>(body) {
+        if let Some(inner) = v.get("error_message") {
+            let parsed = inner
+                .as_str()
+                .and_then(|s| serde_json::from_str::<serde_json::Value>(s).ok())
+                .unwrap_or_else(|| inner.clone());
+            if let Some(f) = parsed.get("faultstring").and_then(|f| f.as_str()) {
+                return f.to_string();
+            }
+            if let Some(s) = inner.as_str() {
+                return s.to_string();
+            }
+        }
+        if let Some(e) = v.get("error").and_then(|e| e.as_str()) {
+            return e.to_string();
+        }
+    }
+    let mut s: String = body.chars().take(300).collect();
+    if s.len() < body.len() {
+        s.push('…');
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_ironic_error_bodies() {
+        let body = r#"{"error_message": "{\"faultcode\": \"Client\", \"faultstring\": \"Invalid or missing agent token received.\", \"debuginfo\": null}"}"#;
+        assert_eq!(
+            ironic_error_message(body),
+            "Invalid or missing agent token received."
+        );
+        assert_eq!(
+            ironic_error_message(r#"{"error": "Resource could not be found."}"#),
+            "Resource could not be found."
+        );
+        assert_eq!(ironic_error_message("plain"), "plain");
+        let e = ConductorError::Http {
+            url: "u".into(),
+            status: 400,
+            message: ironic_error_message(body),
+        };
+        assert!(e.is_invalid_token());
+    }
+}

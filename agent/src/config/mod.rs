@@ -1,0 +1,371 @@
+//! The agent's one configuration type, filled from the kernel command line
+//! (IPA's `ipa-*` parameters, spec §3.1) and then from command-line flags.
+//!
+//! Rules for adding a setting: give it a field here with its IPA default,
+//! read it in [`Config::from_kernel_params`] under IPA's parameter name, and,
+//! if useful in host mode, a flag in `cli.rs` that overrides it. A malformed
+//! value is logged once and the default kept.
+
+pub mod cmdline;
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub use cmdline::{KernelParams, ParamError};
+
+/// Where the conductor's API is.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum ApiUrls {
+    /// No conductor configured (inspection only, or standalone debugging).
+    #[default]
+    None,
+    /// Discover by mDNS (`ipa-api-url=mdns`).
+    Mdns,
+    /// Explicit base URLs, tried in order.
+    Urls(Vec<String>),
+}
+
+/// Whether the agent owns the machine (booted ramdisk) or is a guest on an
+/// ordinary host (development, tests, CI).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunMode {
+    /// Running inside the deploy ramdisk: may write any disk, power off, reboot.
+    Ramdisk,
+    /// Running on an ordinary machine: only `--allow-device` devices may be
+    /// written; power actions are simulated.
+    Host,
+}
+
+/// Everything the agent needs to know at start.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Conductor API base URLs (`ipa-api-url`).
+    pub api_urls: ApiUrls,
+    /// Inspection callback (`ipa-inspection-callback-url`); `Some("mdns")` means discover.
+    pub inspection_callback_url: Option<String>,
+    /// Inspection collectors (`ipa-inspection-collectors`).
+    pub inspection_collectors: Vec<String>,
+    /// Skip TLS verification of the conductor and image servers (`ipa-insecure`).
+    pub insecure: bool,
+    /// CA bundle for outbound TLS (`[DEFAULT] cafile` in IPA's config dir).
+    pub cafile: Option<PathBuf>,
+    /// Pre-shared agent token (`ipa-agent-token`, virtual media boots).
+    pub agent_token: Option<String>,
+    /// MAC of the PXE NIC, raw as given (`BOOTIF`).
+    pub bootif: Option<String>,
+    /// Address put in `callback_url` (`ipa-advertise-host`); found by routing when unset.
+    pub advertise_host: Option<IpAddr>,
+    /// Port put in `callback_url` (`ipa-advertise-port`); 0 = the port actually bound.
+    pub advertise_port: u16,
+    /// Address the command API binds (`ipa-listen-host`).
+    pub listen_host: IpAddr,
+    /// Port the command API binds (`ipa-listen-port`); 0 picks a free port.
+    pub listen_port: u16,
+    /// `X-OpenStack-Request-ID` sent to the conductor (`ipa-global-request-id`).
+    pub global_request_id: Option<String>,
+    /// Debug logging (`ipa-debug`).
+    pub debug: bool,
+    /// Collect LLDP for the inventory (`ipa-collect-lldp`).
+    pub collect_lldp: bool,
+    /// How long to listen for LLDP (`ipa-lldp-timeout`).
+    pub lldp_timeout: Duration,
+    /// Total lookup budget (`ipa-lookup-timeout`); zero means no limit.
+    pub lookup_timeout: Duration,
+    /// Largest gap between two lookup attempts.
+    pub lookup_max_interval: Duration,
+    /// MACs to look the node up by in addition to the NICs' own (host mode,
+    /// where the machine's NICs are not the node's ports).
+    pub extra_macs: Vec<String>,
+    /// First lookup back-off (`ipa-lookup-interval`).
+    pub lookup_interval: Duration,
+    /// Timeout of one conductor HTTP request (`ipa-http-request-timeout`).
+    pub http_request_timeout: Duration,
+    /// Forced conductor API version (`ipa-ironic-api-version`).
+    pub ironic_api_version: Option<(u32, u32)>,
+    /// Serve HTTPS with a self-signed certificate when the conductor supports it
+    /// (`ipa-enable-auto-tls`, default true).
+    pub auto_tls: bool,
+    /// Minimum gap between a forced heartbeat and the previous one.
+    pub min_heartbeat_interval: Duration,
+    /// Largest command request body accepted, in bytes.
+    pub max_request_bytes: usize,
+    /// Devices the agent may write in host mode (`--allow-device`).
+    pub allowed_devices: Vec<PathBuf>,
+    /// Ramdisk or host mode.
+    pub mode: RunMode,
+}
+
+/// IPA's default heartbeat gap after an async command ends (`min_heartbeat_interval`).
+pub const DEFAULT_MIN_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(5);
+/// Default limit of a command request body. Ironic sends the node (with an
+/// unmasked config drive of up to 64 MiB uncompressed, gzip+base64) in a
+/// `write_image` request, up to three times.
+pub const DEFAULT_MAX_REQUEST_BYTES: usize = 256 << 20;
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            api_urls: ApiUrls::None,
+            inspection_callback_url: None,
+            inspection_collectors: vec!["default".into(), "logs".into()],
+            insecure: false,
+            cafile: None,
+            agent_token: None,
+            bootif: None,
+            advertise_host: None,
+            advertise_port: 9999,
+            listen_host: IpAddr::from([0u16; 8]),
+            listen_port: 9999,
+            global_request_id: None,
+            debug: false,
+            collect_lldp: false,
+            lldp_timeout: Duration::from_secs(30),
+            lookup_timeout: Duration::from_secs(600),
+            lookup_interval: Duration::from_secs(1),
+            lookup_max_interval: Duration::from_secs(60),
+            extra_macs: Vec::new(),
+            http_request_timeout: Duration::from_secs(30),
+            ironic_api_version: None,
+            auto_tls: true,
+            min_heartbeat_interval: DEFAULT_MIN_HEARTBEAT_INTERVAL,
+            max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
+            allowed_devices: Vec::new(),
+            mode: RunMode::Host,
+        }
+    }
+}
+
+impl Config {
+    /// Builds a configuration from kernel parameters. Every malformed value is
+    /// returned (and the default kept) so the caller can log it once.
+    pub fn from_kernel_params(p: &KernelParams) -> (Self, Vec<ParamError>) {
+        let mut c = Config::default();
+        let mut errors = Vec::new();
+
+        if let Some(raw) = p.get("ipa-api-url") {
+            c.api_urls = parse_api_urls(raw).unwrap_or_else(|e| {
+                errors.push(ParamError {
+                    key: "ipa-api-url".into(),
+                    value: raw.into(),
+                    reason: e,
+                });
+                ApiUrls::None
+            });
+        }
+        if let Some(raw) = p.get("ipa-inspection-callback-url") {
+            if raw == "mdns" || raw.starts_with("http://") || raw.starts_with("https://") {
+                c.inspection_callback_url = Some(raw.to_string());
+            } else {
+                errors.push(bad(
+                    "ipa-inspection-callback-url",
+                    raw,
+                    "expected an http(s) URL or mdns",
+                ));
+            }
+        }
+        if let Some(raw) = p.get("ipa-inspection-collectors") {
+            c.inspection_collectors = raw
+                .split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(String::from)
+                .collect();
+        }
+        if let Some(v) = take(&mut errors, p.bool("ipa-insecure")) {
+            c.insecure = v;
+        }
+        if let Some(raw) = p.get("ipa-agent-token").filter(|v| !v.is_empty()) {
+            c.agent_token = Some(raw.to_string());
+        }
+        c.bootif = p.get("BOOTIF").filter(|v| !v.is_empty()).map(String::from);
+        if let Some(raw) = p.get("ipa-advertise-host").filter(|v| !v.is_empty()) {
+            match raw.trim_matches(|c| c == '[' || c == ']').parse() {
+                Ok(ip) => c.advertise_host = Some(ip),
+                Err(_) => {
+                    errors.push(bad(
+                        "ipa-advertise-host",
+                        raw,
+                        "expected an IPv4 or IPv6 address",
+                    ));
+                }
+            }
+        }
+        if let Some(v) = take(&mut errors, p.number("ipa-advertise-port")) {
+            c.advertise_port = v;
+        }
+        if let Some(raw) = p.get("ipa-listen-host").filter(|v| !v.is_empty()) {
+            match raw.trim_matches(|c| c == '[' || c == ']').parse() {
+                Ok(ip) => c.listen_host = ip,
+                Err(_) => {
+                    errors.push(bad(
+                        "ipa-listen-host",
+                        raw,
+                        "expected an IPv4 or IPv6 address",
+                    ));
+                }
+            }
+        }
+        if let Some(v) = take(&mut errors, p.number("ipa-listen-port")) {
+            c.listen_port = v;
+        }
+        c.global_request_id = p
+            .get("ipa-global-request-id")
+            .filter(|v| !v.is_empty())
+            .map(String::from);
+        if let Some(v) = take(&mut errors, p.bool("ipa-debug")) {
+            c.debug = v;
+        }
+        if let Some(v) = take(&mut errors, p.bool("ipa-collect-lldp")) {
+            c.collect_lldp = v;
+        }
+        if let Some(v) = take(&mut errors, p.number::<u64>("ipa-lldp-timeout")) {
+            c.lldp_timeout = Duration::from_secs(v);
+        }
+        if let Some(v) = take(&mut errors, p.number::<u64>("ipa-lookup-timeout")) {
+            c.lookup_timeout = Duration::from_secs(v);
+        }
+        if let Some(v) = take(&mut errors, p.number::<u64>("ipa-lookup-interval")) {
+            c.lookup_interval = Duration::from_secs(v.max(1));
+        }
+        if let Some(v) = take(&mut errors, p.number::<u64>("ipa-http-request-timeout")) {
+            c.http_request_timeout = Duration::from_secs(v.max(1));
+        }
+        if let Some(raw) = p.get("ipa-ironic-api-version").filter(|v| !v.is_empty()) {
+            match parse_version(raw) {
+                Some(v) => c.ironic_api_version = Some(v),
+                None => {
+                    errors.push(bad("ipa-ironic-api-version", raw, "expected MAJOR.MINOR"));
+                }
+            }
+        }
+        if let Some(v) = take(&mut errors, p.bool("ipa-enable-auto-tls")) {
+            c.auto_tls = v;
+        }
+        if p.contains("ipa-standalone") {
+            errors.push(bad(
+                "ipa-standalone",
+                p.get("ipa-standalone").unwrap_or_default(),
+                "standalone mode is no longer supported (as in IPA since 2021)",
+            ));
+        }
+        (c, errors)
+    }
+}
+
+fn take<T>(errors: &mut Vec<ParamError>, r: Result<Option<T>, ParamError>) -> Option<T> {
+    r.unwrap_or_else(|e| {
+        errors.push(e);
+        None
+    })
+}
+
+fn bad(key: &str, value: &str, reason: &str) -> ParamError {
+    ParamError {
+        key: key.into(),
+        value: value.into(),
+        reason: reason.into(),
+    }
+}
+
+/// Parses `ipa-api-url`: `mdns`, or a comma list of `http(s)://` URLs.
+/// Entries with another scheme are an error for the whole value, as silently
+/// dropping one would hide a typo that sends the agent to the wrong place.
+pub fn parse_api_urls(raw: &str) -> Result<ApiUrls, String> {
+    let raw = raw.trim();
+    if raw.eq_ignore_ascii_case("mdns") {
+        return Ok(ApiUrls::Mdns);
+    }
+    let urls: Vec<String> = raw
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| s.trim_end_matches('/').to_string())
+        .collect();
+    if urls.is_empty() {
+        return Err("no URL given".into());
+    }
+    for u in &urls {
+        if !(u.starts_with("http://") || u.starts_with("https://")) {
+            return Err(format!("{u:?} does not start with http:// or https://"));
+        }
+        reqwest::Url::parse(u).map_err(|e| format!("{u:?} is not a valid URL: {e}"))?;
+    }
+    Ok(ApiUrls::Urls(urls))
+}
+
+/// Parses `MAJOR.MINOR`.
+pub fn parse_version(raw: &str) -> Option<(u32, u32)> {
+    let (a, b) = raw.trim().split_once('.')?;
+    Some((a.parse().ok()?, b.parse().ok()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_ipa_parameters() {
+        let p = KernelParams::parse(
+            "ipa-api-url=https://10.0.0.1:6385/,https://10.0.0.2:6385 BOOTIF=01-52-54-00-12-34-56 \
+             ipa-insecure=1 ipa-agent-token=abc ipa-advertise-host=10.0.0.5 ipa-advertise-port=9998 \
+             ipa-global-request-id=req-1 ipa-debug=1 ipa-collect-lldp=yes ipa-lldp-timeout=5 \
+             ipa-inspection-callback-url=https://10.0.0.1:6385/v1/continue_inspection \
+             ipa-inspection-collectors=default,lldp unknown-thing=1",
+        );
+        let (c, errors) = Config::from_kernel_params(&p);
+        assert!(errors.is_empty(), "{errors:?}");
+        assert_eq!(
+            c.api_urls,
+            ApiUrls::Urls(vec![
+                "https://10.0.0.1:6385".into(),
+                "https://10.0.0.2:6385".into()
+            ])
+        );
+        assert_eq!(c.bootif.as_deref(), Some("01-52-54-00-12-34-56"));
+        assert!(c.insecure && c.debug && c.collect_lldp);
+        assert_eq!(c.agent_token.as_deref(), Some("abc"));
+        assert_eq!(c.advertise_host, Some("10.0.0.5".parse().unwrap()));
+        assert_eq!(c.advertise_port, 9998);
+        assert_eq!(c.global_request_id.as_deref(), Some("req-1"));
+        assert_eq!(c.lldp_timeout, Duration::from_secs(5));
+        assert_eq!(c.inspection_collectors, vec!["default", "lldp"]);
+        assert!(c
+            .inspection_callback_url
+            .unwrap()
+            .ends_with("/v1/continue_inspection"));
+    }
+
+    #[test]
+    fn mdns_and_defaults() {
+        let (c, errors) = Config::from_kernel_params(&KernelParams::parse("ipa-api-url=mdns"));
+        assert!(errors.is_empty());
+        assert_eq!(c.api_urls, ApiUrls::Mdns);
+        assert_eq!(c.advertise_port, 9999);
+        assert!(c.auto_tls);
+        assert_eq!(c.lookup_timeout, Duration::from_secs(600));
+    }
+
+    #[test]
+    fn malformed_values_keep_defaults_and_are_reported() {
+        let (c, errors) = Config::from_kernel_params(&KernelParams::parse(
+            "ipa-api-url=ftp://x ipa-advertise-port=http ipa-debug=perhaps ipa-advertise-host=nohost \
+             ipa-standalone=1",
+        ));
+        assert_eq!(c.api_urls, ApiUrls::None);
+        assert_eq!(c.advertise_port, 9999);
+        assert!(!c.debug);
+        let keys: Vec<_> = errors.iter().map(|e| e.key.as_str()).collect();
+        assert_eq!(
+            keys,
+            [
+                "ipa-api-url",
+                "ipa-advertise-host",
+                "ipa-advertise-port",
+                "ipa-debug",
+                "ipa-standalone"
+            ]
+        );
+        assert!(errors[0].to_string().contains("does not start with http"));
+    }
+}

@@ -1,0 +1,42 @@
+//! The few block-device ioctls the agent needs, with safe wrappers.
+#![allow(unsafe_code)]
+
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
+
+nix::ioctl_read!(blkgetsize64, 0x12, 114, u64);
+nix::ioctl_none!(blkrrpart, 0x12, 95);
+nix::ioctl_read_bad!(blksszget, 0x1268, libc::c_int);
+nix::ioctl_none!(blkflsbuf, 0x12, 97);
+
+/// Size of a block device in bytes (BLKGETSIZE64).
+pub fn size_bytes(f: &File) -> io::Result<u64> {
+    let mut size = 0u64;
+    // SAFETY: the fd is valid for the lifetime of `f`, and the kernel writes
+    // exactly one u64 into `size`, which outlives the call.
+    unsafe { blkgetsize64(f.as_raw_fd(), &mut size) }.map_err(io::Error::from)?;
+    Ok(size)
+}
+
+/// Logical sector size (BLKSSZGET).
+pub fn logical_sector_size(f: &File) -> io::Result<u32> {
+    let mut size: libc::c_int = 0;
+    // SAFETY: valid fd; the kernel writes one int into `size`.
+    unsafe { blksszget(f.as_raw_fd(), &mut size) }.map_err(io::Error::from)?;
+    u32::try_from(size).map_err(|_| io::Error::other("negative sector size"))
+}
+
+/// Asks the kernel to re-read the partition table (BLKRRPART).
+pub fn reread_partitions(f: &File) -> io::Result<()> {
+    // SAFETY: valid fd; BLKRRPART takes no argument.
+    unsafe { blkrrpart(f.as_raw_fd()) }.map_err(io::Error::from)?;
+    Ok(())
+}
+
+/// Flushes the device's buffer cache (BLKFLSBUF).
+pub fn flush_buffers(f: &File) -> io::Result<()> {
+    // SAFETY: valid fd; BLKFLSBUF takes no argument.
+    unsafe { blkflsbuf(f.as_raw_fd()) }.map_err(io::Error::from)?;
+    Ok(())
+}

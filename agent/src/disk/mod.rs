@@ -1,0 +1,326 @@
+//! Block devices: which ones exist, and which ones the agent may write.
+//!
+//! Safety policy (hard rule): a device that is mounted, used as swap, held by
+//! another device (device-mapper, md) or that holds the running system is
+//! never written. Outside the deploy ramdisk, only devices named with
+//! `--allow-device` (and their partitions) may be written at all.
+
+pub mod erase;
+pub mod ioctl;
+
+use std::fs;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+
+use crate::config::{Config, RunMode};
+
+/// A block device (or, in tests, a regular file standing in for one).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Device {
+    /// Path used to open it (`/dev/sda`, `/dev/loop3p1`).
+    pub path: PathBuf,
+    /// `major:minor` for block devices, `None` for regular files.
+    pub devno: Option<(u64, u64)>,
+}
+
+/// Why a device may not be written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// Host mode and the device was not allowed explicitly.
+    #[error("{0} was not given with --allow-device; outside the deploy ramdisk only allowed devices are written")]
+    NotAllowed(String),
+    /// Mounted (itself or a partition).
+    #[error("{0} is mounted at {1}")]
+    Mounted(String, String),
+    /// Used as swap.
+    #[error("{0} is in use as swap")]
+    Swap(String),
+    /// Held by another device.
+    #[error("{0} is held by {1} (device-mapper, RAID or similar)")]
+    Held(String, String),
+    /// Neither a block device nor (in host mode) an allowed regular file.
+    #[error("{0} is not a block device")]
+    NotBlockDevice(String),
+    /// Could not be examined.
+    #[error("{0} cannot be examined: {1}")]
+    Unreadable(String, String),
+}
+
+impl Device {
+    /// Examines `path`.
+    pub fn open(path: &Path) -> Result<Self, Refusal> {
+        let display = path.display().to_string();
+        let meta =
+            fs::metadata(path).map_err(|e| Refusal::Unreadable(display.clone(), e.to_string()))?;
+        let devno = if meta.file_type().is_block_device() {
+            let rdev = meta.rdev();
+            Some((libc_major(rdev), libc_minor(rdev)))
+        } else if meta.file_type().is_file() {
+            None
+        } else {
+            return Err(Refusal::NotBlockDevice(display));
+        };
+        Ok(Self {
+            path: path.to_path_buf(),
+            devno,
+        })
+    }
+
+    /// Kernel name (`sda`, `loop3p1`), from sysfs for block devices.
+    pub fn kernel_name(&self) -> Option<String> {
+        let (ma, mi) = self.devno?;
+        let link = fs::read_link(format!("/sys/dev/block/{ma}:{mi}")).ok()?;
+        link.file_name().map(|n| n.to_string_lossy().into_owned())
+    }
+
+    /// Partitions of this (whole) device, as devices, found through sysfs.
+    pub fn partitions(&self) -> Vec<Device> {
+        let Some(name) = self.kernel_name() else {
+            return Vec::new();
+        };
+        let Ok(entries) = fs::read_dir(format!("/sys/class/block/{name}")) else {
+            return Vec::new();
+        };
+        let mut parts: Vec<Device> = entries
+            .flatten()
+            .filter(|e| e.path().join("partition").exists())
+            .filter_map(|e| {
+                let pname = e.file_name().to_string_lossy().into_owned();
+                Device::open(&Path::new("/dev").join(&pname)).ok()
+            })
+            .collect();
+        parts.sort_by(|a, b| a.path.cmp(&b.path));
+        parts
+    }
+}
+
+fn libc_major(rdev: u64) -> u64 {
+    nix::sys::stat::major(rdev)
+}
+
+fn libc_minor(rdev: u64) -> u64 {
+    nix::sys::stat::minor(rdev)
+}
+
+/// Decides whether the agent may write a device.
+#[derive(Debug, Clone)]
+pub struct WritePolicy {
+    mode: RunMode,
+    allowed: Vec<PathBuf>,
+    proc_root: PathBuf,
+}
+
+impl WritePolicy {
+    /// The policy of a configuration (reading `/proc`).
+    pub fn from_config(config: &Config) -> Self {
+        Self {
+            mode: config.mode,
+            allowed: config
+                .allowed_devices
+                .iter()
+                .map(|p| fs::canonicalize(p).unwrap_or_else(|_| p.clone()))
+                .collect(),
+            proc_root: PathBuf::from("/proc"),
+        }
+    }
+
+    /// The devices the policy allows explicitly (host mode).
+    pub fn allowed(&self) -> &[PathBuf] {
+        &self.allowed
+    }
+
+    /// Checks that `dev` may be written now.
+    pub fn check(&self, dev: &Device) -> Result<(), Refusal> {
+        let display = dev.path.display().to_string();
+        if self.mode == RunMode::Host && !self.is_allowed(dev) {
+            return Err(Refusal::NotAllowed(display));
+        }
+        let Some(devno) = dev.devno else {
+            // Regular files stand in for disks only in host mode tests.
+            return if self.mode == RunMode::Host {
+                Ok(())
+            } else {
+                Err(Refusal::NotBlockDevice(display))
+            };
+        };
+        let mut family = vec![devno];
+        family.extend(dev.partitions().iter().filter_map(|p| p.devno));
+        let mountinfo = fs::read_to_string(self.proc_root.join("self/mountinfo"))
+            .map_err(|e| Refusal::Unreadable("/proc/self/mountinfo".into(), e.to_string()))?;
+        if let Some(mnt) = mounted_at(&mountinfo, &family) {
+            return Err(Refusal::Mounted(display, mnt));
+        }
+        let swaps = fs::read_to_string(self.proc_root.join("swaps")).unwrap_or_default();
+        for line in swaps.lines().skip(1) {
+            let Some(path) = line.split_whitespace().next() else {
+                continue;
+            };
+            if let Ok(meta) = fs::metadata(path) {
+                let rdev = meta.rdev();
+                if meta.file_type().is_block_device()
+                    && family.contains(&(libc_major(rdev), libc_minor(rdev)))
+                {
+                    return Err(Refusal::Swap(display));
+                }
+            }
+        }
+        for (ma, mi) in &family {
+            let holders = format!("/sys/dev/block/{ma}:{mi}/holders");
+            if let Ok(mut entries) = fs::read_dir(&holders) {
+                if let Some(h) = entries.next().and_then(|e| e.ok()) {
+                    return Err(Refusal::Held(
+                        display,
+                        h.file_name().to_string_lossy().into_owned(),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn is_allowed(&self, dev: &Device) -> bool {
+        let canon = fs::canonicalize(&dev.path).unwrap_or_else(|_| dev.path.clone());
+        if self.allowed.contains(&canon) {
+            return true;
+        }
+        // A partition of an allowed disk is allowed.
+        self.allowed.iter().any(|a| {
+            Device::open(a)
+                .map(|d| {
+                    d.partitions()
+                        .iter()
+                        .any(|p| p.devno.is_some() && p.devno == dev.devno)
+                })
+                .unwrap_or(false)
+        })
+    }
+}
+
+/// Finds a mount of any of `devnos` in `/proc/self/mountinfo` text; returns
+/// its mount point.
+pub fn mounted_at(mountinfo: &str, devnos: &[(u64, u64)]) -> Option<String> {
+    mountinfo.lines().find_map(|line| {
+        let mut f = line.split_whitespace();
+        let (_id, _parent, devno, _root, mnt) =
+            (f.next()?, f.next()?, f.next()?, f.next()?, f.next()?);
+        let (ma, mi) = devno.split_once(':')?;
+        let d = (ma.parse().ok()?, mi.parse().ok()?);
+        devnos.contains(&d).then(|| mnt.to_string())
+    })
+}
+
+/// Whole disks that may hold an OS, from `/sys/block` under `sys_root`:
+/// everything but loop, ram, zram, floppies, optical drives and
+/// device-mapper/md virtual devices.
+pub fn whole_disks(sys_root: &Path) -> Result<Vec<PathBuf>> {
+    let dir = sys_root.join("block");
+    let mut out = Vec::new();
+    for e in fs::read_dir(&dir).with_context(|| format!("listing {}", dir.display()))? {
+        let name = e?.file_name().to_string_lossy().into_owned();
+        const SKIP: [&str; 7] = ["loop", "ram", "zram", "fd", "sr", "dm-", "md"];
+        if SKIP.iter().any(|p| name.starts_with(p)) {
+            continue;
+        }
+        out.push(PathBuf::from("/dev").join(name));
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Devices the erase steps consider: in host mode the allowed devices, in the
+/// ramdisk every whole disk; each followed by its partitions. Sorted by name
+/// descending so partitions come before their disk (as IPA does).
+pub fn erase_candidates(policy: &WritePolicy) -> Result<Vec<Device>> {
+    let disks: Vec<PathBuf> = match policy.mode {
+        RunMode::Host => policy.allowed.clone(),
+        RunMode::Ramdisk => whole_disks(Path::new("/sys"))?,
+    };
+    let mut out = Vec::new();
+    for d in disks {
+        let dev = Device::open(&d).with_context(|| format!("examining {}", d.display()))?;
+        out.extend(dev.partitions());
+        out.push(dev);
+    }
+    out.sort_by(|a, b| b.path.cmp(&a.path));
+    out.dedup();
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MOUNTINFO: &str = "\
+22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw
+23 22 0:21 / /proc rw - proc proc rw
+40 22 7:3 / /mnt/data rw - ext4 /dev/loop3 rw
+";
+
+    #[test]
+    fn finds_mounts_by_device_number() {
+        assert_eq!(mounted_at(MOUNTINFO, &[(8, 0), (8, 1)]), Some("/".into()));
+        assert_eq!(mounted_at(MOUNTINFO, &[(7, 3)]), Some("/mnt/data".into()));
+        assert_eq!(mounted_at(MOUNTINFO, &[(7, 4)]), None);
+    }
+
+    #[test]
+    fn host_mode_refuses_devices_not_allowed() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("disk.img");
+        fs::write(&f, [0u8; 4096]).unwrap();
+        let dev = Device::open(&f).unwrap();
+        let mut config = Config::default();
+        let policy = WritePolicy::from_config(&config);
+        let err = policy.check(&dev).unwrap_err();
+        assert!(matches!(err, Refusal::NotAllowed(_)), "{err}");
+        assert!(err.to_string().contains("--allow-device"));
+        config.allowed_devices = vec![f.clone()];
+        WritePolicy::from_config(&config).check(&dev).unwrap();
+    }
+
+    #[test]
+    fn ramdisk_mode_refuses_regular_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("disk.img");
+        fs::write(&f, [0u8; 512]).unwrap();
+        let config = Config {
+            mode: RunMode::Ramdisk,
+            ..Config::default()
+        };
+        let err = WritePolicy::from_config(&config)
+            .check(&Device::open(&f).unwrap())
+            .unwrap_err();
+        assert!(matches!(err, Refusal::NotBlockDevice(_)));
+    }
+
+    #[test]
+    fn the_root_filesystem_device_is_refused_even_when_allowed() {
+        // Whatever holds "/" here is mounted: allowing it must not help.
+        let mountinfo = fs::read_to_string("/proc/self/mountinfo").unwrap();
+        let root = mountinfo
+            .lines()
+            .find(|l| l.split_whitespace().nth(4) == Some("/"))
+            .unwrap();
+        let source = root
+            .split(" - ")
+            .nth(1)
+            .unwrap()
+            .split_whitespace()
+            .nth(1)
+            .unwrap();
+        if !source.starts_with("/dev/") || !Path::new(source).exists() {
+            eprintln!("root is {source}, not a block device here; nothing to check");
+            return;
+        }
+        let config = Config {
+            allowed_devices: vec![PathBuf::from(source)],
+            ..Config::default()
+        };
+        let err = WritePolicy::from_config(&config)
+            .check(&Device::open(Path::new(source)).unwrap())
+            .unwrap_err();
+        assert!(matches!(err, Refusal::Mounted(..)), "{err}");
+    }
+}

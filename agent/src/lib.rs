@@ -1,0 +1,22 @@
+//! A bare-metal deploy agent that an unmodified Ironic conductor drives
+//! exactly as it drives ironic-python-agent.
+//!
+//! Map: [`config`] (kernel command line and flags) → [`agent`] (lookup,
+//! command API, heartbeats) → [`api`] (HTTP routes) → [`commands`] (the
+//! command table, history and steps) → [`disk`] (device policy and erase).
+//! [`conductor`] is the client of Ironic's ramdisk endpoints;
+//! [`testconductor`] a stand-in conductor for tests and the demo.
+
+pub mod agent;
+pub mod api;
+pub mod cli;
+pub mod commands;
+pub mod conductor;
+pub mod config;
+pub mod disk;
+pub mod net;
+pub mod power;
+pub mod server;
+pub mod state;
+pub mod testconductor;
+pub mod tls;

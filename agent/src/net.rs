@@ -1,0 +1,122 @@
+//! Network facts the agent core needs before the full inventory exists: the
+//! MAC addresses to look the node up by, and the local address that routes
+//! to the conductor (the advertised callback address, spec §2.6).
+
+use std::fs;
+use std::net::{IpAddr, SocketAddr};
+use std::path::Path;
+
+use anyhow::{Context, Result};
+
+/// MACs of the interfaces under `sys_root/class/net` that have one, lower
+/// case, skipping loopback and all-zero addresses, sorted by interface name.
+pub fn mac_addresses(sys_root: &Path) -> Vec<String> {
+    let dir = sys_root.join("class/net");
+    let Ok(entries) = fs::read_dir(&dir) else {
+        return Vec::new();
+    };
+    let mut found: Vec<(String, String)> = entries
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name == "lo" {
+                return None;
+            }
+            let mac = fs::read_to_string(e.path().join("address")).ok()?;
+            let mac = mac.trim().to_ascii_lowercase();
+            is_valid_mac(&mac).then_some((name, mac))
+        })
+        .collect();
+    found.sort();
+    let mut macs: Vec<String> = found.into_iter().map(|(_, m)| m).collect();
+    macs.dedup();
+    macs
+}
+
+/// A six-byte colon-separated MAC that is not all zeros.
+pub fn is_valid_mac(mac: &str) -> bool {
+    let parts: Vec<&str> = mac.split(':').collect();
+    parts.len() == 6
+        && parts
+            .iter()
+            .all(|p| p.len() == 2 && p.chars().all(|c| c.is_ascii_hexdigit()))
+        && mac != "00:00:00:00:00:00"
+}
+
+/// The local address the kernel would use to reach `url`'s host: a UDP
+/// socket is "connected" there (which sends nothing) and its local address
+/// read back.
+pub async fn route_source_for(url: &str) -> Result<IpAddr> {
+    let parsed = reqwest::Url::parse(url).with_context(|| format!("parsing {url}"))?;
+    let host = parsed
+        .host_str()
+        .with_context(|| format!("{url} has no host"))?
+        .trim_matches(|c| c == '[' || c == ']')
+        .to_string();
+    let port = parsed.port_or_known_default().unwrap_or(80);
+    let mut addrs = tokio::net::lookup_host((host.as_str(), port))
+        .await
+        .with_context(|| format!("resolving {host}"))?;
+    let target: SocketAddr = addrs
+        .next()
+        .with_context(|| format!("{host} resolves to no address"))?;
+    let bind: SocketAddr = if target.is_ipv6() {
+        "[::]:0".parse()?
+    } else {
+        "0.0.0.0:0".parse()?
+    };
+    let sock = std::net::UdpSocket::bind(bind).context("opening a UDP socket")?;
+    sock.connect(target)
+        .with_context(|| format!("no route to {target}"))?;
+    Ok(sock.local_addr()?.ip())
+}
+
+/// Formats `scheme://host:port`, bracketing IPv6 hosts.
+pub fn callback_url(scheme: &str, host: IpAddr, port: u16) -> String {
+    match host {
+        IpAddr::V4(a) => format!("{scheme}://{a}:{port}"),
+        IpAddr::V6(a) => format!("{scheme}://[{a}]:{port}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn macs_from_a_sysfs_tree() {
+        let dir = tempfile::tempdir().unwrap();
+        for (name, mac) in [
+            ("lo", "00:00:00:00:00:00"),
+            ("eth1", "52:54:00:AA:BB:02\n"),
+            ("eth0", "52:54:00:aa:bb:01\n"),
+            ("tun0", ""),
+        ] {
+            let d = dir.path().join("class/net").join(name);
+            fs::create_dir_all(&d).unwrap();
+            fs::write(d.join("address"), mac).unwrap();
+        }
+        assert_eq!(
+            mac_addresses(dir.path()),
+            ["52:54:00:aa:bb:01", "52:54:00:aa:bb:02"]
+        );
+    }
+
+    #[test]
+    fn callback_urls_bracket_ipv6() {
+        assert_eq!(
+            callback_url("https", "10.0.0.5".parse().unwrap(), 9999),
+            "https://10.0.0.5:9999"
+        );
+        assert_eq!(
+            callback_url("https", "fd00::5".parse().unwrap(), 9999),
+            "https://[fd00::5]:9999"
+        );
+    }
+
+    #[tokio::test]
+    async fn loopback_routes_from_loopback() {
+        let ip = route_source_for("http://127.0.0.1:6385").await.unwrap();
+        assert_eq!(ip, "127.0.0.1".parse::<IpAddr>().unwrap());
+    }
+}

@@ -1,0 +1,44 @@
+//! Powering the machine off or rebooting it — only ever inside the deploy
+//! ramdisk. Outside it (host mode) power actions are simulated by the caller
+//! and this module refuses to act, whatever the configuration says.
+
+use crate::state::PowerAction;
+
+/// Whether this process runs inside the deploy ramdisk: the root filesystem
+/// is the initramfs (rootfs/ramfs/tmpfs) and the ramdisk's marker exists.
+pub fn in_ramdisk() -> bool {
+    let root_is_initramfs = std::fs::read_to_string("/proc/self/mountinfo")
+        .ok()
+        .and_then(|mi| {
+            mi.lines()
+                .find(|l| l.split_whitespace().nth(4) == Some("/"))
+                .and_then(|l| l.split(" - ").nth(1))
+                .and_then(|rest| rest.split_whitespace().next())
+                .map(|fstype| matches!(fstype, "rootfs" | "ramfs" | "tmpfs"))
+        })
+        // The initramfs root often does not appear in mountinfo at all.
+        .unwrap_or(true);
+    root_is_initramfs && std::path::Path::new(RAMDISK_MARKER).exists()
+}
+
+/// File the image builder puts in the initramfs.
+pub const RAMDISK_MARKER: &str = "/etc/deploy-ramdisk-release";
+
+/// Syncs and powers off or reboots. Returns only if that failed or this is
+/// not the ramdisk.
+pub fn act(action: PowerAction) {
+    if !in_ramdisk() {
+        tracing::error!(
+            ?action,
+            "refusing to power the machine: not running in the deploy ramdisk"
+        );
+        return;
+    }
+    nix::unistd::sync();
+    let mode = match action {
+        PowerAction::PowerOff => nix::sys::reboot::RebootMode::RB_POWER_OFF,
+        PowerAction::Reboot => nix::sys::reboot::RebootMode::RB_AUTOBOOT,
+    };
+    let Err(e) = nix::sys::reboot::reboot(mode);
+    tracing::error!(?action, error = %e, "reboot(2) failed");
+}

@@ -1,0 +1,136 @@
+//! The agent's shared state for one boot: configuration, the agent token,
+//! the command list, the node the conductor last sent, and the event channel
+//! through which commands ask the main loop for a heartbeat or a power action.
+
+use std::sync::{Mutex, RwLock};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use crate::commands::history::CommandHistory;
+use crate::config::Config;
+
+/// A power action requested by a command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PowerAction {
+    /// `standby.power_off`.
+    PowerOff,
+    /// `standby.reboot` / `standby.run_image`.
+    Reboot,
+}
+
+/// What commands tell the main loop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AgentEvent {
+    /// An async command ended: heartbeat soon so the conductor notices.
+    AsyncCommandFinished,
+    /// Power off or reboot (simulated in host mode).
+    Power(PowerAction),
+}
+
+/// Shared state.
+#[derive(Debug)]
+pub struct AgentState {
+    /// Configuration.
+    pub config: Config,
+    /// The command list of this boot.
+    pub commands: CommandHistory,
+    /// When the agent started (seconds since the epoch).
+    pub started_at: f64,
+    token: RwLock<Option<String>>,
+    node: RwLock<Option<Value>>,
+    partition_uuids: RwLock<Option<Value>>,
+    events: Mutex<Option<mpsc::UnboundedSender<AgentEvent>>>,
+}
+
+impl AgentState {
+    /// New state; events go to `events` (or nowhere if `None`).
+    pub fn new(config: Config, events: Option<mpsc::UnboundedSender<AgentEvent>>) -> Self {
+        let token = config.agent_token.clone();
+        Self {
+            config,
+            commands: CommandHistory::default(),
+            started_at: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_secs_f64())
+                .unwrap_or_default(),
+            token: RwLock::new(token),
+            node: RwLock::new(None),
+            partition_uuids: RwLock::new(None),
+            events: Mutex::new(events),
+        }
+    }
+
+    /// The agent token, once known.
+    pub fn token(&self) -> Option<String> {
+        self.token.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Sets or clears the token.
+    pub fn set_token(&self, token: Option<String>) {
+        *self.token.write().unwrap_or_else(|p| p.into_inner()) = token;
+    }
+
+    /// Checks a token presented on the command API in constant time.
+    pub fn token_matches(&self, presented: Option<&str>) -> bool {
+        match (self.token(), presented) {
+            (Some(ours), Some(theirs)) => constant_time_eq(ours.as_bytes(), theirs.as_bytes()),
+            _ => false,
+        }
+    }
+
+    /// Remembers the node the conductor sent (root device hints, erase knobs).
+    pub fn cache_node(&self, node: Value) {
+        *self.node.write().unwrap_or_else(|p| p.into_inner()) = Some(node);
+    }
+
+    /// The node last sent by the conductor.
+    pub fn node(&self) -> Option<Value> {
+        self.node.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The partition UUIDs of the last written image.
+    pub fn partition_uuids(&self) -> Option<Value> {
+        self.partition_uuids
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Records the partition UUIDs of a written image.
+    pub fn set_partition_uuids(&self, v: Option<Value>) {
+        *self
+            .partition_uuids
+            .write()
+            .unwrap_or_else(|p| p.into_inner()) = v;
+    }
+
+    /// Sends an event to the main loop (dropped if nobody listens).
+    pub fn notify(&self, event: AgentEvent) {
+        if let Some(tx) = self
+            .events
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+        {
+            let _ = tx.send(event);
+        }
+    }
+
+    /// Forgets everything a reboot forgets: commands, token (unless
+    /// pre-shared), node and written-image facts.
+    pub fn reset_as_after_reboot(&self) {
+        self.commands.reset();
+        self.set_token(self.config.agent_token.clone());
+        *self.node.write().unwrap_or_else(|p| p.into_inner()) = None;
+        self.set_partition_uuids(None);
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}

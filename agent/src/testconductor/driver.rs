@@ -1,0 +1,338 @@
+//! What the stand-in conductor does on a heartbeat in a wait state, modelled
+//! on Ironic's `agent_base` (`_heartbeat_clean_wait`, `process_next_step`,
+//! `_freshly_booted`): fetch the steps, start the first, and on later
+//! heartbeats read the *last* command of the agent's list to decide whether
+//! the current step finished, failed or has not started.
+
+use std::sync::Arc;
+
+use anyhow::{anyhow, bail, Context, Result};
+use serde_json::{json, Value};
+
+use super::node::{Node, Operation};
+use super::Inner;
+
+/// What a conductor action decided.
+enum Next {
+    /// Keep waiting for more heartbeats (operation state updated).
+    Wait(Operation),
+    /// All steps done.
+    Finished,
+    /// The operation failed with this message.
+    Failed(String),
+}
+
+/// Reacts to an accepted heartbeat (in its own task, holding the node lock).
+pub(super) fn on_heartbeat(c: Arc<Inner>, uuid: String) {
+    let node = {
+        let mut nodes = c.nodes();
+        let Some(n) = nodes.get_mut(&uuid) else {
+            return;
+        };
+        if !n.is_waiting() || n.locked || n.operation.is_none() {
+            return;
+        }
+        n.locked = true;
+        n.clone()
+    };
+    tokio::spawn(async move {
+        let next = match drive(&c, &node).await {
+            Ok(n) => n,
+            Err(e) => {
+                // Connection problems etc.: Ironic retries on the next heartbeat
+                // (after max_command_attempts it fails; the tests want to see
+                // transient failures, so keep waiting and record them).
+                c.log(format!(
+                    "C: action failed, will retry on the next heartbeat: {e:#}"
+                ));
+                Next::Wait(node.operation.clone().expect("checked above"))
+            }
+        };
+        {
+            let mut nodes = c.nodes();
+            if let Some(n) = nodes.get_mut(&uuid) {
+                n.locked = false;
+                match next {
+                    Next::Wait(op) => n.operation = Some(op),
+                    Next::Finished => {
+                        n.operation = None;
+                        n.wipe_token();
+                        n.provision_state =
+                            n.target_state.take().unwrap_or_else(|| "manageable".into());
+                        c.log(format!(
+                            "C: node {uuid} -> {} (powered off, token wiped)",
+                            n.provision_state
+                        ));
+                    }
+                    Next::Failed(msg) => {
+                        n.operation = None;
+                        n.wipe_token();
+                        n.provision_state = if n.provision_state == "clean wait" {
+                            "clean failed".into()
+                        } else {
+                            "deploy failed".into()
+                        };
+                        c.log(format!("C: node {uuid} -> {}: {msg}", n.provision_state));
+                        n.last_error = Some(msg);
+                    }
+                }
+            }
+        }
+        c.bump();
+    });
+}
+
+async fn drive(c: &Inner, node: &Node) -> Result<Next> {
+    let agent = AgentClient::new(node)?;
+    match node.operation.clone().context("no operation")? {
+        Operation::Clean {
+            requested,
+            queue,
+            started,
+        } => {
+            if !started {
+                return start_clean(c, &agent, node, requested).await;
+            }
+            let commands = agent.list(c).await?;
+            let last = commands.last();
+            let fresh = commands
+                .iter()
+                .all(|cmd| cmd["command_name"] == "get_clean_steps");
+            if fresh {
+                c.log("C: agent freshly booted; restarting the step sequence".into());
+                return start_clean(c, &agent, node, requested).await;
+            }
+            let last = last.expect("not fresh, so not empty");
+            if last["command_name"] != "execute_clean_step" || last["command_status"] == "RUNNING" {
+                return Ok(Next::Wait(Operation::Clean {
+                    requested,
+                    queue,
+                    started,
+                }));
+            }
+            match last["command_status"].as_str() {
+                Some("SUCCEEDED") => {
+                    let done = &last["command_result"]["clean_step"];
+                    let current = &queue[0];
+                    if done["step"] != current["step"] || done["interface"] != current["interface"]
+                    {
+                        return Ok(Next::Wait(Operation::Clean {
+                            requested,
+                            queue,
+                            started,
+                        }));
+                    }
+                    let rest: Vec<Value> = queue[1..].to_vec();
+                    if rest.is_empty() {
+                        return Ok(Next::Finished);
+                    }
+                    agent.execute_step(c, node, &rest[0]).await?;
+                    Ok(Next::Wait(Operation::Clean {
+                        requested,
+                        queue: rest,
+                        started: true,
+                    }))
+                }
+                Some("FAILED") => {
+                    let err = &last["command_error"];
+                    let text = err["details"]
+                        .as_str()
+                        .or(err["message"].as_str())
+                        .unwrap_or("unknown error");
+                    Ok(Next::Failed(format!(
+                        "Clean step {}.{} failed on node {}: {text}",
+                        queue[0]["interface"].as_str().unwrap_or_default(),
+                        queue[0]["step"].as_str().unwrap_or_default(),
+                        node.uuid
+                    )))
+                }
+                Some("CLEAN_VERSION_MISMATCH") | Some("VERSION_MISMATCH") => {
+                    c.log("C: version mismatch; refreshing steps".into());
+                    start_clean(c, &agent, node, requested).await
+                }
+                other => Ok(Next::Failed(format!(
+                    "Agent returned unknown status {other:?}"
+                ))),
+            }
+        }
+    }
+}
+
+async fn start_clean(
+    c: &Inner,
+    agent: &AgentClient,
+    node: &Node,
+    requested: Option<Vec<Value>>,
+) -> Result<Next> {
+    let result = agent
+        .run(
+            c,
+            "clean.get_clean_steps",
+            json!({"node": node.as_agent_dict(), "ports": node.ports()}),
+            true,
+        )
+        .await?;
+    let offered: Vec<Value> = result["command_result"]["clean_steps"]
+        .as_object()
+        .ok_or_else(|| anyhow!("get_clean_steps returned no clean_steps"))?
+        .values()
+        .filter_map(Value::as_array)
+        .flatten()
+        .cloned()
+        .collect();
+    if result["command_result"]["hardware_manager_version"].is_null() {
+        return Ok(Next::Failed(
+            "get_clean_steps returned no hardware_manager_version".into(),
+        ));
+    }
+    for s in &offered {
+        if s["interface"].is_null() || s["step"].is_null() || s["priority"].is_null() {
+            return Ok(Next::Failed(format!(
+                "agent step without interface/step/priority: {s}"
+            )));
+        }
+    }
+    let queue: Vec<Value> = match &requested {
+        Some(req) => {
+            let mut q = Vec::new();
+            for r in req {
+                let Some(found) = offered
+                    .iter()
+                    .find(|o| o["step"] == r["step"] && o["interface"] == r["interface"])
+                else {
+                    return Ok(Next::Failed(format!(
+                        "clean step {r} is not supported by the agent"
+                    )));
+                };
+                let mut step = found.clone();
+                if let Some(args) = r.get("args") {
+                    step["args"] = args.clone();
+                }
+                q.push(step);
+            }
+            q
+        }
+        None => {
+            let mut q: Vec<Value> = offered
+                .iter()
+                .filter(|s| s["priority"].as_u64().unwrap_or(0) > 0)
+                .cloned()
+                .collect();
+            q.sort_by_key(|s| std::cmp::Reverse(s["priority"].as_u64().unwrap_or(0)));
+            q
+        }
+    };
+    if queue.is_empty() {
+        return Ok(Next::Finished);
+    }
+    agent.execute_step(c, node, &queue[0]).await?;
+    Ok(Next::Wait(Operation::Clean {
+        requested,
+        queue,
+        started: true,
+    }))
+}
+
+/// The conductor's client of the agent's command API, trusting only the
+/// certificate the agent sent (as Ironic does with `agent_verify_ca`).
+struct AgentClient {
+    http: reqwest::Client,
+    base: String,
+    token: String,
+}
+
+impl AgentClient {
+    fn new(node: &Node) -> Result<Self> {
+        let base = node.agent_url.clone().context("no agent URL recorded")?;
+        let token = node.token.clone().context("no token")?;
+        let mut builder = reqwest::Client::builder().timeout(std::time::Duration::from_secs(30));
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut roots = rustls::RootCertStore::empty();
+        if let Some(pem) = &node.agent_verify_ca {
+            crate::tls::add_pem_roots(&mut roots, pem.as_bytes())?;
+        }
+        let tls = rustls::ClientConfig::builder_with_provider(provider)
+            .with_protocol_versions(&[&rustls::version::TLS13])?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        builder = builder.tls_backend_preconfigured(tls);
+        Ok(Self {
+            http: builder.build()?,
+            base,
+            token,
+        })
+    }
+
+    async fn run(&self, c: &Inner, name: &str, params: Value, wait: bool) -> Result<Value> {
+        let url = format!(
+            "{}/v1/commands/?wait={wait}&agent_token={}",
+            self.base, self.token
+        );
+        let resp = self
+            .http
+            .post(&url)
+            .json(&json!({"name": name, "params": params}))
+            .send()
+            .await
+            .with_context(|| format!("calling {name} on {}", self.base))?;
+        let status = resp.status();
+        let body: Value = resp.json().await.unwrap_or(Value::Null);
+        c.log(format!(
+            "C->A POST {name} wait={wait} -> {} {}",
+            status.as_u16(),
+            body["command_status"]
+                .as_str()
+                .unwrap_or_else(|| body["faultstring"].as_str().unwrap_or(""))
+        ));
+        if !status.is_success() {
+            let fault = body["faultstring"]
+                .as_str()
+                .ok_or_else(|| anyhow!("error reply without faultstring: {body}"))?;
+            bail!("agent answered {status} to {name}: {fault}");
+        }
+        Ok(body)
+    }
+
+    async fn execute_step(&self, c: &Inner, node: &Node, step: &Value) -> Result<()> {
+        let mut step = step.clone();
+        step["requires_ramdisk"] = json!(true);
+        self.run(
+            c,
+            "clean.execute_clean_step",
+            json!({"step": step, "node": node.as_agent_dict(), "ports": node.ports(),
+                   "clean_version": crate::commands::steps::hardware_manager_version()}),
+            false,
+        )
+        .await
+        .map(|_| ())
+    }
+
+    async fn list(&self, c: &Inner) -> Result<Vec<Value>> {
+        let url = format!("{}/v1/commands/?agent_token={}", self.base, self.token);
+        let resp = self
+            .http
+            .get(&url)
+            .send()
+            .await
+            .context("listing the agent's commands")?;
+        let status = resp.status();
+        let body: Value = resp.json().await?;
+        let cmds = body["commands"].as_array().cloned().unwrap_or_default();
+        c.log(format!(
+            "C->A GET /v1/commands/ -> {} [{}]",
+            status.as_u16(),
+            cmds.iter()
+                .map(|x| format!(
+                    "{}:{}",
+                    x["command_name"].as_str().unwrap_or("?"),
+                    x["command_status"].as_str().unwrap_or("?")
+                ))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+        if !status.is_success() {
+            bail!("listing commands: {status}: {body}");
+        }
+        Ok(cmds)
+    }
+}

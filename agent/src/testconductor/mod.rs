@@ -1,0 +1,461 @@
+//! A stand-in conductor that behaves like Ironic 39 towards the agent, for
+//! tests, the `hardware-tests` bed and the demo: GET `/`, lookup (404 unless
+//! the node waits, 409 while locked, token issued once then `******`),
+//! heartbeat (token, version, TLS and callback-change checks, 409 while
+//! locked before an agent URL is known), and on heartbeats in a wait state it
+//! drives the agent's commands as Ironic does (spec §1.8, §1.9).
+//!
+//! Design: the node table sits behind one mutex; every conductor action runs
+//! in a task holding the node's lock flag, like Ironic's node lock. All calls
+//! are appended to a transcript that tests and the demo read.
+
+pub mod demo;
+mod driver;
+pub mod node;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{bail, Result};
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde_json::{json, Value};
+use tokio::sync::watch;
+
+pub use node::Node;
+
+/// Highest API version the stand-in claims (Ironic 39 claims 1.115).
+pub const MAX_VERSION: (u32, u32) = (1, 115);
+
+/// Settings of the stand-in.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Refuse `http://` callback URLs (Ironic 39 default).
+    pub require_tls: bool,
+    /// `heartbeat_timeout` sent at lookup.
+    pub heartbeat_timeout: u64,
+    /// How long the node stays locked when an operation starts (Ironic's
+    /// "cleaning"/"deploying" phase), during which lookups get 409.
+    pub start_lock: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            require_tls: true,
+            heartbeat_timeout: 10,
+            start_lock: Duration::from_millis(300),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Inner {
+    settings: Settings,
+    nodes: Mutex<HashMap<String, Node>>,
+    transcript: Mutex<Vec<String>>,
+    changed: watch::Sender<u64>,
+}
+
+/// A running stand-in conductor.
+#[derive(Debug, Clone)]
+pub struct TestConductor {
+    inner: Arc<Inner>,
+    url: String,
+    task: Arc<tokio::task::JoinHandle<()>>,
+}
+
+impl TestConductor {
+    /// Starts on 127.0.0.1 on a free port.
+    pub async fn start(settings: Settings) -> Result<Self> {
+        let inner = Arc::new(Inner {
+            settings,
+            nodes: Mutex::new(HashMap::new()),
+            transcript: Mutex::new(Vec::new()),
+            changed: watch::channel(0).0,
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let url = format!("http://{}", listener.local_addr()?);
+        let app = Router::new()
+            .route("/", get(root))
+            .route("/v1/lookup", get(lookup))
+            .route("/v1/heartbeat/{uuid}", post(heartbeat))
+            .with_state(inner.clone());
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Ok(Self {
+            inner,
+            url,
+            task: Arc::new(task),
+        })
+    }
+
+    /// Base URL (`http://127.0.0.1:port`).
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Enrolls a node with these port MACs; it starts `manageable`.
+    pub fn enroll(&self, macs: &[&str]) -> String {
+        let node = Node::new(macs.iter().map(|m| m.to_string()).collect());
+        let uuid = node.uuid.clone();
+        self.inner.nodes().insert(uuid.clone(), node);
+        uuid
+    }
+
+    /// A copy of a node.
+    pub fn node(&self, uuid: &str) -> Option<Node> {
+        self.inner.nodes().get(uuid).cloned()
+    }
+
+    /// Calls seen and made so far.
+    pub fn transcript(&self) -> Vec<String> {
+        self.inner
+            .transcript
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Starts cleaning: manual with `steps`, automated (`provide`) with `None`.
+    pub fn start_clean(&self, uuid: &str, steps: Option<Vec<Value>>) -> Result<()> {
+        let target = if steps.is_some() {
+            "manageable"
+        } else {
+            "available"
+        };
+        self.inner.begin(
+            uuid,
+            "cleaning",
+            "clean wait",
+            target,
+            node::Operation::Clean {
+                requested: steps,
+                queue: Vec::new(),
+                started: false,
+            },
+        )
+    }
+
+    /// Waits until the node is in `state` (or fails on a `* failed` state).
+    pub async fn wait_for_state(&self, uuid: &str, state: &str, timeout: Duration) -> Result<Node> {
+        let mut rx = self.inner.changed.subscribe();
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let node = self
+                .node(uuid)
+                .ok_or_else(|| anyhow::anyhow!("no node {uuid}"))?;
+            if node.provision_state == state {
+                return Ok(node);
+            }
+            if node.provision_state.ends_with("failed") && !state.ends_with("failed") {
+                bail!(
+                    "node {uuid} went to {:?} instead of {state:?}: {}",
+                    node.provision_state,
+                    node.last_error.unwrap_or_default()
+                );
+            }
+            if tokio::time::timeout_at(deadline, rx.changed())
+                .await
+                .is_err()
+            {
+                bail!(
+                    "node {uuid} still in {:?} after {:?} waiting for {state:?}",
+                    node.provision_state,
+                    timeout
+                );
+            }
+        }
+    }
+}
+
+impl Drop for TestConductor {
+    fn drop(&mut self) {
+        if Arc::strong_count(&self.task) == 1 {
+            self.task.abort();
+        }
+    }
+}
+
+impl Inner {
+    fn nodes(&self) -> std::sync::MutexGuard<'_, HashMap<String, Node>> {
+        self.nodes.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn log(&self, line: String) {
+        tracing::debug!(target: "testconductor", "{line}");
+        self.transcript
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(line);
+    }
+
+    fn bump(&self) {
+        self.changed.send_modify(|n| *n += 1);
+    }
+
+    /// Ironic's start of an operation: power cycle (token wiped), a locked
+    /// `*ing` phase, then the wait state.
+    fn begin(
+        self: &Arc<Self>,
+        uuid: &str,
+        busy_state: &str,
+        wait_state: &str,
+        target: &str,
+        op: node::Operation,
+    ) -> Result<()> {
+        {
+            let mut nodes = self.nodes();
+            let node = nodes
+                .get_mut(uuid)
+                .ok_or_else(|| anyhow::anyhow!("no node {uuid}"))?;
+            if node.locked || node.operation.is_some() {
+                bail!("node {uuid} is busy in {}", node.provision_state);
+            }
+            node.wipe_token();
+            node.provision_state = busy_state.into();
+            node.target_state = Some(target.into());
+            node.operation = Some(op);
+            node.last_error = None;
+            node.locked = true;
+        }
+        self.bump();
+        let (me, uuid, wait_state) = (self.clone(), uuid.to_string(), wait_state.to_string());
+        tokio::spawn(async move {
+            tokio::time::sleep(me.settings.start_lock).await;
+            if let Some(n) = me.nodes().get_mut(&uuid) {
+                n.provision_state = wait_state;
+                n.locked = false;
+            }
+            me.bump();
+        });
+        Ok(())
+    }
+}
+
+/// Ironic's error body: a JSON string holding `faultstring`.
+fn ironic_error(status: StatusCode, msg: &str) -> Response {
+    let inner = json!({"faultcode": if status.is_server_error() {"Server"} else {"Client"},
+                       "faultstring": msg, "debuginfo": null});
+    (status, Json(json!({"error_message": inner.to_string()}))).into_response()
+}
+
+fn api_version(headers: &HeaderMap) -> (u32, u32) {
+    headers
+        .get("X-OpenStack-Ironic-API-Version")
+        .and_then(|v| v.to_str().ok())
+        .and_then(crate::config::parse_version)
+        .unwrap_or((1, 1))
+}
+
+async fn root() -> Json<Value> {
+    let (a, b) = MAX_VERSION;
+    Json(json!({"name": "OpenStack Ironic API (test conductor)",
+        "default_version": {"id": "v1", "version": format!("{a}.{b}"), "min_version": "1.1", "status": "CURRENT"},
+        "versions": [{"id": "v1", "version": format!("{a}.{b}"), "min_version": "1.1"}]}))
+}
+
+async fn lookup(
+    State(c): State<Arc<Inner>>,
+    headers: HeaderMap,
+    Query(q): Query<HashMap<String, String>>,
+) -> Response {
+    let version = api_version(&headers);
+    let addresses: Vec<String> = q
+        .get("addresses")
+        .map(|a| {
+            a.split(',')
+                .map(|m| m.trim().to_ascii_lowercase())
+                .collect()
+        })
+        .unwrap_or_default();
+    let line = format!("A->C GET /v1/lookup addresses={}", addresses.join(","));
+    let resp = (|| {
+        if version < (1, 22) {
+            return ironic_error(StatusCode::NOT_FOUND, "Resource could not be found.");
+        }
+        if addresses.is_empty() && !q.contains_key("node_uuid") {
+            return ironic_error(
+                StatusCode::BAD_REQUEST,
+                "At least one of 'addresses' and 'node_uuid' parameters is required",
+            );
+        }
+        let mut nodes = c.nodes();
+        let Some(node) = nodes.values_mut().find(|n| {
+            q.get("node_uuid") == Some(&n.uuid) || n.macs.iter().any(|m| addresses.contains(m))
+        }) else {
+            return ironic_error(StatusCode::NOT_FOUND, "Resource could not be found.");
+        };
+        if !node.lookup_allowed() {
+            return ironic_error(StatusCode::NOT_FOUND, "Resource could not be found.");
+        }
+        if node.locked {
+            return ironic_error(
+                StatusCode::CONFLICT,
+                &format!("Node {} is locked by host test-conductor, please retry after the current operation is completed.", node.uuid),
+            );
+        }
+        let token = if version >= (1, 62) {
+            match &node.token {
+                Some(_) => json!("******"),
+                None => {
+                    let t = new_token();
+                    node.token = Some(t.clone());
+                    node.tokens_issued += 1;
+                    json!(t)
+                }
+            }
+        } else {
+            Value::Null
+        };
+        Json(json!({
+            "node": {"uuid": node.uuid, "properties": {"cpu_arch": "x86_64"}, "instance_info": {},
+                     "driver_internal_info": node.as_agent_dict()["driver_internal_info"].clone(),
+                     "links": []},
+            "config": {"heartbeat_timeout": c.settings.heartbeat_timeout, "agent_token": token,
+                       "agent_token_required": true, "agent_md5_checksum_enable": false,
+                       "permitted_image_formats": ["raw", "gpt", "qcow2", "iso"],
+                       "tls_min_version": "1.3", "tls_cipher_suites": null},
+        }))
+        .into_response()
+    })();
+    c.log(format!("{line} -> {}", resp.status().as_u16()));
+    resp
+}
+
+/// 32 random bytes, URL-safe base64 without padding (43 characters), as Ironic.
+fn new_token() -> String {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let bytes: Vec<u8> = uuid::Uuid::new_v4()
+        .as_bytes()
+        .iter()
+        .chain(uuid::Uuid::new_v4().as_bytes())
+        .copied()
+        .collect();
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let n =
+            chunk.iter().fold(0u32, |acc, b| (acc << 8) | u32::from(*b)) << (8 * (3 - chunk.len()));
+        for i in 0..=chunk.len() {
+            out.push(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize] as char);
+        }
+    }
+    out
+}
+
+async fn heartbeat(
+    State(c): State<Arc<Inner>>,
+    Path(uuid): Path<String>,
+    headers: HeaderMap,
+    Json(body): Json<Value>,
+) -> Response {
+    let version = api_version(&headers);
+    let callback = body
+        .get("callback_url")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    let resp = check_heartbeat(&c, &uuid, version, &body, &callback);
+    c.log(format!(
+        "A->C POST /v1/heartbeat/{uuid} callback_url={callback} -> {}",
+        resp.status().as_u16()
+    ));
+    if resp.status() == StatusCode::ACCEPTED {
+        c.bump();
+        driver::on_heartbeat(c.clone(), uuid);
+    }
+    resp
+}
+
+fn check_heartbeat(
+    c: &Inner,
+    uuid: &str,
+    version: (u32, u32),
+    body: &Value,
+    callback: &str,
+) -> Response {
+    let mut nodes = c.nodes();
+    let Some(node) = nodes.get_mut(uuid) else {
+        return ironic_error(
+            StatusCode::NOT_FOUND,
+            &format!("Node {uuid} could not be found."),
+        );
+    };
+    if body.get("agent_verify_ca").is_some() && version < (1, 68) {
+        return ironic_error(
+            StatusCode::BAD_REQUEST,
+            "Field \"agent_verify_ca\" not recognised in this version.",
+        );
+    }
+    if body.get("agent_version").and_then(Value::as_str).is_none() {
+        return ironic_error(
+            StatusCode::BAD_REQUEST,
+            "Agent did not transmit a version, and a version is required.",
+        );
+    }
+    let Some(token) = body.get("agent_token").and_then(Value::as_str) else {
+        return ironic_error(
+            StatusCode::BAD_REQUEST,
+            "Agent token is required for heartbeat processing.",
+        );
+    };
+    if node.token.as_deref() != Some(token) {
+        return ironic_error(
+            StatusCode::BAD_REQUEST,
+            "Invalid or missing agent token received.",
+        );
+    }
+    if !(callback.starts_with("http://") || callback.starts_with("https://")) {
+        return ironic_error(
+            StatusCode::BAD_REQUEST,
+            "An issue with the supplied \"callback_url\" has been detected.",
+        );
+    }
+    if c.settings.require_tls && !callback.starts_with("https://") {
+        return ironic_error(StatusCode::BAD_REQUEST, "TLS is required by configuration");
+    }
+    let ca = body
+        .get("agent_verify_ca")
+        .and_then(Value::as_str)
+        .map(String::from);
+    if let Some(known) = &node.agent_url {
+        if known != callback {
+            return ironic_error(
+                StatusCode::BAD_REQUEST,
+                "Detected change in ramdisk provided \"callback_url\"",
+            );
+        }
+        if node.agent_verify_ca != ca {
+            return ironic_error(
+                StatusCode::BAD_REQUEST,
+                "Detected change in ramdisk provided \"agent_verify_ca\"",
+            );
+        }
+    } else if node.locked {
+        return ironic_error(StatusCode::CONFLICT, &format!("Node {uuid} is locked by host test-conductor, please retry after the current operation is completed."));
+    }
+    node.agent_url = Some(callback.to_string());
+    node.agent_verify_ca = ca;
+    node.heartbeats += 1;
+    StatusCode::ACCEPTED.into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_look_like_ironics() {
+        let t = new_token();
+        assert_eq!(t.len(), 43, "{t}");
+        assert!(t
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_'));
+        assert_ne!(t, new_token());
+    }
+}

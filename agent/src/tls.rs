@@ -1,0 +1,224 @@
+//! TLS for both directions.
+//!
+//! * Auto-TLS (spec §8): at start the agent makes an EC P-384 key and a
+//!   self-signed certificate whose SubjectAltName is the advertised IP, valid
+//!   from one hour ago (clock skew) for 30 days, serves HTTPS with it at the
+//!   TLS minimum the conductor asks for, and sends the PEM as
+//!   `agent_verify_ca`. Ironic pins that certificate and checks the IP.
+//! * Outbound (conductor, images): the CA bundle given (`cafile`), else the
+//!   system bundle, else none; `ipa-insecure` disables verification.
+
+use std::net::IpAddr;
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+use rcgen::{CertificateParams, DistinguishedName, DnType, KeyPair, SanType, SerialNumber};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+
+/// A certificate and its key.
+#[derive(Debug, Clone)]
+pub struct AgentCertificate {
+    /// PEM text, sent as `agent_verify_ca`.
+    pub pem: String,
+    /// DER of the certificate.
+    pub der: CertificateDer<'static>,
+    key: Arc<PrivatePkcs8KeyDer<'static>>,
+}
+
+/// Where system CA bundles live on Debian-, Red Hat- and SUSE-like systems.
+const SYSTEM_BUNDLES: [&str; 3] = [
+    "/etc/ssl/certs/ca-certificates.crt",
+    "/etc/pki/tls/certs/ca-bundle.crt",
+    "/etc/ssl/ca-bundle.pem",
+];
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// Generates the self-signed certificate for `ip`.
+pub fn generate_certificate(ip: IpAddr, hostname: &str) -> Result<AgentCertificate> {
+    let key =
+        KeyPair::generate_for(&rcgen::PKCS_ECDSA_P384_SHA384).context("generating the TLS key")?;
+    let mut params = CertificateParams::default();
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::CommonName, hostname);
+    params.distinguished_name = dn;
+    params.subject_alt_names = vec![SanType::IpAddress(ip)];
+    let now = time::OffsetDateTime::now_utc();
+    params.not_before = now - time::Duration::hours(1);
+    params.not_after = now + time::Duration::days(30);
+    let mut serial = [0u8; 16];
+    serial[..].copy_from_slice(uuid::Uuid::new_v4().as_bytes());
+    serial[0] &= 0x7f;
+    params.serial_number = Some(SerialNumber::from_slice(&serial));
+    let cert = params
+        .self_signed(&key)
+        .context("signing the TLS certificate")?;
+    Ok(AgentCertificate {
+        pem: cert.pem(),
+        der: cert.der().clone(),
+        key: Arc::new(PrivatePkcs8KeyDer::from(key.serialize_der())),
+    })
+}
+
+/// The TLS versions for a conductor-requested minimum (`"1.2"` or `"1.3"`).
+fn versions(min: Option<&str>) -> Result<&'static [&'static rustls::SupportedProtocolVersion]> {
+    static TLS13: [&rustls::SupportedProtocolVersion; 1] = [&rustls::version::TLS13];
+    static TLS12_13: [&rustls::SupportedProtocolVersion; 2] =
+        [&rustls::version::TLS13, &rustls::version::TLS12];
+    match min.map(str::trim) {
+        None | Some("") | Some("1.2") => Ok(&TLS12_13),
+        Some("1.3") => Ok(&TLS13),
+        Some(other) => bail!("unsupported TLS minimum version {other:?} (expected 1.2 or 1.3)"),
+    }
+}
+
+/// Server configuration for the command API.
+pub fn server_config(
+    cert: &AgentCertificate,
+    min_version: Option<&str>,
+) -> Result<rustls::ServerConfig> {
+    let key = PrivateKeyDer::Pkcs8(cert.key.clone_key());
+    let mut cfg = rustls::ServerConfig::builder_with_provider(provider())
+        .with_protocol_versions(versions(min_version)?)
+        .context("choosing TLS versions")?
+        .with_no_client_auth()
+        .with_single_cert(vec![cert.der.clone()], key)
+        .context("loading the TLS certificate")?;
+    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(cfg)
+}
+
+/// Client configuration for talking to the conductor and image servers.
+pub fn client_config(insecure: bool, cafile: Option<&Path>) -> Result<rustls::ClientConfig> {
+    let builder = rustls::ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(versions(None)?)
+        .context("choosing TLS versions")?;
+    if insecure {
+        return Ok(builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(NoVerification(provider())))
+            .with_no_client_auth());
+    }
+    let mut roots = rustls::RootCertStore::empty();
+    let bundle = match cafile {
+        Some(p) => Some(p.to_path_buf()),
+        None => SYSTEM_BUNDLES
+            .iter()
+            .map(Path::new)
+            .find(|p| p.exists())
+            .map(Path::to_path_buf),
+    };
+    if let Some(path) = bundle {
+        let pem = std::fs::read(&path)
+            .with_context(|| format!("reading CA bundle {}", path.display()))?;
+        add_pem_roots(&mut roots, &pem)
+            .with_context(|| format!("loading CA bundle {}", path.display()))?;
+    }
+    Ok(builder.with_root_certificates(roots).with_no_client_auth())
+}
+
+/// Adds every certificate of a PEM bundle to `roots`.
+pub fn add_pem_roots(roots: &mut rustls::RootCertStore, pem: &[u8]) -> Result<usize> {
+    use rustls::pki_types::pem::PemObject;
+    let mut n = 0;
+    for cert in CertificateDer::pem_slice_iter(pem) {
+        roots.add(cert.context("parsing a certificate")?)?;
+        n += 1;
+    }
+    if n == 0 {
+        bail!("no certificate found");
+    }
+    Ok(n)
+}
+
+/// `ipa-insecure`: accept any server certificate (signatures are still checked
+/// for well-formedness of the handshake).
+#[derive(Debug)]
+struct NoVerification(Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for NoVerification {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _server_name: &rustls::pki_types::ServerName<'_>,
+        _ocsp: &[u8],
+        _now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// An HTTP client for the conductor or image servers.
+pub fn http_client(
+    insecure: bool,
+    cafile: Option<&Path>,
+    timeout: std::time::Duration,
+) -> Result<reqwest::Client> {
+    reqwest::Client::builder()
+        .tls_backend_preconfigured(client_config(insecure, cafile)?)
+        .connect_timeout(timeout)
+        .timeout(timeout)
+        .build()
+        .context("building the HTTP client")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn certificate_names_the_advertised_ip_and_is_a_pem() {
+        let cert = generate_certificate("10.1.2.3".parse().unwrap(), "agent-host").unwrap();
+        assert!(cert.pem.starts_with("-----BEGIN CERTIFICATE-----"));
+        let mut roots = rustls::RootCertStore::empty();
+        assert_eq!(add_pem_roots(&mut roots, cert.pem.as_bytes()).unwrap(), 1);
+        // The IP SAN is in the DER (4 bytes of 10.1.2.3 after the IP tag 0x87 0x04).
+        let der = cert.der.as_ref();
+        assert!(der.windows(6).any(|w| w == [0x87, 4, 10, 1, 2, 3]));
+        server_config(&cert, Some("1.3")).unwrap();
+        assert!(server_config(&cert, Some("1.1")).is_err());
+    }
+
+    #[test]
+    fn two_certificates_differ() {
+        let a = generate_certificate("127.0.0.1".parse().unwrap(), "h").unwrap();
+        let b = generate_certificate("127.0.0.1".parse().unwrap(), "h").unwrap();
+        assert_ne!(a.pem, b.pem);
+    }
+}

@@ -1,0 +1,148 @@
+//! The agent in host mode, over real sockets and TLS, driven by the stand-in
+//! conductor that behaves like Ironic 39.
+
+use std::time::Duration;
+
+use agent::config::{ApiUrls, Config, RunMode};
+use agent::disk::erase::probe_signatures;
+use agent::testconductor::demo::write_demo_image;
+use agent::testconductor::{Settings, TestConductor};
+use serde_json::json;
+
+fn config(conductor: &TestConductor, mac: &str, device: &std::path::Path) -> Config {
+    Config {
+        api_urls: ApiUrls::Urls(vec![conductor.url().to_string()]),
+        advertise_host: Some("127.0.0.1".parse().unwrap()),
+        listen_host: "127.0.0.1".parse().unwrap(),
+        listen_port: 0,
+        allowed_devices: vec![device.to_path_buf()],
+        extra_macs: vec![mac.into()],
+        lookup_timeout: Duration::ZERO,
+        lookup_max_interval: Duration::from_secs(1),
+        min_heartbeat_interval: Duration::from_millis(200),
+        mode: RunMode::Host,
+        ..Config::default()
+    }
+}
+
+fn signatures(p: &std::path::Path) -> Vec<String> {
+    probe_signatures(&std::fs::File::open(p).unwrap()).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn manual_clean_twice_then_automated_clean_over_tls() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("disk.img");
+    write_demo_image(&img).unwrap();
+    let conductor = TestConductor::start(Settings::default()).await.unwrap();
+    let mac = "52:54:00:aa:00:01";
+    let uuid = conductor.enroll(&[mac]);
+
+    // The agent starts before the node waits: lookups get 404 meanwhile.
+    let agent = agent::agent::start_detached(config(&conductor, mac, &img));
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let step = json!({"interface": "deploy", "step": "erase_devices_metadata"});
+    conductor
+        .start_clean(&uuid, Some(vec![step.clone()]))
+        .unwrap();
+    let node = conductor
+        .wait_for_state(&uuid, "manageable", Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert!(signatures(&img).is_empty(), "first clean wiped the disk");
+    assert!(
+        node.token.is_none(),
+        "the conductor wiped the token at power off"
+    );
+    let t = conductor.transcript();
+    assert!(
+        t.iter()
+            .any(|l| l.contains("GET /v1/lookup") && l.ends_with("-> 404")),
+        "{t:#?}"
+    );
+    assert!(
+        t.iter()
+            .any(|l| l.contains("callback_url=https://127.0.0.1:")),
+        "{t:#?}"
+    );
+
+    // Second manual clean: the old token is refused, the agent looks up again
+    // and the conductor sees a fresh command list.
+    write_demo_image(&img).unwrap();
+    conductor.start_clean(&uuid, Some(vec![step])).unwrap();
+    let node = conductor
+        .wait_for_state(&uuid, "manageable", Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert!(signatures(&img).is_empty(), "second clean wiped the disk");
+    assert_eq!(node.tokens_issued, 2);
+    let t = conductor.transcript();
+    assert!(
+        t.iter()
+            .any(|l| l.contains("/v1/heartbeat/") && l.ends_with("-> 400")),
+        "{t:#?}"
+    );
+    let lists: Vec<&String> = t
+        .iter()
+        .filter(|l| l.contains("GET /v1/commands/"))
+        .collect();
+    assert!(
+        lists
+            .last()
+            .unwrap()
+            .contains("[get_clean_steps:SUCCEEDED, execute_clean_step:SUCCEEDED]"),
+        "fresh list after re-lookup: {lists:#?}"
+    );
+
+    // Automated cleaning picks erase_devices_metadata by its priority.
+    write_demo_image(&img).unwrap();
+    conductor.start_clean(&uuid, None).unwrap();
+    conductor
+        .wait_for_state(&uuid, "available", Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert!(signatures(&img).is_empty());
+    agent.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_http_agent_is_refused_when_tls_is_required() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("disk.img");
+    write_demo_image(&img).unwrap();
+    let conductor = TestConductor::start(Settings::default()).await.unwrap();
+    let mac = "52:54:00:aa:00:02";
+    let uuid = conductor.enroll(&[mac]);
+    conductor
+        .start_clean(
+            &uuid,
+            Some(vec![
+                json!({"interface": "deploy", "step": "erase_devices_metadata"}),
+            ]),
+        )
+        .unwrap();
+    let mut cfg = config(&conductor, mac, &img);
+    cfg.auto_tls = false;
+    let agent = agent::agent::start_detached(cfg);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let t = conductor.transcript();
+        if t.iter()
+            .any(|l| l.contains("callback_url=http://") && l.ends_with("-> 400"))
+        {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no refused heartbeat: {t:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let node = conductor.node(&uuid).unwrap();
+    assert_eq!(
+        node.provision_state, "clean wait",
+        "nothing happened to the node"
+    );
+    assert!(!signatures(&img).is_empty(), "the disk was not touched");
+    agent.abort();
+}
