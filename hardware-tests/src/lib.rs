@@ -1,1 +1,37 @@
-//! placeholder
+//! Fixtures for end-to-end tests: real Ironic 39.0.0 on loopback (started
+//! with `ci/ironic/start.sh`, stopped by PID on drop), loop devices the test
+//! creates (detached on drop), and a small client of Ironic's admin API.
+//! Everything a fixture creates is removed when it is dropped, also when a
+//! test fails.
+
+pub mod ironic;
+pub mod loopdev;
+
+use std::path::PathBuf;
+
+/// The repository root.
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("hardware-tests sits in the repository")
+        .to_path_buf()
+}
+
+/// Fails the test with a reason unless running as root (loop devices need it).
+pub fn require_root(what: &str) {
+    assert!(
+        nix_is_root(),
+        "{what} needs root (loop devices); run ci/test as root"
+    );
+}
+
+fn nix_is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(2).map(|u| u == "0"))
+        })
+        .unwrap_or(false)
+}

@@ -1,0 +1,172 @@
+//! Real Ironic 39.0.0 on 127.0.0.1 (`ci/ironic/start.sh`), stopped on drop
+//! by the PID in its state directory, and a client of its admin API
+//! (`noauth`, API 1.95) for enrolling nodes and moving them through states.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use serde_json::{json, Value};
+
+/// A running Ironic.
+#[derive(Debug)]
+pub struct Ironic {
+    /// `http://127.0.0.1:PORT`.
+    pub url: String,
+    state: tempfile::TempDir,
+    http: reqwest::Client,
+}
+
+const ADMIN_VERSION: &str = "1.95";
+
+impl Ironic {
+    /// Starts Ironic on a free port with a fresh state directory.
+    pub fn start() -> Result<Self> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let state = tempfile::Builder::new().prefix("ironic-state-").tempdir()?;
+        let script = crate::repo_root().join("ci/ironic/start.sh");
+        let out = Command::new(&script)
+            .arg(state.path())
+            .env("IRONIC_PORT", port.to_string())
+            .output()
+            .with_context(|| format!("running {}", script.display()))?;
+        if !out.status.success() {
+            bail!(
+                "{} failed: {}\n{}",
+                script.display(),
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(Self {
+            url: format!("http://127.0.0.1:{port}"),
+            state,
+            http: agent::tls::http_client(false, None, Duration::from_secs(60))?,
+        })
+    }
+
+    /// Path of Ironic's own log, for failure messages.
+    pub fn log_path(&self) -> std::path::PathBuf {
+        self.state.path().join("log/ironic.log")
+    }
+
+    async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> Result<Value> {
+        let mut req = self
+            .http
+            .request(method.clone(), format!("{}{path}", self.url))
+            .header("X-OpenStack-Ironic-API-Version", ADMIN_VERSION);
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let resp = req
+            .send()
+            .await
+            .with_context(|| format!("{method} {path}"))?;
+        let status = resp.status();
+        let text = resp.text().await?;
+        if !status.is_success() {
+            bail!("{method} {path}: HTTP {status}: {text}");
+        }
+        Ok(if text.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&text)?
+        })
+    }
+
+    /// Enrolls a fake-hardware node with a port for `mac`; returns its UUID.
+    pub async fn enroll(&self, name: &str, mac: &str) -> Result<String> {
+        let node = self
+            .call(
+                reqwest::Method::POST,
+                "/v1/nodes",
+                Some(json!({"name": name, "driver": "fake-hardware",
+                    "boot_interface": "fake", "deploy_interface": "direct", "power_interface": "fake",
+                    "management_interface": "noop", "inspect_interface": "agent", "network_interface": "noop",
+                    "automated_clean": false,
+                    "properties": {"cpu_arch": "x86_64", "capabilities": "boot_mode:uefi"}})),
+            )
+            .await?;
+        let uuid = node["uuid"]
+            .as_str()
+            .context("node without uuid")?
+            .to_string();
+        self.call(
+            reqwest::Method::POST,
+            "/v1/ports",
+            Some(json!({"node_uuid": uuid, "address": mac, "pxe_enabled": true})),
+        )
+        .await?;
+        Ok(uuid)
+    }
+
+    /// `PUT /v1/nodes/{uuid}/states/provision`.
+    pub async fn provision(&self, uuid: &str, body: Value) -> Result<()> {
+        self.call(
+            reqwest::Method::PUT,
+            &format!("/v1/nodes/{uuid}/states/provision"),
+            Some(body),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// The node document.
+    pub async fn node(&self, uuid: &str) -> Result<Value> {
+        self.call(reqwest::Method::GET, &format!("/v1/nodes/{uuid}"), None)
+            .await
+    }
+
+    /// Polls until the node's provision state is `state`; fails early on a
+    /// `* failed` state with Ironic's `last_error`.
+    pub async fn wait_for(&self, uuid: &str, state: &str, timeout: Duration) -> Result<Value> {
+        let start = Instant::now();
+        loop {
+            let node = self.node(uuid).await?;
+            let current = node["provision_state"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            if current == state && node["target_provision_state"].is_null() {
+                return Ok(node);
+            }
+            if current.ends_with("failed") && !state.ends_with("failed") {
+                bail!("node went to {current:?}: {}", node["last_error"]);
+            }
+            if start.elapsed() > timeout {
+                bail!(
+                    "node still {current:?} (target {}) after {timeout:?}, waiting for {state:?}; last_error {}; log: {}",
+                    node["target_provision_state"],
+                    node["last_error"],
+                    self.log_path().display()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+}
+
+impl Drop for Ironic {
+    fn drop(&mut self) {
+        let script = crate::repo_root().join("ci/ironic/stop.sh");
+        match Command::new(&script).arg(self.state.path()).status() {
+            Ok(s) if s.success() => {}
+            other => eprintln!("warning: {} failed: {other:?}", script.display()),
+        }
+        if std::thread::panicking() {
+            let log = std::fs::read_to_string(self.log_path()).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(60).collect();
+            eprintln!("--- last lines of Ironic's log ---");
+            for l in tail.iter().rev() {
+                eprintln!("{l}");
+            }
+        }
+    }
+}

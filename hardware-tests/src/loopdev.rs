@@ -1,0 +1,112 @@
+//! Loop devices backed by files in a temporary directory, with a GPT and an
+//! ext4 filesystem made by util-linux and e2fsprogs so the signatures are
+//! the real thing.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+
+/// A loop device attached with partition scanning; detached on drop.
+#[derive(Debug)]
+pub struct LoopDevice {
+    /// `/dev/loopN`.
+    pub path: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+fn run(cmd: &mut Command) -> Result<String> {
+    let out = cmd.output().with_context(|| format!("running {cmd:?}"))?;
+    if !out.status.success() {
+        bail!(
+            "{cmd:?} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+impl LoopDevice {
+    /// A loop device over a new sparse file of `size` bytes.
+    pub fn new(size: u64) -> Result<Self> {
+        let dir = tempfile::tempdir()?;
+        let file = dir.path().join("disk.img");
+        std::fs::File::create(&file)?.set_len(size)?;
+        let dev = run(Command::new("losetup")
+            .args(["--find", "--show", "--partscan"])
+            .arg(&file))?;
+        Ok(Self {
+            path: PathBuf::from(dev),
+            _dir: dir,
+        })
+    }
+
+    /// Writes a GPT with two partitions and an ext4 filesystem on the first.
+    pub fn partition_and_format(&self) -> Result<()> {
+        let mut child = Command::new("sfdisk")
+            .args(["--quiet", "--wipe", "always"])
+            .arg(&self.path)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .context("running sfdisk")?;
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .context("sfdisk stdin")?
+            .write_all(b"label: gpt\n,16MiB\n,\n")?;
+        if !child.wait()?.success() {
+            bail!("sfdisk failed on {}", self.path.display());
+        }
+        run(Command::new("partx").args(["--update"]).arg(&self.path)).ok();
+        let p1 = self.partition(1);
+        for _ in 0..50 {
+            if p1.exists() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        run(Command::new("mkfs.ext4")
+            .args(["-q", "-F", "-L", "testfs"])
+            .arg(&p1))?;
+        Ok(())
+    }
+
+    /// `/dev/loopNpK`.
+    pub fn partition(&self, k: u32) -> PathBuf {
+        PathBuf::from(format!("{}p{k}", self.path.display()))
+    }
+
+    /// Partitions the kernel currently knows for this device.
+    pub fn kernel_partitions(&self) -> Vec<String> {
+        let name = self
+            .path
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        std::fs::read_dir(Path::new("/sys/class/block").join(&name))
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| n.starts_with(&name))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Signatures libblkid finds on the device.
+    pub fn signatures(&self) -> Result<Vec<String>> {
+        agent::disk::erase::probe_signatures(&std::fs::File::open(&self.path)?)
+    }
+}
+
+impl Drop for LoopDevice {
+    fn drop(&mut self) {
+        if let Err(e) = run(Command::new("losetup").arg("--detach").arg(&self.path)) {
+            eprintln!("warning: detaching {}: {e:#}", self.path.display());
+        }
+    }
+}

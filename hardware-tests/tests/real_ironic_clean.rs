@@ -1,0 +1,85 @@
+//! Real Ironic 39.0.0 (unmodified, `require_tls = true`) drives the agent in
+//! host mode through two manual cleans with `erase_devices_metadata` on a loop
+//! device this test creates. Each clean must take the node from `manageable`
+//! through `clean wait` back to `manageable` and leave the device without a
+//! partition table or signature.
+
+use std::time::{Duration, Instant};
+
+use agent::config::{ApiUrls, Config, RunMode};
+use hardware_tests::ironic::Ironic;
+use hardware_tests::loopdev::LoopDevice;
+use serde_json::json;
+
+const MAC: &str = "52:54:00:c1:ea:01";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_ironic_manual_clean_twice_over_tls() {
+    hardware_tests::require_root("the real-Ironic clean test");
+    let disk = LoopDevice::new(64 << 20).expect("creating a loop device");
+    disk.partition_and_format()
+        .expect("partitioning the loop device");
+    let before = disk.signatures().unwrap();
+    assert!(before.iter().any(|s| s == "gpt"), "{before:?}");
+    assert!(!disk.kernel_partitions().is_empty());
+
+    let ironic = Ironic::start().expect("starting Ironic 39.0.0");
+    let uuid = ironic.enroll("agent-clean", MAC).await.unwrap();
+    ironic
+        .provision(&uuid, json!({"target": "manage"}))
+        .await
+        .unwrap();
+    ironic
+        .wait_for(&uuid, "manageable", Duration::from_secs(30))
+        .await
+        .unwrap();
+
+    let config = Config {
+        api_urls: ApiUrls::Urls(vec![ironic.url.clone()]),
+        advertise_host: Some("127.0.0.1".parse().unwrap()),
+        listen_host: "127.0.0.1".parse().unwrap(),
+        listen_port: 0,
+        allowed_devices: vec![disk.path.clone()],
+        extra_macs: vec![MAC.into()],
+        lookup_timeout: Duration::ZERO,
+        lookup_max_interval: Duration::from_secs(2),
+        min_heartbeat_interval: Duration::from_secs(1),
+        mode: RunMode::Host,
+        ..Config::default()
+    };
+    let agent = agent::agent::start_detached(config);
+
+    for round in 1..=2 {
+        if round == 2 {
+            disk.partition_and_format().expect("re-partitioning");
+            assert!(!disk.signatures().unwrap().is_empty());
+        }
+        let t = Instant::now();
+        ironic
+            .provision(
+                &uuid,
+                json!({"target": "clean",
+                       "clean_steps": [{"interface": "deploy", "step": "erase_devices_metadata"}]}),
+            )
+            .await
+            .unwrap();
+        let node = ironic
+            .wait_for(&uuid, "manageable", Duration::from_secs(180))
+            .await
+            .unwrap_or_else(|e| panic!("clean #{round}: {e:#}"));
+        println!(
+            "clean #{round}: manageable again after {:.1} s",
+            t.elapsed().as_secs_f64()
+        );
+        assert!(node["last_error"].is_null(), "{}", node["last_error"]);
+        assert!(!agent.is_finished(), "the agent stopped");
+        let left = disk.signatures().unwrap();
+        assert!(left.is_empty(), "clean #{round} left signatures {left:?}");
+        assert!(
+            disk.kernel_partitions().is_empty(),
+            "clean #{round} left partitions {:?}",
+            disk.kernel_partitions()
+        );
+    }
+    agent.abort();
+}
