@@ -146,3 +146,37 @@ async fn plain_http_agent_is_refused_when_tls_is_required() {
     assert!(!signatures(&img).is_empty(), "the disk was not touched");
     agent.abort();
 }
+
+#[tokio::test]
+async fn several_api_urls_are_tried_in_order_and_the_answering_one_is_kept() {
+    let conductor = TestConductor::start(Settings::default()).await.unwrap();
+    // A port nobody listens on: bind, read the port, close.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let http = agent::tls::http_client(false, None, Duration::from_secs(5)).unwrap();
+    let client = agent::conductor::ConductorClient::new(
+        http,
+        vec![format!("http://{dead}"), conductor.url().to_string()],
+        Some("req-1234".into()),
+    );
+    let v = client.max_version().await.unwrap();
+    assert_eq!(v, agent::conductor::ApiVersion(1, 115));
+    assert_eq!(client.current_url(), conductor.url());
+    // Lookup for a node that is not waiting: a typed 404.
+    conductor.enroll(&["52:54:00:aa:00:03"]);
+    let err = client
+        .lookup(
+            agent::conductor::ApiVersion(1, 68),
+            &["52:54:00:aa:00:03".into()],
+            None,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.status(), Some(404), "{err}");
+    assert!(
+        err.to_string().contains("Resource could not be found"),
+        "{err}"
+    );
+}

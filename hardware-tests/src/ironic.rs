@@ -22,6 +22,9 @@ const ADMIN_VERSION: &str = "1.95";
 impl Ironic {
     /// Starts Ironic on a free port with a fresh state directory.
     pub fn start() -> Result<Self> {
+        // Everything that can fail before the server runs comes first, so a
+        // started Ironic is always owned by a value whose drop stops it.
+        let http = agent::tls::http_client(false, None, Duration::from_secs(60))?;
         let port = std::net::TcpListener::bind("127.0.0.1:0")?
             .local_addr()?
             .port();
@@ -43,7 +46,7 @@ impl Ironic {
         Ok(Self {
             url: format!("http://127.0.0.1:{port}"),
             state,
-            http: agent::tls::http_client(false, None, Duration::from_secs(60))?,
+            http,
         })
     }
 
