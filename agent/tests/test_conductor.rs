@@ -3,25 +3,17 @@
 
 use std::time::Duration;
 
-use agent::config::{ApiUrls, Config, RunMode};
+use agent::config::Config;
 use agent::disk::erase::probe_signatures;
-use agent::testconductor::demo::write_demo_image;
+use agent::testconductor::demo::{host_config, write_demo_image};
 use agent::testconductor::{Settings, TestConductor};
 use serde_json::json;
 
 fn config(conductor: &TestConductor, mac: &str, device: &std::path::Path) -> Config {
     Config {
-        api_urls: ApiUrls::Urls(vec![conductor.url().to_string()]),
-        advertise_host: Some("127.0.0.1".parse().unwrap()),
-        listen_host: "127.0.0.1".parse().unwrap(),
-        listen_port: 0,
-        allowed_devices: vec![device.to_path_buf()],
-        extra_macs: vec![mac.into()],
-        lookup_timeout: Duration::ZERO,
         lookup_max_interval: Duration::from_secs(1),
         min_heartbeat_interval: Duration::from_millis(200),
-        mode: RunMode::Host,
-        ..Config::default()
+        ..host_config(conductor.url(), mac, device)
     }
 }
 

@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use agent::config::{ApiUrls, Config, RunMode};
+use agent::testconductor::demo::host_config;
 use hardware_tests::ironic::Ironic;
 use hardware_tests::loopdev::LoopDevice;
 use serde_json::json;
@@ -34,19 +34,7 @@ async fn real_ironic_manual_clean_twice_over_tls() {
         .await
         .unwrap();
 
-    let config = Config {
-        api_urls: ApiUrls::Urls(vec![ironic.url.clone()]),
-        advertise_host: Some("127.0.0.1".parse().unwrap()),
-        listen_host: "127.0.0.1".parse().unwrap(),
-        listen_port: 0,
-        allowed_devices: vec![disk.path.clone()],
-        extra_macs: vec![MAC.into()],
-        lookup_timeout: Duration::ZERO,
-        lookup_max_interval: Duration::from_secs(2),
-        min_heartbeat_interval: Duration::from_secs(1),
-        mode: RunMode::Host,
-        ..Config::default()
-    };
+    let config = host_config(&ironic.url, MAC, &disk.path);
     let agent = agent::agent::start_detached(config);
 
     for round in 1..=2 {

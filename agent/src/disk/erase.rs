@@ -200,32 +200,17 @@ fn zero_gpt_areas(file: &File, size: u64, sector: u64) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::Write;
 
-    /// A disk image with a protective MBR + GPT header at the start, a backup
-    /// header at the end and an ext4 superblock magic at 1 MiB + 1080.
-    fn make_image(path: &Path, size: u64) {
-        let mut f = File::create(path).unwrap();
-        f.set_len(size).unwrap();
-        let mut mbr = [0u8; 512];
-        mbr[446 + 4] = 0xee; // protective partition type
-        mbr[446 + 8..446 + 12].copy_from_slice(&1u32.to_le_bytes());
-        mbr[446 + 12..446 + 16].copy_from_slice(&((size / 512 - 1) as u32).to_le_bytes());
-        mbr[510] = 0x55;
-        mbr[511] = 0xaa;
-        f.write_all_at(&mbr, 0).unwrap();
-        f.write_all_at(b"EFI PART", 512).unwrap();
-        f.write_all_at(b"EFI PART", size - 512).unwrap();
-        f.write_all_at(&0xef53u16.to_le_bytes(), 1080).unwrap();
-        f.flush().unwrap();
+    fn make_image(path: &Path) -> u64 {
+        crate::testconductor::demo::write_demo_image(path).unwrap();
+        std::fs::metadata(path).unwrap().len()
     }
 
     #[test]
     fn erases_mbr_gpt_areas_and_filesystem_magic_on_a_file() {
         let dir = tempfile::tempdir().unwrap();
         let img = dir.path().join("disk.img");
-        let size = 8 << 20;
-        make_image(&img, size);
+        let size = make_image(&img);
         let before = probe_signatures(&File::open(&img).unwrap()).unwrap();
         assert!(!before.is_empty(), "the fixture should carry signatures");
 
@@ -256,7 +241,7 @@ mod tests {
     fn the_step_refuses_devices_outside_the_policy() {
         let dir = tempfile::tempdir().unwrap();
         let img = dir.path().join("disk.img");
-        make_image(&img, 4 << 20);
+        make_image(&img);
         let config = crate::config::Config::default();
         // Nothing allowed: nothing is a candidate, nothing is touched.
         erase_devices_metadata(&WritePolicy::from_config(&config)).unwrap();

@@ -31,19 +31,7 @@ pub async fn run(workdir: Option<PathBuf>) -> Result<()> {
     println!("test conductor at {} (require_tls = true)", conductor.url());
     let uuid = conductor.enroll(&[DEMO_MAC]);
 
-    let config = Config {
-        api_urls: ApiUrls::Urls(vec![conductor.url().to_string()]),
-        advertise_host: Some("127.0.0.1".parse()?),
-        listen_host: "127.0.0.1".parse()?,
-        listen_port: 0,
-        allowed_devices: vec![image.clone()],
-        extra_macs: vec![DEMO_MAC.into()],
-        lookup_timeout: Duration::ZERO,
-        lookup_max_interval: Duration::from_secs(2),
-        min_heartbeat_interval: Duration::from_secs(1),
-        mode: RunMode::Host,
-        ..Config::default()
-    };
+    let config = host_config(conductor.url(), DEMO_MAC, &image);
 
     let mut agent = None;
     for round in 1..=2 {
@@ -87,6 +75,25 @@ pub async fn run(workdir: Option<PathBuf>) -> Result<()> {
     }
     std::fs::remove_dir_all(&tmp).ok();
     Ok(())
+}
+
+/// The host-mode configuration the demo and the tests use against a
+/// conductor at `url`: loopback only, a free port, `device` the only writable
+/// device, `mac` the node's port, short back-off so flows take seconds.
+pub fn host_config(url: &str, mac: &str, device: &std::path::Path) -> Config {
+    Config {
+        api_urls: ApiUrls::Urls(vec![url.to_string()]),
+        advertise_host: Some(std::net::IpAddr::from([127, 0, 0, 1])),
+        listen_host: std::net::IpAddr::from([127, 0, 0, 1]),
+        listen_port: 0,
+        allowed_devices: vec![device.to_path_buf()],
+        extra_macs: vec![mac.into()],
+        lookup_timeout: Duration::ZERO,
+        lookup_max_interval: Duration::from_secs(2),
+        min_heartbeat_interval: Duration::from_secs(1),
+        mode: RunMode::Host,
+        ..Config::default()
+    }
 }
 
 fn tempdir_in(workdir: Option<PathBuf>) -> Result<PathBuf> {
