@@ -30,19 +30,11 @@ impl Ironic {
             .port();
         let state = tempfile::Builder::new().prefix("ironic-state-").tempdir()?;
         let script = crate::repo_root().join("ci/ironic/start.sh");
-        let out = Command::new(&script)
-            .arg(state.path())
-            .env("IRONIC_PORT", port.to_string())
-            .output()
-            .with_context(|| format!("running {}", script.display()))?;
-        if !out.status.success() {
-            bail!(
-                "{} failed: {}\n{}",
-                script.display(),
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
+        crate::run(
+            Command::new(&script)
+                .arg(state.path())
+                .env("IRONIC_PORT", port.to_string()),
+        )?;
         Ok(Self {
             url: format!("http://127.0.0.1:{port}"),
             state,

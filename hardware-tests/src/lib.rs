@@ -8,6 +8,9 @@ pub mod ironic;
 pub mod loopdev;
 
 use std::path::PathBuf;
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
 
 /// The repository root.
 pub fn repo_root() -> PathBuf {
@@ -20,12 +23,12 @@ pub fn repo_root() -> PathBuf {
 /// Fails the test with a reason unless running as root (loop devices need it).
 pub fn require_root(what: &str) {
     assert!(
-        nix_is_root(),
+        is_root(),
         "{what} needs root (loop devices); run ci/test as root"
     );
 }
 
-fn nix_is_root() -> bool {
+fn is_root() -> bool {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
@@ -34,4 +37,19 @@ fn nix_is_root() -> bool {
                 .and_then(|l| l.split_whitespace().nth(2).map(|u| u == "0"))
         })
         .unwrap_or(false)
+}
+
+/// Runs a command to completion; on failure the error names the command and
+/// carries its output. Returns the trimmed standard output.
+pub fn run(cmd: &mut Command) -> Result<String> {
+    let out = cmd.output().with_context(|| format!("running {cmd:?}"))?;
+    if !out.status.success() {
+        bail!(
+            "{cmd:?} failed ({}): {}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout).trim(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }

@@ -2,10 +2,12 @@
 //! ext4 filesystem made by util-linux and e2fsprogs so the signatures are
 //! the real thing.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 use anyhow::{bail, Context, Result};
+
+use crate::run;
 
 /// A loop device attached with partition scanning; detached on drop.
 #[derive(Debug)]
@@ -13,18 +15,6 @@ pub struct LoopDevice {
     /// `/dev/loopN`.
     pub path: PathBuf,
     _dir: tempfile::TempDir,
-}
-
-fn run(cmd: &mut Command) -> Result<String> {
-    let out = cmd.output().with_context(|| format!("running {cmd:?}"))?;
-    if !out.status.success() {
-        bail!(
-            "{cmd:?} failed ({}): {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
 impl LoopDevice {
@@ -80,20 +70,9 @@ impl LoopDevice {
     }
 
     /// Partitions the kernel currently knows for this device.
-    pub fn kernel_partitions(&self) -> Vec<String> {
-        let name = self
-            .path
-            .file_name()
-            .unwrap()
-            .to_string_lossy()
-            .into_owned();
-        std::fs::read_dir(Path::new("/sys/class/block").join(&name))
-            .map(|d| {
-                d.flatten()
-                    .map(|e| e.file_name().to_string_lossy().into_owned())
-                    .filter(|n| n.starts_with(&name))
-                    .collect()
-            })
+    pub fn kernel_partitions(&self) -> Vec<PathBuf> {
+        agent::disk::Device::open(&self.path)
+            .map(|d| d.partitions().into_iter().map(|p| p.path).collect())
             .unwrap_or_default()
     }
 
