@@ -210,6 +210,8 @@ async fn lookup_until_found(
     loop {
         let problem = match client.lookup(version, macs, None).await {
             Ok(found) => {
+                state.set_lookup_config(found.config.clone());
+                state.cache_node(found.node.clone());
                 match decide_token(found.config.agent_token.as_deref(), state.token().as_deref()) {
                     TokenDecision::Adopt(t) => {
                         state.set_token(Some(t));

@@ -14,6 +14,7 @@ pub mod commands;
 pub mod conductor;
 pub mod config;
 pub mod disk;
+pub mod image;
 pub mod net;
 pub mod power;
 pub mod server;

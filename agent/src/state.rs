@@ -9,6 +9,7 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use crate::commands::history::CommandHistory;
+use crate::conductor::lookup::LookupConfig;
 use crate::config::Config;
 
 /// A power action requested by a command.
@@ -41,6 +42,7 @@ pub struct AgentState {
     token: RwLock<Option<String>>,
     node: RwLock<Option<Value>>,
     partition_uuids: RwLock<Option<Value>>,
+    lookup_config: RwLock<Option<LookupConfig>>,
     events: Mutex<Option<mpsc::UnboundedSender<AgentEvent>>>,
 }
 
@@ -58,6 +60,7 @@ impl AgentState {
             token: RwLock::new(token),
             node: RwLock::new(None),
             partition_uuids: RwLock::new(None),
+            lookup_config: RwLock::new(None),
             events: Mutex::new(events),
         }
     }
@@ -88,6 +91,22 @@ impl AgentState {
     /// The node last sent by the conductor.
     pub fn node(&self) -> Option<Value> {
         self.node.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Remembers the settings of the last lookup.
+    pub fn set_lookup_config(&self, c: LookupConfig) {
+        *self
+            .lookup_config
+            .write()
+            .unwrap_or_else(|p| p.into_inner()) = Some(c);
+    }
+
+    /// The settings of the last lookup.
+    pub fn lookup_config(&self) -> Option<LookupConfig> {
+        self.lookup_config
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// The partition UUIDs of the last written image.

@@ -20,7 +20,13 @@ pub struct LoopDevice {
 impl LoopDevice {
     /// A loop device over a new sparse file of `size` bytes.
     pub fn new(size: u64) -> Result<Self> {
-        let dir = tempfile::tempdir()?;
+        Self::new_in(&std::env::temp_dir(), size)
+    }
+
+    /// Same, with the backing file under `parent` (e.g. a tmpfs, so the
+    /// disk is not what limits a benchmark).
+    pub fn new_in(parent: &std::path::Path, size: u64) -> Result<Self> {
+        let dir = tempfile::tempdir_in(parent)?;
         let file = dir.path().join("disk.img");
         std::fs::File::create(&file)?.set_len(size)?;
         let dev = run(Command::new("losetup")

@@ -11,6 +11,7 @@ use tokio::sync::watch;
 
 use super::registry::{CommandSpec, Mode};
 use super::{CommandError, CommandResult, CommandStatus, ErrorKind, Outcome};
+use crate::image::progress::Progress;
 use crate::state::{AgentEvent, AgentState};
 
 /// Sync commands must answer within Ironic's `[agent]command_timeout`
@@ -118,6 +119,7 @@ pub struct CommandHistory {
     list: Mutex<Vec<Arc<Command>>>,
     start_lock: tokio::sync::Mutex<()>,
     running: Mutex<Option<Arc<Command>>>,
+    progress: Mutex<Option<Arc<Progress>>>,
 }
 
 /// Why a command could not be started.
@@ -130,8 +132,29 @@ pub enum StartError {
 
 impl CommandHistory {
     /// All commands, oldest first.
+    /// A running command shows the image write progress, if one is
+    /// registered, as its `command_result` (Ironic ignores it while RUNNING).
     pub fn all(&self) -> Vec<CommandResult> {
-        self.lock_list().iter().map(|c| c.snapshot()).collect()
+        let progress = self
+            .progress
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        self.lock_list()
+            .iter()
+            .map(|c| {
+                let mut r = c.snapshot();
+                if let (CommandStatus::Running, Some(p)) = (r.command_status, &progress) {
+                    r.command_result = Some(p.snapshot().to_json());
+                }
+                r
+            })
+            .collect()
+    }
+
+    /// Registers (or clears) the progress of the running command's image write.
+    pub fn set_progress(&self, progress: Option<Arc<Progress>>) {
+        *self.progress.lock().unwrap_or_else(|p| p.into_inner()) = progress;
     }
 
     /// One command by id.
@@ -240,5 +263,30 @@ fn log_outcome(spec: &CommandSpec, cmd: &Command, outcome: &Outcome) {
         Outcome::VersionMismatch(e) => {
             tracing::warn!(command = %name, id = %cmd.id, error = %e, "hardware manager version mismatch")
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_running_command_shows_the_registered_progress() {
+        let h = CommandHistory::default();
+        let running = Command::new("execute_deploy_step");
+        let done = Command::new("get_deploy_steps");
+        done.finish(Outcome::Done(Value::Null));
+        h.lock_list().extend([done, running]);
+        let p = Arc::new(Progress::default());
+        p.add_downloaded(42);
+        h.set_progress(Some(p));
+        let all = h.all();
+        assert_eq!(all[0].command_result, Some(Value::Null));
+        assert_eq!(
+            all[1].command_result.as_ref().unwrap()["progress"]["bytes_downloaded"],
+            42
+        );
+        h.set_progress(None);
+        assert_eq!(h.all()[1].command_result, None);
     }
 }

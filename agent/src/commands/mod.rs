@@ -10,6 +10,7 @@ pub mod clean;
 pub mod deploy;
 pub mod error;
 pub mod history;
+pub mod image;
 pub mod registry;
 pub mod standby;
 pub mod steps;

@@ -75,6 +75,13 @@ pub static COMMANDS: &[CommandSpec] = &[
     },
     CommandSpec {
         extension: "standby",
+        method: "prepare_image",
+        mode: Mode::Async,
+        validate: super::image::validate_prepare_image,
+        run: |s, p| Box::pin(super::image::prepare_image(s, p)),
+    },
+    CommandSpec {
+        extension: "standby",
         method: "get_partition_uuids",
         mode: Mode::Sync,
         validate: any_params,

@@ -95,16 +95,39 @@ pub struct Step {
 }
 
 /// Every step this agent implements.
-pub static STEPS: &[Step] = &[Step {
-    name: "erase_devices_metadata",
-    interface: "deploy",
-    clean_priority: Some(99),
-    deploy_priority: Some(0),
-    abortable: true,
-    reboot_requested: false,
-    argsinfo: &[],
-    run: |s, c| Box::pin(disk::erase::erase_devices_metadata_step(s, c)),
-}];
+pub static STEPS: &[Step] = &[
+    Step {
+        name: "write_image",
+        interface: "deploy",
+        clean_priority: None,
+        deploy_priority: Some(0),
+        abortable: false,
+        reboot_requested: false,
+        argsinfo: &[
+            ArgInfo {
+                name: "image_info",
+                description: "image info",
+                required: true,
+            },
+            ArgInfo {
+                name: "configdrive",
+                description: "configdrive",
+                required: false,
+            },
+        ],
+        run: |s, c| Box::pin(super::image::write_image_step(s, c)),
+    },
+    Step {
+        name: "erase_devices_metadata",
+        interface: "deploy",
+        clean_priority: Some(99),
+        deploy_priority: Some(0),
+        abortable: true,
+        reboot_requested: false,
+        argsinfo: &[],
+        run: |s, c| Box::pin(disk::erase::erase_devices_metadata_step(s, c)),
+    },
+];
 
 impl Step {
     fn priority(&self, kind: StepKind) -> Option<u32> {

@@ -40,3 +40,14 @@ pub fn flush_buffers(f: &File) -> io::Result<()> {
     unsafe { blkflsbuf(f.as_raw_fd()) }.map_err(io::Error::from)?;
     Ok(())
 }
+
+nix::ioctl_write_ptr_bad!(blkzeroout, nix::request_code_none!(0x12, 127), [u64; 2]);
+
+/// Has the device zero `len` bytes at `offset` (BLKZEROOUT; both 512-aligned).
+/// The kernel uses the device's write-zeroes command when it has one.
+pub fn zero_out(f: &File, offset: u64, len: u64) -> io::Result<()> {
+    let range = [offset, len];
+    // SAFETY: valid fd; the kernel reads two u64 from `range`, which outlives the call.
+    unsafe { blkzeroout(f.as_raw_fd(), &range) }.map_err(io::Error::from)?;
+    Ok(())
+}

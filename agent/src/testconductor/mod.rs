@@ -11,6 +11,7 @@
 
 pub mod demo;
 mod driver;
+pub mod image_server;
 pub mod node;
 
 use std::collections::HashMap;

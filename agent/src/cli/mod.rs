@@ -1,6 +1,9 @@
-//! Command-line interface: `agent serve` (host mode daemon) and `agent demo`
-//! (the agent driven by the built-in test conductor). Flags override the
+//! Command-line interface: `agent serve` (host mode daemon), `agent demo`
+//! (the agent driven by the built-in test conductor) and `agent write-image`
+//! (the image pipeline from a console). Flags override the
 //! kernel command line, which is read from `/proc/cmdline` or `--cmdline-file`.
+
+pub mod write_image;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -31,6 +34,9 @@ pub enum Command {
     /// Show the agent being driven by the built-in test conductor: a manual
     /// clean with erase_devices_metadata on a scratch disk image.
     Demo(DemoArgs),
+    /// Write a disk image to a device: streamed, decompressed or converted
+    /// (raw, qcow2, zstd, gzip, xz), checksum-verified, fail-closed.
+    WriteImage(write_image::WriteImageArgs),
 }
 
 /// Flags of `agent serve`.
@@ -108,6 +114,7 @@ pub async fn run(cli: Cli) -> Result<()> {
             crate::agent::run(config).await
         }
         Command::Demo(args) => crate::testconductor::demo::run(args.workdir).await,
+        Command::WriteImage(args) => write_image::run(args).await,
     }
 }
 

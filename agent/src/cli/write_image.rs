@@ -1,0 +1,155 @@
+//! `agent write-image`: the image pipeline from a console, with a progress
+//! bar on a terminal (a line every few seconds otherwise). Outside the
+//! ramdisk the device must be named with --device and be unmounted, exactly
+//! as --allow-device works for `agent serve`.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+
+use crate::config::{Config, RunMode};
+use crate::disk::WritePolicy;
+use crate::image::checksum::ChecksumSpec;
+use crate::image::fetch::HttpOptions;
+use crate::image::format::Format;
+use crate::image::progress::{human_bytes, Progress};
+use crate::image::WriteRequest;
+
+/// Flags of `agent write-image`.
+#[derive(Debug, Args)]
+pub struct WriteImageArgs {
+    /// Image URL (http, https, file://) or local path; repeat for mirrors.
+    #[arg(long, required = true)]
+    pub image: Vec<String>,
+    /// Expected checksum: ALGO:HEX, a bare sha256/sha512 HEX, or the URL of a checksum file.
+    #[arg(long)]
+    pub checksum: String,
+    /// Device (or, outside the ramdisk, a regular file) to write.
+    #[arg(long)]
+    pub device: PathBuf,
+    /// Image format: auto (detected from the bytes), raw, qcow2, zstd, gzip or xz.
+    #[arg(long, default_value = "auto")]
+    pub format: String,
+    /// Accept MD5 checksums.
+    #[arg(long)]
+    pub allow_md5: bool,
+    /// Do not verify TLS certificates of the image server.
+    #[arg(long)]
+    pub insecure: bool,
+    /// CA bundle for the image server.
+    #[arg(long)]
+    pub cafile: Option<PathBuf>,
+    /// Seconds without data before a connection counts as dropped and is resumed.
+    #[arg(long, default_value_t = 60)]
+    pub stall_timeout: u64,
+    /// Retries after failures that made no progress.
+    #[arg(long, default_value_t = 9)]
+    pub retries: u32,
+}
+
+/// Runs `agent write-image`.
+pub async fn run(args: WriteImageArgs) -> Result<()> {
+    let format = match args.format.as_str() {
+        "auto" => None,
+        f => Some(Format::parse(f).with_context(|| {
+            format!("--format {f:?}: expected auto, raw, qcow2, zstd, gzip or xz")
+        })?),
+    };
+    let checksum =
+        ChecksumSpec::parse_cli(&args.checksum).map_err(|e| anyhow::anyhow!("--checksum: {e}"))?;
+    let req = WriteRequest {
+        urls: args.image.clone(),
+        checksum,
+        md5_allowed: args.allow_md5,
+        format,
+        http: HttpOptions {
+            insecure: args.insecure,
+            cafile: args.cafile.clone(),
+            stall_timeout: Duration::from_secs(args.stall_timeout.max(1)),
+            retries: args.retries,
+            ..HttpOptions::default()
+        },
+    };
+    let mode = if crate::power::in_ramdisk() {
+        RunMode::Ramdisk
+    } else {
+        RunMode::Host
+    };
+    let policy = WritePolicy::from_config(&Config {
+        mode,
+        allowed_devices: vec![args.device.clone()],
+        ..Config::default()
+    });
+    let progress = Arc::new(Progress::default());
+    let tty = std::io::stderr().is_terminal();
+    let shower = tokio::spawn(show_progress(progress.clone(), tty));
+    let (p, dev) = (progress.clone(), args.device.clone());
+    let result =
+        tokio::task::spawn_blocking(move || crate::image::write_image(&req, &dev, &policy, &p))
+            .await
+            .context("the image writer crashed")?;
+    shower.abort();
+    if tty {
+        eprintln!("\r{}", progress.snapshot().bar(30));
+    }
+    match result {
+        Ok(r) => {
+            let inner = r.inner.map(|f| format!(" holding {f}")).unwrap_or_default();
+            println!(
+                "wrote {} ({}{inner}, {} downloaded) to {} in {:.1} s; {} verified{}{}; peak memory {:.1} MiB",
+                human_bytes(r.image_size),
+                r.format,
+                human_bytes(r.downloaded),
+                r.device,
+                r.seconds,
+                r.digest.algo.name(),
+                if r.gpt_moved { "; backup GPT moved to the end of the disk" } else { "" },
+                if r.resumes > 0 { format!("; {} connection(s) resumed", r.resumes) } else { String::new() },
+                peak_rss_bytes().unwrap_or(0) as f64 / (1u64 << 20) as f64,
+            );
+            Ok(())
+        }
+        Err(e) if e.before_write() => {
+            bail!("{e} ({}); the device was not touched", e.kind().type_name())
+        }
+        Err(e) => bail!(
+            "{e} ({}); the device was left without a partition table",
+            e.kind().type_name()
+        ),
+    }
+}
+
+async fn show_progress(progress: Arc<Progress>, tty: bool) {
+    let every = if tty {
+        Duration::from_millis(250)
+    } else {
+        Duration::from_secs(5)
+    };
+    loop {
+        tokio::time::sleep(every).await;
+        let s = progress.snapshot();
+        if tty {
+            eprint!("\r{}\x1b[K", s.bar(30));
+        } else {
+            eprintln!("{}", s.line());
+        }
+    }
+}
+
+/// This process's peak resident memory (`VmHWM`).
+fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kib * 1024)
+}

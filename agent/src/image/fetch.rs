@@ -1,0 +1,535 @@
+//! Image sources: http(s) through reqwest and local files (`file://` URLs
+//! or plain paths), read into pool buffers in order.
+//!
+//! HTTP downloads survive dropped connections: a failed or stalled transfer
+//! resumes with `Range: bytes=N-` from the last byte received (with
+//! `If-Range` when the server gave an ETag), so the running hash downstream
+//! continues unchanged. A server that ignores the range answers 200 with the
+//! whole image; the first N bytes are then read and dropped, which restarts
+//! the transfer from zero without restarting the pipeline. Connection errors,
+//! stalls and 5xx are retried with back-off (bounded, counted per failure
+//! without progress), moving to the next URL when an attempt got nothing;
+//! 4xx is final. A stall (no byte for `stall_timeout`) and the total
+//! duration (`total_timeout`) are limited separately.
+
+use std::fs::File;
+use std::io::Read;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use reqwest::header::{
+    HeaderMap, HeaderValue, AUTHORIZATION, CONTENT_RANGE, ETAG, IF_RANGE, RANGE,
+};
+use reqwest::StatusCode;
+
+use super::buffers::{Block, Pool, PooledBuf};
+use super::progress::Progress;
+use super::ImageError;
+
+/// How to reach the image server.
+#[derive(Debug, Clone)]
+pub struct HttpOptions {
+    /// Skip TLS verification (`ipa-insecure`).
+    pub insecure: bool,
+    /// CA bundle to trust instead of the system's.
+    pub cafile: Option<PathBuf>,
+    /// Proxy for http URLs (`image_info.proxies.http`).
+    pub http_proxy: Option<String>,
+    /// Proxy for https URLs.
+    pub https_proxy: Option<String>,
+    /// Hosts that bypass the proxies (`image_info.no_proxy`).
+    pub no_proxy: Option<String>,
+    /// Full `Authorization` header value.
+    pub authorization: Option<String>,
+    /// Longest time without a byte before the connection counts as dropped.
+    pub stall_timeout: Duration,
+    /// Limit on the whole download (`ipa-image-download-max-duration`).
+    pub total_timeout: Option<Duration>,
+    /// Retries after a failure that made no progress.
+    pub retries: u32,
+    /// Longest wait between retries (back-off starts at a second).
+    pub retry_interval: Duration,
+}
+
+impl Default for HttpOptions {
+    fn default() -> Self {
+        Self {
+            insecure: false,
+            cafile: None,
+            http_proxy: None,
+            https_proxy: None,
+            no_proxy: None,
+            authorization: None,
+            stall_timeout: Duration::from_secs(60),
+            total_timeout: None,
+            retries: 9,
+            retry_interval: Duration::from_secs(10),
+        }
+    }
+}
+
+impl HttpOptions {
+    /// `Authorization: Basic …` from a user and password.
+    pub fn set_basic_auth(&mut self, user: &str, password: &str) {
+        let token = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+        self.authorization = Some(format!("Basic {token}"));
+    }
+
+    /// Builds the HTTP client.
+    pub fn client(&self) -> Result<reqwest::Client, ImageError> {
+        let tls = crate::tls::client_config(self.insecure, self.cafile.as_deref())
+            .map_err(|e| ImageError::InvalidParams(format!("TLS settings: {e:#}")))?;
+        let mut b = reqwest::Client::builder()
+            .tls_backend_preconfigured(tls)
+            .connect_timeout(self.stall_timeout);
+        let no_proxy = self
+            .no_proxy
+            .as_deref()
+            .and_then(reqwest::NoProxy::from_string);
+        let proxy_err = |e: reqwest::Error| ImageError::InvalidParams(format!("proxy: {e}"));
+        if let Some(p) = &self.http_proxy {
+            b = b.proxy(
+                reqwest::Proxy::http(p)
+                    .map_err(proxy_err)?
+                    .no_proxy(no_proxy.clone()),
+            );
+        }
+        if let Some(p) = &self.https_proxy {
+            b = b.proxy(
+                reqwest::Proxy::https(p)
+                    .map_err(proxy_err)?
+                    .no_proxy(no_proxy.clone()),
+            );
+        }
+        b.build()
+            .map_err(|e| ImageError::InvalidParams(format!("HTTP client: {e}")))
+    }
+}
+
+/// How a fetch ended other than by reaching the end of the image.
+#[derive(Debug)]
+pub enum FetchEnd {
+    /// A later stage stopped taking data (its own error is the cause).
+    Stopped,
+    /// The source failed.
+    Failed(ImageError),
+}
+
+impl From<ImageError> for FetchEnd {
+    fn from(e: ImageError) -> Self {
+        Self::Failed(e)
+    }
+}
+
+/// Accumulates received bytes into pool buffers and hands full ones on.
+struct Emitter<'a> {
+    pool: &'a Pool,
+    progress: &'a Progress,
+    emit: &'a mut dyn FnMut(Block) -> bool,
+    cur: Option<PooledBuf>,
+    offset: u64,
+}
+
+impl Emitter<'_> {
+    fn push(&mut self, mut data: &[u8]) -> Result<(), FetchEnd> {
+        self.progress.add_downloaded(data.len() as u64);
+        self.offset += data.len() as u64;
+        while !data.is_empty() {
+            let cur = self.cur.get_or_insert_with(|| self.pool.take());
+            let n = cur.fill_from(data);
+            data = &data[n..];
+            if cur.is_full() {
+                self.flush()?;
+            }
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<(), FetchEnd> {
+        match self.cur.take() {
+            Some(buf) if !buf.is_empty() => {
+                if (self.emit)(Arc::new(buf)) {
+                    Ok(())
+                } else {
+                    Err(FetchEnd::Stopped)
+                }
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Reads the image at `url` (http(s), `file://` or a path) from the start,
+/// handing each full pool buffer to `emit` in order; `emit` returns false
+/// when the pipeline stopped. Returns the number of bytes read.
+pub fn fetch(
+    urls: &[String],
+    opts: &HttpOptions,
+    pool: &Pool,
+    progress: &Progress,
+    emit: &mut dyn FnMut(Block) -> bool,
+) -> Result<u64, FetchEnd> {
+    let first = urls
+        .first()
+        .ok_or_else(|| ImageError::InvalidParams("no image URL given".into()))?;
+    let mut out = Emitter {
+        pool,
+        progress,
+        emit,
+        cur: None,
+        offset: 0,
+    };
+    if first.starts_with("http://") || first.starts_with("https://") {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| {
+                ImageError::InvalidParams(format!("starting the download runtime: {e}"))
+            })?;
+        rt.block_on(fetch_http(urls, opts, &mut out))?;
+    } else {
+        fetch_file(first, &mut out)?;
+    }
+    out.flush()?;
+    Ok(out.offset)
+}
+
+/// Reads a small document (a checksum file) completely, at most `limit` bytes.
+pub fn fetch_small(url: &str, opts: &HttpOptions, limit: usize) -> Result<Vec<u8>, ImageError> {
+    let pool = Pool::new(1, 64 * 1024);
+    let progress = Progress::default();
+    let mut data = Vec::new();
+    let mut too_big = false;
+    let mut emit = |b: Block| {
+        data.extend_from_slice(&b);
+        too_big = data.len() > limit;
+        !too_big
+    };
+    let res = fetch(&[url.to_string()], opts, &pool, &progress, &mut emit);
+    match res {
+        Ok(_) => Ok(data),
+        Err(FetchEnd::Stopped) if too_big => Err(ImageError::ChecksumFile {
+            url: url.to_string(),
+            reason: format!("larger than {limit} bytes; not a checksum file"),
+        }),
+        Err(FetchEnd::Stopped) => unreachable!("only the size limit stops a small fetch"),
+        Err(FetchEnd::Failed(e)) => Err(e),
+    }
+}
+
+fn local_path(url: &str) -> &str {
+    url.strip_prefix("file://").unwrap_or(url)
+}
+
+fn fetch_file(url: &str, out: &mut Emitter<'_>) -> Result<(), FetchEnd> {
+    let path = local_path(url);
+    let fail = |e: std::io::Error| ImageError::Download {
+        url: url.to_string(),
+        attempts: 1,
+        offset: 0,
+        reason: e.to_string(),
+    };
+    let mut file = File::open(path).map_err(fail)?;
+    if let Ok(meta) = file.metadata() {
+        out.progress.set_download_total(meta.len());
+    }
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = match file.read(&mut buf) {
+            Ok(0) => return Ok(()),
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                return Err(ImageError::Download {
+                    url: url.to_string(),
+                    attempts: 1,
+                    offset: out.offset,
+                    reason: e.to_string(),
+                }
+                .into())
+            }
+        };
+        out.push(&buf[..n])?;
+    }
+}
+
+/// One attempt's failure: retried, or final.
+enum AttemptError {
+    Retry(String),
+    Fatal(FetchEnd),
+}
+
+impl From<FetchEnd> for AttemptError {
+    fn from(e: FetchEnd) -> Self {
+        Self::Fatal(e)
+    }
+}
+
+/// State kept across attempts of one HTTP download.
+struct HttpState {
+    total: Option<u64>,
+    etag: Option<HeaderValue>,
+}
+
+async fn fetch_http(
+    urls: &[String],
+    opts: &HttpOptions,
+    out: &mut Emitter<'_>,
+) -> Result<(), FetchEnd> {
+    let client = opts.client()?;
+    let started = Instant::now();
+    let mut state = HttpState {
+        total: None,
+        etag: None,
+    };
+    let mut url_idx = 0;
+    let mut failures = 0u32;
+    loop {
+        let url = &urls[url_idx];
+        let before = out.offset;
+        let attempt = attempt_http(&client, url, opts, &mut state, out, started);
+        let result = match opts.total_timeout {
+            Some(limit) => {
+                let left = limit.saturating_sub(started.elapsed());
+                match tokio::time::timeout(left, attempt).await {
+                    Ok(r) => r,
+                    Err(_) => {
+                        return Err(ImageError::TotalTimeout {
+                            url: url.clone(),
+                            secs: limit.as_secs(),
+                            offset: out.offset,
+                        }
+                        .into())
+                    }
+                }
+            }
+            None => attempt.await,
+        };
+        let reason = match result {
+            Ok(()) => return Ok(()),
+            Err(AttemptError::Fatal(e)) => return Err(e),
+            Err(AttemptError::Retry(reason)) => reason,
+        };
+        if out.offset > before {
+            failures = 0;
+        } else if urls.len() > 1 {
+            url_idx = (url_idx + 1) % urls.len();
+        }
+        failures += 1;
+        if failures > opts.retries {
+            return Err(ImageError::Download {
+                url: url.clone(),
+                attempts: failures,
+                offset: out.offset,
+                reason,
+            }
+            .into());
+        }
+        out.progress.add_resume();
+        let wait = Duration::from_secs(1 << (failures - 1).min(4)).min(opts.retry_interval);
+        tracing::warn!(
+            url = %url, offset = out.offset, attempt = failures, retries = opts.retries,
+            "image download interrupted ({reason}); resuming in {wait:?}"
+        );
+        tokio::time::sleep(wait).await;
+    }
+}
+
+async fn attempt_http(
+    client: &reqwest::Client,
+    url: &str,
+    opts: &HttpOptions,
+    state: &mut HttpState,
+    out: &mut Emitter<'_>,
+    started: Instant,
+) -> Result<(), AttemptError> {
+    let mut headers = HeaderMap::new();
+    if let Some(auth) = &opts.authorization {
+        let v = HeaderValue::from_str(auth).map_err(|_| {
+            FetchEnd::Failed(ImageError::InvalidParams(
+                "the Authorization value is not a valid header".into(),
+            ))
+        })?;
+        headers.insert(AUTHORIZATION, v);
+    }
+    let offset = out.offset;
+    if offset > 0 {
+        let range = HeaderValue::from_str(&format!("bytes={offset}-")).expect("ASCII");
+        headers.insert(RANGE, range);
+        if let Some(etag) = &state.etag {
+            headers.insert(IF_RANGE, etag.clone());
+        }
+    }
+    let stall = opts.stall_timeout;
+    let resp = match tokio::time::timeout(stall, client.get(url).headers(headers).send()).await {
+        Err(_) => return Err(AttemptError::Retry(format!("no response within {stall:?}"))),
+        Ok(Err(e)) => {
+            return Err(AttemptError::Retry(crate::conductor::client::error_chain(
+                &e,
+            )))
+        }
+        Ok(Ok(r)) => r,
+    };
+    let status = resp.status();
+    if status.is_client_error() {
+        return Err(FetchEnd::Failed(ImageError::HttpStatus {
+            url: url.to_string(),
+            status: status.as_u16(),
+        })
+        .into());
+    }
+    if !status.is_success() {
+        return Err(AttemptError::Retry(format!("HTTP {status}")));
+    }
+    let mut skip = 0u64;
+    match status {
+        StatusCode::PARTIAL_CONTENT => {
+            let (start, total) = resp
+                .headers()
+                .get(CONTENT_RANGE)
+                .and_then(|v| v.to_str().ok())
+                .and_then(parse_content_range)
+                .ok_or_else(|| AttemptError::Retry("206 without a usable Content-Range".into()))?;
+            if start != offset {
+                return Err(AttemptError::Retry(format!(
+                    "asked for byte {offset}, server sent from byte {start}"
+                )));
+            }
+            if total.is_some() {
+                state.total = total;
+            }
+        }
+        _ => {
+            if offset > 0 {
+                tracing::warn!(
+                    url,
+                    offset,
+                    "server ignored the Range request; reading from the start again"
+                );
+                skip = offset;
+            }
+            state.total = resp.content_length();
+            state.etag = resp.headers().get(ETAG).cloned();
+        }
+    }
+    if let Some(t) = state.total {
+        out.progress.set_download_total(t);
+    }
+    let mut resp = resp;
+    loop {
+        let chunk = match tokio::time::timeout(stall, resp.chunk()).await {
+            Err(_) => {
+                return Err(AttemptError::Retry(format!(
+                    "stalled: no data for {} s at byte {} (after {:.0} s)",
+                    stall.as_secs_f64(),
+                    out.offset,
+                    started.elapsed().as_secs_f64()
+                )))
+            }
+            Ok(Err(e)) => {
+                return Err(AttemptError::Retry(crate::conductor::client::error_chain(
+                    &e,
+                )))
+            }
+            Ok(Ok(None)) => break,
+            Ok(Ok(Some(c))) => c,
+        };
+        let mut data = &chunk[..];
+        if skip > 0 {
+            let n = (skip.min(data.len() as u64)) as usize;
+            skip -= n as u64;
+            data = &data[n..];
+        }
+        if !data.is_empty() {
+            out.push(data)?;
+        }
+    }
+    match state.total {
+        Some(t) if out.offset < t => Err(AttemptError::Retry(format!(
+            "connection closed at byte {} of {t}",
+            out.offset
+        ))),
+        Some(t) if out.offset > t => Err(FetchEnd::Failed(ImageError::Download {
+            url: url.to_string(),
+            attempts: 1,
+            offset: out.offset,
+            reason: format!("server sent more than the {t} bytes it announced"),
+        })
+        .into()),
+        _ if skip > 0 => Err(AttemptError::Retry(format!(
+            "the full reply ended before byte {offset}"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// `bytes 100-199/1000` → `(100, Some(1000))`; `*` totals give `None`.
+fn parse_content_range(v: &str) -> Option<(u64, Option<u64>)> {
+    let rest = v.trim().strip_prefix("bytes ")?;
+    let (range, total) = rest.split_once('/')?;
+    let start = range.split_once('-')?.0.trim().parse().ok()?;
+    let total = total.trim().parse().ok();
+    Some((start, total))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn content_range_is_parsed() {
+        assert_eq!(
+            parse_content_range("bytes 100-199/1000"),
+            Some((100, Some(1000)))
+        );
+        assert_eq!(parse_content_range("bytes 5-9/*"), Some((5, None)));
+        assert_eq!(parse_content_range("items 1-2/3"), None);
+    }
+
+    #[test]
+    fn basic_auth_header() {
+        let mut o = HttpOptions::default();
+        o.set_basic_auth("user", "pass");
+        assert_eq!(o.authorization.as_deref(), Some("Basic dXNlcjpwYXNz"));
+    }
+
+    #[test]
+    fn local_file_is_read_in_full_buffers() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("img");
+        let data: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
+        std::fs::write(&path, &data).unwrap();
+        let pool = Pool::new(2, 4096);
+        let progress = Progress::default();
+        let mut got = Vec::new();
+        let mut sizes = Vec::new();
+        let n = fetch(
+            &[format!("file://{}", path.display())],
+            &HttpOptions::default(),
+            &pool,
+            &progress,
+            &mut |b| {
+                sizes.push(b.len());
+                got.extend_from_slice(&b);
+                true
+            },
+        )
+        .unwrap();
+        assert_eq!(n, 10_000);
+        assert_eq!(got, data);
+        assert_eq!(sizes, vec![4096, 4096, 1808]);
+        let err = fetch(
+            &["/nonexistent/img".into()],
+            &HttpOptions::default(),
+            &pool,
+            &progress,
+            &mut |_| true,
+        )
+        .unwrap_err();
+        assert!(
+            matches!(err, FetchEnd::Failed(ImageError::Download { ref url, .. }) if url == "/nonexistent/img")
+        );
+    }
+}

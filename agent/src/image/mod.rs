@@ -1,0 +1,274 @@
+//! Streaming image write (spec §5): download, decompress or convert, hash
+//! and write to the target device at once, in bounded memory, and leave the
+//! disk bootable only when the checksum matched.
+//!
+//! Pipeline (threads joined by bounded channels; buffers from fixed pools):
+//!
+//! ```text
+//!            ┌─▶ hash (the bytes as downloaded) ───────────────┐
+//! fetch ─────┤                                                 ├─▶ verify ─▶ commit | abort
+//!            └─▶ decode (raw │ gzip │ zstd │ xz │ qcow2) ─▶ write┘
+//! ```
+//!
+//! [`fetch`] owns sources and resumption, [`checksum`] the digests,
+//! [`format`] and [`decode`] the formats, [`target`] the fail-closed device
+//! protocol (first MiB held back until verified), [`gpt`] the backup-GPT
+//! move, [`progress`] the counters shown by the API and the CLI, [`info`]
+//! the conductor's `image_info`.
+
+pub mod buffers;
+pub mod checksum;
+pub mod decode;
+pub mod error;
+pub mod fetch;
+pub mod format;
+pub mod gpt;
+pub mod info;
+pub mod progress;
+pub mod qcow2;
+pub mod target;
+
+use std::path::Path;
+use std::sync::mpsc::sync_channel;
+use std::time::Instant;
+
+pub use error::ImageError;
+
+use buffers::{Block, Pool};
+use checksum::{ChecksumSource, ChecksumSpec, Expected, Hasher};
+use decode::{DecodeEnd, WriteOp};
+use fetch::{FetchEnd, HttpOptions};
+use format::Format;
+use progress::{Phase, Progress};
+use target::Target;
+
+use crate::disk::{Device, WritePolicy};
+
+/// Download buffers: 8 × 2 MiB.
+const FETCH_BUFFERS: (usize, usize) = (8, 2 << 20);
+/// Decoded-output buffers: 4 × 4 MiB.
+const OUTPUT_BUFFERS: (usize, usize) = (4, 4 << 20);
+/// Largest checksum file accepted.
+const CHECKSUM_FILE_LIMIT: usize = 1 << 20;
+
+/// What to write.
+#[derive(Debug, Clone)]
+pub struct WriteRequest {
+    /// Image locations, tried in order.
+    pub urls: Vec<String>,
+    /// The checksum to verify.
+    pub checksum: ChecksumSpec,
+    /// Whether MD5 checksums are acceptable.
+    pub md5_allowed: bool,
+    /// A format the caller insists on; `None` detects it.
+    pub format: Option<Format>,
+    /// Network settings.
+    pub http: HttpOptions,
+}
+
+/// What was written.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WriteReport {
+    /// Device written.
+    pub device: String,
+    /// Bytes of disk content the image defines.
+    pub image_size: u64,
+    /// Bytes downloaded (and hashed).
+    pub downloaded: u64,
+    /// Detected format.
+    pub format: Format,
+    /// A qcow2 found inside a compressed stream.
+    pub inner: Option<Format>,
+    /// The verified digest.
+    pub digest: Expected,
+    /// Wall time.
+    pub seconds: f64,
+    /// MBR disk signature (`root uuid` of whole-disk images).
+    pub mbr_signature: u32,
+    /// True when the backup GPT was moved to the disk's end.
+    pub gpt_moved: bool,
+    /// Connections resumed.
+    pub resumes: u64,
+}
+
+/// Resolves the expected digest, fetching a checksum file if needed.
+pub fn resolve_checksum(req: &WriteRequest) -> Result<Expected, ImageError> {
+    match &req.checksum.source {
+        ChecksumSource::Literal(hex) => Expected::new(req.checksum.algo, hex, req.md5_allowed),
+        ChecksumSource::Url(url) => {
+            let file_err = |reason: String| ImageError::ChecksumFile {
+                url: url.clone(),
+                reason,
+            };
+            let data =
+                fetch::fetch_small(url, &req.http, CHECKSUM_FILE_LIMIT).map_err(|e| match e {
+                    e @ ImageError::ChecksumFile { .. } => e,
+                    e => file_err(e.to_string()),
+                })?;
+            let text = String::from_utf8_lossy(&data);
+            let name =
+                checksum::file_name_of(req.urls.first().map(String::as_str).unwrap_or_default());
+            let hex = checksum::find_in_checksum_file(&text, &name)
+                .ok_or_else(|| file_err(format!("no checksum listed for {name:?}")))?;
+            Expected::new(req.checksum.algo, &hex, req.md5_allowed)
+                .map_err(|e| file_err(e.to_string()))
+        }
+    }
+}
+
+/// Writes the image to `device` (checked against `policy`), verifying its
+/// checksum; on any failure the device is left without a partition table.
+pub fn write_image(
+    req: &WriteRequest,
+    device: &Path,
+    policy: &WritePolicy,
+    progress: &Progress,
+) -> Result<WriteReport, ImageError> {
+    let started = Instant::now();
+    let url = req
+        .urls
+        .first()
+        .cloned()
+        .ok_or_else(|| ImageError::InvalidParams("no image URL given".into()))?;
+    policy.check(&Device::open(device)?)?;
+    let expected = resolve_checksum(req)?;
+    progress.set_phase(Phase::Preparing);
+    let mut target = Target::open(device)?;
+    tracing::info!(device = %device.display(), url = %url, algo = expected.algo.name(), "writing image");
+    progress.set_phase(Phase::Writing);
+
+    let result = run_pipeline(req, &url, &expected, &mut target, progress);
+    match result {
+        Ok((downloaded, decoded)) => {
+            progress.set_phase(Phase::Committing);
+            let committed = target
+                .commit()
+                .inspect_err(|_| progress.set_phase(Phase::Failed))?;
+            progress.set_phase(Phase::Done);
+            let report = WriteReport {
+                device: device.display().to_string(),
+                image_size: committed.image_size,
+                downloaded,
+                format: decoded.format,
+                inner: decoded.inner,
+                digest: expected,
+                seconds: started.elapsed().as_secs_f64(),
+                mbr_signature: committed.mbr_signature,
+                gpt_moved: committed.gpt_moved,
+                resumes: progress.snapshot().resumes,
+            };
+            tracing::info!(
+                device = %report.device, size = report.image_size, format = %report.format,
+                seconds = format!("{:.1}", report.seconds), "image written and verified"
+            );
+            Ok(report)
+        }
+        Err(e) => {
+            progress.set_phase(Phase::Failed);
+            tracing::error!(device = %device.display(), "image write failed: {e}; wiping the partition tables");
+            if let Err(wipe) = target.abort() {
+                tracing::error!("wiping after the failure also failed: {wipe}");
+            }
+            Err(e)
+        }
+    }
+}
+
+fn run_pipeline(
+    req: &WriteRequest,
+    url: &str,
+    expected: &Expected,
+    target: &mut Target,
+    progress: &Progress,
+) -> Result<(u64, decode::Decoded), ImageError> {
+    let fetch_pool = Pool::new(FETCH_BUFFERS.0, FETCH_BUFFERS.1);
+    let out_pool = Pool::new(OUTPUT_BUFFERS.0, OUTPUT_BUFFERS.1);
+    let (hash_tx, hash_rx) = sync_channel::<Block>(FETCH_BUFFERS.0);
+    let (dec_tx, dec_rx) = sync_channel::<Block>(FETCH_BUFFERS.0);
+    let (op_tx, op_rx) = sync_channel::<WriteOp>(OUTPUT_BUFFERS.0);
+
+    std::thread::scope(|s| {
+        let fetcher = std::thread::Builder::new()
+            .name("image-fetch".into())
+            .spawn_scoped(s, move || {
+                let mut emit = |b: Block| hash_tx.send(b.clone()).is_ok() && dec_tx.send(b).is_ok();
+                fetch::fetch(&req.urls, &req.http, &fetch_pool, progress, &mut emit)
+            })
+            .expect("spawning the fetch thread");
+        let algo = expected.algo;
+        let hasher = std::thread::Builder::new()
+            .name("image-hash".into())
+            .spawn_scoped(s, move || {
+                let mut h = Hasher::new(algo);
+                let mut n = 0u64;
+                for b in hash_rx {
+                    h.update(&b);
+                    n += b.len() as u64;
+                }
+                (h.finish_hex(), n)
+            })
+            .expect("spawning the hash thread");
+        let out_pool = &out_pool;
+        let decoder = std::thread::Builder::new()
+            .name("image-decode".into())
+            .spawn_scoped(s, move || {
+                decode::decode(dec_rx, op_tx, req.format, out_pool, url, progress)
+            })
+            .expect("spawning the decode thread");
+
+        let mut write_err = None;
+        for op in op_rx.iter() {
+            let r = match op {
+                WriteOp::Shared { offset, block } => target.write(offset, &block, progress),
+                WriteOp::Owned { offset, buf } => target.write(offset, &buf, progress),
+                WriteOp::Zero { offset, len } => target.zero(offset, len, progress),
+                WriteOp::Size(n) => target.check_fits(n),
+            };
+            if let Err(e) = r {
+                write_err = Some(e);
+                break;
+            }
+        }
+        drop(op_rx);
+
+        let fetched = fetcher.join().expect("fetch thread panicked");
+        let decoded = decoder.join().expect("decode thread panicked");
+        let (digest, hashed) = hasher.join().expect("hash thread panicked");
+
+        let downloaded = match fetched {
+            Err(FetchEnd::Failed(e)) => return Err(e),
+            Ok(n) => Some(n),
+            Err(FetchEnd::Stopped) => None,
+        };
+        if let Some(e) = write_err {
+            return Err(e);
+        }
+        let decoded = match decoded {
+            Ok(d) => d,
+            Err(DecodeEnd::Failed(e)) => return Err(e),
+            Err(DecodeEnd::Stopped) => {
+                return Err(ImageError::Write {
+                    device: String::new(),
+                    reason: "the writer stopped without an error (internal)".into(),
+                })
+            }
+        };
+        let Some(downloaded) = downloaded else {
+            return Err(ImageError::Corrupt {
+                format: decoded.format.name(),
+                url: url.to_string(),
+                reason: "the image ended before the download did".into(),
+            });
+        };
+        if digest != expected.hex {
+            return Err(ImageError::ChecksumMismatch {
+                url: url.to_string(),
+                algo: expected.algo.name(),
+                expected: expected.hex.clone(),
+                actual: digest,
+                bytes: hashed,
+            });
+        }
+        Ok((downloaded, decoded))
+    })
+}

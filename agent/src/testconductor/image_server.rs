@@ -1,0 +1,252 @@
+//! A stand-in image server for tests, the demo and the benchmark: HTTP/1.1
+//! on loopback, files sent with sendfile(2), byte ranges, keep-alive, and
+//! scripted faults per request (drop the connection after N bytes, stall,
+//! ignore Range, answer an error status) to exercise resumption and the
+//! error paths of the image pipeline.
+
+use std::collections::{HashMap, VecDeque};
+use std::fs::File;
+use std::io::{BufRead, BufReader, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsFd;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// What the server does with one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// Serve normally.
+    None,
+    /// Send this many body bytes, then close the connection.
+    DropAfter(u64),
+    /// Send the file up to this byte offset, then send nothing more (until
+    /// the client gives up or the server stops).
+    StallAt(u64),
+    /// Answer 200 with the whole file even when a range was asked for.
+    IgnoreRange,
+    /// Answer with this status and no body.
+    Status(u16),
+}
+
+#[derive(Debug)]
+struct Route {
+    file: PathBuf,
+    script: VecDeque<Fault>,
+    then: Fault,
+}
+
+/// One request as the server saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Seen {
+    /// Path.
+    pub path: String,
+    /// `Range` header, if any.
+    pub range: Option<String>,
+    /// `Authorization` header, if any.
+    pub authorization: Option<String>,
+}
+
+#[derive(Debug, Default)]
+struct Shared {
+    routes: Mutex<HashMap<String, Route>>,
+    seen: Mutex<Vec<Seen>>,
+    stop: AtomicBool,
+}
+
+/// A running server; stopped on drop.
+#[derive(Debug)]
+pub struct ImageServer {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+}
+
+impl ImageServer {
+    /// Starts on a free loopback port.
+    pub fn start() -> std::io::Result<Self> {
+        let listener = TcpListener::bind("127.0.0.1:0")?;
+        let addr = listener.local_addr()?;
+        let shared = Arc::new(Shared::default());
+        let s = shared.clone();
+        std::thread::Builder::new()
+            .name("image-server".into())
+            .spawn(move || {
+                for conn in listener.incoming() {
+                    if s.stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    if let Ok(conn) = conn {
+                        let s = s.clone();
+                        std::thread::spawn(move || serve(conn, &s));
+                    }
+                }
+            })?;
+        Ok(Self { addr, shared })
+    }
+
+    /// `http://127.0.0.1:PORT{path}`.
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// Serves `file` at `path`: the faults in `script` apply to the first
+    /// requests in turn, `then` to every later one.
+    pub fn route(&self, path: &str, file: impl Into<PathBuf>, script: &[Fault], then: Fault) {
+        let route = Route {
+            file: file.into(),
+            script: script.iter().copied().collect(),
+            then,
+        };
+        self.shared
+            .routes
+            .lock()
+            .expect("routes")
+            .insert(path.to_string(), route);
+    }
+
+    /// Every request so far.
+    pub fn seen(&self) -> Vec<Seen> {
+        self.shared.seen.lock().expect("seen").clone()
+    }
+}
+
+impl Drop for ImageServer {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Relaxed);
+        // Wake the accept loop.
+        let _ = TcpStream::connect(self.addr);
+    }
+}
+
+fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.as_str())
+}
+
+fn serve(conn: TcpStream, shared: &Shared) {
+    let Ok(read_half) = conn.try_clone() else {
+        return;
+    };
+    let mut reader = BufReader::new(read_half);
+    loop {
+        let mut request_line = String::new();
+        if reader.read_line(&mut request_line).unwrap_or(0) == 0 {
+            return;
+        }
+        let mut headers = Vec::new();
+        loop {
+            let mut line = String::new();
+            if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                return;
+            }
+            let line = line.trim_end();
+            if line.is_empty() {
+                break;
+            }
+            if let Some((k, v)) = line.split_once(':') {
+                headers.push((k.trim().to_string(), v.trim().to_string()));
+            }
+        }
+        let path = request_line
+            .split_whitespace()
+            .nth(1)
+            .unwrap_or("/")
+            .to_string();
+        let range = header(&headers, "range").map(str::to_string);
+        shared.seen.lock().expect("seen").push(Seen {
+            path: path.clone(),
+            range: range.clone(),
+            authorization: header(&headers, "authorization").map(str::to_string),
+        });
+        let (file, fault) = {
+            let mut routes = shared.routes.lock().expect("routes");
+            match routes.get_mut(&path) {
+                Some(r) => (r.file.clone(), r.script.pop_front().unwrap_or(r.then)),
+                None => (PathBuf::new(), Fault::Status(404)),
+            }
+        };
+        if !respond(&conn, &file, range.as_deref(), fault, shared) {
+            let _ = conn.shutdown(Shutdown::Both);
+            return;
+        }
+    }
+}
+
+/// Sends one response; false when the connection must close.
+fn respond(
+    mut conn: &TcpStream,
+    path: &PathBuf,
+    range: Option<&str>,
+    fault: Fault,
+    shared: &Shared,
+) -> bool {
+    if let Fault::Status(code) = fault {
+        let _ = write!(conn, "HTTP/1.1 {code} Fault\r\nContent-Length: 0\r\n\r\n");
+        return true;
+    }
+    let Ok(file) = File::open(path) else {
+        let _ = write!(conn, "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n");
+        return true;
+    };
+    let size = file.metadata().map(|m| m.len()).unwrap_or(0);
+    let start = match (range, fault) {
+        (Some(r), f) if f != Fault::IgnoreRange => r
+            .strip_prefix("bytes=")
+            .and_then(|r| r.split('-').next())
+            .and_then(|s| s.parse::<u64>().ok())
+            .unwrap_or(0),
+        _ => 0,
+    };
+    let etag = format!("\"{size:x}\"");
+    let head = if range.is_some() && fault != Fault::IgnoreRange {
+        if start >= size {
+            let _ = write!(conn, "HTTP/1.1 416 Range Not Satisfiable\r\nContent-Range: bytes */{size}\r\nContent-Length: 0\r\n\r\n");
+            return true;
+        }
+        format!(
+            "HTTP/1.1 206 Partial Content\r\nContent-Length: {}\r\nContent-Range: bytes {start}-{}/{size}\r\nETag: {etag}\r\nAccept-Ranges: bytes\r\n\r\n",
+            size - start,
+            size - 1
+        )
+    } else {
+        format!("HTTP/1.1 200 OK\r\nContent-Length: {size}\r\nETag: {etag}\r\nAccept-Ranges: bytes\r\n\r\n")
+    };
+    if conn.write_all(head.as_bytes()).is_err() {
+        return false;
+    }
+    let limit = match fault {
+        Fault::DropAfter(n) => n.min(size - start),
+        Fault::StallAt(n) => n.saturating_sub(start).min(size - start),
+        _ => size - start,
+    };
+    let mut offset = start as i64;
+    let end = start + limit;
+    while (offset as u64) < end {
+        let count = ((end - offset as u64) as usize).min(4 << 20);
+        match nix::sys::sendfile::sendfile64(conn.as_fd(), file.as_fd(), Some(&mut offset), count) {
+            Ok(0) | Err(_) => return false,
+            Ok(_) => {}
+        }
+    }
+    match fault {
+        Fault::DropAfter(_) => false,
+        Fault::StallAt(_) => {
+            while !shared.stop.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(50));
+                // The client gave up and closed: stop stalling.
+                let mut probe = [0u8; 1];
+                conn.set_nonblocking(true).ok();
+                let gone = matches!(std::io::Read::read(&mut conn, &mut probe), Ok(0));
+                conn.set_nonblocking(false).ok();
+                if gone {
+                    break;
+                }
+            }
+            false
+        }
+        _ => true,
+    }
+}

@@ -1,0 +1,411 @@
+//! Image-write benchmark (issue 4): generates a GPT disk image with random,
+//! compressible and zero regions in a tmpfs, serves it and its zstd, gzip,
+//! xz and qcow2 variants from a loopback HTTP server, and writes each with
+//! `agent write-image` to a tmpfs-backed loop device, checking the result.
+//! In the same run it measures the bounds (sha256 alone, each decompressor
+//! alone) and the baselines (`curl | sha256sum | dd oflag=direct`,
+//! `qemu-img convert -O raw` from a local file) and prints ratios.
+//!
+//! Usage (root): `image-bench [--size-mib 2048] [--reps 2] [--agent PATH]
+//! [--only raw,zstd,gzip,xz,qcow2,qcow2c] [--check-targets]`
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use hardware_tests::loopdev::LoopDevice;
+
+const MIB: u64 = 1 << 20;
+
+struct Opts {
+    size_mib: u64,
+    reps: usize,
+    agent: PathBuf,
+    check: bool,
+    only: Option<Vec<String>>,
+}
+
+fn parse_args() -> Result<Opts> {
+    let mut o = Opts {
+        size_mib: 2048,
+        reps: 2,
+        agent: hardware_tests::repo_root().join("target/release/agent"),
+        check: false,
+        only: None,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--size-mib" => o.size_mib = args.next().context("--size-mib N")?.parse()?,
+            "--reps" => o.reps = args.next().context("--reps N")?.parse::<usize>()?.max(1),
+            "--agent" => o.agent = args.next().context("--agent PATH")?.into(),
+            "--check-targets" => o.check = true,
+            "--only" => {
+                o.only = Some(
+                    args.next()
+                        .context("--only raw,zstd,gzip,xz,qcow2,qcow2c")?
+                        .split(',')
+                        .map(str::to_string)
+                        .collect(),
+                )
+            }
+            other => bail!("unknown argument {other:?}"),
+        }
+    }
+    if o.size_mib < 64 || o.size_mib % 64 != 0 {
+        bail!("--size-mib must be a multiple of 64, at least 64");
+    }
+    Ok(o)
+}
+
+fn sh(script: &str) -> Result<String> {
+    hardware_tests::run(Command::new("bash").args(["-o", "pipefail", "-c", script]))
+}
+
+/// Best (shortest) wall time of `reps` runs of `f`.
+fn best<T>(reps: usize, mut f: impl FnMut() -> Result<T>) -> Result<(f64, T)> {
+    let mut out = None;
+    for _ in 0..reps {
+        let t = Instant::now();
+        let v = f()?;
+        let s = t.elapsed().as_secs_f64();
+        if out.as_ref().is_none_or(|(b, _)| s < *b) {
+            out = Some((s, v));
+        }
+    }
+    Ok(out.expect("reps ≥ 1"))
+}
+
+fn mbps(bytes: u64, secs: f64) -> f64 {
+    bytes as f64 / secs / 1e6
+}
+
+/// Segments of 64 MiB: 20 MiB random, 20 MiB text, 24 MiB zeros; a GPT
+/// with one partition over it all.
+fn generate(path: &Path, size: u64) -> Result<()> {
+    use std::io::Write;
+    let mut f = std::fs::File::create(path)?;
+    let mut rng = fastrand::Rng::with_seed(2026);
+    let mut random = vec![0u8; (20 * MIB) as usize];
+    let mut line_no = 0u64;
+    for _ in 0..size / (64 * MIB) {
+        rng.fill(&mut random);
+        f.write_all(&random)?;
+        let mut text = Vec::with_capacity((20 * MIB) as usize);
+        while (text.len() as u64) < 20 * MIB {
+            line_no += 1;
+            writeln!(
+                text,
+                "{line_no:>10} /usr/lib/x86_64-linux-gnu/libexample.so.{} ok",
+                line_no % 97
+            )?;
+        }
+        text.truncate((20 * MIB) as usize);
+        f.write_all(&text)?;
+        f.write_all(&vec![0u8; (24 * MIB) as usize])?;
+    }
+    drop(f);
+    sh(&format!(
+        "printf 'label: gpt\\nstart=2048, name=root\\n' | sfdisk --quiet --no-reread --no-tell-kernel {}",
+        path.display()
+    ))?;
+    Ok(())
+}
+
+fn sha256_file(path: &Path) -> Result<String> {
+    let mut f = std::fs::File::open(path)?;
+    let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+    let mut buf = vec![0u8; 4 << 20];
+    loop {
+        let n = f.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        ctx.update(&buf[..n]);
+    }
+    Ok(ctx
+        .finish()
+        .as_ref()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect())
+}
+
+fn sha256_prefix(path: &Path, len: u64) -> Result<String> {
+    let out = sh(&format!("head -c {len} {} | sha256sum", path.display()))?;
+    Ok(out
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_string())
+}
+
+fn decompress_rate(kind: &str, data: &[u8], out_bytes: u64, reps: usize) -> Result<f64> {
+    let (s, n) = best(reps, || {
+        let mut sink = std::io::sink();
+        let n = match kind {
+            "zstd" => std::io::copy(&mut zstd::stream::read::Decoder::new(data)?, &mut sink)?,
+            "gzip" => std::io::copy(&mut flate2::read::MultiGzDecoder::new(data), &mut sink)?,
+            _ => std::io::copy(
+                &mut liblzma::read::XzDecoder::new_multi_decoder(data),
+                &mut sink,
+            )?,
+        };
+        Ok(n)
+    })?;
+    if n != out_bytes {
+        bail!("{kind} decompressed to {n} bytes, expected {out_bytes}");
+    }
+    Ok(mbps(out_bytes, s))
+}
+
+struct Ours {
+    secs: f64,
+    peak_rss_mib: f64,
+}
+
+fn run_agent(
+    o: &Opts,
+    url: &str,
+    digest: &str,
+    dev: &Path,
+    image_sha: &str,
+    size: u64,
+) -> Result<Ours> {
+    let (secs, out) = best(o.reps, || {
+        let out = hardware_tests::run(
+            Command::new(&o.agent)
+                .args([
+                    "write-image",
+                    "--image",
+                    url,
+                    "--checksum",
+                    &format!("sha256:{digest}"),
+                    "--device",
+                ])
+                .arg(dev)
+                .env("RUST_LOG", "warn"),
+        )?;
+        let got = sha256_prefix(dev, size)?;
+        if got != image_sha {
+            bail!("{url}: the device does not hold the image afterwards ({got})");
+        }
+        Ok(out)
+    })?;
+    let peak = out
+        .split("peak memory ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|v| v.parse::<f64>().ok())
+        .with_context(|| format!("no peak memory in the agent's output: {out}"))?;
+    Ok(Ours {
+        secs,
+        peak_rss_mib: peak,
+    })
+}
+
+fn main() -> Result<()> {
+    let o = parse_args()?;
+    hardware_tests::require_root("the image benchmark (loop devices)");
+    if !o.agent.exists() {
+        bail!(
+            "{} not found; build it first (cargo build --release -p agent)",
+            o.agent.display()
+        );
+    }
+    let size = o.size_mib * MIB;
+    let dir = tempfile::tempdir_in("/dev/shm").context("a tmpfs at /dev/shm is needed")?;
+    let d = dir.path();
+    let img = d.join("disk.img");
+    eprintln!("generating a {} MiB image in {} …", o.size_mib, d.display());
+    generate(&img, size)?;
+    let p = |n: &str| d.join(n).display().to_string();
+    sh(&format!(
+        "zstd -q -T2 -3 -k {} -o {}",
+        p("disk.img"),
+        p("disk.img.zst")
+    ))?;
+    sh(&format!(
+        "gzip -1 -c {} > {}",
+        p("disk.img"),
+        p("disk.img.gz")
+    ))?;
+    sh(&format!(
+        "xz -T2 -1 -c {} > {}",
+        p("disk.img"),
+        p("disk.img.xz")
+    ))?;
+    sh(&format!(
+        "qemu-img convert -f raw -O qcow2 {} {}",
+        p("disk.img"),
+        p("disk.qcow2")
+    ))?;
+    sh(&format!(
+        "qemu-img convert -c -f raw -O qcow2 {} {}",
+        p("disk.img"),
+        p("disk-c.qcow2")
+    ))?;
+
+    let server = agent::testconductor::image_server::ImageServer::start()?;
+    let variants = [
+        "disk.img",
+        "disk.img.zst",
+        "disk.img.gz",
+        "disk.img.xz",
+        "disk.qcow2",
+        "disk-c.qcow2",
+    ];
+    let mut digests = Vec::new();
+    for v in variants {
+        server.route(
+            &format!("/{v}"),
+            d.join(v),
+            &[],
+            agent::testconductor::image_server::Fault::None,
+        );
+        digests.push(sha256_file(&d.join(v))?);
+    }
+    let image_sha = digests[0].clone();
+    let loopdev = LoopDevice::new_in(d, size)?;
+    let dev = loopdev.path.clone();
+
+    // Bounds.
+    let (s, _) = best(o.reps, || {
+        sh(&format!("openssl dgst -sha256 {}", p("disk.img")))
+    })?;
+    let sha_openssl = mbps(size, s);
+    let (s, _) = best(o.reps, || sha256_file(&img))?;
+    let sha_ring = mbps(size, s);
+    let sha_bound = sha_openssl.max(sha_ring);
+    let read = |n: &str| std::fs::read(d.join(n));
+    let zst = read("disk.img.zst")?;
+    let gz = read("disk.img.gz")?;
+    let xz = read("disk.img.xz")?;
+    let dec_zstd = decompress_rate("zstd", &zst, size, o.reps)?;
+    let dec_gzip = decompress_rate("gzip", &gz, size, o.reps)?;
+    let dec_xz = decompress_rate("xz", &xz, size, 1)?;
+
+    // Baselines.
+    let curl = |name: &str, filter: &str| -> Result<f64> {
+        let (s, _) = best(o.reps, || {
+            sh(&format!(
+                "curl -sf {} | tee >(sha256sum > {}) | {filter} dd of={} bs=4M oflag=direct iflag=fullblock status=none",
+                server.url(&format!("/{name}")),
+                p("curl.sum"),
+                dev.display()
+            ))
+        })?;
+        Ok(mbps(size, s))
+    };
+    let base_raw = curl("disk.img", "")?;
+    let base_zstd = curl("disk.img.zst", "zstd -dc |")?;
+    let (s, _) = best(o.reps, || {
+        sh(&format!(
+            "qemu-img convert -n -f qcow2 -O raw {} {}",
+            p("disk.qcow2"),
+            dev.display()
+        ))
+    })?;
+    let qemu_plain = mbps(size, s);
+    let (s, _) = best(o.reps, || {
+        sh(&format!(
+            "qemu-img convert -n -f qcow2 -O raw {} {}",
+            p("disk-c.qcow2"),
+            dev.display()
+        ))
+    })?;
+    let qemu_comp = mbps(size, s);
+
+    // Ours.
+    let mut rows = Vec::new();
+    let short = ["raw", "zstd", "gzip", "xz", "qcow2", "qcow2c"];
+    for (i, v) in variants.iter().enumerate() {
+        if o.only
+            .as_ref()
+            .is_some_and(|only| !only.iter().any(|x| x == short[i]))
+        {
+            continue;
+        }
+        let r = run_agent(
+            &o,
+            &server.url(&format!("/{v}")),
+            &digests[i],
+            &dev,
+            &image_sha,
+            size,
+        )?;
+        let file_len = std::fs::metadata(d.join(v))?.len();
+        rows.push((*v, file_len, r));
+    }
+
+    println!(
+        "\nimage: {} MiB GPT disk (per 64 MiB: 20 random, 20 text, 24 zeros), loop device on tmpfs",
+        o.size_mib
+    );
+    println!("bounds, same run: sha256 openssl {sha_openssl:.0} MB/s, ring {sha_ring:.0} MB/s; decompress-only (output) zstd {dec_zstd:.0}, gzip {dec_gzip:.0}, xz {dec_xz:.0} MB/s");
+    println!("baselines: curl|sha256sum|dd raw {base_raw:.0} MB/s, with zstd -dc {base_zstd:.0} MB/s; qemu-img convert -O raw (local) {qemu_plain:.0} MB/s plain, {qemu_comp:.0} MB/s compressed qcow2\n");
+    println!(
+        "{:<14} {:>10} {:>10} {:>9} {:>10} {:>7} {:>10} {:>7}",
+        "variant",
+        "file MiB",
+        "ours MB/s",
+        "peak MiB",
+        "bound MB/s",
+        "ratio",
+        "base MB/s",
+        "× base"
+    );
+    let mut misses = Vec::new();
+    for (name, file_len, r) in &rows {
+        let rate = mbps(size, r.secs);
+        let sha_over_file = sha_bound * size as f64 / *file_len as f64;
+        let (bound, base) = match *name {
+            "disk.img" => (sha_bound, base_raw),
+            "disk.img.zst" => (dec_zstd.min(sha_over_file), base_zstd),
+            "disk.img.gz" => (dec_gzip.min(sha_over_file), base_raw),
+            "disk.img.xz" => (dec_xz.min(sha_over_file), base_raw),
+            "disk.qcow2" => (sha_over_file, qemu_plain),
+            _ => (sha_over_file, qemu_comp),
+        };
+        println!(
+            "{:<14} {:>10.0} {:>10.0} {:>9.1} {:>10.0} {:>7.2} {:>10.0} {:>7.2}",
+            name,
+            *file_len as f64 / MIB as f64,
+            rate,
+            r.peak_rss_mib,
+            bound,
+            rate / bound,
+            base,
+            rate / base
+        );
+        if r.peak_rss_mib > 64.0 {
+            misses.push(format!(
+                "{name}: peak RSS {:.1} MiB > 64 MiB",
+                r.peak_rss_mib
+            ));
+        }
+        match *name {
+            "disk.img" if rate < 0.9 * bound => misses.push(format!(
+                "raw: {rate:.0} MB/s < 0.9 × sha256 bound {bound:.0}"
+            )),
+            "disk.img.zst" if rate < 0.8 * bound => {
+                misses.push(format!("zstd: {rate:.0} MB/s < 0.8 × bound {bound:.0}"))
+            }
+            "disk.qcow2" | "disk-c.qcow2" if rate <= base => misses.push(format!(
+                "{name}: {rate:.0} MB/s not faster than qemu-img {base:.0}"
+            )),
+            _ => {}
+        }
+    }
+    if misses.is_empty() {
+        println!("\ntargets: all met");
+    } else {
+        println!("\ntargets missed:\n  {}", misses.join("\n  "));
+        if o.check {
+            bail!("{} target(s) missed", misses.len());
+        }
+    }
+    Ok(())
+}
