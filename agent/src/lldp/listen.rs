@@ -3,6 +3,8 @@
 //! One interface failing (no permission, vanished) never stops the others.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::unix::AsyncFd;
@@ -16,9 +18,9 @@ use super::tlv::{self, Frame, ETHERTYPE, MULTICAST};
 pub enum Heard {
     /// The first valid LLDP frame, split.
     Frame(Frame),
-    /// Nothing valid before the deadline (malformed frames are counted).
+    /// Nothing valid before the deadline.
     Nothing {
-        /// Frames received but not usable.
+        /// LLDP-typed frames received that were not usable.
         malformed: usize,
     },
     /// The interface could not be listened on.
@@ -37,12 +39,13 @@ pub async fn listen(interfaces: &[String], timeout: Duration) -> BTreeMap<String
             Ok(sock) => {
                 let name = name.clone();
                 set.spawn(async move {
-                    let heard = tokio::time::timeout_at(deadline, first_frame(sock))
-                        .await
-                        .unwrap_or_else(|elapsed| {
-                            let _ = elapsed;
-                            Heard::Nothing { malformed: 0 }
-                        });
+                    let malformed = Arc::new(AtomicUsize::new(0));
+                    let heard =
+                        tokio::time::timeout_at(deadline, first_frame(sock, malformed.clone()))
+                            .await
+                            .unwrap_or_else(|_| Heard::Nothing {
+                                malformed: malformed.load(Ordering::Relaxed),
+                            });
                     (name, heard)
                 });
             }
@@ -85,9 +88,8 @@ fn open(name: &str) -> Result<AsyncFd<PacketSocket>, String> {
         .map_err(|e| format!("registering the socket: {e}"))
 }
 
-async fn first_frame(sock: AsyncFd<PacketSocket>) -> Heard {
+async fn first_frame(sock: AsyncFd<PacketSocket>, malformed: Arc<AtomicUsize>) -> Heard {
     let mut buf = vec![0u8; 9216];
-    let mut malformed = 0usize;
     loop {
         let mut guard = match sock.readable().await {
             Ok(g) => g,
@@ -97,16 +99,13 @@ async fn first_frame(sock: AsyncFd<PacketSocket>) -> Heard {
             Ok(Ok(Some(n))) => match tlv::parse_frame(&buf[..n]) {
                 Ok(f) => return Heard::Frame(f),
                 Err(e) => {
-                    malformed += 1;
+                    malformed.fetch_add(1, Ordering::Relaxed);
                     tracing::debug!("ignoring a malformed LLDP frame: {e}");
                 }
             },
             Ok(Ok(None)) => {}
             Ok(Err(e)) => return Heard::Failed(format!("receiving: {e}")),
             Err(_would_block) => {}
-        }
-        if malformed > 1000 {
-            return Heard::Nothing { malformed };
         }
     }
 }
