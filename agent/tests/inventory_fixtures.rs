@@ -235,3 +235,220 @@ fn this_machine_agrees_with_proc_and_sys() {
         assert!(inv.interfaces.iter().any(|i| i.name == n), "{n} missing");
     }
 }
+
+fn disk<'a>(inv: &'a Inventory, name: &str) -> &'a inventory::Disk {
+    inv.disks
+        .iter()
+        .find(|d| d.name == name)
+        .unwrap_or_else(|| panic!("no {name} in {:#?}", inv.disks))
+}
+
+/// q35 + SeaBIOS, 2 sockets, SMBIOS strings, SATA/NVMe/virtio-blk/virtio-scsi,
+/// three NICs (see hardware-tests/fixtures/capture-qemu.sh).
+#[test]
+fn qemu_q35_bios_with_sata_nvme_virtio_and_scsi_disks() {
+    let inv = read("qemu-q35-bios");
+    assert_eq!(
+        inv.cpu.model_name.as_deref(),
+        Some("QEMU Virtual CPU version 2.5+")
+    );
+    assert_eq!((inv.cpu.count, inv.cpu.socket_count), (2, 2));
+    assert_eq!(inv.memory.physical_mb, Some(1024), "SMBIOS type 17");
+    assert_eq!(inv.memory.total, 1_007_038_464);
+    let sv = &inv.system_vendor;
+    assert_eq!(
+        (
+            sv.manufacturer.as_str(),
+            sv.product_name.as_str(),
+            sv.serial_number.as_str()
+        ),
+        ("Fixture Systems", "Q35 Capture", "FIX-0001")
+    );
+    assert_eq!(
+        (
+            sv.firmware.vendor.as_str(),
+            sv.firmware.version.as_str(),
+            sv.firmware.build_date.as_str()
+        ),
+        ("SeaBIOS-Fixture", "1.16.2-fixture", "04/01/2014")
+    );
+    assert_eq!(inv.boot.current_boot_mode, "bios");
+    assert_eq!(
+        inv.boot.pxe_interface.as_deref(),
+        Some("01-52-54-00-f1-00-01")
+    );
+    assert_eq!(inv.hostname, "guest");
+
+    let names: Vec<&str> = inv.disks.iter().map(|d| d.name.as_str()).collect();
+    assert_eq!(names, ["/dev/nvme0n1", "/dev/sda", "/dev/sdb", "/dev/vda"]);
+    let nvme = disk(&inv, "/dev/nvme0n1");
+    assert_eq!(nvme.size, 8 << 30);
+    assert_eq!(nvme.tran.as_deref(), Some("nvme"));
+    assert_eq!(nvme.model.as_deref(), Some("QEMU NVMe Ctrl"));
+    assert_eq!(nvme.serial.as_deref(), Some("NVME-0001"));
+    assert_eq!(
+        nvme.wwn.as_deref(),
+        Some("nvme.1b36-4e564d452d30303031-51454d55204e564d65204374726c-00000001")
+    );
+    assert_eq!(
+        nvme.by_path.as_deref(),
+        Some("/dev/disk/by-path/pci-0000:00:02.0-nvme-1")
+    );
+    assert!(!nvme.rotational);
+
+    let scsi = disk(&inv, "/dev/sda");
+    assert_eq!(scsi.size, 100 << 30);
+    assert_eq!(scsi.wwn.as_deref(), Some("0x5000c500a1b2c3d4"));
+    assert_eq!(
+        scsi.wwn_with_extension.as_deref(),
+        Some("0x5000c500a1b2c3d4")
+    );
+    assert_eq!(scsi.wwn_vendor_extension, None);
+    assert_eq!(
+        scsi.serial.as_deref(),
+        Some("SCSI-0001"),
+        "from VPD page 0x80"
+    );
+    assert_eq!(
+        (scsi.vendor.as_deref(), scsi.model.as_deref()),
+        (Some("FIXTURE"), Some("ScsiDisk"))
+    );
+    assert_eq!(scsi.hctl.as_deref(), Some("0:0:1:0"));
+    assert_eq!(
+        scsi.by_path.as_deref(),
+        Some("/dev/disk/by-path/pci-0000:00:04.0-scsi-0:0:1:0")
+    );
+    assert!(!scsi.rotational, "rotation_rate=1 means SSD");
+
+    let sata = disk(&inv, "/dev/sdb");
+    assert_eq!(sata.tran.as_deref(), Some("sata"));
+    assert_eq!(sata.vendor.as_deref(), Some("ATA"));
+    assert_eq!(sata.model.as_deref(), Some("FixtureSATA"));
+    assert_eq!(sata.serial.as_deref(), Some("SATA-0001"));
+    assert_eq!(sata.wwn, None, "a T10 vendor id is not a WWN");
+    assert_eq!(sata.hctl.as_deref(), Some("3:0:0:0"));
+    assert_eq!(
+        sata.by_path.as_deref(),
+        Some("/dev/disk/by-path/pci-0000:00:1f.2-ata-3.0")
+    );
+    assert!(sata.rotational);
+
+    let vda = disk(&inv, "/dev/vda");
+    assert_eq!((vda.size, vda.tran.as_deref()), (6 << 30, Some("virtio")));
+    assert_eq!(vda.serial.as_deref(), Some("VBLK-0001"));
+
+    let nics: Vec<(&str, &str, Option<&str>, Option<u64>)> = inv
+        .interfaces
+        .iter()
+        .map(|i| {
+            (
+                i.name.as_str(),
+                i.mac_address.as_str(),
+                i.driver.as_deref(),
+                i.speed_mbps,
+            )
+        })
+        .collect();
+    assert_eq!(
+        nics,
+        [
+            ("eth0", "52:54:00:f1:00:01", Some("virtio_net"), None),
+            ("eth1", "52:54:00:f1:00:03", Some("e1000"), Some(1000)),
+            ("eth2", "52:54:00:f1:00:02", Some("e1000e"), Some(1000)),
+        ]
+    );
+    let eth1 = &inv.interfaces[1];
+    assert_eq!(
+        (eth1.vendor.as_deref(), eth1.product.as_deref()),
+        (Some("0x8086"), Some("0x100e"))
+    );
+    assert_eq!(eth1.pci_address.as_deref(), Some("0000:00:07.0"));
+    assert_eq!(
+        inv.interfaces[0].ipv4_address.as_deref(),
+        Some("192.0.2.10")
+    );
+    assert_eq!(
+        inv.interfaces[2].ipv6_address.as_deref(),
+        Some("fe80::5054:ff:fef1:2%eth2")
+    );
+    assert!(inv.interfaces.iter().all(|i| i.has_carrier));
+
+    // Root device: default, then by each kind of stable id.
+    let pick = |h: Value| hints::choose(&inv.disks, Some(&h)).map(|c| c.disk.name);
+    assert_eq!(
+        hints::choose(&inv.disks, None).unwrap().disk.name,
+        "/dev/vda"
+    );
+    assert_eq!(
+        pick(json!({"wwn": "0x5000c500a1b2c3d4"})).unwrap(),
+        "/dev/sda"
+    );
+    assert_eq!(pick(json!({"serial": "sata-0001"})).unwrap(), "/dev/sdb");
+    assert_eq!(pick(json!({"tran": "nvme"})).unwrap(), "/dev/nvme0n1");
+    assert_eq!(
+        pick(json!({"by_path": "/dev/disk/by-path/pci-0000:00:1f.2-ata-3.0"})).unwrap(),
+        "/dev/sdb"
+    );
+    assert_eq!(
+        pick(json!({"rotational": false, "size": ">= 50"})).unwrap(),
+        "/dev/sda"
+    );
+    assert!(pick(json!({"hctl": "9:0:0:0"})).is_err());
+}
+
+/// q35 + OVMF: a USB stick, a 4Kn SCSI disk, a read-only virtio disk.
+#[test]
+fn qemu_q35_uefi_with_usb_4kn_and_read_only_disks() {
+    let inv = read("qemu-q35-uefi");
+    assert_eq!(inv.boot.current_boot_mode, "uefi");
+    assert_eq!(inv.boot.pxe_interface, None);
+    assert_eq!((inv.cpu.count, inv.cpu.socket_count), (1, 1));
+    assert_eq!(inv.memory.physical_mb, Some(1024));
+    assert_eq!(inv.system_vendor.manufacturer, "QEMU");
+    assert_eq!(
+        inv.system_vendor.product_name,
+        "Standard PC (Q35 + ICH9, 2009)"
+    );
+    assert_eq!(
+        inv.system_vendor.firmware.vendor,
+        "EFI Development Kit II / OVMF"
+    );
+
+    let sda = disk(&inv, "/dev/sda");
+    assert_eq!((sda.logical_sectors, sda.physical_sectors), (4096, 4096));
+    assert_eq!(sda.size, 50 << 30);
+    assert_eq!(sda.wwn.as_deref(), Some("0x5000c500deadbeef"));
+    let usb = disk(&inv, "/dev/sdb");
+    assert_eq!(usb.tran.as_deref(), Some("usb"));
+    assert!(usb.removable);
+    assert_eq!(
+        usb.serial.as_deref(),
+        Some("USB-0001"),
+        "from the USB device"
+    );
+    assert_eq!(
+        usb.by_path.as_deref(),
+        Some("/dev/disk/by-path/pci-0000:00:02.0-usb-0:1:1.0-scsi-0:0:0:0")
+    );
+    let vda = disk(&inv, "/dev/vda");
+    assert!(vda.read_only);
+    assert_eq!(vda.serial.as_deref(), Some("VBLK-RO"));
+
+    // The 5 GiB read-only disk would be IPA's guess; it is refused here.
+    let c = hints::choose(&inv.disks, None).unwrap();
+    assert_eq!(c.disk.name, "/dev/sda");
+    let reasons: Vec<(&str, &str)> = c
+        .rejected
+        .iter()
+        .map(|r| (r.name.as_str(), r.reason.as_str()))
+        .collect();
+    assert_eq!(
+        reasons,
+        [
+            ("/dev/sdb", "smaller than 4 GiB (2147483648 bytes)"),
+            ("/dev/vda", "read-only device")
+        ]
+    );
+    assert_eq!(inv.interfaces.len(), 2);
+    assert_eq!(inv.interfaces[1].driver.as_deref(), Some("e1000e"));
+}

@@ -4,7 +4,7 @@
 //! satisfies every hint wins; when hints are given and none matches, the
 //! choice **fails closed** — no fallback to a default disk. Without hints,
 //! the smallest disk of at least 4 GiB wins (ties broken by name), as IPA's
-//! `guess_root_disk`. Every other disk gets the reason it was not chosen,
+//! `guess_root_disk`. Read-only devices are never chosen (unlike IPA). Every other disk gets the reason it was not chosen,
 //! and the decision is logged, so an operator can see why.
 
 pub mod matching;
@@ -115,6 +115,10 @@ pub fn choose(disks: &[Disk], hints: Option<&Value>) -> Result<Choice, HintError
     let mut chosen: Option<&Disk> = None;
     let mut rejected = Vec::new();
     for d in disks {
+        if d.read_only {
+            rejected.push(read_only(d));
+            continue;
+        }
         let failures: Vec<String> = parsed
             .iter()
             .filter_map(|h| matching::check(d, h).err())
@@ -145,15 +149,21 @@ pub fn choose(disks: &[Disk], hints: Option<&Value>) -> Result<Choice, HintError
 }
 
 fn guess(disks: &[Disk]) -> Result<Choice, HintError> {
-    let mut sorted: Vec<&Disk> = disks.iter().collect();
+    let mut sorted: Vec<&Disk> = disks.iter().filter(|d| !d.read_only).collect();
     sorted.sort_by(|a, b| (a.size, &a.name).cmp(&(b.size, &b.name)));
     let Some(pick) = sorted.iter().find(|d| d.size >= MIN_ROOT_SIZE).copied() else {
         return Err(HintError::NoDisk {
             rejected: disks
                 .iter()
-                .map(|d| Rejection {
-                    name: d.name.clone(),
-                    reason: too_small(d),
+                .map(|d| {
+                    if d.read_only {
+                        read_only(d)
+                    } else {
+                        Rejection {
+                            name: d.name.clone(),
+                            reason: too_small(d),
+                        }
+                    }
                 })
                 .collect(),
         });
@@ -163,7 +173,9 @@ fn guess(disks: &[Disk]) -> Result<Choice, HintError> {
         .filter(|d| d.name != pick.name)
         .map(|d| Rejection {
             name: d.name.clone(),
-            reason: if d.size < MIN_ROOT_SIZE {
+            reason: if d.read_only {
+                read_only(d).reason
+            } else if d.size < MIN_ROOT_SIZE {
                 too_small(d)
             } else if d.size > pick.size {
                 format!(
@@ -183,6 +195,15 @@ fn guess(disks: &[Disk]) -> Result<Choice, HintError> {
         ),
         rejected,
     })
+}
+
+/// A read-only device can never receive the image (IPA would pick it and
+/// fail at the write): it is never chosen, with or without hints.
+fn read_only(d: &Disk) -> Rejection {
+    Rejection {
+        name: d.name.clone(),
+        reason: "read-only device".into(),
+    }
 }
 
 fn too_small(d: &Disk) -> String {

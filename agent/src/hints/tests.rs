@@ -257,3 +257,22 @@ fn hints_come_from_instance_info_then_properties() {
     assert_eq!(hints_from_node(&node), Some(json!({"name": "/dev/sda"})));
     assert_eq!(hints_from_node(&json!({"properties": {}})), None);
 }
+
+#[test]
+fn read_only_disks_are_never_chosen() {
+    let mut d = disks();
+    d[2].read_only = true; // nvme0n1, the default pick
+    let c = choose(&d, None).unwrap();
+    assert_eq!(c.disk.name, "/dev/sda");
+    let nvme = c
+        .rejected
+        .iter()
+        .find(|r| r.name == "/dev/nvme0n1")
+        .unwrap();
+    assert_eq!(nvme.reason, "read-only device");
+    let e = choose(&d, Some(&json!({"name": "/dev/nvme0n1"}))).unwrap_err();
+    assert!(
+        e.to_string().contains("/dev/nvme0n1: read-only device"),
+        "{e}"
+    );
+}

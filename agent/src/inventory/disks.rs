@@ -118,6 +118,7 @@ fn read_one(root: &Path, name: &str, by_path_links: &HashMap<String, String>) ->
                 .ok()
                 .and_then(|v| vpd_serial(&v))
         })
+        .or_else(|| usb_serial(&canonical))
         .or_else(|| prop("ID_SERIAL"));
     let by_path = prop("ID_PATH")
         .map(|p| format!("/dev/disk/by-path/{p}"))
@@ -198,7 +199,8 @@ pub fn split_wwid(wwid: &str) -> (Option<String>, Option<String>, Option<String>
         let w = format!("0x{hex}");
         return (Some(w.clone()), Some(w), None);
     }
-    if wwid.is_empty() {
+    // A T10 vendor id is not a world wide name (udev sets no ID_WWN for it).
+    if wwid.is_empty() || wwid.starts_with("t10.") {
         return (None, None, None);
     }
     (Some(wwid.to_string()), Some(wwid.to_string()), None)
@@ -215,6 +217,20 @@ pub fn vpd_serial(page: &[u8]) -> Option<String> {
         .trim_matches(|c: char| c.is_whitespace() || c == '\0')
         .to_string();
     (!s.is_empty()).then_some(s)
+}
+
+/// A USB disk's serial: the `serial` attribute of the USB device above it.
+fn usb_serial(canonical: &Path) -> Option<String> {
+    if !canonical.to_string_lossy().contains("/usb") {
+        return None;
+    }
+    canonical
+        .ancestors()
+        .take_while(|p| {
+            !p.file_name()
+                .is_some_and(|n| is_pci_address(&n.to_string_lossy()))
+        })
+        .find_map(|p| read_attr(&p.join("serial")))
 }
 
 /// The transport, from the device's sysfs path (as lsblk's TRAN column).
@@ -276,10 +292,25 @@ pub fn path_id(sys_path: &str, name: &str, hctl: Option<&str>, block_dir: &Path)
         let n = &port[3..];
         return Some(format!("{pci}-ata-{n}.0"));
     }
+    // USB: the interface (`2-1:1.0`) becomes `usb-0:1:1.0`; udev numbers
+    // the SCSI host behind it from 0.
+    let usb = below
+        .iter()
+        .find(|c| {
+            c.contains(':') && c.contains('-') && c.starts_with(|ch: char| ch.is_ascii_digit())
+        })
+        .and_then(|c| c.split_once('-').map(|(_, port)| format!("-usb-0:{port}")));
     if let Some(h) = hctl {
-        return Some(format!("{pci}-scsi-{h}"));
+        let h = match &usb {
+            Some(_) => h
+                .split_once(':')
+                .map(|(_, rest)| format!("0:{rest}"))
+                .unwrap_or_else(|| h.to_string()),
+            None => h.to_string(),
+        };
+        return Some(format!("{pci}{}-scsi-{h}", usb.unwrap_or_default()));
     }
-    Some(pci)
+    Some(format!("{pci}{}", usb.unwrap_or_default()))
 }
 
 /// A disk's path in a fixture or live tree, for messages.
@@ -314,6 +345,10 @@ mod tests {
             Some("eui.0025388b91b2c3d4")
         );
         assert_eq!(split_wwid(""), (None, None, None));
+        assert_eq!(
+            split_wwid("t10.ATA     QEMU HARDDISK   QM00001"),
+            (None, None, None)
+        );
     }
 
     #[test]
