@@ -167,6 +167,9 @@ async fn print_inventory(args: &InventoryArgs) -> Result<()> {
     }
     if args.human {
         print!("{}", crate::inventory::human::render(&inv));
+        if args.root.is_none() {
+            print!("{}", signature_lines(&inv.disks));
+        }
     } else {
         println!("{}", serde_json::to_string_pretty(&inv)?);
     }
@@ -187,7 +190,23 @@ fn print_root_disk(args: &RootDiskArgs) -> Result<()> {
     for r in &choice.rejected {
         println!("  not {}: {}", r.name, r.reason);
     }
+    if args.root.is_none() {
+        print!("{}", signature_lines(std::slice::from_ref(&choice.disk)));
+    }
     Ok(())
+}
+
+/// What libblkid finds on each disk (read-only probe), one line each.
+fn signature_lines(disks: &[crate::inventory::Disk]) -> String {
+    let mut out = String::from("\nOn-disk signatures (libblkid)\n");
+    for d in disks {
+        let s = match crate::inventory::signatures::probe(std::path::Path::new(&d.name)) {
+            Ok(s) => s.summary(),
+            Err(e) => format!("cannot probe: {e:#}"),
+        };
+        out.push_str(&format!("  {:<14} {s}\n", d.name));
+    }
+    out
 }
 
 /// Builds the host-mode configuration: kernel parameters, then flags.

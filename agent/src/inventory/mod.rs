@@ -14,6 +14,7 @@ pub mod disks;
 pub mod human;
 pub mod memory;
 pub mod nics;
+pub mod signatures;
 pub mod smbios;
 pub mod system;
 
