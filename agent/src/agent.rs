@@ -21,7 +21,7 @@ use crate::conductor::lookup::{decide_token, TokenDecision};
 use crate::conductor::{ApiVersion, ConductorClient, ConductorError, LookupResult};
 use crate::config::{ApiUrls, Config, RunMode};
 use crate::state::{AgentEvent, AgentState};
-use crate::{api, net, power, server, tls};
+use crate::{api, inspect, net, power, server, tls};
 
 /// Gap after a failed heartbeat: `ERROR_RETRY × U(1, 2)` (spec §2.4).
 const ERROR_RETRY: Duration = Duration::from_secs(5);
@@ -39,8 +39,19 @@ pub struct RunningAgent {
     pub task: tokio::task::JoinHandle<Result<()>>,
 }
 
-/// Runs the agent until a fatal error.
+/// Runs the agent until a fatal error. With an inspection callback but no
+/// conductor URL, the agent inspects and then idles (as IPA does).
 pub async fn run(config: Config) -> Result<()> {
+    if config.api_urls == ApiUrls::None && config.inspection_callback_url.is_some() {
+        let http = tls::http_client(
+            config.insecure,
+            config.cafile.as_deref(),
+            config.http_request_timeout,
+        )?;
+        inspect::run_if_configured(&config, &http).await;
+        tracing::info!("inspection done and no ipa-api-url is set: nothing more to do");
+        std::future::pending::<()>().await;
+    }
     start(config)
         .await?
         .task
@@ -60,7 +71,8 @@ pub fn start_detached(config: Config) -> tokio::task::JoinHandle<Result<()>> {
     })
 }
 
-/// Looks up the node, starts the API and returns once the heartbeat loop runs.
+/// Inspects (when `ipa-inspection-callback-url` is set), looks up the
+/// node, starts the API and returns once the heartbeat loop runs.
 pub async fn start(config: Config) -> Result<RunningAgent> {
     let urls = match &config.api_urls {
         ApiUrls::Urls(u) => u.clone(),
@@ -76,10 +88,22 @@ pub async fn start(config: Config) -> Result<RunningAgent> {
         config.cafile.as_deref(),
         config.http_request_timeout,
     )?;
+    let inspected = inspect::run_if_configured(&config, &http).await;
     let client = ConductorClient::new(http, urls, config.global_request_id.clone());
     let (tx, events) = mpsc::unbounded_channel();
     let state = Arc::new(AgentState::new(config, Some(tx)));
     let config = &state.config;
+    let node_uuid = inspected.as_ref().and_then(|o| o.node_uuid.clone());
+    if let Some(l) = inspected.as_ref().and_then(|o| o.lookup.as_ref()) {
+        // The 1.84 answer issued a token: keep it, so the lookup's "******"
+        // means "the token we already have".
+        if let TokenDecision::Adopt(t) =
+            decide_token(l.config.agent_token.as_deref(), state.token().as_deref())
+        {
+            tracing::info!(node = %l.node_uuid, "token received with the inspection answer");
+            state.set_token(Some(t));
+        }
+    }
 
     let version = negotiate_version(&client, config).await?;
     let advertise = advertise_address(&client, config).await?;
@@ -88,7 +112,7 @@ pub async fn start(config: Config) -> Result<RunningAgent> {
     macs.sort();
     macs.dedup();
     tracing::info!(%version, %advertise, ?macs, "looking up the node");
-    let session = lookup_until_found(&client, &state, version, &macs).await?;
+    let session = lookup_until_found(&client, &state, version, &macs, node_uuid.as_deref()).await?;
 
     let cert = if config.auto_tls && version >= ApiVersion::AUTO_TLS {
         Some(tls::generate_certificate(advertise, &hostname())?)
@@ -201,6 +225,7 @@ async fn lookup_until_found(
     state: &AgentState,
     version: ApiVersion,
     macs: &[String],
+    node_uuid: Option<&str>,
 ) -> Result<LookupResult> {
     let config = &state.config;
     let deadline = deadline(config.lookup_timeout);
@@ -208,7 +233,7 @@ async fn lookup_until_found(
     let mut conflicts = 0usize;
     let mut throttle = LogThrottle::default();
     loop {
-        let problem = match client.lookup(version, macs, None).await {
+        let problem = match client.lookup(version, macs, node_uuid).await {
             Ok(found) => {
                 state.set_lookup_config(found.config.clone());
                 state.cache_node(found.node.clone());
@@ -347,7 +372,7 @@ impl Session {
 
     async fn lookup_again(&mut self) -> Result<()> {
         self.lookup =
-            lookup_until_found(&self.client, &self.state, self.version, &self.macs).await?;
+            lookup_until_found(&self.client, &self.state, self.version, &self.macs, None).await?;
         Ok(())
     }
 }

@@ -6,6 +6,9 @@
 //! command table, history and steps) → [`disk`] (device policy and erase).
 //! [`conductor`] is the client of Ironic's ramdisk endpoints;
 //! [`testconductor`] a stand-in conductor for tests and the demo.
+//! [`inventory`] (what the machine is) → [`hints`] (which disk is the root
+//! device) and [`lldp`] (which switch port each NIC sees) → [`inspect`]
+//! (the inspection document posted before lookup).
 
 pub mod agent;
 pub mod api;
@@ -14,7 +17,11 @@ pub mod commands;
 pub mod conductor;
 pub mod config;
 pub mod disk;
+pub mod hints;
 pub mod image;
+pub mod inspect;
+pub mod inventory;
+pub mod lldp;
 pub mod net;
 pub mod power;
 pub mod server;

@@ -487,3 +487,131 @@ fn an_image_larger_than_the_disk_or_a_disallowed_disk_is_refused() {
         "a refused disk must be untouched"
     );
 }
+
+fn qemu_img(args: &[&str]) {
+    let out = Command::new("qemu-img")
+        .args(args)
+        .output()
+        .expect("qemu-img (package qemu-utils) is needed; ci/install-deps installs it");
+    assert!(
+        out.status.success(),
+        "qemu-img {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn qcow2_images_are_converted_while_streaming_identical_to_qemu_img() {
+    let b = bed();
+    let src = b.image.display().to_string();
+    let variants: [(&str, &[&str]); 4] = [
+        ("plain.qcow2", &[]),
+        ("comp.qcow2", &["-c"]),
+        ("comp2m.qcow2", &["-c", "-o", "cluster_size=2M"]),
+        ("v2.qcow2", &["-o", "compat=0.10"]),
+    ];
+    for (name, extra) in variants {
+        let out = b.dir.path().join(name).display().to_string();
+        let mut args = vec!["convert", "-f", "raw", "-O", "qcow2"];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&[&src, &out]);
+        qemu_img(&args);
+        let reference = b.dir.path().join(format!("{name}.raw"));
+        qemu_img(&[
+            "convert",
+            "-f",
+            "qcow2",
+            "-O",
+            "raw",
+            &out,
+            &reference.display().to_string(),
+        ]);
+        let data = std::fs::read(&out).unwrap();
+        let url = b.serve(
+            &format!("/{name}"),
+            &data,
+            &[Fault::DropAfter(MIB / 2 + 5)],
+            Fault::None,
+        );
+        let target = b.target(&format!("t-{name}"), 24 * MIB);
+        let (res, _) = write(&b.request(url, &sha256_hex(&data)), &target);
+        let report = res.unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(report.format.name(), "qcow2");
+        assert_eq!(report.image_size, 24 * MIB, "{name}");
+        assert!(
+            std::fs::read(&target).unwrap() == std::fs::read(&reference).unwrap(),
+            "{name}: differs from qemu-img"
+        );
+    }
+    // A qcow2 inside a zstd stream.
+    let qcow = std::fs::read(b.dir.path().join("comp.qcow2")).unwrap();
+    let zst = zstd::encode_all(&qcow[..], 3).unwrap();
+    let url = b.serve("/comp.qcow2.zst", &zst, &[], Fault::None);
+    let target = b.target("t-zst-qcow", 24 * MIB);
+    let report = write(&b.request(url, &sha256_hex(&zst)), &target)
+        .0
+        .unwrap();
+    assert_eq!(
+        (report.format.name(), report.inner.map(|f| f.name())),
+        ("zstd", Some("qcow2"))
+    );
+    assert_eq!(std::fs::read(&target).unwrap(), b.raw);
+}
+
+#[test]
+fn a_corrupt_qcow2_table_or_a_backing_file_is_refused_and_the_disk_wiped() {
+    let b = bed();
+    let out = b.dir.path().join("img.qcow2");
+    qemu_img(&[
+        "convert",
+        "-f",
+        "raw",
+        "-O",
+        "qcow2",
+        &b.image.display().to_string(),
+        &out.display().to_string(),
+    ]);
+    let mut data = std::fs::read(&out).unwrap();
+    // Point the first L1 entry at an unaligned offset.
+    let l1 = u64::from_be_bytes(data[40..48].try_into().unwrap()) as usize;
+    let entry = u64::from_be_bytes(data[l1..l1 + 8].try_into().unwrap());
+    data[l1..l1 + 8].copy_from_slice(&(entry + 512).to_be_bytes());
+    let url = b.serve("/bad.qcow2", &data, &[], Fault::None);
+    let target = b.target("t", 24 * MIB);
+    let err = write(&b.request(url, &sha256_hex(&data)), &target)
+        .0
+        .unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        matches!(
+            err,
+            ImageError::Corrupt {
+                format: "qcow2",
+                ..
+            }
+        ),
+        "{msg}"
+    );
+    assert!(msg.contains("L1"), "{msg}");
+    assert_wiped(&target);
+
+    let overlay = b.dir.path().join("overlay.qcow2");
+    qemu_img(&[
+        "create",
+        "-f",
+        "qcow2",
+        "-b",
+        &out.display().to_string(),
+        "-F",
+        "qcow2",
+        &overlay.display().to_string(),
+    ]);
+    let data = std::fs::read(&overlay).unwrap();
+    let url = b.serve("/overlay.qcow2", &data, &[], Fault::None);
+    let target = b.target("t2", 24 * MIB);
+    let err = write(&b.request(url, &sha256_hex(&data)), &target)
+        .0
+        .unwrap_err();
+    assert!(err.to_string().contains("backing file"), "{err}");
+    assert_wiped(&target);
+}

@@ -119,6 +119,40 @@ impl Ironic {
             .await
     }
 
+    /// The inventory and plugin data inspection stored (`GET /v1/nodes/{uuid}/inventory`).
+    pub async fn inventory(&self, uuid: &str) -> Result<Value> {
+        self.call(
+            reqwest::Method::GET,
+            &format!("/v1/nodes/{uuid}/inventory"),
+            None,
+        )
+        .await
+    }
+
+    /// Polls until the node's provision state is `state`, whatever its
+    /// target (for wait states such as `inspect wait`).
+    pub async fn wait_for_any_target(
+        &self,
+        uuid: &str,
+        state: &str,
+        timeout: Duration,
+    ) -> Result<Value> {
+        let start = Instant::now();
+        loop {
+            let node = self.node(uuid).await?;
+            if node["provision_state"] == state {
+                return Ok(node);
+            }
+            if start.elapsed() > timeout {
+                bail!(
+                    "node still {} after {timeout:?}, waiting for {state:?}",
+                    node["provision_state"]
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    }
+
     /// Polls until the node's provision state is `state`; fails early on a
     /// `* failed` state with Ironic's `last_error`.
     pub async fn wait_for(&self, uuid: &str, state: &str, timeout: Duration) -> Result<Value> {

@@ -6,6 +6,7 @@
 
 pub mod ironic;
 pub mod loopdev;
+pub mod netns;
 
 use std::path::PathBuf;
 use std::process::Command;

@@ -37,6 +37,38 @@ pub enum Command {
     /// Write a disk image to a device: streamed, decompressed or converted
     /// (raw, qcow2, zstd, gzip, xz), checksum-verified, fail-closed.
     WriteImage(write_image::WriteImageArgs),
+    /// Print the hardware inventory Ironic would receive (JSON).
+    Inventory(InventoryArgs),
+    /// Print the disk the image would be written to, and why the others were not.
+    RootDisk(RootDiskArgs),
+}
+
+/// Flags of `agent inventory`.
+#[derive(Debug, Args)]
+pub struct InventoryArgs {
+    /// A readable table instead of JSON.
+    #[arg(long)]
+    pub human: bool,
+    /// Read a captured tree instead of the running system.
+    #[arg(long)]
+    pub root: Option<PathBuf>,
+    /// Listen for LLDP on every NIC with link (needs root).
+    #[arg(long)]
+    pub lldp: bool,
+    /// LLDP listening time in seconds.
+    #[arg(long, default_value_t = crate::lldp::DEFAULT_TIMEOUT.as_secs())]
+    pub lldp_timeout: u64,
+}
+
+/// Flags of `agent root-disk`.
+#[derive(Debug, Args)]
+pub struct RootDiskArgs {
+    /// Root device hints as Ironic takes them, e.g. '{"size": ">= 100"}'.
+    #[arg(long)]
+    pub hints: Option<String>,
+    /// Read a captured tree instead of the running system.
+    #[arg(long)]
+    pub root: Option<PathBuf>,
 }
 
 /// Flags of `agent serve`.
@@ -115,7 +147,73 @@ pub async fn run(cli: Cli) -> Result<()> {
         }
         Command::Demo(args) => crate::testconductor::demo::run(args.workdir).await,
         Command::WriteImage(args) => write_image::run(args).await,
+        Command::Inventory(args) => print_inventory(&args).await,
+        Command::RootDisk(args) => print_root_disk(&args),
     }
+}
+
+fn inventory_options(root: Option<&std::path::Path>) -> Result<crate::inventory::Options> {
+    Ok(match root {
+        Some(r) => crate::inventory::Options::fixture(r),
+        None => {
+            let cmdline = std::fs::read_to_string("/proc/cmdline").unwrap_or_default();
+            let bootif = KernelParams::parse(&cmdline)
+                .get("BOOTIF")
+                .map(String::from);
+            crate::inventory::Options::live(bootif.filter(|b| !b.is_empty()))
+        }
+    })
+}
+
+async fn print_inventory(args: &InventoryArgs) -> Result<()> {
+    let opts = inventory_options(args.root.as_deref())?;
+    let mut inv = crate::inventory::collect(&opts)?;
+    if args.lldp {
+        let lldp = crate::lldp::collect(&inv, Duration::from_secs(args.lldp_timeout)).await;
+        crate::lldp::apply(&mut inv, &lldp);
+    }
+    if args.human {
+        print!("{}", crate::inventory::human::render(&inv));
+        if args.root.is_none() {
+            print!("{}", signature_lines(&inv.disks));
+        }
+    } else {
+        println!("{}", serde_json::to_string_pretty(&inv)?);
+    }
+    Ok(())
+}
+
+fn print_root_disk(args: &RootDiskArgs) -> Result<()> {
+    let opts = inventory_options(args.root.as_deref())?;
+    let inv = crate::inventory::collect(&opts)?;
+    let hints: Option<serde_json::Value> = args
+        .hints
+        .as_deref()
+        .map(serde_json::from_str)
+        .transpose()
+        .context("--hints is not JSON")?;
+    let choice = crate::hints::choose(&inv.disks, hints.as_ref())?;
+    println!("root device: {} ({})", choice.disk.name, choice.reason);
+    for r in &choice.rejected {
+        println!("  not {}: {}", r.name, r.reason);
+    }
+    if args.root.is_none() {
+        print!("{}", signature_lines(std::slice::from_ref(&choice.disk)));
+    }
+    Ok(())
+}
+
+/// What libblkid finds on each disk (read-only probe), one line each.
+fn signature_lines(disks: &[crate::inventory::Disk]) -> String {
+    let mut out = String::from("\nOn-disk signatures (libblkid)\n");
+    for d in disks {
+        let s = match crate::inventory::signatures::probe(std::path::Path::new(&d.name)) {
+            Ok(s) => s.summary(),
+            Err(e) => format!("cannot probe: {e:#}"),
+        };
+        out.push_str(&format!("  {:<14} {s}\n", d.name));
+    }
+    out
 }
 
 /// Builds the host-mode configuration: kernel parameters, then flags.

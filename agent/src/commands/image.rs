@@ -2,7 +2,7 @@
 //! step, both running the streaming pipeline of [`crate::image`] on the
 //! target device, with progress visible in the command list while running.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use serde_json::{json, Value};
@@ -10,14 +10,11 @@ use serde_json::{json, Value};
 use super::steps::StepCall;
 use super::{CommandError, ErrorKind, Outcome};
 use crate::config::RunMode;
-use crate::disk::{self, WritePolicy};
+use crate::disk::WritePolicy;
 use crate::image::fetch::HttpOptions;
 use crate::image::progress::Progress;
 use crate::image::{info, ImageError};
 use crate::state::AgentState;
-
-/// Smallest disk the default choice considers (as IPA: 4 GiB).
-const MIN_ROOT_DISK: u64 = 4 << 30;
 
 fn image_error(e: ImageError) -> CommandError {
     CommandError::new(e.kind(), e.to_string())
@@ -112,8 +109,8 @@ async fn write(
 }
 
 /// The disk to write: in host mode the one allowed device; in the ramdisk
-/// the root-device hint `name` if given, else the smallest disk of at least
-/// 4 GiB. Other hints fail closed until hint matching lands.
+/// the disk chosen by the node's root-device hints (fail closed when hints
+/// match nothing), else the smallest disk of at least 4 GiB.
 fn choose_device(state: &AgentState) -> Result<PathBuf, CommandError> {
     let fail = |msg: String| CommandError::new(ErrorKind::Deployment, msg);
     if state.config.mode == RunMode::Host {
@@ -127,49 +124,15 @@ fn choose_device(state: &AgentState) -> Result<PathBuf, CommandError> {
     }
     let hints = state
         .node()
-        .and_then(|n| n.pointer("/properties/root_device").cloned())
-        .and_then(|v| v.as_object().cloned())
-        .unwrap_or_default();
-    if !hints.is_empty() {
-        return match (hints.len(), hints.get("name").and_then(Value::as_str)) {
-            (1, Some(name)) => {
-                let path = if name.starts_with("/dev/") {
-                    PathBuf::from(name)
-                } else {
-                    Path::new("/dev").join(name)
-                };
-                if path.exists() {
-                    Ok(path)
-                } else {
-                    Err(fail(format!(
-                        "root device hint name={name}: no such device"
-                    )))
-                }
-            }
-            _ => Err(fail(format!(
-                "root device hints {} are not supported yet (only \"name\"); refusing to guess",
-                Value::Object(hints)
-            ))),
-        };
+        .as_ref()
+        .and_then(crate::hints::hints_from_node);
+    let inventory = crate::inventory::collect(&crate::inventory::Options::live(None))
+        .map_err(|e| fail(format!("reading the hardware inventory: {e:#}")))?;
+    let choice =
+        crate::hints::root_device(&inventory, hints.as_ref()).map_err(|e| fail(e.to_string()))?;
+    tracing::info!(device = %choice.disk.name, reason = %choice.reason, "root device chosen");
+    for r in &choice.rejected {
+        tracing::info!(device = %r.name, reason = %r.reason, "not the root device");
     }
-    let mut best: Option<(u64, PathBuf)> = None;
-    for path in
-        disk::whole_disks(Path::new("/sys")).map_err(|e| fail(format!("listing disks: {e:#}")))?
-    {
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let sectors: u64 =
-            std::fs::read_to_string(Path::new("/sys/block").join(&name).join("size"))
-                .ok()
-                .and_then(|s| s.trim().parse().ok())
-                .unwrap_or(0);
-        let size = sectors * 512;
-        if size >= MIN_ROOT_DISK && best.as_ref().is_none_or(|(s, _)| size < *s) {
-            best = Some((size, path));
-        }
-    }
-    best.map(|(_, p)| p)
-        .ok_or_else(|| fail("no disk of at least 4 GiB found to write the image to".into()))
+    Ok(PathBuf::from(&choice.disk.name))
 }

@@ -68,7 +68,8 @@ pub struct Config {
     pub debug: bool,
     /// Collect LLDP for the inventory (`ipa-collect-lldp`).
     pub collect_lldp: bool,
-    /// How long to listen for LLDP (`ipa-lldp-timeout`).
+    /// How long to listen for LLDP on all NICs at once (`ipa-lldp-timeout`;
+    /// default 10 s instead of IPA's 30 s, see [`crate::lldp::DEFAULT_TIMEOUT`]).
     pub lldp_timeout: Duration,
     /// Total lookup budget (`ipa-lookup-timeout`); zero means no limit.
     pub lookup_timeout: Duration,
@@ -120,7 +121,7 @@ impl Default for Config {
             global_request_id: None,
             debug: false,
             collect_lldp: false,
-            lldp_timeout: Duration::from_secs(30),
+            lldp_timeout: crate::lldp::DEFAULT_TIMEOUT,
             lookup_timeout: Duration::from_secs(600),
             lookup_interval: Duration::from_secs(1),
             lookup_max_interval: Duration::from_secs(60),
@@ -344,6 +345,8 @@ mod tests {
         assert_eq!(c.advertise_port, 9999);
         assert!(c.auto_tls);
         assert_eq!(c.lookup_timeout, Duration::from_secs(600));
+        assert!(!c.collect_lldp);
+        assert_eq!(c.lldp_timeout, Duration::from_secs(10));
     }
 
     #[test]

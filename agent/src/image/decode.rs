@@ -344,10 +344,9 @@ fn run_qcow2(
         ..qcow2::Limits::default()
     };
     let result = qcow2::convert(input, &mut sink, &limits);
-    let result = result.and_then(|summary| {
-        sink.flush().map_err(qcow2::Qcow2Error::Sink)?;
-        Ok(summary)
-    });
+    if result.is_ok() && sink.flush().is_err() {
+        return Err(DecodeEnd::Stopped);
+    }
     match result {
         Ok(summary) => {
             tracing::info!(
@@ -360,12 +359,12 @@ fn run_qcow2(
             );
             Ok(())
         }
-        Err(qcow2::Qcow2Error::Sink(_)) => Err(DecodeEnd::Stopped),
-        Err(qcow2::Qcow2Error::Read(e)) if outer != Format::Qcow2 => {
+        Err(qcow2::Qcow2Error::Sink { .. }) => Err(DecodeEnd::Stopped),
+        Err(qcow2::Qcow2Error::Read { offset, source }) if outer != Format::Qcow2 => {
             Err(DecodeEnd::Failed(ImageError::Corrupt {
                 format: outer.name(),
                 url: url.to_string(),
-                reason: e.to_string(),
+                reason: format!("at decompressed byte {offset}: {source}"),
             }))
         }
         Err(e) => Err(DecodeEnd::Failed(ImageError::Corrupt {

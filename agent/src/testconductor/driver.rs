@@ -85,6 +85,8 @@ pub(super) fn on_heartbeat(c: Arc<Inner>, uuid: String) {
 async fn drive(c: &Inner, node: &Node) -> Result<Next> {
     let agent = AgentClient::new(node)?;
     match node.operation.clone().context("no operation")? {
+        // Inspection needs no call to the agent (spec ironic-calls.md).
+        Operation::Inspect => Ok(Next::Wait(Operation::Inspect)),
         Operation::Clean {
             requested,
             queue,

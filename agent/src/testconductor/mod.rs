@@ -12,6 +12,7 @@
 pub mod demo;
 mod driver;
 pub mod image_server;
+mod inspection;
 pub mod node;
 
 use std::collections::HashMap;
@@ -85,6 +86,10 @@ impl TestConductor {
             .route("/", get(root))
             .route("/v1/lookup", get(lookup))
             .route("/v1/heartbeat/{uuid}", post(heartbeat))
+            .route(
+                "/v1/continue_inspection",
+                post(inspection::continue_inspection),
+            )
             .with_state(inner.clone());
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
@@ -140,6 +145,18 @@ impl TestConductor {
                 queue: Vec::new(),
                 started: false,
             },
+        )
+    }
+
+    /// Starts in-band inspection: the node powers on into the ramdisk and
+    /// waits (`inspect wait`) for the agent's `continue_inspection`.
+    pub fn start_inspect(&self, uuid: &str) -> Result<()> {
+        self.inner.begin(
+            uuid,
+            "inspecting",
+            "inspect wait",
+            "manageable",
+            node::Operation::Inspect,
         )
     }
 
@@ -315,7 +332,7 @@ async fn lookup(
             Value::Null
         };
         Json(json!({
-            "node": {"uuid": node.uuid, "properties": {"cpu_arch": "x86_64"}, "instance_info": {},
+            "node": {"uuid": node.uuid, "properties": node.properties, "instance_info": {},
                      "driver_internal_info": node.as_agent_dict()["driver_internal_info"].clone(),
                      "links": []},
             "config": {"heartbeat_timeout": c.settings.heartbeat_timeout, "agent_token": token,

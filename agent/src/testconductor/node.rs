@@ -15,6 +15,8 @@ pub enum Operation {
         /// Whether a step was sent to the agent.
         started: bool,
     },
+    /// In-band inspection: waiting for the agent's `continue_inspection`.
+    Inspect,
 }
 
 /// One node.
@@ -46,6 +48,10 @@ pub struct Node {
     pub heartbeats: u64,
     /// Lookups answered with a token.
     pub tokens_issued: u64,
+    /// `properties` (inspection fills `cpus`, `memory_mb`, `local_gb`, `cpu_arch`).
+    pub properties: Value,
+    /// The last inspection document received.
+    pub inspection_data: Option<Value>,
 }
 
 impl Node {
@@ -73,6 +79,8 @@ impl Node {
             }),
             heartbeats: 0,
             tokens_issued: 0,
+            properties: json!({"cpu_arch": "x86_64"}),
+            inspection_data: None,
         }
     }
 
@@ -112,7 +120,7 @@ impl Node {
         }
         json!({
             "uuid": self.uuid,
-            "properties": {"cpu_arch": "x86_64"},
+            "properties": self.properties,
             "instance_info": {},
             "driver_internal_info": dii,
             "provision_state": self.provision_state,

@@ -1,0 +1,108 @@
+//! Matching parsed hints against one disk, with the reason for a mismatch
+//! (IPA's `device_hints.find_devices_by_hints` plus oslo's `specs_matcher`).
+
+use super::parse::{normalize, Expr, Hint, Kind, Op};
+use crate::inventory::Disk;
+
+const GIB: f64 = (1u64 << 30) as f64;
+
+/// The disk attribute a hint looks at, as a string (`None`: unknown).
+fn attribute(disk: &Disk, name: &str) -> Option<String> {
+    match name {
+        "name" => Some(disk.name.clone()),
+        "model" => disk.model.clone(),
+        "wwn" => disk.wwn.clone(),
+        "serial" => disk.serial.clone(),
+        "vendor" => disk.vendor.clone(),
+        "wwn_with_extension" => disk.wwn_with_extension.clone(),
+        "wwn_vendor_extension" => disk.wwn_vendor_extension.clone(),
+        "hctl" => disk.hctl.clone(),
+        "by_path" => disk.by_path.clone(),
+        "tran" => disk.tran.clone(),
+        _ => None,
+    }
+}
+
+/// `Ok(())` when the disk satisfies the hint, else why not.
+pub fn check(disk: &Disk, hint: &Hint) -> Result<(), String> {
+    match (&hint.expr, hint.kind) {
+        (Expr::Bool(want), _) => {
+            if disk.rotational == *want {
+                Ok(())
+            } else {
+                Err(format!(
+                    "rotational is {} (hint {})",
+                    disk.rotational, hint.given
+                ))
+            }
+        }
+        (Expr::Cmp { op, values }, Kind::Size) => {
+            let gib = disk.size as f64 / GIB;
+            let ok = values.iter().any(|v| {
+                let want: f64 = v.parse().unwrap_or(f64::NAN);
+                numeric(*op, gib, want)
+            });
+            if ok {
+                Ok(())
+            } else {
+                Err(format!(
+                    "size {:.2} GiB does not satisfy size {}",
+                    gib, hint.given
+                ))
+            }
+        }
+        (Expr::Cmp { op, values }, _) => {
+            let Some(raw) = attribute(disk, &hint.name).filter(|v| !v.trim().is_empty()) else {
+                return Err(format!("has no {} (hint {:?})", hint.name, hint.given));
+            };
+            let value = normalize(&raw);
+            let mut ok = string(*op, &value, values);
+            // A name hint may give the by-path link instead of the kernel name.
+            if !ok && hint.name == "name" {
+                if let Some(bp) = &disk.by_path {
+                    ok = string(*op, &normalize(bp), values);
+                }
+            }
+            if ok {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{} {raw:?} does not match {} {:?}",
+                    hint.name, hint.name, hint.given
+                ))
+            }
+        }
+    }
+}
+
+fn numeric(op: Op, have: f64, want: f64) -> bool {
+    match op {
+        Op::Legacy | Op::NumGe => have >= want,
+        Op::NumEq | Op::Or => have == want,
+        Op::NumNe => have != want,
+        Op::NumLe => have <= want,
+        Op::NumLt => have < want,
+        Op::NumGt => have > want,
+        _ => false,
+    }
+}
+
+fn string(op: Op, have: &str, values: &[String]) -> bool {
+    let want = values.first().map(String::as_str).unwrap_or_default();
+    match op {
+        Op::StrEq => have == want,
+        Op::StrNe => have != want,
+        Op::StrLt => have < want,
+        Op::StrLe => have <= want,
+        Op::StrGt => have > want,
+        Op::StrGe => have >= want,
+        Op::In => have.contains(want),
+        Op::Or => values.iter().any(|v| v == have),
+        // Numeric operators on a string attribute compare numbers when both
+        // sides are numbers (oslo converts with float()); otherwise no match.
+        op => match (have.parse::<f64>(), want.parse::<f64>()) {
+            (Ok(h), Ok(w)) => numeric(op, h, w),
+            _ => false,
+        },
+    }
+}

@@ -1,0 +1,413 @@
+//! Parsing Ironic's root device hints (`properties.root_device` /
+//! `instance_info.root_device`) into typed expressions, with the rules of
+//! IPA's `device_hints.parse_root_device_hints` and the grammar of
+//! oslo.utils' `specs_matcher`.
+//!
+//! An expression is `[<op>] <value>` or `<or> v1 <or> v2 ...`. Values are
+//! lower-cased and URL-quoted (so `s== big model` compares `big%20model`).
+//! Without an operator, string hints mean `s==` and `size` means `==`.
+//! `size` is in GiB. Operators IPA accepts but can never match with
+//! (`<all-in>`, `<range-in>`, string operators on `size`) are rejected here,
+//! so a hint can never silently select nothing for a reason nobody sees.
+
+use serde_json::Value;
+
+/// The type of a hint's value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Compared as a normalized string.
+    Str,
+    /// `size`: an integer number of GiB.
+    Size,
+    /// `rotational`.
+    Bool,
+}
+
+/// Every hint Ironic accepts, with its type.
+pub const HINTS: [(&str, Kind); 12] = [
+    ("size", Kind::Size),
+    ("model", Kind::Str),
+    ("wwn", Kind::Str),
+    ("serial", Kind::Str),
+    ("vendor", Kind::Str),
+    ("wwn_with_extension", Kind::Str),
+    ("wwn_vendor_extension", Kind::Str),
+    ("name", Kind::Str),
+    ("rotational", Kind::Bool),
+    ("hctl", Kind::Str),
+    ("by_path", Kind::Str),
+    ("tran", Kind::Str),
+];
+
+/// A comparison operator of the hint language.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    /// `=`: numerically *greater or equal* (legacy meaning kept by oslo).
+    Legacy,
+    /// `==`.
+    NumEq,
+    /// `!=`.
+    NumNe,
+    /// `<=`.
+    NumLe,
+    /// `<`.
+    NumLt,
+    /// `>=`.
+    NumGe,
+    /// `>`.
+    NumGt,
+    /// `s==`.
+    StrEq,
+    /// `s!=`.
+    StrNe,
+    /// `s<=`.
+    StrLe,
+    /// `s<`.
+    StrLt,
+    /// `s>=`.
+    StrGe,
+    /// `s>`.
+    StrGt,
+    /// `<in>`: the value contains the hint.
+    In,
+    /// `<or>`: equal to any of the values.
+    Or,
+}
+
+/// Unary operators in the order the grammar tries them (longest first where
+/// one is a prefix of another).
+const UNARY: [(&str, Op); 14] = [
+    ("==", Op::NumEq),
+    ("=", Op::Legacy),
+    ("!=", Op::NumNe),
+    ("<in>", Op::In),
+    (">=", Op::NumGe),
+    ("<=", Op::NumLe),
+    (">", Op::NumGt),
+    ("<", Op::NumLt),
+    ("s==", Op::StrEq),
+    ("s!=", Op::StrNe),
+    ("s<=", Op::StrLe),
+    ("s<", Op::StrLt),
+    ("s>=", Op::StrGe),
+    ("s>", Op::StrGt),
+];
+
+impl Op {
+    /// The operator's spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Op::Or => "<or>",
+            op => UNARY
+                .iter()
+                .find(|(_, o)| *o == op)
+                .map(|(s, _)| *s)
+                .unwrap_or("?"),
+        }
+    }
+
+    /// Whether the operator compares numbers.
+    pub fn is_numeric(self) -> bool {
+        matches!(
+            self,
+            Op::Legacy | Op::NumEq | Op::NumNe | Op::NumLe | Op::NumLt | Op::NumGe | Op::NumGt
+        )
+    }
+}
+
+/// A parsed hint value.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Expr {
+    /// `rotational`.
+    Bool(bool),
+    /// An operator and its normalized values (one, or several for `<or>`).
+    Cmp {
+        /// Operator.
+        op: Op,
+        /// Values: normalized strings, or decimal numbers for `size`.
+        values: Vec<String>,
+    },
+}
+
+/// One hint.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Hint {
+    /// Hint name (`model`, `size`, ...).
+    pub name: String,
+    /// Its type.
+    pub kind: Kind,
+    /// Parsed expression.
+    pub expr: Expr,
+    /// As given, for messages.
+    pub given: String,
+}
+
+/// Lower-cases, trims and URL-quotes a value as IPA does (Python's
+/// `urllib.parse.quote`: letters, digits, `_.-~/` stay; the rest is `%XX`).
+pub fn normalize(value: &str) -> String {
+    let mut out = String::new();
+    for b in value.trim().to_lowercase().bytes() {
+        if b.is_ascii_alphanumeric() || b"_.-~/".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// Splits an expression into operator and raw values (not yet normalized).
+/// `None` operator: the whole expression is the value.
+pub fn split_expression(expr: &str) -> Result<(Option<Op>, Vec<String>), String> {
+    let e = expr.trim().to_lowercase();
+    if e.is_empty() {
+        return Err("the expression is empty".into());
+    }
+    for unsupported in ["<all-in>", "<range-in>"] {
+        if e.starts_with(unsupported) {
+            return Err(format!(
+                "the {unsupported} operator cannot match a disk attribute"
+            ));
+        }
+    }
+    if e.starts_with("<or>") {
+        let values: Vec<String> = e
+            .split("<or>")
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+            .map(String::from)
+            .collect();
+        if values.is_empty() {
+            return Err("<or> without values".into());
+        }
+        return Ok((Some(Op::Or), values));
+    }
+    for (spelling, op) in UNARY {
+        if let Some(rest) = e.strip_prefix(spelling) {
+            let value = rest.trim();
+            if value.is_empty() {
+                return Err(format!("operator {spelling} without a value"));
+            }
+            return Ok((Some(op), vec![value.to_string()]));
+        }
+    }
+    Ok((None, vec![e]))
+}
+
+/// Parses a `root_device` object. `null` and `{}` mean "no hints".
+pub fn parse(hints: &Value) -> Result<Vec<Hint>, String> {
+    let map = match hints {
+        Value::Null => return Ok(Vec::new()),
+        Value::Object(m) => m,
+        other => return Err(format!("root device hints must be an object, not {other}")),
+    };
+    let unknown: Vec<&str> = map
+        .keys()
+        .filter(|k| !HINTS.iter().any(|(n, _)| n == k))
+        .map(String::as_str)
+        .collect();
+    if !unknown.is_empty() {
+        let valid: Vec<&str> = HINTS.iter().map(|(n, _)| *n).collect();
+        return Err(format!(
+            "the hints \"{}\" are invalid; valid hints are: \"{}\"",
+            unknown.join(", "),
+            valid.join(", ")
+        ));
+    }
+    let mut out = Vec::new();
+    // Ironic's order, so messages are stable.
+    for (name, kind) in HINTS {
+        let Some(v) = map.get(name) else { continue };
+        let given = match v {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        let expr = match kind {
+            Kind::Bool => Expr::Bool(parse_bool(v).ok_or_else(|| {
+                format!("root device hint \"{name}\" is not a Boolean value: {given}")
+            })?),
+            Kind::Str => {
+                if !v.is_string() {
+                    return Err(format!(
+                        "root device hint \"{name}\" is not a string value: {given}"
+                    ));
+                }
+                let (op, values) = split_expression(&given)
+                    .map_err(|e| format!("root device hint \"{name}\": {e}"))?;
+                Expr::Cmp {
+                    op: op.unwrap_or(Op::StrEq),
+                    values: values.iter().map(|v| normalize(v)).collect(),
+                }
+            }
+            Kind::Size => {
+                if !(v.is_string() || v.is_u64() || v.is_i64()) {
+                    return Err(format!(
+                        "root device hint \"size\" is not an integer value: {given}"
+                    ));
+                }
+                let (op, values) = split_expression(&given)
+                    .map_err(|e| format!("root device hint \"size\": {e}"))?;
+                let op = op.unwrap_or(Op::NumEq);
+                if !(op.is_numeric() || op == Op::Or) {
+                    return Err(format!(
+                        "root device hint \"size\" needs a numeric operator, not {}",
+                        op.as_str()
+                    ));
+                }
+                for v in &values {
+                    match v.parse::<i64>() {
+                        Ok(n) if n > 0 => {}
+                        Ok(_) => {
+                            return Err(format!(
+                                "root device hint \"size\" should be a positive integer: {given}"
+                            ))
+                        }
+                        Err(_) => {
+                            return Err(format!(
+                                "root device hint \"size\" is not an integer value: {given}"
+                            ))
+                        }
+                    }
+                }
+                Expr::Cmp { op, values }
+            }
+        };
+        out.push(Hint {
+            name: name.to_string(),
+            kind,
+            expr,
+            given,
+        });
+    }
+    Ok(out)
+}
+
+/// oslo's strict boolean parsing.
+fn parse_bool(v: &Value) -> Option<bool> {
+    match v {
+        Value::Bool(b) => Some(*b),
+        Value::Number(n) => match n.as_i64() {
+            Some(1) => Some(true),
+            Some(0) => Some(false),
+            _ => None,
+        },
+        Value::String(s) => match s.trim().to_lowercase().as_str() {
+            "1" | "t" | "true" | "on" | "y" | "yes" => Some(true),
+            "0" | "f" | "false" | "off" | "n" | "no" => Some(false),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn cmp(h: &Hint) -> (Op, Vec<String>) {
+        match &h.expr {
+            Expr::Cmp { op, values } => (*op, values.clone()),
+            Expr::Bool(_) => panic!("bool"),
+        }
+    }
+
+    #[test]
+    fn operators_and_defaults() {
+        let h = parse(
+            &json!({"model": "Big Model", "size": 10, "serial": "s!= abc",
+                               "vendor": "<or> ATA <or> Dell Inc", "wwn": "<in>5000",
+                               "hctl": "s>= 1:0:0:0", "rotational": "no"}),
+        )
+        .unwrap();
+        let by = |n: &str| h.iter().find(|x| x.name == n).unwrap();
+        assert_eq!(cmp(by("model")), (Op::StrEq, vec!["big%20model".into()]));
+        assert_eq!(cmp(by("size")), (Op::NumEq, vec!["10".into()]));
+        assert_eq!(cmp(by("serial")), (Op::StrNe, vec!["abc".into()]));
+        assert_eq!(
+            cmp(by("vendor")),
+            (Op::Or, vec!["ata".into(), "dell%20inc".into()])
+        );
+        assert_eq!(cmp(by("wwn")), (Op::In, vec!["5000".into()]));
+        assert_eq!(cmp(by("hctl")), (Op::StrGe, vec!["1%3A0%3A0%3A0".into()]));
+        assert_eq!(by("rotational").expr, Expr::Bool(false));
+        // Ironic's order, not the object's.
+        let names: Vec<&str> = h.iter().map(|x| x.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "size",
+                "model",
+                "wwn",
+                "serial",
+                "vendor",
+                "rotational",
+                "hctl"
+            ]
+        );
+    }
+
+    #[test]
+    fn every_numeric_operator_without_spaces_too() {
+        for (e, op) in [
+            (">= 10", Op::NumGe),
+            (">=10", Op::NumGe),
+            ("> 10", Op::NumGt),
+            ("<= 10", Op::NumLe),
+            ("< 10", Op::NumLt),
+            ("== 10", Op::NumEq),
+            ("!= 10", Op::NumNe),
+            ("= 10", Op::Legacy),
+            ("<or> 10 <or> 20", Op::Or),
+        ] {
+            let h = parse(&json!({ "size": e })).unwrap();
+            assert_eq!(cmp(&h[0]).0, op, "{e}");
+        }
+        for (e, op) in [
+            ("s== a", Op::StrEq),
+            ("s!= a", Op::StrNe),
+            ("s< a", Op::StrLt),
+            ("s<= a", Op::StrLe),
+            ("s> a", Op::StrGt),
+            ("s>= a", Op::StrGe),
+            ("<in> a", Op::In),
+        ] {
+            let h = parse(&json!({ "model": e })).unwrap();
+            assert_eq!(cmp(&h[0]), (op, vec!["a".into()]), "{e}");
+        }
+    }
+
+    #[test]
+    fn invalid_hints_are_errors() {
+        for (hints, needle) in [
+            (json!({"colour": "red"}), "invalid"),
+            (json!({"size": "big"}), "not an integer"),
+            (json!({"size": -1}), "positive"),
+            (json!({"size": "0"}), "positive"),
+            (json!({"size": 1.5}), "not an integer"),
+            (json!({"size": "s== 10"}), "numeric operator"),
+            (json!({"model": 5}), "not a string"),
+            (json!({"model": "  "}), "empty"),
+            (json!({"model": "s=="}), "without a value"),
+            (json!({"rotational": "maybe"}), "Boolean"),
+            (json!({"model": "<all-in> a b"}), "cannot match"),
+            (json!({"size": "<range-in> [ 1 2 ]"}), "cannot match"),
+            (json!(["name"]), "object"),
+        ] {
+            let e = parse(&hints).unwrap_err();
+            assert!(e.contains(needle), "{hints}: {e}");
+        }
+        assert!(parse(&json!({})).unwrap().is_empty());
+        assert!(parse(&Value::Null).unwrap().is_empty());
+    }
+
+    #[test]
+    fn normalization_matches_python_quote() {
+        assert_eq!(normalize(" QEMU HARDDISK "), "qemu%20harddisk");
+        assert_eq!(
+            normalize("/dev/disk/by-path/pci-0000:00:1f.2-ata-1"),
+            "/dev/disk/by-path/pci-0000%3A00%3A1f.2-ata-1"
+        );
+        assert_eq!(normalize("a_b.c~d"), "a_b.c~d");
+    }
+}

@@ -1,0 +1,166 @@
+//! The error type of a qcow2 → raw conversion: every way it can fail, each
+//! message naming the offsets and header fields involved.
+
+use std::io;
+
+/// Why a qcow2 → raw conversion failed.
+///
+/// The variants fall into three families, told apart by
+/// [`Qcow2Error::class`]: the input stream failed ([`Qcow2Error::Read`]),
+/// the sink failed ([`Qcow2Error::Sink`]), or the image itself is bad,
+/// unsupported or not convertible in one sequential pass (everything else).
+#[derive(Debug, thiserror::Error)]
+pub enum Qcow2Error {
+    /// Reading the qcow2 stream failed (for a download: the transfer broke).
+    #[error("reading the qcow2 image failed at host offset {offset}: {source}")]
+    Read {
+        /// Host (file) offset at which the failed read started.
+        offset: u64,
+        /// The reader's error.
+        source: io::Error,
+    },
+    /// The sink failed to take guest data (for a deploy: the disk write failed).
+    #[error("writing the converted image failed ({op} at guest offset {offset}): {source}")]
+    Sink {
+        /// Which sink call failed: `begin`, `data` or `zero`.
+        op: &'static str,
+        /// Guest offset of the failed call (0 for `begin`).
+        offset: u64,
+        /// The sink's error.
+        source: io::Error,
+    },
+    /// The input does not start with the qcow2 magic.
+    #[error("not a qcow2 image: it starts with bytes {found:02x?}, expected the magic [51, 46, 49, fb] (\"QFI\\xfb\")")]
+    BadMagic {
+        /// The first (up to four) bytes of the input.
+        found: Vec<u8>,
+    },
+    /// The input ended inside the header or its extensions.
+    #[error("qcow2 header is truncated: the image ended after {len} bytes, but the header needs {needed}")]
+    TruncatedHeader {
+        /// Bytes the input had.
+        len: u64,
+        /// Bytes the header needs.
+        needed: u64,
+    },
+    /// The header's version field is neither 2 nor 3.
+    #[error("unsupported qcow2 version {version} (only versions 2 and 3 are supported)")]
+    UnsupportedVersion {
+        /// The version field.
+        version: u32,
+    },
+    /// The image is an overlay on a backing file; only standalone images convert.
+    #[error("qcow2 image has a backing file (backing_file_offset {offset}, name length {len}); only standalone images can be converted, flatten it with `qemu-img convert` first")]
+    BackingFile {
+        /// The backing_file_offset header field.
+        offset: u64,
+        /// The backing_file_size header field.
+        len: u32,
+    },
+    /// The image is encrypted.
+    #[error("qcow2 image is encrypted (crypt_method {method}, {}); encrypted images are not supported", crypt_name(*method))]
+    Encrypted {
+        /// The crypt_method header field.
+        method: u32,
+    },
+    /// The image is marked corrupt by QEMU (incompatible feature bit 1).
+    #[error("qcow2 image is marked corrupt (incompatible feature bit 1); repair it with `qemu-img check -r all` first")]
+    MarkedCorrupt,
+    /// The image uses a feature this converter does not implement.
+    #[error("qcow2 image uses an unsupported feature: {feature}")]
+    Unsupported {
+        /// What the feature is, with the header field or bit that announces it.
+        feature: String,
+    },
+    /// A header field is out of range or inconsistent.
+    #[error("invalid qcow2 header: {detail}")]
+    InvalidHeader {
+        /// Which field, its value, and what was expected.
+        detail: String,
+    },
+    /// The virtual disk is larger than [`super::Limits::max_virtual_size`].
+    #[error("qcow2 virtual size {virtual_size} bytes exceeds the limit of {limit} bytes")]
+    VirtualSizeTooLarge {
+        /// The size header field.
+        virtual_size: u64,
+        /// The configured limit.
+        limit: u64,
+    },
+    /// An L1 or L2 table entry is invalid (misaligned, reserved bits, points into the header).
+    #[error("invalid qcow2 metadata: {detail}")]
+    InvalidMetadata {
+        /// Which table entry, its guest and host offsets, and what is wrong.
+        detail: String,
+    },
+    /// A compressed cluster does not decompress to exactly one cluster.
+    #[error("compressed cluster for guest offset {guest_offset} (host offset {host_offset}, {compressed_len} bytes) is corrupt: {detail}")]
+    Decompress {
+        /// Guest offset of the cluster.
+        guest_offset: u64,
+        /// Host offset of its compressed data.
+        host_offset: u64,
+        /// Compressed bytes available to the decompressor.
+        compressed_len: u64,
+        /// What the decompressor reported.
+        detail: String,
+    },
+    /// The input ended before everything the tables map was seen.
+    #[error("qcow2 image is truncated: it ended at host offset {eof}, but {what} for guest offset {guest_offset} maps to host offset {host_offset}")]
+    Truncated {
+        /// Where the input ended (its length).
+        eof: u64,
+        /// What was still missing: `the L1 table`, `an L2 table`, `data`, `a compressed cluster`.
+        what: &'static str,
+        /// Guest offset of the first missing guest byte.
+        guest_offset: u64,
+        /// Host offset of the first missing host byte.
+        host_offset: u64,
+    },
+    /// A table entry points backwards to bytes that already left the lookahead window.
+    #[error("qcow2 image is not streamable: {what} for guest offset {guest_offset} is at host offset {host_offset}, but the stream is already at host offset {position} and only keeps bytes from host offset {window_start} on (lookahead {lookahead} bytes); convert it from a seekable file instead")]
+    NotStreamable {
+        /// What was mapped: `an L2 table`, `data`, `a compressed cluster`.
+        what: &'static str,
+        /// Guest offset it maps.
+        guest_offset: u64,
+        /// Host offset it lives at.
+        host_offset: u64,
+        /// How far the stream had been read.
+        position: u64,
+        /// Oldest host offset still retained.
+        window_start: u64,
+        /// The effective lookahead (bytes kept behind the read position).
+        lookahead: u64,
+    },
+}
+
+/// Which party a [`Qcow2Error`] blames.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorClass {
+    /// The input stream failed (download error).
+    Input,
+    /// The sink failed (disk write error).
+    Output,
+    /// The image is corrupt, unsupported or not streamable.
+    Image,
+}
+
+impl Qcow2Error {
+    /// Which party this error blames: the reader, the sink, or the image.
+    pub fn class(&self) -> ErrorClass {
+        match self {
+            Qcow2Error::Read { .. } => ErrorClass::Input,
+            Qcow2Error::Sink { .. } => ErrorClass::Output,
+            _ => ErrorClass::Image,
+        }
+    }
+}
+
+/// Human name of a crypt_method value.
+fn crypt_name(method: u32) -> &'static str {
+    match method {
+        1 => "AES",
+        2 => "LUKS",
+        _ => "unknown method",
+    }
+}

@@ -1,0 +1,122 @@
+//! Decoding of single L1 and L2 table entries into what they map, with the
+//! checks that keep every mapped host range inside a sane part of the file.
+
+use super::header::{Header, MAX_HOST_OFFSET};
+
+/// Bits 9..=55: the host offset field of L1 entries and standard L2 entries.
+const OFFSET_MASK: u64 = 0x00ff_ffff_ffff_fe00;
+/// L1 entry bits that must be zero: 0..=8 and 56..=62.
+const L1_RESERVED: u64 = 0x7f00_0000_0000_01ff;
+/// Standard L2 descriptor bits that must be zero: 1..=8 and 56..=61.
+const L2_RESERVED: u64 = 0x3f00_0000_0000_01fe;
+/// L2 entry bit 62: compressed cluster.
+const L2_COMPRESSED: u64 = 1 << 62;
+/// Standard L2 descriptor bit 0: the cluster reads as zeros (version 3).
+const L2_ZERO: u64 = 1;
+/// Compressed data is counted in 512-byte sectors.
+const SECTOR: u64 = 512;
+
+/// What one L2 entry maps its guest cluster to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum L2Mapping {
+    /// Unallocated or zero-flagged: the guest cluster reads as zeros.
+    Zero,
+    /// Uncompressed data in the host cluster at this offset.
+    Data {
+        /// Cluster-aligned host offset.
+        host: u64,
+    },
+    /// Compressed data in host bytes `[host, end)`; decompression may stop
+    /// before `end`, which is rounded up to a sector.
+    Compressed {
+        /// Host offset of the first compressed byte.
+        host: u64,
+        /// End of the last sector the descriptor covers.
+        end: u64,
+    },
+}
+
+/// Decodes an L1 entry: the host offset of its L2 table, or `None` if unallocated.
+///
+/// The error is a detail message (without the entry's position).
+pub(crate) fn decode_l1(raw: u64, header: &Header) -> Result<Option<u64>, String> {
+    if raw & L1_RESERVED != 0 {
+        return Err(format!(
+            "entry {raw:#018x} has reserved bits {:#x} set",
+            raw & L1_RESERVED
+        ));
+    }
+    let host = raw & OFFSET_MASK;
+    if host == 0 {
+        return Ok(None);
+    }
+    check_cluster_offset(host, header, "L2 table")?;
+    Ok(Some(host))
+}
+
+/// Decodes an L2 entry.
+///
+/// The error is a detail message (without the entry's position).
+pub(crate) fn decode_l2(raw: u64, header: &Header) -> Result<L2Mapping, String> {
+    if raw & L2_COMPRESSED != 0 {
+        return decode_compressed(raw, header);
+    }
+    if raw & L2_ZERO != 0 {
+        if header.version < 3 {
+            return Err(format!(
+                "entry {raw:#018x} has the zero flag (bit 0) set, which version 2 images do not have"
+            ));
+        }
+        // Zero-flagged: reads as zeros whatever the (preallocated) offset is.
+        return Ok(L2Mapping::Zero);
+    }
+    if raw & L2_RESERVED != 0 {
+        return Err(format!(
+            "entry {raw:#018x} has reserved bits {:#x} set",
+            raw & L2_RESERVED
+        ));
+    }
+    let host = raw & OFFSET_MASK;
+    if host == 0 {
+        return Ok(L2Mapping::Zero);
+    }
+    check_cluster_offset(host, header, "data cluster")?;
+    Ok(L2Mapping::Data { host })
+}
+
+/// Decodes a compressed cluster descriptor (bit 62 set).
+fn decode_compressed(raw: u64, header: &Header) -> Result<L2Mapping, String> {
+    // Offset in bits 0..x, additional sector count in bits x..=61.
+    let x = 62 - (header.cluster_bits - 8);
+    let host = raw & ((1u64 << x) - 1);
+    let extra_sectors = (raw >> x) & ((1u64 << (header.cluster_bits - 8)) - 1);
+    if host >= MAX_HOST_OFFSET {
+        return Err(format!(
+            "compressed descriptor {raw:#018x} has host offset {host} beyond the 2^56 limit"
+        ));
+    }
+    if host < header.cluster_size() {
+        return Err(format!(
+            "compressed descriptor {raw:#018x} points to host offset {host}, inside the header cluster"
+        ));
+    }
+    // At most 2^(cluster_bits-8) sectors: two clusters, by the field's width.
+    let end = (host & !(SECTOR - 1)) + (extra_sectors + 1) * SECTOR;
+    Ok(L2Mapping::Compressed { host, end })
+}
+
+/// Checks a cluster-aligned host offset of an L2 table or data cluster.
+fn check_cluster_offset(host: u64, header: &Header, what: &str) -> Result<(), String> {
+    let cluster_size = header.cluster_size();
+    if host & (cluster_size - 1) != 0 {
+        return Err(format!(
+            "{what} host offset {host} is not aligned to the cluster size {cluster_size}"
+        ));
+    }
+    if host < cluster_size {
+        return Err(format!(
+            "{what} host offset {host} lies inside the header cluster"
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,400 @@
+//! In-band inspection (spec §4.3–4.5): run the collectors, POST the
+//! document to `ipa-inspection-callback-url` (Ironic's
+//! `/v1/continue_inspection`, or ironic-inspector's `/v1/continue`), retry
+//! as IPA does, and hand the node UUID and token of the answer to lookup.
+//!
+//! Design: Ironic URLs are called at API 1.84, so the answer carries the
+//! lookup-style document with a fresh token (adopted, so the later lookup's
+//! `******` is no lock-out); a 406 from an older Ironic is retried without
+//! the version header (IPA's way, answer `{"uuid"}`). Collector failures go
+//! into `error`, which makes Ironic fail the inspection visibly; unknown or
+//! unimplemented collectors are only logged.
+
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::{json, Map, Value};
+
+use crate::conductor::client::error_chain;
+use crate::conductor::lookup::parse_lookup;
+use crate::conductor::{ironic_error_message, LookupResult};
+use crate::config::{Config, RunMode};
+use crate::inventory::{self, Inventory, Options};
+use crate::{hints, lldp};
+
+/// What Ironic's answer told us.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome {
+    /// The node's UUID, if the answer named it.
+    pub node_uuid: Option<String>,
+    /// The 1.84 lookup-style answer (node, config, token).
+    pub lookup: Option<LookupResult>,
+}
+
+/// Why the document could not be delivered.
+#[derive(Debug, thiserror::Error)]
+pub enum InspectError {
+    /// The callback URL cannot be used.
+    #[error("inspection callback {0:?} is not usable: {1}")]
+    BadUrl(String, String),
+    /// Every attempt failed; the last error.
+    #[error("posting inspection data to {url} failed after {attempts} attempt(s): {reason}")]
+    Failed {
+        /// URL of the last attempt.
+        url: String,
+        /// Attempts made.
+        attempts: usize,
+        /// Last failure.
+        reason: String,
+    },
+    /// A non-retryable HTTP error.
+    #[error("{url} refused the inspection data: HTTP {status}: {message}")]
+    Refused {
+        /// URL.
+        url: String,
+        /// Status.
+        status: u16,
+        /// Ironic's message.
+        message: String,
+    },
+}
+
+/// IPA's retry rules: connection errors, 5xx and 409 are retried this many
+/// times with exponential back-off.
+#[derive(Debug, Clone)]
+pub struct RetryPolicy {
+    /// Retries after the first attempt.
+    pub retries: usize,
+    /// First back-off.
+    pub first_delay: Duration,
+    /// Back-off cap.
+    pub max_delay: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            retries: 5,
+            first_delay: Duration::from_secs(5),
+            max_delay: Duration::from_secs(30),
+        }
+    }
+}
+
+/// The hardware manager this agent reports, as IPA's generic one.
+pub fn managers() -> Value {
+    json!([{"name": "generic_hardware_manager", "version": "1.2"}])
+}
+
+/// Inventory options for the agent's own machine: `BOOTIF`, the allowed
+/// devices (host mode) as extra disks.
+pub fn live_options(config: &Config) -> Options {
+    let mut o = Options::live(config.bootif.clone());
+    o.extra_disks = config
+        .allowed_devices
+        .iter()
+        .filter_map(|p| std::fs::canonicalize(p).ok())
+        .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .collect();
+    o
+}
+
+/// In host mode the node's ports are not this machine's NICs: the MACs
+/// given with `--mac` are added as interfaces (the first one as the PXE
+/// interface when no `BOOTIF` is set) so the conductor can find the node.
+pub fn add_host_mode_macs(inv: &mut Inventory, config: &Config) {
+    if config.mode != RunMode::Host {
+        return;
+    }
+    for (i, mac) in config.extra_macs.iter().enumerate() {
+        let mac = mac.to_ascii_lowercase();
+        if inv.interfaces.iter().any(|x| x.mac_address == mac) {
+            continue;
+        }
+        inv.interfaces.push(inventory::Interface {
+            name: format!("hostmode{i}"),
+            mac_address: mac.clone(),
+            ipv4_address: None,
+            ipv6_address: None,
+            has_carrier: true,
+            lldp: None,
+            vendor: None,
+            product: None,
+            client_id: None,
+            biosdevname: None,
+            speed_mbps: None,
+            pci_address: None,
+            driver: None,
+        });
+        if inv.boot.pxe_interface.is_none() {
+            inv.boot.pxe_interface = Some(mac);
+        }
+    }
+}
+
+/// Runs the collectors and builds the document (spec §4.3).
+pub async fn collect(config: &Config, opts: &Options) -> Value {
+    let collectors = &config.inspection_collectors;
+    let wants = |c: &str| collectors.iter().any(|x| x == c);
+    let mut errors: Vec<String> = Vec::new();
+    let mut doc = Map::new();
+    match inventory::collect(opts) {
+        Ok(mut inv) => {
+            add_host_mode_macs(&mut inv, config);
+            if config.collect_lldp || wants("lldp") {
+                let data = lldp::collect(&inv, config.lldp_timeout).await;
+                lldp::apply(&mut inv, &data);
+                if wants("lldp") {
+                    doc.insert("lldp_raw".into(), json!(data.raw));
+                }
+                doc.insert("lldp_parsed".into(), json!(data.parsed));
+            }
+            // Inspection reports the default guess, as IPA's collect_default.
+            match hints::choose(&inv.disks, None) {
+                Ok(c) => {
+                    doc.insert("root_disk".into(), json!(c.disk));
+                }
+                Err(e) => tracing::warn!("no root disk to report: {e}"),
+            }
+            doc.insert("boot_interface".into(), json!(inv.boot.pxe_interface));
+            doc.insert("inventory".into(), json!(inv));
+        }
+        Err(e) => errors.push(format!("collecting the inventory failed: {e:#}")),
+    }
+    if wants("pci-devices") {
+        doc.insert(
+            "pci_devices".into(),
+            json!(pci_devices(&opts.root.join("sys/bus/pci/devices"))),
+        );
+    }
+    for c in collectors {
+        if !matches!(c.as_str(), "default" | "lldp" | "pci-devices") {
+            tracing::warn!(collector = %c, "inspection collector not available in this agent; skipped");
+        }
+    }
+    doc.insert(
+        "configuration".into(),
+        json!({"collectors": collectors, "managers": managers()}),
+    );
+    doc.insert(
+        "error".into(),
+        if errors.is_empty() {
+            Value::Null
+        } else {
+            json!(errors.join("; "))
+        },
+    );
+    Value::Object(doc)
+}
+
+/// The `pci-devices` collector: every device under `/sys/bus/pci/devices`.
+pub fn pci_devices(dir: &std::path::Path) -> Vec<Value> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    let mut entries: Vec<_> = entries.flatten().collect();
+    entries.sort_by_key(|e| e.file_name());
+    for e in entries {
+        let attr = |n: &str| inventory::read_attr(&e.path().join(n));
+        let hex = |n: &str| attr(n).map(|v| v.trim_start_matches("0x").to_string());
+        out.push(json!({
+            "vendor_id": hex("vendor"),
+            "product_id": hex("device"),
+            "class": hex("class"),
+            "revision": hex("revision"),
+            "bus": e.file_name().to_string_lossy(),
+            "numa_node_id": attr("numa_node").and_then(|v| v.parse::<i64>().ok()).filter(|n| *n >= 0),
+        }));
+    }
+    out
+}
+
+/// Whether a URL is Ironic's own endpoint (API versions apply).
+fn is_ironic(url: &str) -> bool {
+    url.trim_end_matches('/')
+        .ends_with("/v1/continue_inspection")
+}
+
+/// POSTs the document to each URL of `callback` (comma list) in turn, with
+/// IPA's retries; parses the answer.
+pub async fn post(
+    http: &reqwest::Client,
+    callback: &str,
+    doc: &Value,
+    request_id: Option<&str>,
+    policy: &RetryPolicy,
+) -> Result<Outcome, InspectError> {
+    let urls: Vec<&str> = callback
+        .split(',')
+        .map(str::trim)
+        .filter(|u| !u.is_empty())
+        .collect();
+    if urls.is_empty() || urls.iter().any(|u| reqwest::Url::parse(u).is_err()) {
+        return Err(InspectError::BadUrl(
+            callback.into(),
+            "expected one or more http(s) URLs".into(),
+        ));
+    }
+    let body = doc.to_string();
+    let mut delay = policy.first_delay;
+    let mut attempts = 0;
+    let mut last = (String::new(), String::new());
+    for round in 0..=policy.retries {
+        if round > 0 {
+            tracing::warn!(
+                retry_in_s = delay.as_secs_f64(),
+                "inspection data not delivered: {}",
+                last.1
+            );
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(policy.max_delay);
+        }
+        for url in &urls {
+            attempts += 1;
+            match post_once(http, url, &body, request_id).await {
+                Ok(outcome) => return Ok(outcome),
+                Err(Attempt::Retry(reason)) => last = (url.to_string(), reason),
+                Err(Attempt::Fatal(e)) => return Err(e),
+            }
+        }
+    }
+    Err(InspectError::Failed {
+        url: last.0,
+        attempts,
+        reason: last.1,
+    })
+}
+
+enum Attempt {
+    Retry(String),
+    Fatal(InspectError),
+}
+
+async fn post_once(
+    http: &reqwest::Client,
+    url: &str,
+    body: &str,
+    request_id: Option<&str>,
+) -> Result<Outcome, Attempt> {
+    let mut version = is_ironic(url).then_some("1.84");
+    loop {
+        let mut req = http
+            .post(url)
+            .header("Content-Type", "application/json")
+            .header("Accept", "application/json")
+            .body(body.to_string());
+        if let Some(v) = version {
+            req = req.header("X-OpenStack-Ironic-API-Version", v);
+        }
+        if let Some(id) = request_id {
+            req = req.header("X-OpenStack-Request-ID", id);
+        }
+        let resp = req
+            .send()
+            .await
+            .map_err(|e| Attempt::Retry(format!("cannot reach {url}: {}", error_chain(&e))))?;
+        let status = resp.status();
+        let text = resp.text().await.unwrap_or_default();
+        if status == StatusCode::NOT_ACCEPTABLE && version.is_some() {
+            tracing::info!("{url} does not speak API 1.84; posting without a version as IPA does");
+            version = None;
+            continue;
+        }
+        if status.is_success() {
+            return Ok(parse_answer(&text));
+        }
+        let message = ironic_error_message(&text);
+        if status.is_server_error() || status == StatusCode::CONFLICT {
+            return Err(Attempt::Retry(format!(
+                "{url} answered HTTP {status}: {message}"
+            )));
+        }
+        return Err(Attempt::Fatal(InspectError::Refused {
+            url: url.into(),
+            status: status.as_u16(),
+            message,
+        }));
+    }
+}
+
+/// `{"node": ..., "config": ...}` (Ironic ≥ 1.84) or `{"uuid": ...}`.
+pub fn parse_answer(text: &str) -> Outcome {
+    let doc: Value = serde_json::from_str(text).unwrap_or(Value::Null);
+    if doc.get("node").is_some() {
+        if let Ok(l) = parse_lookup(&doc) {
+            return Outcome {
+                node_uuid: Some(l.node_uuid.clone()),
+                lookup: Some(l),
+            };
+        }
+    }
+    Outcome {
+        node_uuid: doc
+            .get("uuid")
+            .or_else(|| doc.pointer("/node/uuid"))
+            .and_then(Value::as_str)
+            .map(String::from),
+        lookup: None,
+    }
+}
+
+/// Collects and posts when `ipa-inspection-callback-url` is set. Failures
+/// are logged; the agent then continues to lookup, as IPA does.
+pub async fn run_if_configured(config: &Config, http: &reqwest::Client) -> Option<Outcome> {
+    let url = config.inspection_callback_url.as_deref()?;
+    if url == "mdns" {
+        tracing::error!("ipa-inspection-callback-url=mdns: mDNS discovery is not available in this build; skipping inspection");
+        return None;
+    }
+    let started = std::time::Instant::now();
+    let doc = collect(config, &live_options(config)).await;
+    tracing::info!(collected_in_s = started.elapsed().as_secs_f64(), %url, "posting inspection data");
+    match post(
+        http,
+        url,
+        &doc,
+        config.global_request_id.as_deref(),
+        &RetryPolicy::default(),
+    )
+    .await
+    {
+        Ok(o) => {
+            tracing::info!(node = ?o.node_uuid, token = o.lookup.is_some(), "inspection data accepted");
+            Some(o)
+        }
+        Err(e) => {
+            tracing::error!("{e}");
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_at_both_versions() {
+        let o = parse_answer(r#"{"uuid": "abc"}"#);
+        assert_eq!(o.node_uuid.as_deref(), Some("abc"));
+        assert!(o.lookup.is_none());
+        let t = "t".repeat(43);
+        let o = parse_answer(
+            &json!({"node": {"uuid": "u1"}, "config": {"heartbeat_timeout": 300, "agent_token": t}})
+                .to_string(),
+        );
+        assert_eq!(o.node_uuid.as_deref(), Some("u1"));
+        assert_eq!(
+            o.lookup.unwrap().config.agent_token.as_deref(),
+            Some(t.as_str())
+        );
+        assert_eq!(parse_answer("not json").node_uuid, None);
+    }
+
+    #[test]
+    fn ironic_urls() {
+        assert!(is_ironic("http://10.0.0.1:6385/v1/continue_inspection"));
+        assert!(!is_ironic("http://10.0.0.1:5050/v1/continue"));
+    }
+}

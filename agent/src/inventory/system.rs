@@ -1,0 +1,146 @@
+//! System identity: vendor, product, serial and firmware (SMBIOS, through
+//! `/sys/class/dmi/id` or the raw table), boot mode, host name, and whether a
+//! BMC is reachable through IPMI.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use super::{read_attr, smbios, under};
+
+/// `inventory.system_vendor`. Unknown values are `""`, as IPA sends them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SystemVendor {
+    /// Product name (SMBIOS type 1).
+    pub product_name: String,
+    /// Serial number (type 1).
+    pub serial_number: String,
+    /// Manufacturer (type 1).
+    pub manufacturer: String,
+    /// Firmware (type 0).
+    pub firmware: Firmware,
+}
+
+/// `inventory.system_vendor.firmware`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Firmware {
+    /// BIOS/UEFI vendor.
+    pub vendor: String,
+    /// Version.
+    pub version: String,
+    /// Release date as SMBIOS gives it (`MM/DD/YYYY`).
+    pub build_date: String,
+}
+
+/// `inventory.boot`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Boot {
+    /// `uefi` or `bios`.
+    pub current_boot_mode: String,
+    /// The raw `BOOTIF` argument.
+    pub pxe_interface: Option<String>,
+}
+
+/// Reads the SMBIOS identity: the kernel's `dmi/id` attributes first (the
+/// kernel already decoded them), the raw table for whatever is missing.
+pub fn vendor(root: &Path) -> SystemVendor {
+    let id = |name: &str| read_attr(&under(root, "/sys/class/dmi/id").join(name));
+    let table = std::fs::read(under(root, "/sys/firmware/dmi/tables/DMI")).unwrap_or_default();
+    let structures = smbios::parse(&table);
+    let from_table = |kind: u8, offset: usize| {
+        structures
+            .iter()
+            .find(|s| s.kind == kind)
+            .and_then(|s| s.string(offset))
+    };
+    let pick = |name: &str, kind: u8, offset: usize| {
+        id(name)
+            .or_else(|| from_table(kind, offset))
+            .unwrap_or_default()
+    };
+    SystemVendor {
+        product_name: pick("product_name", 1, 0x05),
+        serial_number: pick("product_serial", 1, 0x07),
+        manufacturer: pick("sys_vendor", 1, 0x04),
+        firmware: Firmware {
+            vendor: pick("bios_vendor", 0, 0x04),
+            version: pick("bios_version", 0, 0x05),
+            build_date: pick("bios_date", 0, 0x08),
+        },
+    }
+}
+
+/// `uefi` when the kernel booted through EFI (`/sys/firmware/efi` exists).
+pub fn boot_mode(root: &Path) -> &'static str {
+    if under(root, "/sys/firmware/efi").is_dir() {
+        "uefi"
+    } else {
+        "bios"
+    }
+}
+
+/// The host name (`/proc/sys/kernel/hostname`, what `gethostname` returns).
+pub fn hostname(root: &Path) -> String {
+    read_attr(&under(root, "/proc/sys/kernel/hostname")).unwrap_or_else(|| "localhost".into())
+}
+
+/// `(bmc_address, bmc_v6address, bmc_mac)`. Without an IPMI device (or when
+/// told to skip detection) all are unknown. With one, the LAN configuration
+/// would have to be read over the IPMI interface, which this agent does not
+/// do yet: it reports IPA's "IPMI present, nothing configured" values.
+pub fn bmc(root: &Path, skip: bool) -> (Option<String>, Option<String>, Option<String>) {
+    if skip || !has_ipmi(root) {
+        return (None, None, None);
+    }
+    tracing::warn!("an IPMI device is present but reading the BMC's LAN settings is not implemented; reporting 0.0.0.0 and ::/0");
+    (Some("0.0.0.0".into()), Some("::/0".into()), None)
+}
+
+fn has_ipmi(root: &Path) -> bool {
+    let in_dev = std::fs::read_dir(under(root, "/dev"))
+        .map(|d| {
+            d.flatten()
+                .any(|e| e.file_name().to_string_lossy().starts_with("ipmi"))
+        })
+        .unwrap_or(false);
+    in_dev || under(root, "/sys/class/ipmi").is_dir()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::inventory::smbios::tests::structure;
+
+    #[test]
+    fn identity_from_the_raw_table_when_dmi_id_is_missing() {
+        let dir = tempfile::tempdir().unwrap();
+        let dmi = dir.path().join("sys/firmware/dmi/tables");
+        std::fs::create_dir_all(&dmi).unwrap();
+        let mut t = structure(
+            0,
+            &[1, 2, 0, 0, 3, 0, 0],
+            &["SeaBIOS", "1.16.2", "04/01/2014"],
+        );
+        t.extend(structure(
+            1,
+            &[1, 2, 3, 4],
+            &["QEMU", "Standard PC", "pc-1", "SER1"],
+        ));
+        std::fs::write(dmi.join("DMI"), t).unwrap();
+        let id = dir.path().join("sys/class/dmi/id");
+        std::fs::create_dir_all(&id).unwrap();
+        std::fs::write(id.join("sys_vendor"), "Overridden\n").unwrap();
+        let v = vendor(dir.path());
+        assert_eq!(v.manufacturer, "Overridden");
+        assert_eq!(v.product_name, "Standard PC");
+        assert_eq!(v.serial_number, "SER1");
+        assert_eq!(v.firmware.vendor, "SeaBIOS");
+        assert_eq!(v.firmware.build_date, "04/01/2014");
+        assert_eq!(boot_mode(dir.path()), "bios");
+        assert_eq!(bmc(dir.path(), false), (None, None, None));
+        std::fs::create_dir_all(dir.path().join("dev")).unwrap();
+        std::fs::write(dir.path().join("dev/ipmi0"), "").unwrap();
+        assert_eq!(bmc(dir.path(), false).0.as_deref(), Some("0.0.0.0"));
+        assert_eq!(bmc(dir.path(), true).0, None);
+    }
+}
