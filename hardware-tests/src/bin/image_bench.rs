@@ -134,12 +134,22 @@ fn sha256_file(path: &Path) -> Result<String> {
 }
 
 fn sha256_prefix(path: &Path, len: u64) -> Result<String> {
-    let out = sh(&format!("head -c {len} {} | sha256sum", path.display()))?;
-    Ok(out
-        .split_whitespace()
-        .next()
-        .unwrap_or_default()
-        .to_string())
+    let mut f = std::fs::File::open(path)?.take(len);
+    let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+    let mut buf = vec![0u8; 4 << 20];
+    loop {
+        let n = f.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        ctx.update(&buf[..n]);
+    }
+    Ok(ctx
+        .finish()
+        .as_ref()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect())
 }
 
 fn decompress_rate(kind: &str, data: &[u8], out_bytes: u64, reps: usize) -> Result<f64> {
@@ -174,7 +184,14 @@ fn run_agent(
     image_sha: &str,
     size: u64,
 ) -> Result<Ours> {
-    let (secs, out) = best(o.reps, || {
+    let mut best_run: Option<(f64, String)> = None;
+    for _ in 0..o.reps {
+        // Start from a device holding something else, as a real disk does.
+        sh(&format!(
+            "dd if=/dev/zero of={} bs=4M count=4 oflag=direct status=none",
+            dev.display()
+        ))?;
+        let t = Instant::now();
         let out = hardware_tests::run(
             Command::new(&o.agent)
                 .args([
@@ -188,12 +205,18 @@ fn run_agent(
                 .arg(dev)
                 .env("RUST_LOG", "warn"),
         )?;
+        let secs = t.elapsed().as_secs_f64();
+        eprintln!("  {secs:.2} s: {}", out.trim());
+        // Checked outside the timed part.
         let got = sha256_prefix(dev, size)?;
         if got != image_sha {
             bail!("{url}: the device does not hold the image afterwards ({got})");
         }
-        Ok(out)
-    })?;
+        if best_run.as_ref().is_none_or(|(b, _)| secs < *b) {
+            best_run = Some((secs, out));
+        }
+    }
+    let (secs, out) = best_run.expect("reps >= 1");
     let peak = out
         .split("peak memory ")
         .nth(1)
@@ -287,6 +310,16 @@ fn main() -> Result<()> {
     let dec_gzip = decompress_rate("gzip", &gz, size, o.reps)?;
     let dec_xz = decompress_rate("xz", &xz, size, 1)?;
 
+    // What the target itself takes: the raw image copied to it with O_DIRECT.
+    let (s, _) = best(o.reps, || {
+        sh(&format!(
+            "dd if={} of={} bs=4M oflag=direct status=none",
+            p("disk.img"),
+            dev.display()
+        ))
+    })?;
+    let write_bound = mbps(size, s);
+
     // Baselines.
     let curl = |name: &str, filter: &str| -> Result<f64> {
         let (s, _) = best(o.reps, || {
@@ -344,7 +377,7 @@ fn main() -> Result<()> {
         "\nimage: {} MiB GPT disk (per 64 MiB: 20 random, 20 text, 24 zeros), loop device on tmpfs",
         o.size_mib
     );
-    println!("bounds, same run: sha256 openssl {sha_openssl:.0} MB/s, ring {sha_ring:.0} MB/s; decompress-only (output) zstd {dec_zstd:.0}, gzip {dec_gzip:.0}, xz {dec_xz:.0} MB/s");
+    println!("bounds, same run: sha256 openssl {sha_openssl:.0} MB/s, ring {sha_ring:.0} MB/s; decompress-only (output) zstd {dec_zstd:.0}, gzip {dec_gzip:.0}, xz {dec_xz:.0} MB/s; write-only (dd oflag=direct to the loop device) {write_bound:.0} MB/s");
     println!("baselines: curl|sha256sum|dd raw {base_raw:.0} MB/s, with zstd -dc {base_zstd:.0} MB/s; qemu-img convert -O raw (local) {qemu_plain:.0} MB/s plain, {qemu_comp:.0} MB/s compressed qcow2\n");
     println!(
         "{:<14} {:>10} {:>10} {:>9} {:>10} {:>7} {:>10} {:>7}",
