@@ -615,3 +615,24 @@ fn a_corrupt_qcow2_table_or_a_backing_file_is_refused_and_the_disk_wiped() {
     assert!(err.to_string().contains("backing file"), "{err}");
     assert_wiped(&target);
 }
+
+#[test]
+fn the_total_download_time_is_limited_separately_from_stalls() {
+    let b = bed();
+    let url = b.serve("/slow.img", &b.raw, &[], Fault::StallAt(3 * MIB));
+    let target = b.target("t", 24 * MIB);
+    let mut req = b.request(url, &sha256_hex(&b.raw));
+    req.http.stall_timeout = Duration::from_secs(30);
+    req.http.total_timeout = Some(Duration::from_secs(1));
+    let started = std::time::Instant::now();
+    let err = write(&req, &target).0.unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "the total limit must cut the stall short"
+    );
+    assert!(
+        matches!(err, ImageError::TotalTimeout { secs: 1, offset, .. } if offset == 3 * MIB),
+        "{err}"
+    );
+    assert_wiped(&target);
+}

@@ -46,6 +46,9 @@ pub struct WriteImageArgs {
     /// Seconds without data before a connection counts as dropped and is resumed.
     #[arg(long, default_value_t = 60)]
     pub stall_timeout: u64,
+    /// Limit on the whole download in seconds (0: none).
+    #[arg(long, default_value_t = 0)]
+    pub max_duration: u64,
     /// Retries after failures that made no progress.
     #[arg(long, default_value_t = 9)]
     pub retries: u32,
@@ -71,6 +74,7 @@ pub async fn run(args: WriteImageArgs) -> Result<()> {
             cafile: args.cafile.clone(),
             stall_timeout: Duration::from_secs(args.stall_timeout.max(1)),
             retries: args.retries,
+            total_timeout: (args.max_duration > 0).then(|| Duration::from_secs(args.max_duration)),
             ..HttpOptions::default()
         },
     };

@@ -24,6 +24,7 @@ fn http_options(state: &AgentState) -> HttpOptions {
     HttpOptions {
         insecure: state.config.insecure,
         cafile: state.config.cafile.clone(),
+        total_timeout: state.config.image_download_max_duration,
         ..HttpOptions::default()
     }
 }

@@ -73,6 +73,9 @@ pub struct Config {
     pub lldp_timeout: Duration,
     /// Total lookup budget (`ipa-lookup-timeout`); zero means no limit.
     pub lookup_timeout: Duration,
+    /// Limit on one image download (`ipa-image-download-max-duration`);
+    /// stalls are limited separately.
+    pub image_download_max_duration: Option<Duration>,
     /// Largest gap between two lookup attempts.
     pub lookup_max_interval: Duration,
     /// MACs to look the node up by in addition to the NICs' own (host mode,
@@ -123,6 +126,7 @@ impl Default for Config {
             collect_lldp: false,
             lldp_timeout: crate::lldp::DEFAULT_TIMEOUT,
             lookup_timeout: Duration::from_secs(600),
+            image_download_max_duration: None,
             lookup_interval: Duration::from_secs(1),
             lookup_max_interval: Duration::from_secs(60),
             extra_macs: Vec::new(),
@@ -223,6 +227,12 @@ impl Config {
         if let Some(v) = take(&mut errors, p.number::<u64>("ipa-lldp-timeout")) {
             c.lldp_timeout = Duration::from_secs(v);
         }
+        if let Some(v) = take(
+            &mut errors,
+            p.number::<u64>("ipa-image-download-max-duration"),
+        ) {
+            c.image_download_max_duration = (v > 0).then(|| Duration::from_secs(v));
+        }
         if let Some(v) = take(&mut errors, p.number::<u64>("ipa-lookup-timeout")) {
             c.lookup_timeout = Duration::from_secs(v);
         }
@@ -311,6 +321,7 @@ mod tests {
             "ipa-api-url=https://10.0.0.1:6385/,https://10.0.0.2:6385 BOOTIF=01-52-54-00-12-34-56 \
              ipa-insecure=1 ipa-agent-token=abc ipa-advertise-host=10.0.0.5 ipa-advertise-port=9998 \
              ipa-global-request-id=req-1 ipa-debug=1 ipa-collect-lldp=yes ipa-lldp-timeout=5 \
+             ipa-image-download-max-duration=3600 \
              ipa-inspection-callback-url=https://10.0.0.1:6385/v1/continue_inspection \
              ipa-inspection-collectors=default,lldp unknown-thing=1",
         );
@@ -330,6 +341,10 @@ mod tests {
         assert_eq!(c.advertise_port, 9998);
         assert_eq!(c.global_request_id.as_deref(), Some("req-1"));
         assert_eq!(c.lldp_timeout, Duration::from_secs(5));
+        assert_eq!(
+            c.image_download_max_duration,
+            Some(Duration::from_secs(3600))
+        );
         assert_eq!(c.inspection_collectors, vec!["default", "lldp"]);
         assert!(c
             .inspection_callback_url
