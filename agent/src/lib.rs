@@ -16,6 +16,7 @@ pub mod cli;
 pub mod commands;
 pub mod conductor;
 pub mod config;
+pub mod configdrive;
 pub mod disk;
 pub mod hints;
 pub mod image;
