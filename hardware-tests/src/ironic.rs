@@ -113,6 +113,16 @@ impl Ironic {
         .map(|_| ())
     }
 
+    /// `PATCH /v1/nodes/{uuid}` with JSON-patch operations.
+    pub async fn patch(&self, uuid: &str, ops: Value) -> Result<Value> {
+        self.call(
+            reqwest::Method::PATCH,
+            &format!("/v1/nodes/{uuid}"),
+            Some(ops),
+        )
+        .await
+    }
+
     /// The node document.
     pub async fn node(&self, uuid: &str) -> Result<Value> {
         self.call(reqwest::Method::GET, &format!("/v1/nodes/{uuid}"), None)

@@ -6,6 +6,7 @@
 //! [`history::CommandHistory`] owns execution order, the busy rule and the
 //! per-boot list that Ironic inspects after every heartbeat.
 
+pub mod bootloader;
 pub mod clean;
 pub mod deploy;
 pub mod error;

@@ -1,0 +1,217 @@
+//! Real Ironic 39.0.0 (unmodified, `require_tls = true`) deploys a
+//! whole-disk raw image with a config drive through the agent in host mode
+//! onto a loop device this test creates: the node reaches `active`, the
+//! device holds the image and a `config-2` partition the kernel and libblkid
+//! read. Then an undeploy with automated cleaning wipes it (`available`),
+//! and a deploy with a wrong checksum ends `deploy failed` with the agent's
+//! message in `last_error`.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use agent::testconductor::demo::host_config;
+use agent::testconductor::image_server::{Fault, ImageServer};
+use hardware_tests::ironic::Ironic;
+use hardware_tests::loopdev::LoopDevice;
+use serde_json::json;
+
+const MAC: &str = "52:54:00:c1:ea:02";
+const MIB: u64 = 1 << 20;
+
+/// A 32 MiB GPT disk image with one partition full of random bytes.
+fn make_image(path: &Path) -> (Vec<u8>, String) {
+    std::fs::File::create(path)
+        .unwrap()
+        .set_len(32 * MIB)
+        .unwrap();
+    let mut child = Command::new("sfdisk")
+        .args(["--quiet", "--no-reread", "--no-tell-kernel"])
+        .arg(path)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"label: gpt\nname=root\n")
+        .unwrap();
+    assert!(child.wait().unwrap().success());
+    let mut img = std::fs::read(path).unwrap();
+    let mut rng = fastrand::Rng::with_seed(6);
+    for b in &mut img[(2 * MIB) as usize..(6 * MIB) as usize] {
+        *b = rng.u8(..);
+    }
+    std::fs::write(path, &img).unwrap();
+    let sha = ring::digest::digest(&ring::digest::SHA256, &img);
+    let hex = sha.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+    (img, hex)
+}
+
+/// A config-2 ISO as Ironic renders it, gzip+base64.
+fn config_drive(dir: &Path) -> String {
+    let tree = dir.join("cd/openstack/latest");
+    std::fs::create_dir_all(&tree).unwrap();
+    std::fs::write(tree.join("meta_data.json"), r#"{"uuid": "deploy-test"}"#).unwrap();
+    let iso = dir.join("cd.iso");
+    hardware_tests::run(
+        Command::new("genisoimage")
+            .args(["-quiet", "-J", "-r", "-V", "config-2", "-o"])
+            .arg(&iso)
+            .arg(dir.join("cd")),
+    )
+    .unwrap();
+    agent::configdrive::source::encode(&std::fs::read(iso).unwrap())
+}
+
+/// The kernel's view of partition `k`, after asking it to re-read the table
+/// (this host's loop driver does not scan by itself).
+fn kernel_label(disk: &LoopDevice, k: u32) -> String {
+    hardware_tests::run(Command::new("partx").arg("--update").arg(&disk.path)).ok();
+    let p = disk.partition(k);
+    for _ in 0..50 {
+        if p.exists() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    hardware_tests::run(
+        Command::new("blkid")
+            .args(["-p", "-o", "value", "-s", "LABEL"])
+            .arg(&p),
+    )
+    .unwrap_or_else(|e| format!("<{e:#}>"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_ironic_deploys_with_config_drive_undeploys_and_reports_bad_checksum() {
+    hardware_tests::require_root("the real-Ironic deploy test");
+    let dir = tempfile::tempdir().unwrap();
+    let image_path = dir.path().join("test.raw");
+    let (img, sha) = make_image(&image_path);
+    let server = ImageServer::start().unwrap();
+    server.route("/images/test.raw", &image_path, &[], Fault::None);
+    let image_url = server.url("/images/test.raw");
+    let cd = config_drive(dir.path());
+    let disk = LoopDevice::new(256 * MIB).expect("creating a loop device");
+
+    let ironic = Ironic::start().expect("starting Ironic 39.0.0");
+    let uuid = ironic.enroll("agent-deploy", MAC).await.unwrap();
+    ironic
+        .provision(&uuid, json!({"target": "manage"}))
+        .await
+        .unwrap();
+    ironic
+        .wait_for(&uuid, "manageable", Duration::from_secs(30))
+        .await
+        .unwrap();
+    ironic
+        .provision(&uuid, json!({"target": "provide"}))
+        .await
+        .unwrap();
+    ironic
+        .wait_for(&uuid, "available", Duration::from_secs(30))
+        .await
+        .unwrap();
+    let set_image = |hash: String| {
+        json!([
+            {"op": "add", "path": "/instance_info/image_source", "value": image_url},
+            {"op": "add", "path": "/instance_info/image_os_hash_algo", "value": "sha256"},
+            {"op": "add", "path": "/instance_info/image_os_hash_value", "value": hash},
+            {"op": "add", "path": "/instance_info/image_disk_format", "value": "raw"},
+            {"op": "add", "path": "/instance_info/root_gb", "value": 1},
+        ])
+    };
+    ironic.patch(&uuid, set_image(sha.clone())).await.unwrap();
+
+    let agent = agent::agent::start_detached(host_config(&ironic.url, MAC, &disk.path));
+
+    // 1. Deploy with a config drive.
+    let t = Instant::now();
+    ironic
+        .provision(&uuid, json!({"target": "active", "configdrive": cd}))
+        .await
+        .unwrap();
+    let node = ironic
+        .wait_for(&uuid, "active", Duration::from_secs(240))
+        .await
+        .unwrap_or_else(|e| panic!("deploy: {e:#}"));
+    println!("deploy: active after {:.1} s", t.elapsed().as_secs_f64());
+    assert!(node["last_error"].is_null(), "{}", node["last_error"]);
+    let data = {
+        use std::io::Read;
+        let mut buf = vec![0u8; 32 * MIB as usize];
+        std::fs::File::open(&disk.path)
+            .unwrap()
+            .read_exact(&mut buf)
+            .unwrap();
+        buf
+    };
+    // The partition data is the image's; the GPT itself was rewritten
+    // (backup moved to the disk's end, config-2 entry added).
+    let body = (2 * MIB) as usize..(31 * MIB) as usize;
+    assert!(data[body.clone()] == img[body]);
+    let f = std::fs::File::open(&disk.path).unwrap();
+    let table = agent::configdrive::table::read(&f, 512).unwrap().unwrap();
+    let names: Vec<&str> = table.parts.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(names, ["root", "config-2"]);
+    let cd_part = &table.parts[1];
+    assert_eq!(cd_part.start + cd_part.len, 256 * MIB - 33 * 512);
+    assert_eq!(
+        agent::configdrive::probe_label(&f, cd_part.start, cd_part.len).as_deref(),
+        Some("config-2")
+    );
+    assert_eq!(kernel_label(&disk, 2), "config-2");
+    drop(f);
+
+    // 2. Undeploy with automated cleaning (erase_devices_metadata).
+    ironic
+        .patch(
+            &uuid,
+            json!([{"op": "replace", "path": "/automated_clean", "value": true}]),
+        )
+        .await
+        .unwrap();
+    hardware_tests::run(Command::new("partx").arg("--delete").arg(&disk.path)).ok();
+    let t = Instant::now();
+    ironic
+        .provision(&uuid, json!({"target": "deleted"}))
+        .await
+        .unwrap();
+    let node = ironic
+        .wait_for(&uuid, "available", Duration::from_secs(240))
+        .await
+        .unwrap_or_else(|e| panic!("undeploy: {e:#}"));
+    println!(
+        "undeploy: available after {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+    assert!(node["last_error"].is_null(), "{}", node["last_error"]);
+    let left = disk.signatures().unwrap();
+    assert!(left.is_empty(), "undeploy left signatures {left:?}");
+
+    // 3. A deploy with a wrong checksum fails with the agent's message.
+    ironic
+        .patch(&uuid, set_image("0".repeat(64)))
+        .await
+        .unwrap();
+    ironic
+        .provision(&uuid, json!({"target": "active"}))
+        .await
+        .unwrap();
+    let node = ironic
+        .wait_for_any_target(&uuid, "deploy failed", Duration::from_secs(240))
+        .await
+        .unwrap_or_else(|e| panic!("bad-checksum deploy: {e:#}"));
+    let err = node["last_error"].as_str().unwrap_or_default();
+    println!("bad checksum: last_error = {err}");
+    assert!(
+        err.contains("write_image") && err.contains(&"0".repeat(64)),
+        "{err}"
+    );
+    assert!(!agent.is_finished(), "the agent stopped");
+    agent.abort();
+}
