@@ -8,7 +8,9 @@
 //! [`testconductor`] a stand-in conductor for tests and the demo.
 //! [`inventory`] (what the machine is) → [`hints`] (which disk is the root
 //! device) and [`lldp`] (which switch port each NIC sees) → [`inspect`]
-//! (the inspection document posted before lookup).
+//! (the inspection document posted before lookup). [`configdrive`] places
+//! config drives after an image write; [`logs`] keeps the agent's log in
+//! memory and bundles the system logs for the conductor.
 
 pub mod agent;
 pub mod api;
@@ -23,6 +25,7 @@ pub mod image;
 pub mod inspect;
 pub mod inventory;
 pub mod lldp;
+pub mod logs;
 pub mod net;
 pub mod power;
 pub mod server;

@@ -113,6 +113,13 @@ impl Ironic {
         .map(|_| ())
     }
 
+    /// Files in Ironic's `deploy_logs_local_path` (ramdisk logs it stored).
+    pub fn deploy_logs(&self) -> Vec<std::path::PathBuf> {
+        std::fs::read_dir(self.state.path().join("deploy-logs"))
+            .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect())
+            .unwrap_or_default()
+    }
+
     /// `PATCH /v1/nodes/{uuid}` with JSON-patch operations.
     pub async fn patch(&self, uuid: &str, ops: Value) -> Result<Value> {
         self.call(

@@ -4,7 +4,7 @@
 //! device holds the image and a `config-2` partition the kernel and libblkid
 //! read. Then an undeploy with automated cleaning wipes it (`available`),
 //! and a deploy with a wrong checksum ends `deploy failed` with the agent's
-//! message in `last_error`.
+//! message in `last_error` and the agent's logs stored by Ironic.
 
 use std::path::Path;
 use std::process::Command;
@@ -212,6 +212,10 @@ async fn real_ironic_deploys_with_config_drive_undeploys_and_reports_bad_checksu
         err.contains("write_image") && err.contains(&"0".repeat(64)),
         "{err}"
     );
+    let logs = ironic.deploy_logs();
+    assert_eq!(logs.len(), 1, "{logs:?}");
+    let listing = hardware_tests::run(Command::new("tar").arg("-tzf").arg(&logs[0])).unwrap();
+    assert!(listing.lines().any(|l| l == "agent.log"), "{listing}");
     assert!(!agent.is_finished(), "the agent stopped");
     agent.abort();
 }

@@ -122,6 +122,13 @@ pub static COMMANDS: &[CommandSpec] = &[
         validate: any_params,
         run: |s, p| Box::pin(bootloader::install_bootloader(s, p)),
     },
+    CommandSpec {
+        extension: "log",
+        method: "collect_system_logs",
+        mode: Mode::Sync,
+        validate: any_params,
+        run: |s, p| Box::pin(crate::logs::collect_system_logs(s, p)),
+    },
 ];
 
 /// Why a command name could not be resolved.
