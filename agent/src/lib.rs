@@ -9,7 +9,8 @@
 //! [`inventory`] (what the machine is) → [`hints`] (which disk is the root
 //! device) and [`lldp`] (which switch port each NIC sees) → [`inspect`]
 //! (the inspection document posted before lookup). [`configdrive`] places
-//! config drives after an image write; [`logs`] keeps the agent's log in
+//! config drives after an image write, [`ignition`] injects Ignition into
+//! CoreOS-like images; [`logs`] keeps the agent's log in
 //! memory and bundles the system logs for the conductor.
 
 pub mod agent;
@@ -21,6 +22,7 @@ pub mod config;
 pub mod configdrive;
 pub mod disk;
 pub mod hints;
+pub mod ignition;
 pub mod image;
 pub mod inspect;
 pub mod inventory;

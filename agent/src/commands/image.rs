@@ -47,6 +47,10 @@ fn finish_whole_disk(device: &Path, configdrive: Option<&[u8]>) -> Result<(), Co
         let placed = configdrive::write(device, data).map_err(configdrive_error)?;
         tracing::info!(device = %device.display(), partition = placed.part.number,
             reused = placed.reused, label = ?placed.label, "config drive written");
+        // CoreOS-like images get the config drive's Ignition config in
+        // their boot filesystem (spec §6.3).
+        crate::ignition::from_config_drive(device, data)
+            .map_err(|e| CommandError::new(ErrorKind::Deployment, format!("Ignition: {e}")))?;
     }
     Ok(())
 }
