@@ -341,6 +341,11 @@ impl Session {
                         self.lookup_again().await?;
                         next = Instant::now();
                     }
+                    AgentEvent::Lockdown => {
+                        self.server.stop();
+                        tracing::warn!("locked down: API stopped, no more heartbeats");
+                        crate::commands::system::lock_down_and_idle(self.state.config.mode).await;
+                    }
                 },
             }
         }

@@ -28,6 +28,8 @@ pub enum AgentEvent {
     AsyncCommandFinished,
     /// Power off or reboot (simulated in host mode).
     Power(PowerAction),
+    /// `system.lockdown`: stop serving and heartbeating for good.
+    Lockdown,
 }
 
 /// Shared state.

@@ -219,3 +219,64 @@ async fn real_ironic_deploys_with_config_drive_undeploys_and_reports_bad_checksu
     assert!(!agent.is_finished(), "the agent stopped");
     agent.abort();
 }
+
+/// A node with `disable_power_off`: Ironic ends the deploy with
+/// `standby.sync` and `system.lockdown`, then polls the agent until it is
+/// unreachable; the node must reach `active` and the agent's API be closed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_ironic_locks_the_agent_down_when_power_off_is_disabled() {
+    hardware_tests::require_root("the real-Ironic lockdown test");
+    let dir = tempfile::tempdir().unwrap();
+    let image_path = dir.path().join("test.raw");
+    let (_, sha) = make_image(&image_path);
+    let server = ImageServer::start().unwrap();
+    server.route("/images/test.raw", &image_path, &[], Fault::None);
+    let disk = LoopDevice::new(64 * MIB).expect("creating a loop device");
+
+    let ironic = Ironic::start().expect("starting Ironic 39.0.0");
+    let mac = "52:54:00:c1:ea:03";
+    let uuid = ironic.enroll("agent-lockdown", mac).await.unwrap();
+    for (target, state) in [("manage", "manageable"), ("provide", "available")] {
+        ironic
+            .provision(&uuid, json!({ "target": target }))
+            .await
+            .unwrap();
+        ironic
+            .wait_for(&uuid, state, Duration::from_secs(30))
+            .await
+            .unwrap();
+    }
+    ironic
+        .patch(
+            &uuid,
+            json!([
+                {"op": "replace", "path": "/disable_power_off", "value": true},
+                {"op": "add", "path": "/instance_info/image_source", "value": server.url("/images/test.raw")},
+                {"op": "add", "path": "/instance_info/image_os_hash_algo", "value": "sha256"},
+                {"op": "add", "path": "/instance_info/image_os_hash_value", "value": sha},
+                {"op": "add", "path": "/instance_info/root_gb", "value": 1},
+            ]),
+        )
+        .await
+        .unwrap();
+    let agent = agent::agent::start_detached(host_config(&ironic.url, mac, &disk.path));
+    ironic
+        .provision(&uuid, json!({"target": "active"}))
+        .await
+        .unwrap();
+    let node = ironic
+        .wait_for(&uuid, "active", Duration::from_secs(240))
+        .await
+        .unwrap_or_else(|e| panic!("deploy with disable_power_off: {e:#}"));
+    assert!(node["last_error"].is_null(), "{}", node["last_error"]);
+    let log = std::fs::read_to_string(ironic.log_path()).unwrap_or_default();
+    assert!(
+        log.contains("system.lockdown"),
+        "Ironic never asked for a lockdown"
+    );
+    assert!(
+        !agent.is_finished(),
+        "a locked-down agent idles, it does not exit"
+    );
+    agent.abort();
+}

@@ -15,6 +15,7 @@ pub mod image;
 pub mod registry;
 pub mod standby;
 pub mod steps;
+pub mod system;
 
 use serde::Serialize;
 use serde_json::Value;

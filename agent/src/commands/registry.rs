@@ -129,6 +129,13 @@ pub static COMMANDS: &[CommandSpec] = &[
         validate: any_params,
         run: |s, p| Box::pin(crate::logs::collect_system_logs(s, p)),
     },
+    CommandSpec {
+        extension: "system",
+        method: "lockdown",
+        mode: Mode::Sync,
+        validate: any_params,
+        run: |s, p| Box::pin(super::system::lockdown(s, p)),
+    },
 ];
 
 /// Why a command name could not be resolved.
