@@ -370,6 +370,7 @@ impl Session {
 
     /// The token was wiped: a new operation starts with a fresh command list.
     async fn relookup(&mut self) -> Result<()> {
+        self.state.abort_running();
         self.state.commands.reset();
         self.state.set_token(self.state.config.agent_token.clone());
         self.lookup_again().await

@@ -5,7 +5,9 @@
 //! read-back that proves zeros ([`methods`]), else overwrite with the
 //! passes and final zeroing the conductor asked for ([`knobs`]). Disks are
 //! erased in parallel, at most `disk_erasure_concurrency` at once; progress
-//! is logged per disk every 10 %; a cancel flag stops between chunks.
+//! is logged per disk every 10 %; the agent's abort flag (raised on reboot
+//! or when the token is wiped, which is how Ironic aborts a clean) stops
+//! it between chunks.
 //! Read-only disks are skipped (with a note) or fail, per the knob.
 //!
 //! Not yet: NVMe format/sanitize and ATA security erase (the knobs
@@ -70,7 +72,9 @@ pub async fn erase_devices_step(
 ) -> Result<Value, CommandError> {
     let knobs = Knobs::from_node(&call.node);
     let policy = WritePolicy::from_config(&state.config);
-    let cancel = Arc::new(AtomicBool::new(false));
+    // Raised when the operation ends under the step (Ironic aborted the
+    // clean and powered the node off, or wiped the token).
+    let cancel = state.abort_flag();
     let results = tokio::task::spawn_blocking(move || {
         let disks = disks(&policy)?;
         erase_disks(&disks, &policy, &knobs, &cancel)

@@ -110,3 +110,25 @@ fn devices_not_allowed_fail_and_are_named() {
     );
     assert!(!all_zero(&d), "nothing was erased");
 }
+
+#[test]
+fn a_reboot_or_wiped_token_aborts_a_running_erase() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = filled(dir.path(), "d", 1);
+    let state = AgentState::new(Config::default(), None);
+    let flag = state.abort_flag();
+    state.reset_as_after_reboot();
+    assert!(flag.load(Ordering::Relaxed));
+    assert!(
+        !state.abort_flag().load(Ordering::Relaxed),
+        "the next operation starts clean"
+    );
+    let e = erase_disks(
+        std::slice::from_ref(&d),
+        &policy(std::slice::from_ref(&d)),
+        &Knobs::default(),
+        &flag,
+    )
+    .unwrap_err();
+    assert!(format!("{e:#}").contains("aborted"), "{e:#}");
+}
