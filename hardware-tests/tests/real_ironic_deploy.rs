@@ -4,7 +4,9 @@
 //! device holds the image and a `config-2` partition the kernel and libblkid
 //! read. Then an undeploy with automated cleaning wipes it (`available`),
 //! and a deploy with a wrong checksum ends `deploy failed` with the agent's
-//! message in `last_error` and the agent's logs stored by Ironic.
+//! message in `last_error` and the agent's logs stored by Ironic. Also:
+//! `disable_power_off` ends in `system.lockdown`, and a CoreOS-like image
+//! with Metal3's dict config drive gets its Ignition config injected.
 
 use std::path::Path;
 use std::process::Command;
@@ -278,5 +280,104 @@ async fn real_ironic_locks_the_agent_down_when_power_off_is_disabled() {
         !agent.is_finished(),
         "a locked-down agent idles, it does not exit"
     );
+    agent.abort();
+}
+
+/// Metal3's form: the config drive as a dict that Ironic renders into an
+/// ISO, with an Ignition `user_data`; the image is CoreOS-like (an ext4
+/// filesystem labelled `boot`). After the deploy the Ignition config is in
+/// the boot filesystem.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_ironic_deploys_a_coreos_like_image_and_the_agent_injects_ignition() {
+    hardware_tests::require_root("the real-Ironic Ignition test");
+    let dir = tempfile::tempdir().unwrap();
+    let image_path = dir.path().join("coreos.raw");
+    std::fs::File::create(&image_path)
+        .unwrap()
+        .set_len(64 * MIB)
+        .unwrap();
+    let mut child = Command::new("sfdisk")
+        .args(["--quiet", "--no-reread", "--no-tell-kernel"])
+        .arg(&image_path)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"label: gpt\nsize=32MiB, name=boot\nname=root\n")
+        .unwrap();
+    assert!(child.wait().unwrap().success());
+    hardware_tests::run(
+        Command::new("mkfs.ext4")
+            .args(["-q", "-F", "-L", "boot", "-E", "offset=1048576"])
+            .arg(&image_path)
+            .arg("32M"),
+    )
+    .unwrap();
+    let img = std::fs::read(&image_path).unwrap();
+    let sha = ring::digest::digest(&ring::digest::SHA256, &img);
+    let sha: String = sha.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+    let server = ImageServer::start().unwrap();
+    server.route("/images/coreos.raw", &image_path, &[], Fault::None);
+    let disk = LoopDevice::new(192 * MIB).expect("creating a loop device");
+
+    let ironic = Ironic::start().expect("starting Ironic 39.0.0");
+    let mac = "52:54:00:c1:ea:04";
+    let uuid = ironic.enroll("agent-ignition", mac).await.unwrap();
+    for (target, state) in [("manage", "manageable"), ("provide", "available")] {
+        ironic
+            .provision(&uuid, json!({ "target": target }))
+            .await
+            .unwrap();
+        ironic
+            .wait_for(&uuid, state, Duration::from_secs(30))
+            .await
+            .unwrap();
+    }
+    ironic
+        .patch(
+            &uuid,
+            json!([
+                {"op": "add", "path": "/instance_info/image_source", "value": server.url("/images/coreos.raw")},
+                {"op": "add", "path": "/instance_info/image_os_hash_algo", "value": "sha256"},
+                {"op": "add", "path": "/instance_info/image_os_hash_value", "value": sha},
+                {"op": "add", "path": "/instance_info/root_gb", "value": 1},
+            ]),
+        )
+        .await
+        .unwrap();
+    let agent = agent::agent::start_detached(host_config(&ironic.url, mac, &disk.path));
+    let ign = r#"{"ignition": {"version": "3.4.0"}, "passwd": {"users": [{"name": "core"}]}}"#;
+    let configdrive = json!({
+        "meta_data": {"uuid": uuid, "local-hostname": "coreos-0", "metal3-name": "coreos-0"},
+        "user_data": ign,
+    });
+    ironic
+        .provision(
+            &uuid,
+            json!({"target": "active", "configdrive": configdrive}),
+        )
+        .await
+        .unwrap();
+    let node = ironic
+        .wait_for(&uuid, "active", Duration::from_secs(240))
+        .await
+        .unwrap_or_else(|e| panic!("CoreOS deploy: {e:#}"));
+    assert!(node["last_error"].is_null(), "{}", node["last_error"]);
+    let boot = agent::ignition::boot_partition(&disk.path)
+        .unwrap()
+        .expect("the boot partition survives");
+    let m = agent::ignition::mount::Mounted::new(&disk.path, boot.start, boot.len, "ext4", true)
+        .unwrap();
+    let written = std::fs::read_to_string(m.path().join("ignition/config.ign"));
+    let stamp = m.path().join("ignition.firstboot").exists();
+    m.unmount().unwrap();
+    assert_eq!(written.unwrap(), ign);
+    assert!(stamp);
+    assert_eq!(kernel_label(&disk, 3), "config-2");
     agent.abort();
 }
