@@ -10,7 +10,7 @@
 //! device) and [`lldp`] (which switch port each NIC sees) → [`inspect`]
 //! (the inspection document posted before lookup). [`configdrive`] places
 //! config drives after an image write, [`ignition`] injects Ignition into
-//! CoreOS-like images; [`logs`] keeps the agent's log in
+//! CoreOS-like images, [`uefi`] writes boot entries; [`logs`] keeps the agent's log in
 //! memory and bundles the system logs for the conductor.
 
 pub mod agent;
@@ -34,3 +34,4 @@ pub mod server;
 pub mod state;
 pub mod testconductor;
 pub mod tls;
+pub mod uefi;

@@ -1,8 +1,9 @@
 //! `image.install_bootloader` (spec §5.8), called by Ironic after a UEFI
 //! whole-disk deploy. Host mode never touches this machine's NVRAM: the
-//! command succeeds and says so. In the ramdisk, BIOS (and whole-disk images
-//! without a root UUID) need nothing; UEFI boot entries are not written yet,
-//! so a UEFI request fails unless `ignore_bootloader_failure` is set.
+//! command succeeds and says so. In the ramdisk, BIOS whole-disk images
+//! need nothing; for UEFI the loaders on the image's EFI system partition
+//! get boot entries written natively into efivarfs ([`crate::uefi`]).
+//! Failures fail the command unless `ignore_bootloader_failure` is set.
 
 use std::sync::Arc;
 
@@ -34,10 +35,22 @@ pub async fn install_bootloader(state: Arc<AgentState>, params: Value) -> Outcom
         );
         return Outcome::Done(Value::Null);
     }
-    let err = CommandError::new(
-        ErrorKind::IncompatibleHardwareMethod,
-        "creating UEFI boot entries is not implemented by this agent yet",
-    );
+    let efivars = std::path::Path::new(crate::uefi::efivars::EFIVARS);
+    let result = match super::image::choose_device(&state) {
+        Err(e) => Err(e),
+        Ok(_) if !efivars.is_dir() => Err(CommandError::new(
+            ErrorKind::CommandExecution,
+            "the ramdisk did not boot in UEFI mode (no efivarfs); cannot create boot entries",
+        )),
+        Ok(device) => tokio::task::spawn_blocking(move || crate::uefi::install(&device, efivars))
+            .await
+            .map_err(|e| CommandError::new(ErrorKind::CommandExecution, e.to_string()))
+            .and_then(|r| r.map_err(|e| CommandError::new(ErrorKind::CommandExecution, e)))
+            .map(|entries| tracing::info!(?entries, "UEFI boot entries created")),
+    };
+    let Err(err) = result else {
+        return Outcome::Done(Value::Null);
+    };
     if ignore {
         tracing::warn!("install_bootloader failed but failures are ignored: {err:?}");
         return Outcome::Done(Value::Null);

@@ -143,7 +143,7 @@ async fn write(
 /// The disk to write: in host mode the one allowed device; in the ramdisk
 /// the disk chosen by the node's root-device hints (fail closed when hints
 /// match nothing), else the smallest disk of at least 4 GiB.
-fn choose_device(state: &AgentState) -> Result<PathBuf, CommandError> {
+pub(crate) fn choose_device(state: &AgentState) -> Result<PathBuf, CommandError> {
     let fail = |msg: String| CommandError::new(ErrorKind::Deployment, msg);
     if state.config.mode == RunMode::Host {
         return match state.config.allowed_devices.as_slice() {

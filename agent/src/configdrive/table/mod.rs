@@ -76,6 +76,10 @@ pub struct Part {
     pub len: u64,
     /// GPT partition name (empty for MBR).
     pub name: String,
+    /// GPT partition type GUID, on-disk byte order (zeros for MBR).
+    pub type_guid: [u8; 16],
+    /// GPT unique partition GUID, on-disk byte order (zeros for MBR).
+    pub guid: [u8; 16],
 }
 
 /// A parsed table.
@@ -144,6 +148,8 @@ pub fn read(disk: &dyn Disk, sector: u64) -> Result<Option<Table>, String> {
                 start: start * sector,
                 len: len * sector,
                 name: String::new(),
+                type_guid: [0; 16],
+                guid: [0; 16],
             });
         }
     }
@@ -201,6 +207,8 @@ fn read_gpt(disk: &dyn Disk, sector: u64) -> Result<Option<Table>, String> {
             start: first * sector,
             len: (last + 1).saturating_sub(first) * sector,
             name: String::from_utf16_lossy(&name),
+            type_guid: e[..16].try_into().expect("16 bytes"),
+            guid: e[16..32].try_into().expect("16 bytes"),
         });
     }
     Ok(Some(Table {
@@ -266,8 +274,9 @@ fn add_gpt(disk: &mut dyn Disk, table: &Table) -> Result<Part, String> {
         .ok_or("all GPT partition entries are in use")?;
     let e = &mut entries[slot * esz..(slot + 1) * esz];
     e.fill(0);
+    let guid = uuid::Uuid::new_v4().to_bytes_le();
     e[..16].copy_from_slice(&LINUX_FS_TYPE);
-    e[16..32].copy_from_slice(&uuid::Uuid::new_v4().to_bytes_le());
+    e[16..32].copy_from_slice(&guid);
     put_u64(e, 32, start / s);
     put_u64(e, 40, end / s - 1);
     for (i, c) in GPT_NAME.encode_utf16().enumerate() {
@@ -310,6 +319,8 @@ fn add_gpt(disk: &mut dyn Disk, table: &Table) -> Result<Part, String> {
         start,
         len: end - start,
         name: GPT_NAME.into(),
+        type_guid: LINUX_FS_TYPE,
+        guid,
     })
 }
 
@@ -338,6 +349,8 @@ fn add_mbr(disk: &mut dyn Disk, table: &Table, disk_bytes: u64) -> Result<Part, 
         start,
         len: end - start,
         name: String::new(),
+        type_guid: [0; 16],
+        guid: [0; 16],
     })
 }
 
