@@ -1,23 +1,24 @@
 //! Full disk erase: the `erase_devices` and `erase_devices_express` clean
 //! steps (spec §7.2, §7.3).
 //!
-//! Per disk, the best method this agent has: discard with a sampled
-//! read-back that proves zeros ([`methods`]), else overwrite with the
-//! passes and final zeroing the conductor asked for ([`knobs`]). Disks are
+//! Per disk, the best method this agent has: NVMe Format NVM with secure
+//! erase ([`nvme`], when enabled), discard with a sampled read-back that
+//! proves zeros ([`methods`]), else overwrite with the passes and final
+//! zeroing the conductor asked for ([`knobs`]). Disks are
 //! erased in parallel, at most `disk_erasure_concurrency` at once; progress
 //! is logged per disk every 10 %; the agent's abort flag (raised on reboot
 //! or when the token is wiped, which is how Ironic aborts a clean) stops
 //! it between chunks.
 //! Read-only disks are skipped (with a note) or fail, per the knob.
 //!
-//! Not yet: NVMe format/sanitize and ATA security erase (the knobs
-//! enabling them are read; with no implementation every disk takes the
+//! Not yet: NVMe sanitize and ATA security erase (non-NVMe disks take the
 //! discard/overwrite path, which IPA also falls back to).
-//! `erase_devices_express` therefore wipes metadata only, IPA's fallback
-//! for disks without a fast secure erase.
+//! `erase_devices_express` wipes metadata only, IPA's fallback for disks
+//! without a fast secure erase.
 
 pub mod knobs;
 pub mod methods;
+pub mod nvme;
 
 use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
@@ -39,6 +40,8 @@ pub use knobs::Knobs;
 /// How one disk was erased.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Erased {
+    /// NVMe Format NVM with secure erase (1 user data, 2 cryptographic).
+    NvmeFormat(u32),
     /// Discarded and read back as zeros.
     Discard,
     /// Overwritten (random passes, zero pass).
@@ -55,6 +58,7 @@ pub enum Erased {
 impl Erased {
     fn describe(&self) -> String {
         match self {
+            Self::NvmeFormat(ses) => format!("NVMe format, secure erase setting {ses}"),
             Self::Discard => "discard, verified zeros".into(),
             Self::Overwrite { passes, zeroed } => format!(
                 "overwrite: {passes} random pass(es){}",
@@ -185,6 +189,9 @@ fn erase_one(
     };
     let result = (|| {
         tracing::info!(device = %path.display(), size, "erasing");
+        if let Some(done) = try_nvme(&dev, &file, knobs)? {
+            return Ok(done);
+        }
         if target.discard_and_verify()? {
             return Ok(Erased::Discard);
         }
@@ -201,6 +208,37 @@ fn erase_one(
         tracing::info!(device = %path.display(), method = %e.describe(), "erased");
     }
     result
+}
+
+/// NVMe secure format when the disk is NVMe and the knob allows it.
+/// `Ok(None)`: not applicable, or failed with `continue_if_secure_erase_failed`.
+fn try_nvme(dev: &Device, file: &File, knobs: &Knobs) -> Result<Option<Erased>> {
+    let is_nvme = dev.kernel_name().is_some_and(|n| n.starts_with("nvme"));
+    if !is_nvme || !knobs.enable_nvme_secure_erase {
+        return Ok(None);
+    }
+    let attempt = nvme::caps(file).and_then(|caps| {
+        if caps.format {
+            nvme::secure_format(file, caps).map(Some)
+        } else {
+            Ok(None)
+        }
+    });
+    match attempt {
+        Ok(Some(ses)) => Ok(Some(Erased::NvmeFormat(ses))),
+        Ok(None) => {
+            tracing::info!(device = %dev.path.display(), "NVMe format not supported; other methods");
+            Ok(None)
+        }
+        Err(e) if knobs.continue_if_secure_erase_failed => {
+            tracing::warn!(device = %dev.path.display(), "NVMe secure erase failed ({e:#}); other methods");
+            Ok(None)
+        }
+        Err(e) => {
+            Err(e
+                .context("NVMe secure erase failed (agent_continue_if_secure_erase_failed is off)"))
+        }
+    }
 }
 
 fn open(path: &Path, is_block: bool) -> Result<File> {
