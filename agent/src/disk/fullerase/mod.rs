@@ -13,8 +13,8 @@
 //!
 //! Not yet: NVMe sanitize and ATA security erase (non-NVMe disks take the
 //! discard/overwrite path, which IPA also falls back to).
-//! `erase_devices_express` wipes metadata only, IPA's fallback for disks
-//! without a fast secure erase.
+//! `erase_devices_express`: NVMe format where possible, then the metadata
+//! wipe on every device.
 
 pub mod knobs;
 pub mod methods;
@@ -93,12 +93,29 @@ pub async fn erase_devices_step(
     Ok(Value::Object(out))
 }
 
-/// The `erase_devices_express` step: the metadata wipe (see the module doc).
+/// The `erase_devices_express` step: NVMe disks get a secure format when
+/// enabled and supported; then every device gets the metadata wipe (for
+/// the others it is the whole erase, as in IPA's fallback).
 pub async fn erase_devices_express_step(
     state: Arc<AgentState>,
     call: StepCall,
 ) -> Result<Value, CommandError> {
-    tracing::info!("erase_devices_express: no fast secure erase available; wiping metadata");
+    let knobs = Knobs::from_node(&call.node);
+    let policy = WritePolicy::from_config(&state.config);
+    tokio::task::spawn_blocking(move || -> Result<()> {
+        for disk in disks(&policy)? {
+            let dev = Device::open(&disk)?;
+            policy.check(&dev)?;
+            let file = open(&disk, dev.devno.is_some())?;
+            if let Some(e) = try_nvme(&dev, &file, &knobs)? {
+                tracing::info!(device = %disk.display(), method = %e.describe(), "express erase");
+            }
+        }
+        Ok(())
+    })
+    .await
+    .map_err(|e| CommandError::new(ErrorKind::BlockDeviceErase, e.to_string()))?
+    .map_err(|e| CommandError::from_anyhow(ErrorKind::BlockDeviceErase, &e))?;
     super::erase::erase_devices_metadata_step(state, call).await
 }
 

@@ -132,3 +132,25 @@ fn a_reboot_or_wiped_token_aborts_a_running_erase() {
     .unwrap_err();
     assert!(format!("{e:#}").contains("aborted"), "{e:#}");
 }
+
+#[tokio::test]
+async fn express_erase_wipes_metadata_of_non_nvme_disks() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("disk.img");
+    crate::testconductor::demo::write_demo_image(&img).unwrap();
+    let state = Arc::new(AgentState::new(
+        Config {
+            allowed_devices: vec![img.clone()],
+            ..Config::default()
+        },
+        None,
+    ));
+    let call = StepCall {
+        node: serde_json::json!({}),
+        ports: serde_json::json!([]),
+        args: serde_json::Map::new(),
+    };
+    erase_devices_express_step(state, call).await.unwrap();
+    let left = super::super::erase::probe_signatures(&File::open(&img).unwrap()).unwrap();
+    assert!(left.is_empty(), "{left:?}");
+}
