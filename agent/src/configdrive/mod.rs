@@ -169,6 +169,11 @@ fn find_existing(f: &File, parts: &[Part]) -> Result<Option<Part>, String> {
 
 /// The filesystem label libblkid reads in `[offset, offset+len)`.
 pub fn probe_label(f: &File, offset: u64, len: u64) -> Option<String> {
+    probe_value(f, offset, len, "LABEL")
+}
+
+/// A superblock value (`LABEL`, `TYPE`) libblkid reads in `[offset, offset+len)`.
+pub fn probe_value(f: &File, offset: u64, len: u64, key: &str) -> Option<String> {
     let mut pr = Prober::new().ok()?;
     pr.set_device(f.as_raw_fd(), offset as i64, Some(len as i64))
         .ok()?;
@@ -177,7 +182,7 @@ pub fn probe_label(f: &File, offset: u64, len: u64) -> Option<String> {
         .ok()?;
     pr.enable_partitions(false).ok()?;
     match pr.do_safe_probe() {
-        Ok(ProbeState::Success) => pr.lookup_value("LABEL").ok(),
+        Ok(ProbeState::Success) => pr.lookup_value(key).ok(),
         _ => None,
     }
 }

@@ -80,6 +80,8 @@ pub struct Part {
     pub type_guid: [u8; 16],
     /// GPT unique partition GUID, on-disk byte order (zeros for MBR).
     pub guid: [u8; 16],
+    /// MBR partition type (0 for GPT).
+    pub mbr_type: u8,
 }
 
 /// A parsed table.
@@ -150,6 +152,7 @@ pub fn read(disk: &dyn Disk, sector: u64) -> Result<Option<Table>, String> {
                 name: String::new(),
                 type_guid: [0; 16],
                 guid: [0; 16],
+                mbr_type: e[4],
             });
         }
     }
@@ -209,6 +212,7 @@ fn read_gpt(disk: &dyn Disk, sector: u64) -> Result<Option<Table>, String> {
             name: String::from_utf16_lossy(&name),
             type_guid: e[..16].try_into().expect("16 bytes"),
             guid: e[16..32].try_into().expect("16 bytes"),
+            mbr_type: 0,
         });
     }
     Ok(Some(Table {
@@ -321,6 +325,7 @@ fn add_gpt(disk: &mut dyn Disk, table: &Table) -> Result<Part, String> {
         name: GPT_NAME.into(),
         type_guid: LINUX_FS_TYPE,
         guid,
+        mbr_type: 0,
     })
 }
 
@@ -351,6 +356,7 @@ fn add_mbr(disk: &mut dyn Disk, table: &Table, disk_bytes: u64) -> Result<Part, 
         name: String::new(),
         type_guid: [0; 16],
         guid: [0; 16],
+        mbr_type: MBR_TYPE,
     })
 }
 

@@ -21,6 +21,9 @@ pub struct Knobs {
     pub concurrency: usize,
     /// Read-only disks are skipped instead of failing (`agent_erase_skip_read_only`).
     pub skip_read_only: bool,
+    /// Disks with shared cluster filesystems may be erased
+    /// (`wipe_special_filesystems`, see [`super::guard`]).
+    pub wipe_special: bool,
 }
 
 impl Default for Knobs {
@@ -33,6 +36,7 @@ impl Default for Knobs {
             enable_ata_secure_erase: true,
             concurrency: 4,
             skip_read_only: false,
+            wipe_special: false,
         }
     }
 }
@@ -60,6 +64,7 @@ impl Knobs {
                 .map(|n| (n as usize).max(1))
                 .unwrap_or(d.concurrency),
             skip_read_only: flag("agent_erase_skip_read_only", false),
+            wipe_special: super::guard::wipe_special_allowed(node),
         }
     }
 }

@@ -16,6 +16,7 @@
 //! `erase_devices_express`: NVMe format where possible, then the metadata
 //! wipe on every device.
 
+pub mod guard;
 pub mod knobs;
 pub mod methods;
 pub mod nvme;
@@ -193,6 +194,20 @@ fn erase_one(
     } else {
         file.metadata()?.len()
     };
+    if let Some(why) = guard::skip_reason(path, &file, size) {
+        tracing::warn!(device = %path.display(), "skipped: {why}");
+        return Ok(Erased::Skipped(why));
+    }
+    if !knobs.wipe_special {
+        let sector = if is_block {
+            ioctl::logical_sector_size(&file).map_or(512, u64::from)
+        } else {
+            512
+        };
+        if let Some(why) = guard::special_filesystem(&file, size, sector) {
+            anyhow::bail!("protected device: {why}; set wipe_special_filesystems to erase it");
+        }
+    }
     let done = Arc::new(AtomicU64::new(0));
     let passes = u64::from(knobs.iterations) + u64::from(knobs.zeroize);
     let stop = Arc::new(AtomicBool::new(false));

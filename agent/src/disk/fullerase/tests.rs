@@ -154,3 +154,34 @@ async fn express_erase_wipes_metadata_of_non_nvme_disks() {
     let left = super::super::erase::probe_signatures(&File::open(&img).unwrap()).unwrap();
     assert!(left.is_empty(), "{left:?}");
 }
+
+#[test]
+fn a_vmfs_disk_is_protected_unless_wiping_special_filesystems_is_allowed() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = crate::configdrive::table::tests::sparse_disk(
+        dir.path(),
+        32,
+        "label: gpt\ntype=AA31E02A-400F-11DB-9590-000C2911D1B8\n",
+    );
+    let allowed = policy(std::slice::from_ref(&d));
+    let e = erase_disks(
+        std::slice::from_ref(&d),
+        &allowed,
+        &Knobs::default(),
+        &AtomicBool::new(false),
+    )
+    .unwrap_err();
+    assert!(format!("{e:#}").contains("protected device"), "{e:#}");
+    let knobs = Knobs {
+        wipe_special: true,
+        ..Knobs::default()
+    };
+    let out = erase_disks(
+        std::slice::from_ref(&d),
+        &allowed,
+        &knobs,
+        &AtomicBool::new(false),
+    )
+    .unwrap();
+    assert_eq!(out[0].1, Erased::Discard);
+}
