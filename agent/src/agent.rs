@@ -341,6 +341,11 @@ impl Session {
                         self.lookup_again().await?;
                         next = Instant::now();
                     }
+                    AgentEvent::Lockdown => {
+                        self.server.stop();
+                        tracing::warn!("locked down: API stopped, no more heartbeats");
+                        crate::commands::system::lock_down_and_idle(self.state.config.mode).await;
+                    }
                 },
             }
         }
@@ -365,6 +370,7 @@ impl Session {
 
     /// The token was wiped: a new operation starts with a fresh command list.
     async fn relookup(&mut self) -> Result<()> {
+        self.state.abort_running();
         self.state.commands.reset();
         self.state.set_token(self.state.config.agent_token.clone());
         self.lookup_again().await

@@ -8,7 +8,10 @@
 //! [`testconductor`] a stand-in conductor for tests and the demo.
 //! [`inventory`] (what the machine is) → [`hints`] (which disk is the root
 //! device) and [`lldp`] (which switch port each NIC sees) → [`inspect`]
-//! (the inspection document posted before lookup).
+//! (the inspection document posted before lookup). [`configdrive`] places
+//! config drives after an image write, [`ignition`] injects Ignition into
+//! CoreOS-like images, [`uefi`] writes boot entries; [`logs`] keeps the agent's log in
+//! memory and bundles the system logs for the conductor.
 
 pub mod agent;
 pub mod api;
@@ -16,15 +19,19 @@ pub mod cli;
 pub mod commands;
 pub mod conductor;
 pub mod config;
+pub mod configdrive;
 pub mod disk;
 pub mod hints;
+pub mod ignition;
 pub mod image;
 pub mod inspect;
 pub mod inventory;
 pub mod lldp;
+pub mod logs;
 pub mod net;
 pub mod power;
 pub mod server;
 pub mod state;
 pub mod testconductor;
 pub mod tls;
+pub mod uefi;

@@ -23,6 +23,7 @@ pub struct Server {
     /// The address actually bound.
     pub local_addr: SocketAddr,
     task: JoinHandle<()>,
+    shutdown: tokio::sync::watch::Sender<bool>,
 }
 
 impl Server {
@@ -35,13 +36,20 @@ impl Server {
         let listener = bind(addr).with_context(|| format!("binding the command API to {addr}"))?;
         let local_addr = listener.local_addr()?;
         let acceptor = tls.map(|c| TlsAcceptor::from(Arc::new(c)));
-        let task = tokio::spawn(accept_loop(listener, router, acceptor));
-        Ok(Self { local_addr, task })
+        let (shutdown, closed) = tokio::sync::watch::channel(false);
+        let task = tokio::spawn(accept_loop(listener, router, acceptor, closed));
+        Ok(Self {
+            local_addr,
+            task,
+            shutdown,
+        })
     }
 
-    /// Stops accepting connections.
+    /// Stops accepting connections and closes the open ones (kept-alive
+    /// connections would otherwise go on serving, e.g. after a lockdown).
     pub fn stop(&self) {
         self.task.abort();
+        let _ = self.shutdown.send(true);
     }
 }
 
@@ -56,7 +64,12 @@ fn bind(addr: SocketAddr) -> Result<TcpListener> {
     Ok(socket.listen(128)?)
 }
 
-async fn accept_loop(listener: TcpListener, router: Router, tls: Option<TlsAcceptor>) {
+async fn accept_loop(
+    listener: TcpListener,
+    router: Router,
+    tls: Option<TlsAcceptor>,
+    closed: tokio::sync::watch::Receiver<bool>,
+) {
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(c) => c,
@@ -68,28 +81,41 @@ async fn accept_loop(listener: TcpListener, router: Router, tls: Option<TlsAccep
         };
         let router = router.clone();
         let tls = tls.clone();
+        let mut closed = closed.clone();
         tokio::spawn(async move {
-            let service = TowerToHyperService::new(router);
-            let http = hyper::server::conn::http1::Builder::new();
-            let result = match tls {
-                Some(acceptor) => {
-                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-                        Ok(Ok(s)) => http.serve_connection(TokioIo::new(s), service).await,
-                        Ok(Err(e)) => {
-                            tracing::debug!(%peer, error = %e, "TLS handshake failed");
-                            return;
-                        }
-                        Err(_) => {
-                            tracing::debug!(%peer, "TLS handshake timed out");
-                            return;
-                        }
-                    }
-                }
-                None => http.serve_connection(TokioIo::new(stream), service).await,
-            };
-            if let Err(e) = result {
-                tracing::debug!(%peer, error = %e, "connection ended with an error");
+            tokio::select! {
+                () = serve_one(stream, peer, router, tls) => {}
+                _ = closed.wait_for(|c| *c) => tracing::debug!(%peer, "connection closed: server stopped"),
             }
         });
+    }
+}
+
+async fn serve_one(
+    stream: tokio::net::TcpStream,
+    peer: SocketAddr,
+    router: Router,
+    tls: Option<TlsAcceptor>,
+) {
+    let service = TowerToHyperService::new(router);
+    let http = hyper::server::conn::http1::Builder::new();
+    let result = match tls {
+        Some(acceptor) => {
+            match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                Ok(Ok(s)) => http.serve_connection(TokioIo::new(s), service).await,
+                Ok(Err(e)) => {
+                    tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                    return;
+                }
+                Err(_) => {
+                    tracing::debug!(%peer, "TLS handshake timed out");
+                    return;
+                }
+            }
+        }
+        None => http.serve_connection(TokioIo::new(stream), service).await,
+    };
+    if let Err(e) = result {
+        tracing::debug!(%peer, error = %e, "connection ended with an error");
     }
 }

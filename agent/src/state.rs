@@ -2,7 +2,8 @@
 //! the command list, the node the conductor last sent, and the event channel
 //! through which commands ask the main loop for a heartbeat or a power action.
 
-use std::sync::{Mutex, RwLock};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
@@ -28,6 +29,8 @@ pub enum AgentEvent {
     AsyncCommandFinished,
     /// Power off or reboot (simulated in host mode).
     Power(PowerAction),
+    /// `system.lockdown`: stop serving and heartbeating for good.
+    Lockdown,
 }
 
 /// Shared state.
@@ -44,6 +47,7 @@ pub struct AgentState {
     partition_uuids: RwLock<Option<Value>>,
     lookup_config: RwLock<Option<LookupConfig>>,
     events: Mutex<Option<mpsc::UnboundedSender<AgentEvent>>>,
+    abort: Mutex<Arc<AtomicBool>>,
 }
 
 impl AgentState {
@@ -62,6 +66,7 @@ impl AgentState {
             partition_uuids: RwLock::new(None),
             lookup_config: RwLock::new(None),
             events: Mutex::new(events),
+            abort: Mutex::new(Arc::new(AtomicBool::new(false))),
         }
     }
 
@@ -137,9 +142,23 @@ impl AgentState {
         }
     }
 
+    /// The abort flag of this operation: long steps (disk erase) check it
+    /// and stop when the operation ends under them (reboot, token wiped).
+    pub fn abort_flag(&self) -> Arc<AtomicBool> {
+        self.abort.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Raises the current abort flag and starts a fresh one.
+    pub fn abort_running(&self) {
+        let mut flag = self.abort.lock().unwrap_or_else(|p| p.into_inner());
+        flag.store(true, Ordering::Relaxed);
+        *flag = Arc::new(AtomicBool::new(false));
+    }
+
     /// Forgets everything a reboot forgets: commands, token (unless
     /// pre-shared), node and written-image facts.
     pub fn reset_as_after_reboot(&self) {
+        self.abort_running();
         self.commands.reset();
         self.set_token(self.config.agent_token.clone());
         *self.node.write().unwrap_or_else(|p| p.into_inner()) = None;

@@ -219,3 +219,107 @@ async fn failures_are_precise_command_errors_and_bad_params_are_400() {
         "{v}"
     );
 }
+
+/// A config-2 ISO as Ironic renders it.
+fn config_iso(dir: &Path) -> Vec<u8> {
+    let tree = dir.join("cd/openstack/latest");
+    std::fs::create_dir_all(&tree).unwrap();
+    std::fs::write(tree.join("meta_data.json"), r#"{"uuid": "x"}"#).unwrap();
+    let iso = dir.join("cd.iso");
+    let st = std::process::Command::new("genisoimage")
+        .args(["-quiet", "-J", "-r", "-V", "config-2", "-o"])
+        .arg(&iso)
+        .arg(dir.join("cd"))
+        .stderr(std::process::Stdio::null())
+        .status()
+        .expect("genisoimage is installed");
+    assert!(st.success());
+    std::fs::read(iso).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn config_drive_gets_a_partition_and_bad_ones_fail_before_the_disk_is_touched() {
+    let dir = tempfile::tempdir().unwrap();
+    let (img, sha) = image();
+    std::fs::write(dir.path().join("test.raw"), &img).unwrap();
+    let cd = agent::configdrive::source::encode(&config_iso(dir.path()));
+    std::fs::write(dir.path().join("cd.gz.b64"), &cd).unwrap();
+    let server = ImageServer::start().unwrap();
+    server.route(
+        "/images/test.raw",
+        dir.path().join("test.raw"),
+        &[],
+        Fault::None,
+    );
+    server.route("/cd.gz.b64", dir.path().join("cd.gz.b64"), &[], Fault::None);
+    let disk = dir.path().join("disk");
+    std::fs::File::create(&disk)
+        .unwrap()
+        .set_len(96 * MIB as u64)
+        .unwrap();
+    let st = state(&disk);
+    let url = server.url("/images/test.raw");
+
+    for drive in [json!(cd), json!(server.url("/cd.gz.b64"))] {
+        let mut step = deploy_step(&url, &sha);
+        step["params"]["step"]["args"]["configdrive"] = drive;
+        let (_, v) = call(
+            &st,
+            "POST",
+            &format!("/v1/commands/?wait=true&agent_token={TOKEN}"),
+            Some(step),
+        )
+        .await;
+        assert_eq!(v["command_status"], "SUCCEEDED", "{v}");
+        let data = std::fs::read(&disk).unwrap();
+        // The image, apart from the new MBR entry 2.
+        assert!(data[..462] == img[..462] && data[478..8 * MIB] == img[478..]);
+        // Partition 2 (type 0x0c) in the last 64 MiB, holding the ISO.
+        let e = &data[446 + 16..446 + 32];
+        assert_eq!(e[4], 0x0c);
+        let start = u32::from_le_bytes(e[8..12].try_into().unwrap()) as usize * 512;
+        assert_eq!(start, 32 * MIB);
+        let file = std::fs::File::open(&disk).unwrap();
+        let label = agent::configdrive::probe_label(&file, start as u64, 64 << 20);
+        assert_eq!(label.as_deref(), Some("config-2"));
+    }
+
+    // A config drive that is not gzip fails before anything is written.
+    std::fs::write(&disk, b"old content").unwrap();
+    let mut step = deploy_step(&url, &sha);
+    step["params"]["step"]["args"]["configdrive"] = json!("bm90IGd6aXA=");
+    let (_, v) = call(
+        &st,
+        "POST",
+        &format!("/v1/commands/?wait=true&agent_token={TOKEN}"),
+        Some(step),
+    )
+    .await;
+    assert_eq!(v["command_status"], "FAILED", "{v}");
+    assert_eq!(v["command_error"]["type"], "InvalidCommandParamsError");
+    assert!(v["command_error"]["details"]
+        .as_str()
+        .unwrap()
+        .contains("not gzip"));
+    assert_eq!(std::fs::read(&disk).unwrap(), b"old content");
+
+    // An image without a partition table fails IPA's partition check.
+    std::fs::File::create(&disk)
+        .unwrap()
+        .set_len(96 * MIB as u64)
+        .unwrap();
+    let blank = vec![7u8; 2 * MIB];
+    std::fs::write(dir.path().join("test.raw"), &blank).unwrap();
+    let sha = ring::digest::digest(&ring::digest::SHA256, &blank);
+    let sha: String = sha.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+    let (_, v) = call(
+        &st,
+        "POST",
+        &format!("/v1/commands/?wait=true&agent_token={TOKEN}"),
+        Some(deploy_step(&url, &sha)),
+    )
+    .await;
+    assert_eq!(v["command_status"], "FAILED", "{v}");
+    let details = v["command_error"]["details"].as_str().unwrap();
+    assert!(details.contains("no partition found"), "{details}");
+}

@@ -86,7 +86,8 @@ async fn manual_clean_twice_then_automated_clean_over_tls() {
         "fresh list after re-lookup: {lists:#?}"
     );
 
-    // Automated cleaning picks erase_devices_metadata by its priority.
+    // Automated cleaning runs the steps with priority > 0, highest first:
+    // erase_devices_metadata (99), then erase_devices (10).
     write_demo_image(&img).unwrap();
     conductor.start_clean(&uuid, None).unwrap();
     conductor

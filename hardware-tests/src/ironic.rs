@@ -113,6 +113,23 @@ impl Ironic {
         .map(|_| ())
     }
 
+    /// Files in Ironic's `deploy_logs_local_path` (ramdisk logs it stored).
+    pub fn deploy_logs(&self) -> Vec<std::path::PathBuf> {
+        std::fs::read_dir(self.state.path().join("deploy-logs"))
+            .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect())
+            .unwrap_or_default()
+    }
+
+    /// `PATCH /v1/nodes/{uuid}` with JSON-patch operations.
+    pub async fn patch(&self, uuid: &str, ops: Value) -> Result<Value> {
+        self.call(
+            reqwest::Method::PATCH,
+            &format!("/v1/nodes/{uuid}"),
+            Some(ops),
+        )
+        .await
+    }
+
     /// The node document.
     pub async fn node(&self, uuid: &str) -> Result<Value> {
         self.call(reqwest::Method::GET, &format!("/v1/nodes/{uuid}"), None)

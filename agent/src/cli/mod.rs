@@ -126,14 +126,15 @@ pub struct DemoArgs {
     pub workdir: Option<PathBuf>,
 }
 
-/// Sets up logging to stderr; `RUST_LOG` overrides the level.
+/// Sets up logging to stderr and to the in-memory log that
+/// `log.collect_system_logs` returns; `RUST_LOG` overrides the level.
 pub fn init_tracing(debug: bool) {
     let default = if debug { "debug" } else { "info" };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(crate::logs::memlog::Tee)
         .with_target(false)
         .try_init();
 }

@@ -1,8 +1,9 @@
 //! Image commands: `standby.prepare_image` and the `write_image` deploy
 //! step, both running the streaming pipeline of [`crate::image`] on the
-//! target device, with progress visible in the command list while running.
+//! target device, with progress visible in the command list while running;
+//! then the partition check and the config drive ([`crate::configdrive`]).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde_json::{json, Value};
@@ -10,6 +11,7 @@ use serde_json::{json, Value};
 use super::steps::StepCall;
 use super::{CommandError, ErrorKind, Outcome};
 use crate::config::RunMode;
+use crate::configdrive::{self, ConfigDriveError};
 use crate::disk::WritePolicy;
 use crate::image::fetch::HttpOptions;
 use crate::image::progress::Progress;
@@ -18,6 +20,39 @@ use crate::state::AgentState;
 
 fn image_error(e: ImageError) -> CommandError {
     CommandError::new(e.kind(), e.to_string())
+}
+
+fn crashed(what: &str, e: tokio::task::JoinError) -> CommandError {
+    CommandError::new(ErrorKind::ImageWrite, format!("{what} crashed: {e}"))
+}
+
+fn configdrive_error(e: ConfigDriveError) -> CommandError {
+    let kind = match e {
+        ConfigDriveError::Invalid(_) | ConfigDriveError::TooLarge { .. } => {
+            ErrorKind::InvalidCommandParams
+        }
+        ConfigDriveError::Download { .. } => ErrorKind::ImageDownload,
+        ConfigDriveError::Place { .. } => ErrorKind::Deployment,
+    };
+    CommandError::new(kind, e.to_string())
+}
+
+/// After a verified whole-disk write: IPA's "at least one partition" check,
+/// then the config drive (spec §5.5, §6.2).
+fn finish_whole_disk(device: &Path, configdrive: Option<&[u8]>) -> Result<(), CommandError> {
+    let parts = configdrive::check_partitioned(device)
+        .map_err(|e| CommandError::new(ErrorKind::Deployment, e))?;
+    tracing::info!(device = %device.display(), partitions = parts, "image partition table found");
+    if let Some(data) = configdrive {
+        let placed = configdrive::write(device, data).map_err(configdrive_error)?;
+        tracing::info!(device = %device.display(), partition = placed.part.number,
+            reused = placed.reused, label = ?placed.label, "config drive written");
+        // CoreOS-like images get the config drive's Ignition config in
+        // their boot filesystem (spec §6.3).
+        crate::ignition::from_config_drive(device, data)
+            .map_err(|e| CommandError::new(ErrorKind::Deployment, format!("Ignition: {e}")))?;
+    }
+    Ok(())
 }
 
 fn http_options(state: &AgentState) -> HttpOptions {
@@ -71,12 +106,14 @@ async fn write(
 ) -> Result<Value, CommandError> {
     let parsed =
         info::parse(&image_info, http_options(&state), md5_allowed(&state)).map_err(image_error)?;
-    if !configdrive.is_null() && configdrive != json!("") {
-        return Err(CommandError::new(
-            ErrorKind::InvalidCommandParams,
-            "a config drive was given, but writing config drives is not supported by this agent yet",
-        ));
-    }
+    // The config drive is decoded (and downloaded) before the disk is
+    // touched, so a bad one fails the step with the disk unchanged.
+    let http = http_options(&state);
+    let configdrive =
+        tokio::task::spawn_blocking(move || configdrive::source::load(&configdrive, &http))
+            .await
+            .map_err(|e| crashed("config drive decoder", e))?
+            .map_err(configdrive_error)?;
     let device = choose_device(&state)?;
     let policy = WritePolicy::from_config(&state.config);
     let progress = Arc::new(Progress::default());
@@ -85,19 +122,14 @@ async fn write(
         tracing::info!(image = %parsed.id, disk_format = hint, "conductor's disk_format (the image bytes decide)");
     }
     let (req, dev, p) = (parsed.request.clone(), device.clone(), progress.clone());
-    let result =
-        tokio::task::spawn_blocking(move || crate::image::write_image(&req, &dev, &policy, &p))
-            .await;
+    let result = tokio::task::spawn_blocking(move || {
+        let report = crate::image::write_image(&req, &dev, &policy, &p).map_err(image_error)?;
+        finish_whole_disk(&dev, configdrive.as_deref())?;
+        Ok::<_, CommandError>(report)
+    })
+    .await;
     state.commands.set_progress(None);
-    let report = match result {
-        Ok(r) => r.map_err(image_error)?,
-        Err(e) => {
-            return Err(CommandError::new(
-                ErrorKind::ImageWrite,
-                format!("image writer crashed: {e}"),
-            ))
-        }
-    };
+    let report = result.map_err(|e| crashed("image writer", e))??;
     let root_uuid = format!("0x{:08x}", report.mbr_signature);
     state.set_partition_uuids(Some(json!({"root uuid": root_uuid})));
     Ok(json!({
@@ -112,7 +144,7 @@ async fn write(
 /// The disk to write: in host mode the one allowed device; in the ramdisk
 /// the disk chosen by the node's root-device hints (fail closed when hints
 /// match nothing), else the smallest disk of at least 4 GiB.
-fn choose_device(state: &AgentState) -> Result<PathBuf, CommandError> {
+pub(crate) fn choose_device(state: &AgentState) -> Result<PathBuf, CommandError> {
     let fail = |msg: String| CommandError::new(ErrorKind::Deployment, msg);
     if state.config.mode == RunMode::Host {
         return match state.config.allowed_devices.as_slice() {

@@ -6,6 +6,7 @@
 //! [`history::CommandHistory`] owns execution order, the busy rule and the
 //! per-boot list that Ironic inspects after every heartbeat.
 
+pub mod bootloader;
 pub mod clean;
 pub mod deploy;
 pub mod error;
@@ -14,6 +15,7 @@ pub mod image;
 pub mod registry;
 pub mod standby;
 pub mod steps;
+pub mod system;
 
 use serde::Serialize;
 use serde_json::Value;

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::{clean, deploy, standby, Outcome};
+use super::{bootloader, clean, deploy, standby, Outcome};
 use crate::state::AgentState;
 
 /// Sync commands answer with their final result; async ones with `RUNNING`.
@@ -114,6 +114,27 @@ pub static COMMANDS: &[CommandSpec] = &[
         mode: Mode::Async,
         validate: any_params,
         run: |s, p| Box::pin(standby::reboot(s, p)),
+    },
+    CommandSpec {
+        extension: "image",
+        method: "install_bootloader",
+        mode: Mode::Async,
+        validate: any_params,
+        run: |s, p| Box::pin(bootloader::install_bootloader(s, p)),
+    },
+    CommandSpec {
+        extension: "log",
+        method: "collect_system_logs",
+        mode: Mode::Sync,
+        validate: any_params,
+        run: |s, p| Box::pin(crate::logs::collect_system_logs(s, p)),
+    },
+    CommandSpec {
+        extension: "system",
+        method: "lockdown",
+        mode: Mode::Sync,
+        validate: any_params,
+        run: |s, p| Box::pin(super::system::lockdown(s, p)),
     },
 ];
 

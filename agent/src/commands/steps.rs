@@ -127,6 +127,26 @@ pub static STEPS: &[Step] = &[
         argsinfo: &[],
         run: |s, c| Box::pin(disk::erase::erase_devices_metadata_step(s, c)),
     },
+    Step {
+        name: "erase_devices",
+        interface: "deploy",
+        clean_priority: Some(10),
+        deploy_priority: None,
+        abortable: true,
+        reboot_requested: false,
+        argsinfo: &[],
+        run: |s, c| Box::pin(disk::fullerase::erase_devices_step(s, c)),
+    },
+    Step {
+        name: "erase_devices_express",
+        interface: "deploy",
+        clean_priority: Some(0),
+        deploy_priority: None,
+        abortable: true,
+        reboot_requested: false,
+        argsinfo: &[],
+        run: |s, c| Box::pin(disk::fullerase::erase_devices_express_step(s, c)),
+    },
 ];
 
 impl Step {

@@ -51,3 +51,23 @@ pub fn zero_out(f: &File, offset: u64, len: u64) -> io::Result<()> {
     unsafe { blkzeroout(f.as_raw_fd(), &range) }.map_err(io::Error::from)?;
     Ok(())
 }
+
+nix::ioctl_write_ptr_bad!(blkdiscard, nix::request_code_none!(0x12, 119), [u64; 2]);
+nix::ioctl_write_ptr_bad!(blksecdiscard, nix::request_code_none!(0x12, 125), [u64; 2]);
+
+/// Discards `len` bytes at `offset` (BLKSECDISCARD when `secure`, else
+/// BLKDISCARD; both 512-aligned). Whether discarded blocks read as zeros is
+/// up to the device: callers verify.
+pub fn discard(f: &File, offset: u64, len: u64, secure: bool) -> io::Result<()> {
+    let range = [offset, len];
+    // SAFETY: valid fd; the kernel reads two u64 from `range`, which outlives the call.
+    let r = unsafe {
+        if secure {
+            blksecdiscard(f.as_raw_fd(), &range)
+        } else {
+            blkdiscard(f.as_raw_fd(), &range)
+        }
+    };
+    r.map_err(io::Error::from)?;
+    Ok(())
+}

@@ -6,6 +6,7 @@
 //! `--allow-device` (and their partitions) may be written at all.
 
 pub mod erase;
+pub mod fullerase;
 pub mod ioctl;
 
 use std::fs;

@@ -1,5 +1,5 @@
 //! A stand-in image server for tests, the demo and the benchmark: HTTP/1.1
-//! on loopback, files sent with sendfile(2), byte ranges, keep-alive, and
+//! GET and HEAD on loopback, files sent with sendfile(2), byte ranges, keep-alive, and
 //! scripted faults per request (drop the connection after N bytes, stall,
 //! ignore Range, answer an error status) to exercise resumption and the
 //! error paths of the image pipeline.
@@ -155,6 +155,7 @@ fn serve(conn: TcpStream, shared: &Shared) {
             .nth(1)
             .unwrap_or("/")
             .to_string();
+        let head_only = request_line.starts_with("HEAD ");
         let range = header(&headers, "range").map(str::to_string);
         shared.seen.lock().expect("seen").push(Seen {
             path: path.clone(),
@@ -168,7 +169,7 @@ fn serve(conn: TcpStream, shared: &Shared) {
                 None => (PathBuf::new(), Fault::Status(404)),
             }
         };
-        if !respond(&conn, &file, range.as_deref(), fault, shared) {
+        if !respond(&conn, &file, range.as_deref(), fault, head_only, shared) {
             let _ = conn.shutdown(Shutdown::Both);
             return;
         }
@@ -181,6 +182,7 @@ fn respond(
     path: &PathBuf,
     range: Option<&str>,
     fault: Fault,
+    head_only: bool,
     shared: &Shared,
 ) -> bool {
     if let Fault::Status(code) = fault {
@@ -216,6 +218,10 @@ fn respond(
     };
     if conn.write_all(head.as_bytes()).is_err() {
         return false;
+    }
+    if head_only {
+        // HEAD (Ironic checks the image URL before deploying): headers only.
+        return true;
     }
     let limit = match fault {
         Fault::DropAfter(n) => n.min(size - start),

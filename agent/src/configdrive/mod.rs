@@ -1,0 +1,215 @@
+//! Config drives (spec §6): decoding what the conductor sends ([`source`])
+//! and placing it on the freshly written disk ([`table`], [`write`]):
+//! reuse a partition named or labelled `config-2`, else add one in the last
+//! 64 MiB of the disk; write the image there, zero the rest of the
+//! partition, flush, and check that libblkid reads a `config-2` label back.
+//!
+//! Also owns IPA's post-write check that a whole-disk image left at least
+//! one partition ([`check_partitioned`]).
+
+pub mod source;
+pub mod table;
+
+use std::fs::{File, OpenOptions};
+use std::os::fd::AsRawFd;
+use std::path::Path;
+
+use blkid::prober::{ProbeState, Prober};
+use blkid::SuperblocksFlags;
+
+use crate::disk::ioctl;
+use table::{Disk, Part};
+
+/// Why a config drive could not be used or placed.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigDriveError {
+    /// The parameter is not a usable config drive.
+    #[error("invalid config drive: {0}")]
+    Invalid(String),
+    /// Larger than IPA's limit.
+    #[error("the config drive is larger than {} MiB", limit >> 20)]
+    TooLarge {
+        /// The limit in bytes.
+        limit: u64,
+    },
+    /// Fetching it failed.
+    #[error("downloading the config drive from {url} failed: {reason}")]
+    Download {
+        /// Where from.
+        url: String,
+        /// Why.
+        reason: String,
+    },
+    /// It could not be written to the disk.
+    #[error("cannot place the config drive on {device}: {reason}")]
+    Place {
+        /// The target device.
+        device: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// Where the config drive went.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placed {
+    /// The partition (number, offset, length).
+    pub part: Part,
+    /// True when an existing `config-2` partition was reused.
+    pub reused: bool,
+    /// Filesystem label libblkid reads there afterwards.
+    pub label: Option<String>,
+}
+
+fn open_rw(path: &Path) -> Result<(File, u64, u64), String> {
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .map_err(|e| format!("opening: {e}"))?;
+    let meta = f.metadata().map_err(|e| format!("stat: {e}"))?;
+    if meta.file_type().is_file() {
+        return Ok((f, meta.len(), 512));
+    }
+    let size = ioctl::size_bytes(&f).map_err(|e| format!("reading the size: {e}"))?;
+    let sector =
+        ioctl::logical_sector_size(&f).map_err(|e| format!("reading the sector size: {e}"))?;
+    Ok((f, size, u64::from(sector).max(512)))
+}
+
+/// IPA's check after a whole-disk write: the image must have left a
+/// partition table with at least one partition.
+pub fn check_partitioned(device: &Path) -> Result<usize, String> {
+    let (f, _, sector) = open_rw(device)?;
+    match table::read(&f, sector)? {
+        Some(t) if !t.parts.is_empty() => Ok(t.parts.len()),
+        _ => Err(format!(
+            "no partition found on {} after writing the image; a whole-disk image must carry a partition table",
+            device.display()
+        )),
+    }
+}
+
+/// Writes `data` to the config-drive partition of `device`, creating the
+/// partition when the image has none.
+pub fn write(device: &Path, data: &[u8]) -> Result<Placed, ConfigDriveError> {
+    let fail = |reason: String| ConfigDriveError::Place {
+        device: device.display().to_string(),
+        reason,
+    };
+    let (mut f, size, sector) = open_rw(device).map_err(fail)?;
+    let table = table::read(&f, sector)
+        .map_err(fail)?
+        .ok_or_else(|| fail("the disk has no partition table".into()))?;
+    let existing = find_existing(&f, &table.parts).map_err(fail)?;
+    let (part, reused) = match existing {
+        Some(p) => (p, true),
+        None => (
+            table::add_config_partition(&mut f, &table, size).map_err(fail)?,
+            false,
+        ),
+    };
+    if data.len() as u64 > part.len {
+        return Err(fail(format!(
+            "the config drive ({} bytes) does not fit into partition {} ({} bytes)",
+            data.len(),
+            part.number,
+            part.len
+        )));
+    }
+    tracing::info!(device = %device.display(), partition = part.number, offset = part.start,
+        bytes = data.len(), reused, "writing the config drive");
+    Disk::write_at(&mut f, data, part.start).map_err(|e| fail(format!("writing: {e}")))?;
+    zero(
+        &f,
+        part.start + data.len() as u64,
+        part.len - data.len() as u64,
+    )
+    .map_err(|e| fail(format!("clearing the rest of the partition: {e}")))?;
+    f.sync_all().map_err(|e| fail(format!("flushing: {e}")))?;
+    let label = probe_label(&f, part.start, part.len);
+    if !label
+        .as_deref()
+        .is_some_and(|l| l.eq_ignore_ascii_case("config-2"))
+    {
+        tracing::warn!(device = %device.display(), ?label, "the config drive carries no filesystem labelled config-2");
+    }
+    if ioctl::size_bytes(&f).is_ok() {
+        // Loop devices without partition scanning refuse (EINVAL); the
+        // ramdisk's disks accept.
+        if let Err(e) = ioctl::reread_partitions(&f) {
+            tracing::debug!(device = %device.display(), "re-reading partitions: {e}");
+        }
+    }
+    Ok(Placed {
+        part,
+        reused,
+        label,
+    })
+}
+
+/// The partition named (GPT) or whose filesystem is labelled `config-2`,
+/// case-insensitively; two of them is an error (as in IPA).
+fn find_existing(f: &File, parts: &[Part]) -> Result<Option<Part>, String> {
+    let is_cd = |s: &str| s.eq_ignore_ascii_case("config-2");
+    let found: Vec<&Part> = parts
+        .iter()
+        .filter(|p| is_cd(&p.name) || probe_label(f, p.start, p.len).is_some_and(|l| is_cd(&l)))
+        .collect();
+    match found.as_slice() {
+        [] => Ok(None),
+        [one] => Ok(Some((*one).clone())),
+        many => Err(format!(
+            "{} partitions are labelled config-2 (numbers {:?}); refusing to choose",
+            many.len(),
+            many.iter().map(|p| p.number).collect::<Vec<_>>()
+        )),
+    }
+}
+
+/// The filesystem label libblkid reads in `[offset, offset+len)`.
+pub fn probe_label(f: &File, offset: u64, len: u64) -> Option<String> {
+    probe_value(f, offset, len, "LABEL")
+}
+
+/// A superblock value (`LABEL`, `TYPE`) libblkid reads in `[offset, offset+len)`.
+pub fn probe_value(f: &File, offset: u64, len: u64, key: &str) -> Option<String> {
+    let mut pr = Prober::new().ok()?;
+    pr.set_device(f.as_raw_fd(), offset as i64, Some(len as i64))
+        .ok()?;
+    pr.enable_superblocks(true).ok()?;
+    pr.set_superblocks_flags(SuperblocksFlags::LABEL | SuperblocksFlags::TYPE)
+        .ok()?;
+    pr.enable_partitions(false).ok()?;
+    match pr.do_safe_probe() {
+        Ok(ProbeState::Success) => pr.lookup_value(key).ok(),
+        _ => None,
+    }
+}
+
+/// Makes `len` bytes at `offset` read as zeros.
+fn zero(f: &File, offset: u64, len: u64) -> std::io::Result<()> {
+    if len == 0 {
+        return Ok(());
+    }
+    let aligned = offset % 512 == 0 && len % 512 == 0;
+    if aligned && ioctl::zero_out(f, offset, len).is_ok() {
+        return Ok(());
+    }
+    use nix::fcntl::{fallocate, FallocateFlags};
+    let flags = FallocateFlags::FALLOC_FL_PUNCH_HOLE | FallocateFlags::FALLOC_FL_KEEP_SIZE;
+    if fallocate(f, flags, offset as i64, len as i64).is_ok() {
+        return Ok(());
+    }
+    let zeros = vec![0u8; 1 << 20];
+    let mut pos = 0;
+    while pos < len {
+        let n = (len - pos).min(zeros.len() as u64);
+        std::os::unix::fs::FileExt::write_all_at(f, &zeros[..n as usize], offset + pos)?;
+        pos += n;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,364 @@
+//! The partition table of a freshly written disk: read it (GPT, else MBR)
+//! and add the config-drive partition at the disk's end (spec §6.2), as
+//! `sgdisk -n 0:-64MB:0` (GPT, both copies and their CRCs updated) or
+//! `parted mkpart primary fat32 -64MiB -0` (MBR, below 2 TiB) do.
+//!
+//! Pure byte work on a [`Disk`] (anything with positioned reads and writes),
+//! so unit tests run on memory.
+
+use std::os::unix::fs::FileExt;
+
+/// Size of a new config-drive partition.
+pub const PART_BYTES: u64 = 64 << 20;
+/// Partition start alignment.
+const ALIGN_BYTES: u64 = 1 << 20;
+/// GPT name of the partition.
+pub const GPT_NAME: &str = "config-2";
+/// "Linux filesystem data" (sgdisk's default type 8300), on-disk byte order.
+const LINUX_FS_TYPE: [u8; 16] = [
+    0xaf, 0x3d, 0xc6, 0x0f, 0x83, 0x84, 0x72, 0x47, 0x8e, 0x79, 0x3d, 0x69, 0xd8, 0x47, 0x7d, 0xe4,
+];
+/// MBR type parted uses for `fat32` on LBA disks.
+const MBR_TYPE: u8 = 0x0c;
+
+/// Positioned I/O on a disk (a `File` or memory in tests).
+pub trait Disk {
+    /// Reads exactly `buf.len()` bytes at `offset`.
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()>;
+    /// Writes all of `buf` at `offset`.
+    fn write_at(&mut self, buf: &[u8], offset: u64) -> std::io::Result<()>;
+}
+
+impl Disk for std::fs::File {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        self.read_exact_at(buf, offset)
+    }
+    fn write_at(&mut self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        self.write_all_at(buf, offset)
+    }
+}
+
+impl Disk for Vec<u8> {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        let at = offset as usize;
+        let src = self
+            .get(at..at + buf.len())
+            .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::UnexpectedEof))?;
+        buf.copy_from_slice(src);
+        Ok(())
+    }
+    fn write_at(&mut self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        let at = offset as usize;
+        self.get_mut(at..at + buf.len())
+            .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::UnexpectedEof))?
+            .copy_from_slice(buf);
+        Ok(())
+    }
+}
+
+/// Which kind of table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// GUID partition table.
+    Gpt,
+    /// DOS/MBR table.
+    Mbr,
+}
+
+/// One partition, in bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Part {
+    /// 1-based partition number (slot + 1), as the kernel names it.
+    pub number: u32,
+    /// First byte.
+    pub start: u64,
+    /// Length in bytes.
+    pub len: u64,
+    /// GPT partition name (empty for MBR).
+    pub name: String,
+    /// GPT partition type GUID, on-disk byte order (zeros for MBR).
+    pub type_guid: [u8; 16],
+    /// GPT unique partition GUID, on-disk byte order (zeros for MBR).
+    pub guid: [u8; 16],
+    /// MBR partition type (0 for GPT).
+    pub mbr_type: u8,
+}
+
+/// A parsed table.
+#[derive(Debug, Clone)]
+pub struct Table {
+    /// GPT or MBR.
+    pub kind: Kind,
+    /// Used partitions (for MBR: the primary and extended entries).
+    pub parts: Vec<Part>,
+    sector: u64,
+    gpt: Option<GptHeader>,
+}
+
+#[derive(Debug, Clone)]
+struct GptHeader {
+    raw: Vec<u8>,
+    entries_lba: u64,
+    count: u32,
+    entry_size: u32,
+    first_usable: u64,
+    last_usable: u64,
+    alternate: u64,
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+fn put_u32(b: &mut [u8], at: usize, v: u32) {
+    b[at..at + 4].copy_from_slice(&v.to_le_bytes());
+}
+fn put_u64(b: &mut [u8], at: usize, v: u64) {
+    b[at..at + 8].copy_from_slice(&v.to_le_bytes());
+}
+fn header_crc(h: &[u8]) -> u32 {
+    let mut c = h.to_vec();
+    put_u32(&mut c, 16, 0);
+    crc32fast::hash(&c)
+}
+fn io(what: &str) -> impl Fn(std::io::Error) -> String + '_ {
+    move |e| format!("{what}: {e}")
+}
+
+/// Reads the table. `Ok(None)`: neither a valid GPT nor an MBR.
+pub fn read(disk: &dyn Disk, sector: u64) -> Result<Option<Table>, String> {
+    let mut mbr = [0u8; 512];
+    disk.read_at(&mut mbr, 0).map_err(io("reading the MBR"))?;
+    if let Some(t) = read_gpt(disk, sector)? {
+        return Ok(Some(t));
+    }
+    if mbr[510..512] != [0x55, 0xaa] {
+        return Ok(None);
+    }
+    let mut parts = Vec::new();
+    for slot in 0..4 {
+        let e = &mbr[446 + 16 * slot..446 + 16 * (slot + 1)];
+        if e[4] == 0xee {
+            return Err("the disk has a protective MBR but no valid GPT header".into());
+        }
+        let (start, len) = (u64::from(u32_at(e, 8)), u64::from(u32_at(e, 12)));
+        if e[4] != 0 && len > 0 {
+            parts.push(Part {
+                number: slot as u32 + 1,
+                start: start * sector,
+                len: len * sector,
+                name: String::new(),
+                type_guid: [0; 16],
+                guid: [0; 16],
+                mbr_type: e[4],
+            });
+        }
+    }
+    Ok(Some(Table {
+        kind: Kind::Mbr,
+        parts,
+        sector,
+        gpt: None,
+    }))
+}
+
+fn read_gpt(disk: &dyn Disk, sector: u64) -> Result<Option<Table>, String> {
+    let mut raw = vec![0u8; sector as usize];
+    disk.read_at(&mut raw, sector)
+        .map_err(io("reading the GPT header"))?;
+    if &raw[..8] != b"EFI PART" {
+        return Ok(None);
+    }
+    let size = u32_at(&raw, 12) as usize;
+    if !(92..=raw.len()).contains(&size) || header_crc(&raw[..size]) != u32_at(&raw, 16) {
+        return Err("the primary GPT header is damaged (size or CRC)".into());
+    }
+    let h = GptHeader {
+        entries_lba: u64_at(&raw, 72),
+        count: u32_at(&raw, 80),
+        entry_size: u32_at(&raw, 84),
+        first_usable: u64_at(&raw, 40),
+        last_usable: u64_at(&raw, 48),
+        alternate: u64_at(&raw, 32),
+        raw,
+    };
+    if h.entry_size < 128 || h.count == 0 || h.count > 1024 {
+        return Err(format!(
+            "unsupported GPT entry array ({} × {} bytes)",
+            h.count, h.entry_size
+        ));
+    }
+    let entries = read_entries(disk, &h, h.entries_lba, sector)?;
+    if crc32fast::hash(&entries) != u32_at(&h.raw, 88) {
+        return Err("the GPT partition entry array CRC does not match".into());
+    }
+    let mut parts = Vec::new();
+    for (i, e) in entries.chunks(h.entry_size as usize).enumerate() {
+        if e[..16].iter().all(|b| *b == 0) {
+            continue;
+        }
+        let (first, last) = (u64_at(e, 32), u64_at(e, 40));
+        let name: Vec<u16> = e[56..128]
+            .chunks(2)
+            .map(|c| u16::from_le_bytes([c[0], c[1]]))
+            .take_while(|c| *c != 0)
+            .collect();
+        parts.push(Part {
+            number: i as u32 + 1,
+            start: first * sector,
+            len: (last + 1).saturating_sub(first) * sector,
+            name: String::from_utf16_lossy(&name),
+            type_guid: e[..16].try_into().expect("16 bytes"),
+            guid: e[16..32].try_into().expect("16 bytes"),
+            mbr_type: 0,
+        });
+    }
+    Ok(Some(Table {
+        kind: Kind::Gpt,
+        parts,
+        sector,
+        gpt: Some(h),
+    }))
+}
+
+fn read_entries(disk: &dyn Disk, h: &GptHeader, lba: u64, sector: u64) -> Result<Vec<u8>, String> {
+    let mut entries = vec![0u8; h.count as usize * h.entry_size as usize];
+    disk.read_at(&mut entries, lba * sector)
+        .map_err(io("reading the GPT entries"))?;
+    Ok(entries)
+}
+
+/// Adds the config-drive partition at the end of the disk (`disk_bytes`
+/// long) and returns it. Fails, describing why, when no slot is free or the
+/// last 64 MiB are not free.
+pub fn add_config_partition(
+    disk: &mut dyn Disk,
+    table: &Table,
+    disk_bytes: u64,
+) -> Result<Part, String> {
+    match table.kind {
+        Kind::Gpt => add_gpt(disk, table),
+        Kind::Mbr => add_mbr(disk, table, disk_bytes),
+    }
+}
+
+/// The aligned start of a partition of [`PART_BYTES`] ending at `end`
+/// (exclusive, bytes), checked against the existing partitions.
+fn place(table: &Table, end: u64, floor: u64) -> Result<u64, String> {
+    let start = end.saturating_sub(PART_BYTES) / ALIGN_BYTES * ALIGN_BYTES;
+    if start < floor || start >= end {
+        return Err(format!(
+            "the disk is too small for a {} MiB config-drive partition",
+            PART_BYTES >> 20
+        ));
+    }
+    if let Some(p) = table.parts.iter().find(|p| p.start + p.len > start) {
+        return Err(format!(
+            "no free space at the end of the disk for the config drive: partition {} ends at byte {}, \
+             the config drive needs bytes {start}..{end}",
+            p.number,
+            p.start + p.len
+        ));
+    }
+    Ok(start)
+}
+
+fn add_gpt(disk: &mut dyn Disk, table: &Table) -> Result<Part, String> {
+    let h = table.gpt.as_ref().expect("a GPT table has a header");
+    let s = table.sector;
+    let end = (h.last_usable + 1) * s;
+    let start = place(table, end, h.first_usable * s)?;
+    let mut entries = read_entries(&*disk, h, h.entries_lba, s)?;
+    let esz = h.entry_size as usize;
+    let slot = entries
+        .chunks(esz)
+        .position(|e| e[..16].iter().all(|b| *b == 0))
+        .ok_or("all GPT partition entries are in use")?;
+    let e = &mut entries[slot * esz..(slot + 1) * esz];
+    e.fill(0);
+    let guid = uuid::Uuid::new_v4().to_bytes_le();
+    e[..16].copy_from_slice(&LINUX_FS_TYPE);
+    e[16..32].copy_from_slice(&guid);
+    put_u64(e, 32, start / s);
+    put_u64(e, 40, end / s - 1);
+    for (i, c) in GPT_NAME.encode_utf16().enumerate() {
+        e[56 + 2 * i..58 + 2 * i].copy_from_slice(&c.to_le_bytes());
+    }
+    let crc = crc32fast::hash(&entries);
+
+    // Backup copy first, then the primary: a crash in between leaves a
+    // valid primary that simply lacks the new partition.
+    let mut backup = vec![0u8; s as usize];
+    disk.read_at(&mut backup, h.alternate * s)
+        .map_err(io("reading the backup GPT header"))?;
+    if &backup[..8] == b"EFI PART" {
+        let size = u32_at(&backup, 12) as usize;
+        let backup_entries = u64_at(&backup, 72);
+        disk.write_at(&entries, backup_entries * s)
+            .map_err(io("writing the backup GPT entries"))?;
+        put_u32(&mut backup, 88, crc);
+        let hc = header_crc(&backup[..size]);
+        put_u32(&mut backup, 16, hc);
+        disk.write_at(&backup, h.alternate * s)
+            .map_err(io("writing the backup GPT header"))?;
+    } else {
+        tracing::warn!(
+            lba = h.alternate,
+            "no backup GPT header where the primary says; only the primary is updated"
+        );
+    }
+    disk.write_at(&entries, h.entries_lba * s)
+        .map_err(io("writing the GPT entries"))?;
+    let mut primary = h.raw.clone();
+    let size = u32_at(&primary, 12) as usize;
+    put_u32(&mut primary, 88, crc);
+    let hc = header_crc(&primary[..size]);
+    put_u32(&mut primary, 16, hc);
+    disk.write_at(&primary, s)
+        .map_err(io("writing the GPT header"))?;
+    Ok(Part {
+        number: slot as u32 + 1,
+        start,
+        len: end - start,
+        name: GPT_NAME.into(),
+        type_guid: LINUX_FS_TYPE,
+        guid,
+        mbr_type: 0,
+    })
+}
+
+fn add_mbr(disk: &mut dyn Disk, table: &Table, disk_bytes: u64) -> Result<Part, String> {
+    let s = table.sector;
+    // MBR addresses 2^32 sectors; on larger disks IPA places the partition
+    // just below that limit.
+    let end = (disk_bytes / s).min(1 << 32) * s;
+    let mut mbr = [0u8; 512];
+    disk.read_at(&mut mbr, 0).map_err(io("reading the MBR"))?;
+    let slot = (0..4)
+        .find(|i| mbr[446 + 16 * i + 4] == 0)
+        .ok_or("the MBR already has 4 primary partitions; no room for a config drive")?;
+    let start = place(table, end, s)?;
+    let e = &mut mbr[446 + 16 * slot..446 + 16 * (slot + 1)];
+    e.fill(0);
+    // CHS fields: "beyond CHS range" markers, LBA only.
+    e[1..4].copy_from_slice(&[0xfe, 0xff, 0xff]);
+    e[4] = MBR_TYPE;
+    e[5..8].copy_from_slice(&[0xfe, 0xff, 0xff]);
+    put_u32(e, 8, (start / s) as u32);
+    put_u32(e, 12, ((end - start) / s) as u32);
+    disk.write_at(&mbr, 0).map_err(io("writing the MBR"))?;
+    Ok(Part {
+        number: slot as u32 + 1,
+        start,
+        len: end - start,
+        name: String::new(),
+        type_guid: [0; 16],
+        guid: [0; 16],
+        mbr_type: MBR_TYPE,
+    })
+}
+
+#[cfg(test)]
+pub(crate) mod tests;

@@ -1,0 +1,90 @@
+//! The erase settings Ironic puts in `node.driver_internal_info` before
+//! cleaning (spec §7.4), with Ironic's defaults when absent.
+
+use serde_json::Value;
+
+/// Settings of `erase_devices`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Knobs {
+    /// Random overwrite passes (`agent_erase_devices_iterations`).
+    pub iterations: u32,
+    /// A final zero pass (`agent_erase_devices_zeroize`).
+    pub zeroize: bool,
+    /// Overwrite when a secure erase fails
+    /// (`agent_continue_if_secure_erase_failed`, old name `..._ata_erase_failed`).
+    pub continue_if_secure_erase_failed: bool,
+    /// NVMe format allowed (`agent_enable_nvme_secure_erase`).
+    pub enable_nvme_secure_erase: bool,
+    /// ATA security erase allowed (`agent_enable_ata_secure_erase`).
+    pub enable_ata_secure_erase: bool,
+    /// Disks erased at once (`disk_erasure_concurrency`).
+    pub concurrency: usize,
+    /// Read-only disks are skipped instead of failing (`agent_erase_skip_read_only`).
+    pub skip_read_only: bool,
+    /// Disks with shared cluster filesystems may be erased
+    /// (`wipe_special_filesystems`, see [`super::guard`]).
+    pub wipe_special: bool,
+}
+
+impl Default for Knobs {
+    fn default() -> Self {
+        Self {
+            iterations: 1,
+            zeroize: true,
+            continue_if_secure_erase_failed: false,
+            enable_nvme_secure_erase: true,
+            enable_ata_secure_erase: true,
+            concurrency: 4,
+            skip_read_only: false,
+            wipe_special: false,
+        }
+    }
+}
+
+impl Knobs {
+    /// From the node sent with the step; missing or malformed values keep
+    /// the default.
+    pub fn from_node(node: &Value) -> Self {
+        let d = Self::default();
+        let info = &node["driver_internal_info"];
+        let flag = |k: &str, default: bool| info[k].as_bool().unwrap_or(default);
+        let num = |k: &str| info[k].as_u64();
+        Self {
+            iterations: num("agent_erase_devices_iterations")
+                .and_then(|n| u32::try_from(n).ok())
+                .unwrap_or(d.iterations),
+            zeroize: flag("agent_erase_devices_zeroize", d.zeroize),
+            continue_if_secure_erase_failed: flag(
+                "agent_continue_if_secure_erase_failed",
+                flag("agent_continue_if_ata_erase_failed", false),
+            ),
+            enable_nvme_secure_erase: flag("agent_enable_nvme_secure_erase", true),
+            enable_ata_secure_erase: flag("agent_enable_ata_secure_erase", true),
+            concurrency: num("disk_erasure_concurrency")
+                .map(|n| (n as usize).max(1))
+                .unwrap_or(d.concurrency),
+            skip_read_only: flag("agent_erase_skip_read_only", false),
+            wipe_special: super::guard::wipe_special_allowed(node),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn reads_ironic_values_and_keeps_defaults() {
+        assert_eq!(Knobs::from_node(&json!({})), Knobs::default());
+        let node = json!({"driver_internal_info": {
+            "agent_erase_devices_iterations": 3, "agent_erase_devices_zeroize": false,
+            "agent_continue_if_ata_erase_failed": true, "disk_erasure_concurrency": 0,
+            "agent_erase_skip_read_only": true, "agent_enable_nvme_secure_erase": "bogus"}});
+        let k = Knobs::from_node(&node);
+        assert_eq!((k.iterations, k.zeroize), (3, false));
+        assert!(k.continue_if_secure_erase_failed && k.skip_read_only);
+        assert_eq!(k.concurrency, 1);
+        assert!(k.enable_nvme_secure_erase);
+    }
+}

@@ -1,0 +1,106 @@
+//! Mounting one partition of a disk (or disk image) by byte range, without
+//! the kernel's partition devices: `mount -o loop,offset=,sizelimit=`, so it
+//! works on loop devices that do not scan partitions and on image files.
+//! Unmounted (and the loop device released) on drop.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// A mounted partition.
+#[derive(Debug)]
+pub struct Mounted {
+    dir: PathBuf,
+    active: bool,
+}
+
+/// A fresh, empty, private directory under the temporary directory.
+fn mount_point() -> Result<PathBuf, String> {
+    use std::os::unix::fs::DirBuilderExt;
+    for _ in 0..16 {
+        let dir = std::env::temp_dir().join(format!(
+            "agent-mnt-{}-{:016x}",
+            std::process::id(),
+            fastrand::u64(..)
+        ));
+        match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+            Ok(()) => return Ok(dir),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(format!("creating a mount point: {e}")),
+        }
+    }
+    Err("creating a mount point: no free name".into())
+}
+
+impl Mounted {
+    /// Mounts `len` bytes at `offset` of `device` (filesystem `fstype`).
+    pub fn new(
+        device: &Path,
+        offset: u64,
+        len: u64,
+        fstype: &str,
+        ro: bool,
+    ) -> Result<Self, String> {
+        let dir = mount_point()?;
+        let opts = format!(
+            "loop,offset={offset},sizelimit={len}{}",
+            if ro { ",ro" } else { "" }
+        );
+        let out = Command::new("mount")
+            .args(["-t", fstype, "-o", &opts])
+            .arg(device)
+            .arg(&dir)
+            .output()
+            .map_err(|e| format!("running mount: {e}"))?;
+        if !out.status.success() {
+            let _ = std::fs::remove_dir(&dir);
+            return Err(format!(
+                "mounting {fstype} at byte {offset} of {}: {}",
+                device.display(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        Ok(Self { dir, active: true })
+    }
+
+    /// Where it is mounted.
+    pub fn path(&self) -> PathBuf {
+        self.dir.clone()
+    }
+
+    /// Unmounts, reporting failure.
+    pub fn unmount(mut self) -> Result<(), String> {
+        self.active = false;
+        umount(&self.dir)?;
+        let _ = std::fs::remove_dir(&self.dir);
+        Ok(())
+    }
+}
+
+fn umount(dir: &Path) -> Result<(), String> {
+    let out = Command::new("umount")
+        .arg(dir)
+        .output()
+        .map_err(|e| format!("running umount: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "unmounting {}: {}",
+            dir.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        if self.active {
+            match umount(&self.dir) {
+                Ok(()) => {
+                    let _ = std::fs::remove_dir(&self.dir);
+                }
+                Err(e) => tracing::error!("{e}"),
+            }
+        }
+    }
+}

@@ -1,0 +1,122 @@
+//! `log.collect_system_logs` (spec §1.7): a base64 `tar.gz` of the agent's
+//! own log ([`memlog`]), the kernel log, the inventory, mounts, block
+//! devices and network state. Ironic only decodes and stores it (on deploy
+//! failure by default). Each part that cannot be read is replaced by a file
+//! saying why, so the bundle is always produced.
+
+pub mod memlog;
+pub mod tar;
+
+use std::io::Write;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use base64::Engine;
+use serde_json::{json, Value};
+
+use crate::commands::{CommandError, ErrorKind, Outcome};
+use crate::state::AgentState;
+
+/// Tools whose output goes into the bundle: (file name, argv).
+const TOOLS: &[(&str, &[&str])] = &[
+    ("dmesg", &["dmesg"]),
+    ("ip_addr", &["ip", "addr"]),
+    ("ip_route", &["ip", "route"]),
+    ("lsblk", &["lsblk", "--all", "--output-all"]),
+    ("df", &["df", "-a"]),
+    ("ps", &["ps", "au"]),
+];
+
+/// Files copied into the bundle: (file name, path).
+const FILES: &[(&str, &str)] = &[
+    ("mounts", "/proc/self/mountinfo"),
+    ("mdstat", "/proc/mdstat"),
+    ("cmdline", "/proc/cmdline"),
+];
+
+/// `log.collect_system_logs` (sync).
+pub async fn collect_system_logs(_state: Arc<AgentState>, _params: Value) -> Outcome {
+    match tokio::task::spawn_blocking(bundle).await {
+        Ok(Ok(b64)) => Outcome::Done(json!({ "system_logs": b64 })),
+        Ok(Err(e)) => Outcome::Failed(CommandError::new(
+            ErrorKind::CommandExecution,
+            format!("collecting the system logs: {e}"),
+        )),
+        Err(e) => Outcome::Failed(CommandError::new(
+            ErrorKind::CommandExecution,
+            format!("log collector crashed: {e}"),
+        )),
+    }
+}
+
+/// Builds the base64 tar.gz.
+pub fn bundle() -> std::io::Result<String> {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let mut tar = Vec::new();
+    tar::append_file(&mut tar, "agent.log", &memlog::snapshot(), now);
+    for (name, argv) in TOOLS {
+        tar::append_file(&mut tar, name, &run(argv), now);
+    }
+    for (name, path) in FILES {
+        let data = std::fs::read(path).unwrap_or_else(|e| format!("reading {path}: {e}\n").into());
+        tar::append_file(&mut tar, name, &data, now);
+    }
+    let inventory = crate::inventory::collect(&crate::inventory::Options::live(None))
+        .map(|inv| serde_json::to_vec_pretty(&inv).unwrap_or_default())
+        .unwrap_or_else(|e| format!("collecting the inventory: {e:#}\n").into_bytes());
+    tar::append_file(&mut tar, "inventory.json", &inventory, now);
+    tar::finish(&mut tar);
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(&tar)?;
+    Ok(base64::engine::general_purpose::STANDARD.encode(gz.finish()?))
+}
+
+/// Output of a tool (stdout, then stderr), or why it could not run.
+fn run(argv: &[&str]) -> Vec<u8> {
+    match Command::new(argv[0]).args(&argv[1..]).output() {
+        Ok(o) => {
+            let mut out = o.stdout;
+            out.extend_from_slice(&o.stderr);
+            if !o.status.success() {
+                out.extend_from_slice(
+                    format!("\n[{} exited with {}]\n", argv.join(" "), o.status).as_bytes(),
+                );
+            }
+            out
+        }
+        Err(e) => format!("running {}: {e}\n", argv.join(" ")).into_bytes(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bundle_is_a_base64_tar_gz_with_every_part() {
+        memlog::append(b"a line the bundle must carry\n");
+        let b64 = bundle().unwrap();
+        let gz = base64::engine::general_purpose::STANDARD
+            .decode(b64)
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("logs.tar.gz");
+        std::fs::write(&path, gz).unwrap();
+        let o = Command::new("tar")
+            .arg("-xzf")
+            .arg(&path)
+            .arg("-C")
+            .arg(dir.path())
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let log = std::fs::read_to_string(dir.path().join("agent.log")).unwrap();
+        assert!(log.contains("a line the bundle must carry"));
+        for name in ["dmesg", "ip_addr", "lsblk", "mounts", "inventory.json"] {
+            assert!(dir.path().join(name).exists(), "{name} missing");
+        }
+    }
+}

@@ -1,0 +1,92 @@
+//! UEFI boot entries for a deployed disk (spec §5.8, `image.install_bootloader`):
+//! find the EFI system partition in the disk's GPT, mount it read-only,
+//! pick its loaders ([`loaders`]), and write a boot entry for each into
+//! efivarfs natively ([`efivars`], [`loadopt`]), first in `BootOrder`.
+//! Only the ramdisk calls this; host mode never touches NVRAM.
+
+pub mod efivars;
+pub mod loaders;
+pub mod loadopt;
+
+use std::path::Path;
+
+use crate::configdrive::table::{self, Part};
+use crate::ignition::mount::Mounted;
+
+/// `C12A7328-F81F-11D2-BA4B-00A0C93EC93B`, on-disk byte order.
+pub const ESP_TYPE: [u8; 16] = [
+    0x28, 0x73, 0x2a, 0xc1, 0x1f, 0xf8, 0xd2, 0x11, 0xba, 0x4b, 0x00, 0xa0, 0xc9, 0x3e, 0xc9, 0x3b,
+];
+
+/// The EFI system partition of `device` and the sector size.
+pub fn esp(device: &Path) -> Result<(Part, u64), String> {
+    let f =
+        std::fs::File::open(device).map_err(|e| format!("opening {}: {e}", device.display()))?;
+    let sector = crate::disk::ioctl::logical_sector_size(&f).map_or(512, u64::from);
+    let t = table::read(&f, sector)?.ok_or("the disk has no partition table")?;
+    t.parts
+        .into_iter()
+        .find(|p| p.type_guid == ESP_TYPE)
+        .map(|p| (p, sector))
+        .ok_or_else(|| {
+            format!(
+                "no EFI system partition found on {}; is the image UEFI-compatible?",
+                device.display()
+            )
+        })
+}
+
+/// Registers the loaders of `device`'s ESP in the variables under
+/// `efivars_root`. Returns (entry number, label) per loader.
+pub fn install(device: &Path, efivars_root: &Path) -> Result<Vec<(u16, String)>, String> {
+    let (esp, sector) = esp(device)?;
+    let m = Mounted::new(device, esp.start, esp.len, "vfat", true)?;
+    let found = loaders::find(&m.path());
+    m.unmount()?;
+    if found.is_empty() {
+        return Err(format!(
+            "no boot loader found on the EFI system partition (partition {}) of {}",
+            esp.number,
+            device.display()
+        ));
+    }
+    let part = loadopt::Partition {
+        number: esp.number,
+        start_lba: esp.start / sector,
+        size_lba: esp.len / sector,
+        guid: esp.guid,
+    };
+    let vars = efivars::EfiVars::new(efivars_root);
+    // Registered in reverse so the best loader ends up first in BootOrder.
+    let mut out = Vec::new();
+    for (label, loader) in found.iter().rev() {
+        let n = efivars::install(&vars, &part, loader, label)
+            .map_err(|e| format!("writing the boot entry {label:?}: {e}"))?;
+        out.push((n, label.clone()));
+    }
+    out.reverse();
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_the_esp_by_type_and_refuses_images_without_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let disk = crate::configdrive::table::tests::sparse_disk(
+            dir.path(),
+            64,
+            "label: gpt\nsize=16MiB, type=U\nname=root\n",
+        );
+        let (p, sector) = esp(&disk).unwrap();
+        assert_eq!((p.number, p.start, sector), (1, 1 << 20, 512));
+        let disk = crate::configdrive::table::tests::sparse_disk(
+            dir.path(),
+            64,
+            "label: gpt\nname=root\n",
+        );
+        assert!(esp(&disk).unwrap_err().contains("UEFI-compatible"));
+    }
+}

@@ -1,0 +1,67 @@
+//! `erase_devices` on loop devices this test creates: discard with a
+//! sampled read-back (the loop driver punches holes in the backing file),
+//! two disks in parallel, then the overwrite method on a block device
+//! (random pass, zero pass through BLKZEROOUT, verified).
+
+use std::sync::atomic::{AtomicBool, AtomicU64};
+
+use agent::config::Config;
+use agent::disk::fullerase::{erase_disks, methods, Erased, Knobs};
+use agent::disk::WritePolicy;
+use hardware_tests::loopdev::LoopDevice;
+
+fn all_zero(dev: &LoopDevice) -> bool {
+    std::fs::read(&dev.path).unwrap().iter().all(|b| *b == 0)
+}
+
+#[test]
+fn erase_devices_discards_two_loop_devices_and_overwrites_one() {
+    hardware_tests::require_root("the loop-device erase test");
+    let a = LoopDevice::new(48 << 20).unwrap();
+    let b = LoopDevice::new(48 << 20).unwrap();
+    for d in [&a, &b] {
+        d.partition_and_format().unwrap();
+        assert!(!d.signatures().unwrap().is_empty());
+        // The kernel's partitions would hold the disk; the agent erases
+        // whole disks only after they are gone (as after a reboot).
+        hardware_tests::run(
+            std::process::Command::new("partx")
+                .arg("--delete")
+                .arg(&d.path),
+        )
+        .ok();
+    }
+    let disks = vec![a.path.clone(), b.path.clone()];
+    let policy = WritePolicy::from_config(&Config {
+        allowed_devices: disks.clone(),
+        ..Config::default()
+    });
+    let knobs = Knobs {
+        concurrency: 2,
+        ..Knobs::default()
+    };
+    let out = erase_disks(&disks, &policy, &knobs, &AtomicBool::new(false)).unwrap();
+    for (d, e) in &out {
+        assert_eq!(*e, Erased::Discard, "{}", d.display());
+    }
+    assert!(all_zero(&a) && all_zero(&b));
+    assert!(a.signatures().unwrap().is_empty());
+
+    std::fs::write(&a.path, vec![0xa5u8; 1 << 20]).unwrap();
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&a.path)
+        .unwrap();
+    let (cancel, done) = (AtomicBool::new(false), AtomicU64::new(0));
+    let t = methods::Target {
+        file: &file,
+        size: 48 << 20,
+        is_block: true,
+        cancel: &cancel,
+        done: &done,
+    };
+    t.overwrite(1, true).unwrap();
+    drop(file);
+    assert!(all_zero(&a));
+}
