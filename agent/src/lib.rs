@@ -9,6 +9,8 @@
 //! [`inventory`] (what the machine is) → [`hints`] (which disk is the root
 //! device) and [`lldp`] (which switch port each NIC sees) → [`inspect`]
 //! (the inspection document posted before lookup).
+//! In the ramdisk, [`init`] is PID 1 (mounts, module coldplug, supervision)
+//! and [`netconf`] brings the NICs up by DHCP before the agent starts.
 
 pub mod agent;
 pub mod api;
@@ -19,10 +21,12 @@ pub mod config;
 pub mod disk;
 pub mod hints;
 pub mod image;
+pub mod init;
 pub mod inspect;
 pub mod inventory;
 pub mod lldp;
 pub mod net;
+pub mod netconf;
 pub mod power;
 pub mod server;
 pub mod state;
