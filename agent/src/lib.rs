@@ -4,7 +4,7 @@
 //! Map: [`config`] (kernel command line and flags) → [`agent`] (lookup,
 //! command API, heartbeats) → [`api`] (HTTP routes) → [`commands`] (the
 //! command table, history and steps) → [`disk`] (device policy and erase).
-//! [`conductor`] is the client of Ironic's ramdisk endpoints;
+//! [`discovery`] finds the conductor by mDNS; [`conductor`] is the client of Ironic's ramdisk endpoints;
 //! [`testconductor`] a stand-in conductor for tests and the demo.
 //! [`inventory`] (what the machine is) → [`hints`] (which disk is the root
 //! device) and [`lldp`] (which switch port each NIC sees) → [`inspect`]
@@ -18,6 +18,7 @@ pub mod cli;
 pub mod commands;
 pub mod conductor;
 pub mod config;
+pub mod discovery;
 pub mod disk;
 pub mod hints;
 pub mod image;

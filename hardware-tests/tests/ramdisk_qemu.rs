@@ -4,7 +4,8 @@
 //! (10.0.2.2 is the host's loopback), looks the node up and heartbeats.
 //! The conductor reaches the agent's API through a slirp host forward on
 //! 127.0.0.1, so a manual clean (erase_devices_metadata on a virtual disk
-//! that is a file in the test's directory) runs end to end.
+//! that is a file in the test's directory) runs end to end. The boot has
+//! `agent.shell=1`: a command typed on the serial console must run.
 //!
 //! The ramdisk is `$RAMDISK_DIR` or `target/ramdisk` (built by
 //! `image-builder/build.sh` when missing). QEMU is killed by PID on drop.
@@ -57,11 +58,11 @@ async fn ramdisk_boots_looks_up_and_heartbeats_in_qemu() {
     let console = tmp.path().join("console.log");
     let append = format!(
         "console=ttyS0 quiet panic=-1 BOOTIF=01-{} ipa-api-url=http://10.0.2.2:{port} \
-         ipa-advertise-host=127.0.0.1 ipa-advertise-port={fwd}",
+         ipa-advertise-host=127.0.0.1 ipa-advertise-port={fwd} agent.shell=1",
         MAC.replace(':', "-")
     );
     let started = Instant::now();
-    let qemu = Qemu(
+    let mut qemu = Qemu(
         Command::new("qemu-system-x86_64")
             .args([
                 "-accel",
@@ -92,7 +93,7 @@ async fn ramdisk_boots_looks_up_and_heartbeats_in_qemu() {
             .arg(format!("user,id=n0,hostfwd=tcp:127.0.0.1:{fwd}-:9999"))
             .arg("-device")
             .arg(format!("virtio-net-pci,netdev=n0,mac={MAC},romfile="))
-            .stdin(Stdio::null())
+            .stdin(Stdio::piped())
             .stdout(std::fs::File::create(&console).unwrap())
             .stderr(Stdio::inherit())
             .spawn()
@@ -106,6 +107,12 @@ async fn ramdisk_boots_looks_up_and_heartbeats_in_qemu() {
             let t = conductor.transcript();
             if first_heartbeat.is_none() && t.iter().any(|l| l.contains("heartbeat")) {
                 first_heartbeat = Some(started.elapsed());
+                // The debug shell has been up since before the agent started.
+                if let Some(stdin) = qemu.0.stdin.as_mut() {
+                    use std::io::Write;
+                    let _ = stdin.write_all(b"echo shell-ok-$((6*7)); agent --version\n");
+                    let _ = stdin.flush();
+                }
             }
             if conductor
                 .node(&uuid)

@@ -78,7 +78,7 @@ fn spawn_agent(services: &Services) -> Option<Pid> {
 }
 
 fn spawn_shell() -> Option<Pid> {
-    say("debug shell on the console (the agent keeps running; try `agent status`)");
+    say("debug shell on the console (the agent keeps running; try `agent inventory --human`)");
     let res = Command::new("/bin/busybox")
         .args(["cttyhack", "/bin/sh", "-l"])
         .env("PATH", "/bin:/sbin:/usr/bin")
