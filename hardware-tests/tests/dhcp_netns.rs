@@ -1,6 +1,7 @@
-//! The ramdisk's DHCPv4 client against dnsmasq, inside a network namespace
-//! the test creates (veth pair: dnsmasq on one end, the client on the
-//! other). Checks the lease and that the address and default route were
+//! The ramdisk's DHCPv4 client against dnsmasq, in two network namespaces
+//! the test creates joined by a veth pair (dnsmasq in one, the client in
+//! the other: in one namespace the kernel would drop the server's replies
+//! as martians, their source being a local address). Checks the lease and that the address and default route were
 //! applied. dnsmasq is killed by PID and the namespace deleted on drop.
 
 use std::process::{Child, Command, Stdio};
@@ -22,13 +23,24 @@ impl Drop for Killed {
 fn dhcp_client_gets_and_applies_a_lease_from_dnsmasq() {
     require_root("the DHCP namespace test");
     let ns = NetNs::new("dhcp").unwrap();
+    let server = NetNs::new("dhcpd").unwrap();
     ns.veth("dhs", "dhc").unwrap();
-    ns.ip(&["addr", "add", "10.78.0.1/24", "dev", "dhs"])
+    ns.ip(&["link", "set", "dhs", "netns", &server.name])
         .unwrap();
+    server
+        .ip(&["addr", "add", "10.78.0.1/24", "dev", "dhs"])
+        .unwrap();
+    server.ip(&["link", "set", "dhs", "up"]).unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let _dnsmasq = Killed(
         Command::new("ip")
-            .args(["netns", "exec", &ns.name, "dnsmasq", "--keep-in-foreground"])
+            .args([
+                "netns",
+                "exec",
+                &server.name,
+                "dnsmasq",
+                "--keep-in-foreground",
+            ])
             .args([
                 "--conf-file=/dev/null",
                 "--no-resolv",
