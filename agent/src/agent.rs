@@ -315,6 +315,7 @@ impl Session {
         let mut next = Instant::now();
         let mut last_beat: Option<Instant> = None;
         let mut throttle = LogThrottle::default();
+        let mut accepted = 0u64;
         loop {
             tokio::select! {
                 _ = tokio::time::sleep_until(next) => {
@@ -323,6 +324,11 @@ impl Session {
                     last_beat = Some(now);
                     match result {
                         Ok(()) => {
+                            if accepted == 0 {
+                                // A boot phase: the ramdisk's console shows its time.
+                                tracing::info!("first heartbeat accepted");
+                            }
+                            accepted += 1;
                             throttle.reset();
                             next = now + jitter(self.lookup.config.heartbeat_timeout, 0.3, 0.6);
                         }
