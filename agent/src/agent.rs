@@ -76,9 +76,7 @@ pub fn start_detached(config: Config) -> tokio::task::JoinHandle<Result<()>> {
 pub async fn start(config: Config) -> Result<RunningAgent> {
     let urls = match &config.api_urls {
         ApiUrls::Urls(u) => u.clone(),
-        ApiUrls::Mdns => {
-            bail!("ipa-api-url=mdns: mDNS discovery is not available in this build yet")
-        }
+        ApiUrls::Mdns => vec![discover_conductor(&config).await?],
         ApiUrls::None => bail!(
             "no conductor configured: set ipa-api-url on the kernel command line or --api-url"
         ),
@@ -153,6 +151,23 @@ pub async fn start(config: Config) -> Result<RunningAgent> {
         callback_url,
         task,
     })
+}
+
+/// Browses mDNS for the conductor until found or the lookup budget ends.
+async fn discover_conductor(config: &Config) -> Result<String> {
+    let deadline = deadline(config.lookup_timeout);
+    loop {
+        match crate::discovery::discover("baremetal", Duration::from_secs(10)).await {
+            Ok(url) => {
+                tracing::info!(%url, "conductor found by mDNS");
+                return Ok(url);
+            }
+            Err(e) if deadline.is_some_and(|d| Instant::now() >= d) => {
+                return Err(e).context("ipa-api-url=mdns");
+            }
+            Err(e) => tracing::warn!("{e:#}; browsing again"),
+        }
+    }
 }
 
 fn hostname() -> String {
@@ -300,6 +315,7 @@ impl Session {
         let mut next = Instant::now();
         let mut last_beat: Option<Instant> = None;
         let mut throttle = LogThrottle::default();
+        let mut accepted = 0u64;
         loop {
             tokio::select! {
                 _ = tokio::time::sleep_until(next) => {
@@ -308,6 +324,11 @@ impl Session {
                     last_beat = Some(now);
                     match result {
                         Ok(()) => {
+                            if accepted == 0 {
+                                // A boot phase: the ramdisk's console shows its time.
+                                tracing::info!("first heartbeat accepted");
+                            }
+                            accepted += 1;
                             throttle.reset();
                             next = now + jitter(self.lookup.config.heartbeat_timeout, 0.3, 0.6);
                         }

@@ -343,10 +343,27 @@ pub fn parse_answer(text: &str) -> Outcome {
 /// are logged; the agent then continues to lookup, as IPA does.
 pub async fn run_if_configured(config: &Config, http: &reqwest::Client) -> Option<Outcome> {
     let url = config.inspection_callback_url.as_deref()?;
-    if url == "mdns" {
-        tracing::error!("ipa-inspection-callback-url=mdns: mDNS discovery is not available in this build; skipping inspection");
-        return None;
-    }
+    // IPA: `mdns` looks up the inspector's advertisement and appends /v1/continue.
+    let discovered;
+    let url = if url == "mdns" {
+        match crate::discovery::discover(
+            "baremetal-introspection",
+            std::time::Duration::from_secs(10),
+        )
+        .await
+        {
+            Ok(base) => {
+                discovered = format!("{}/v1/continue", base.trim_end_matches('/'));
+                discovered.as_str()
+            }
+            Err(e) => {
+                tracing::error!("ipa-inspection-callback-url=mdns: {e:#}; skipping inspection");
+                return None;
+            }
+        }
+    } else {
+        url
+    };
     let started = std::time::Instant::now();
     let doc = collect(config, &live_options(config)).await;
     tracing::info!(collected_in_s = started.elapsed().as_secs_f64(), %url, "posting inspection data");

@@ -4,7 +4,7 @@
 //! Map: [`config`] (kernel command line and flags) → [`agent`] (lookup,
 //! command API, heartbeats) → [`api`] (HTTP routes) → [`commands`] (the
 //! command table, history and steps) → [`disk`] (device policy and erase).
-//! [`conductor`] is the client of Ironic's ramdisk endpoints;
+//! [`discovery`] finds the conductor by mDNS; [`conductor`] is the client of Ironic's ramdisk endpoints;
 //! [`testconductor`] a stand-in conductor for tests and the demo.
 //! [`inventory`] (what the machine is) → [`hints`] (which disk is the root
 //! device) and [`lldp`] (which switch port each NIC sees) → [`inspect`]
@@ -12,6 +12,8 @@
 //! config drives after an image write, [`ignition`] injects Ignition into
 //! CoreOS-like images, [`uefi`] writes boot entries; [`logs`] keeps the agent's log in
 //! memory and bundles the system logs for the conductor.
+//! In the ramdisk, [`init`] is PID 1 (mounts, module coldplug, supervision)
+//! and [`netconf`] brings the NICs up by DHCP before the agent starts.
 
 pub mod agent;
 pub mod api;
@@ -20,15 +22,18 @@ pub mod commands;
 pub mod conductor;
 pub mod config;
 pub mod configdrive;
+pub mod discovery;
 pub mod disk;
 pub mod hints;
 pub mod ignition;
 pub mod image;
+pub mod init;
 pub mod inspect;
 pub mod inventory;
 pub mod lldp;
 pub mod logs;
 pub mod net;
+pub mod netconf;
 pub mod power;
 pub mod server;
 pub mod state;

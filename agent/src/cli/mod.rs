@@ -41,6 +41,17 @@ pub enum Command {
     Inventory(InventoryArgs),
     /// Print the disk the image would be written to, and why the others were not.
     RootDisk(RootDiskArgs),
+    /// The agent service inside the deploy ramdisk (started by PID 1).
+    #[command(hide = true)]
+    Ramdisk(RamdiskArgs),
+}
+
+/// Flags of `agent ramdisk` (passed by PID 1, not by people).
+#[derive(Debug, Args)]
+pub struct RamdiskArgs {
+    /// Address DHCP gave the preferred NIC (unless ipa-advertise-host is set).
+    #[arg(long)]
+    pub advertise_host: Option<std::net::IpAddr>,
 }
 
 /// Flags of `agent inventory`.
@@ -150,6 +161,10 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::WriteImage(args) => write_image::run(args).await,
         Command::Inventory(args) => print_inventory(&args).await,
         Command::RootDisk(args) => print_root_disk(&args),
+        Command::Ramdisk(args) => {
+            let config = ramdisk_config(&args, cli.debug)?;
+            crate::agent::run(config).await
+        }
     }
 }
 
@@ -215,6 +230,46 @@ fn signature_lines(disks: &[crate::inventory::Disk]) -> String {
         out.push_str(&format!("  {:<14} {s}\n", d.name));
     }
     out
+}
+
+/// Builds the ramdisk configuration: kernel parameters, ramdisk mode, the
+/// address DHCP gave the preferred NIC.
+pub fn ramdisk_config(args: &RamdiskArgs, debug: bool) -> Result<Config> {
+    let text = std::fs::read_to_string("/proc/cmdline").context("reading /proc/cmdline")?;
+    let (mut c, errors) = Config::from_kernel_params(&KernelParams::parse(&text));
+    for e in errors {
+        tracing::warn!("{e}");
+    }
+    c.mode = RunMode::Ramdisk;
+    c.debug |= debug;
+    if c.advertise_host.is_none() {
+        c.advertise_host = args.advertise_host;
+    }
+    Ok(c)
+}
+
+/// Sets up logging for the ramdisk service: timestamps are seconds since
+/// boot, so the console shows each phase's time.
+pub fn init_ramdisk_tracing(debug: bool) {
+    struct SinceBoot;
+    impl tracing_subscriber::fmt::time::FormatTime for SinceBoot {
+        fn format_time(
+            &self,
+            w: &mut tracing_subscriber::fmt::format::Writer<'_>,
+        ) -> std::fmt::Result {
+            write!(w, "[{:8.3}]", crate::init::clock::since_boot())
+        }
+    }
+    let default = if debug { "debug" } else { "info" };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .with_ansi(false)
+        .with_timer(SinceBoot)
+        .try_init();
 }
 
 /// Builds the host-mode configuration: kernel parameters, then flags.

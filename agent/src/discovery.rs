@@ -1,0 +1,147 @@
+//! Conductor discovery by mDNS (`ipa-api-url=mdns`, spec §3.2): browse
+//! `_openstack._tcp.local.` for the instance `baremetal` (or
+//! `baremetal-introspection`), then build the URL as IPA does: TXT
+//! `protocol` (absent ⇒ `http` on port 80, else `https`) and `path`; the
+//! host is the address when the SRV target is a `.local.` name, else the
+//! SRV host name. Loopback addresses are skipped; IPv4 is preferred.
+//!
+//! The browse runs on mdns-sd's own thread; [`discover`] waits on its
+//! channel from a blocking task.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+
+/// DNS-SD service type Ironic registers under.
+pub const SERVICE_TYPE: &str = "_openstack._tcp.local.";
+
+/// What a resolved advertisement says.
+#[derive(Debug, Clone)]
+pub struct Advert {
+    /// SRV target host name.
+    pub host: String,
+    /// SRV port.
+    pub port: u16,
+    /// A and AAAA addresses.
+    pub addresses: Vec<IpAddr>,
+    /// TXT properties.
+    pub txt: HashMap<String, String>,
+}
+
+/// The base URL an advertisement names (IPA's rules, spec §3.2).
+pub fn url_of(a: &Advert) -> Result<String> {
+    let protocol = a
+        .txt
+        .get("protocol")
+        .cloned()
+        .unwrap_or_else(|| if a.port == 80 { "http" } else { "https" }.into());
+    let path = a.txt.get("path").map(String::as_str).unwrap_or("");
+    let host = if a.host.ends_with(".local.") || a.host.ends_with(".local") {
+        let mut addrs: Vec<IpAddr> = a
+            .addresses
+            .iter()
+            .copied()
+            .filter(|ip| !ip.is_loopback())
+            .collect();
+        addrs.sort_by_key(|ip| (ip.is_ipv6(), *ip));
+        match addrs.first() {
+            Some(IpAddr::V4(v4)) => v4.to_string(),
+            Some(IpAddr::V6(v6)) => format!("[{v6}]"),
+            None => bail!("the advertisement of {} has no usable address", a.host),
+        }
+    } else {
+        a.host.trim_end_matches('.').to_string()
+    };
+    Ok(format!("{protocol}://{host}:{}{path}", a.port))
+}
+
+/// Browses for `instance` (`baremetal`) for up to `timeout` and returns its URL
+/// (on a blocking thread).
+pub async fn discover(instance: &str, timeout: Duration) -> Result<String> {
+    let instance = instance.to_string();
+    tokio::task::spawn_blocking(move || discover_blocking(&instance, timeout))
+        .await
+        .context("the mDNS browse task failed")?
+}
+
+/// [`discover`] on the calling thread (which decides the network namespace).
+pub fn discover_blocking(instance: &str, timeout: Duration) -> Result<String> {
+    let daemon = mdns_sd::ServiceDaemon::new().context("starting mDNS")?;
+    let events = daemon.browse(SERVICE_TYPE).context("browsing mDNS")?;
+    let want = format!("{instance}.{SERVICE_TYPE}");
+    let deadline = Instant::now() + timeout;
+    let result = loop {
+        match events.recv_deadline(deadline) {
+            Ok(mdns_sd::ServiceEvent::ServiceResolved(s)) if s.fullname == want => {
+                let advert = Advert {
+                    host: s.host.clone(),
+                    port: s.port,
+                    addresses: s.addresses.iter().map(|a| a.to_ip_addr()).collect(),
+                    txt: s
+                        .txt_properties
+                        .iter()
+                        .map(|p| (p.key().to_string(), p.val_str().to_string()))
+                        .collect(),
+                };
+                tracing::info!(?advert, "mDNS advertisement found");
+                break url_of(&advert);
+            }
+            Ok(_) => {}
+            Err(_) => {
+                break Err(anyhow::anyhow!(
+                    "no {want} advertisement within {timeout:?}"
+                ))
+            }
+        }
+    };
+    let _ = daemon.shutdown();
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn advert(host: &str, port: u16, txt: &[(&str, &str)]) -> Advert {
+        Advert {
+            host: host.into(),
+            port,
+            addresses: vec![
+                "127.0.0.1".parse().unwrap(),
+                "fd00::5".parse().unwrap(),
+                "192.0.2.5".parse().unwrap(),
+            ],
+            txt: txt
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn urls_follow_ipa_rules() {
+        assert_eq!(
+            url_of(&advert("conductor.local.", 6385, &[("protocol", "http")])).unwrap(),
+            "http://192.0.2.5:6385"
+        );
+        assert_eq!(
+            url_of(&advert("conductor.local.", 443, &[("path", "/baremetal")])).unwrap(),
+            "https://192.0.2.5:443/baremetal"
+        );
+        assert_eq!(
+            url_of(&advert("conductor.local.", 80, &[])).unwrap(),
+            "http://192.0.2.5:80"
+        );
+        assert_eq!(
+            url_of(&advert("ironic.example.com.", 6385, &[])).unwrap(),
+            "https://ironic.example.com:6385"
+        );
+        let mut v6 = advert("c.local.", 6385, &[("protocol", "http")]);
+        v6.addresses = vec!["fd00::5".parse().unwrap()];
+        assert_eq!(url_of(&v6).unwrap(), "http://[fd00::5]:6385");
+        v6.addresses = vec!["127.0.0.1".parse().unwrap()];
+        assert!(url_of(&v6).is_err());
+    }
+}

@@ -1,0 +1,102 @@
+//! PID 1 of the deploy ramdisk: `/init` is the agent binary itself. It
+//! mounts the kernel filesystems, loads drivers by modalias coldplug, brings
+//! the network up by DHCP, then supervises the agent service (and the debug
+//! shell) forever, reaping orphans. Every phase prints a console line with
+//! the seconds since boot.
+//!
+//! Kernel arguments read here: `BOOTIF` (preferred NIC), `ipa-debug=1` or
+//! `agent.shell=1` (debug shell), `agent.settle=SECONDS` (coldplug quiet
+//! time, default 1), `agent.dhcp-timeout=SECONDS` (default 30).
+
+pub mod clock;
+pub mod coldplug;
+pub mod modules;
+pub mod mounts;
+pub mod supervise;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clock::say;
+
+use crate::config::KernelParams;
+
+/// Whether this process should act as init: it is PID 1 or was started as `/init`.
+pub fn is_init() -> bool {
+    std::process::id() == 1 || std::env::args_os().next().is_some_and(|a| a == "/init")
+}
+
+/// Modules no device asks for but the agent needs (one name per line).
+pub const ALWAYS_MODULES: &str = "/etc/agent-modules";
+
+/// Runs PID 1. Never returns.
+pub fn main() -> ! {
+    say("deploy ramdisk init starting");
+    for failure in mounts::mount_all() {
+        say(&format!("mount failed: {failure}"));
+    }
+    std::env::set_var("PATH", "/bin:/sbin:/usr/bin:/usr/sbin");
+    say("phase mounts done");
+
+    let cmdline = std::fs::read_to_string("/proc/cmdline").unwrap_or_default();
+    let params = KernelParams::parse(&cmdline);
+    let secs = |key: &str, default: f64| {
+        params
+            .get(key)
+            .and_then(|v| v.parse::<f64>().ok())
+            .filter(|v| v.is_finite() && *v >= 0.0)
+            .map_or(Duration::from_secs_f64(default), Duration::from_secs_f64)
+    };
+
+    let release = nix::sys::utsname::uname()
+        .map(|u| u.release().to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let moddir = PathBuf::from("/lib/modules").join(&release);
+    let mut loader = modules::Loader::new(moddir.clone());
+    let always: Vec<String> = std::fs::read_to_string(ALWAYS_MODULES)
+        .unwrap_or_default()
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(String::from)
+        .collect();
+    let report = coldplug::run(
+        &mut loader,
+        Path::new("/sys"),
+        &always,
+        secs("agent.settle", 1.0),
+        Duration::from_secs(20),
+    );
+    say(&format!(
+        "phase modules done: {} loaded for {} devices from {}",
+        report.loaded,
+        report.devices,
+        moddir.display()
+    ));
+
+    let bootif = params.get("BOOTIF").map(String::from);
+    let (nics, advertise) = crate::netconf::bring_up(
+        bootif.as_deref(),
+        Duration::from_secs(5),
+        secs("agent.dhcp-timeout", 30.0),
+    );
+    for n in &nics {
+        say(&format!("net: {}", crate::netconf::describe(n)));
+    }
+    say("phase network done");
+
+    let mut agent_args = vec!["ramdisk".to_string()];
+    if let (Some(ip), None) = (advertise, params.get("ipa-advertise-host")) {
+        agent_args.extend(["--advertise-host".to_string(), ip.to_string()]);
+    }
+    let flag = |k: &str| {
+        params
+            .get(k)
+            .is_some_and(|v| matches!(v, "1" | "true" | "yes"))
+    };
+    let services = supervise::Services {
+        agent_args,
+        shell: flag("ipa-debug") || flag("agent.shell"),
+    };
+    supervise::run(&services)
+}

@@ -1,0 +1,58 @@
+//! The filesystems PID 1 mounts before anything else: proc, sys, devtmpfs,
+//! /run, /tmp, and efivarfs when booted by UEFI. Already-mounted ones (EBUSY)
+//! are fine, so running twice is harmless.
+
+use std::path::Path;
+
+use nix::mount::{mount, MsFlags};
+
+/// One mount: source, target, type, flags.
+type Spec = (&'static str, &'static str, &'static str, MsFlags);
+
+/// Mounts everything; returns what failed (logged by the caller).
+pub fn mount_all() -> Vec<String> {
+    let nodev = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
+    let specs: [Spec; 6] = [
+        ("proc", "/proc", "proc", nodev),
+        ("sysfs", "/sys", "sysfs", nodev),
+        ("devtmpfs", "/dev", "devtmpfs", MsFlags::MS_NOSUID),
+        (
+            "devpts",
+            "/dev/pts",
+            "devpts",
+            MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC,
+        ),
+        (
+            "tmpfs",
+            "/run",
+            "tmpfs",
+            MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        ),
+        (
+            "tmpfs",
+            "/tmp",
+            "tmpfs",
+            MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        ),
+    ];
+    let mut failed = Vec::new();
+    for (src, target, fstype, flags) in specs {
+        if let Err(e) = mount_one(src, target, fstype, flags) {
+            failed.push(format!("{target}: {e}"));
+        }
+    }
+    if Path::new("/sys/firmware/efi").exists() {
+        if let Err(e) = mount_one("efivarfs", "/sys/firmware/efi/efivars", "efivarfs", nodev) {
+            failed.push(format!("efivarfs: {e}"));
+        }
+    }
+    failed
+}
+
+fn mount_one(src: &str, target: &str, fstype: &str, flags: MsFlags) -> nix::Result<()> {
+    let _ = std::fs::create_dir_all(target);
+    match mount(Some(src), target, Some(fstype), flags, None::<&str>) {
+        Err(nix::errno::Errno::EBUSY) | Ok(()) => Ok(()),
+        Err(e) => Err(e),
+    }
+}

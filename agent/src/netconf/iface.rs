@@ -1,0 +1,132 @@
+//! Interface configuration through the classic ioctls (no netlink crate):
+//! link up, IPv4 address and netmask, default route. Each `unsafe` block is
+//! one ioctl on a zero-initialised, fully set-up request struct.
+#![allow(unsafe_code)]
+
+use std::net::Ipv4Addr;
+use std::os::fd::{AsRawFd, OwnedFd};
+
+use anyhow::{bail, Context, Result};
+use nix::sys::socket::{socket, AddressFamily, SockFlag, SockType};
+
+fn ctl_socket() -> Result<OwnedFd> {
+    socket(
+        AddressFamily::Inet,
+        SockType::Datagram,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+    .context("opening a control socket")
+}
+
+fn ifreq(name: &str) -> Result<libc::ifreq> {
+    if name.len() >= libc::IFNAMSIZ {
+        bail!("interface name {name:?} too long");
+    }
+    // SAFETY: ifreq is plain old data; all-zero is a valid value.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (d, s) in req.ifr_name.iter_mut().zip(name.bytes()) {
+        *d = s as libc::c_char;
+    }
+    Ok(req)
+}
+
+fn sockaddr_in(a: Ipv4Addr) -> libc::sockaddr {
+    let sin = libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: 0,
+        sin_addr: libc::in_addr {
+            s_addr: u32::from_ne_bytes(a.octets()),
+        },
+        sin_zero: [0; 8],
+    };
+    // SAFETY: sockaddr_in and sockaddr have the same size (16 bytes) and
+    // sockaddr is the generic view of it, as the kernel expects.
+    unsafe { std::mem::transmute::<libc::sockaddr_in, libc::sockaddr>(sin) }
+}
+
+fn ioctl(fd: &OwnedFd, request: libc::Ioctl, arg: *mut libc::c_void, what: &str) -> Result<()> {
+    // SAFETY: `arg` points to a live, initialised struct of the type
+    // `request` expects (ifreq or rtentry), owned by the caller for the call.
+    let r = unsafe { libc::ioctl(fd.as_raw_fd(), request, arg) };
+    if r < 0 {
+        return Err(std::io::Error::last_os_error()).context(what.to_string());
+    }
+    Ok(())
+}
+
+/// Sets IFF_UP on `name`.
+pub fn set_up(name: &str) -> Result<()> {
+    let fd = ctl_socket()?;
+    let mut req = ifreq(name)?;
+    ioctl(
+        &fd,
+        libc::SIOCGIFFLAGS,
+        (&raw mut req).cast(),
+        "reading interface flags",
+    )?;
+    // SAFETY: SIOCGIFFLAGS filled the flags member of the union.
+    let flags = unsafe { req.ifr_ifru.ifru_flags };
+    req.ifr_ifru.ifru_flags = flags | libc::IFF_UP as libc::c_short;
+    ioctl(
+        &fd,
+        libc::SIOCSIFFLAGS,
+        (&raw mut req).cast(),
+        "setting the interface up",
+    )
+}
+
+/// Assigns `addr/prefix` to `name` (replacing its IPv4 address).
+pub fn set_ipv4(name: &str, addr: Ipv4Addr, prefix: u8) -> Result<()> {
+    let fd = ctl_socket()?;
+    let mut req = ifreq(name)?;
+    req.ifr_ifru.ifru_addr = sockaddr_in(addr);
+    ioctl(
+        &fd,
+        libc::SIOCSIFADDR,
+        (&raw mut req).cast(),
+        "setting the address",
+    )?;
+    let mask = Ipv4Addr::from(u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0));
+    let mut req = ifreq(name)?;
+    req.ifr_ifru.ifru_netmask = sockaddr_in(mask);
+    ioctl(
+        &fd,
+        libc::SIOCSIFNETMASK,
+        (&raw mut req).cast(),
+        "setting the netmask",
+    )
+}
+
+/// Adds a default route via `gateway` on `name`; an existing one is kept.
+pub fn add_default_route(name: &str, gateway: Ipv4Addr) -> Result<()> {
+    let fd = ctl_socket()?;
+    let mut dev: Vec<u8> = name.bytes().chain([0]).collect();
+    // SAFETY: rtentry is plain old data; all-zero is a valid value.
+    let mut rt: libc::rtentry = unsafe { std::mem::zeroed() };
+    rt.rt_dst = sockaddr_in(Ipv4Addr::UNSPECIFIED);
+    rt.rt_genmask = sockaddr_in(Ipv4Addr::UNSPECIFIED);
+    rt.rt_gateway = sockaddr_in(gateway);
+    rt.rt_flags = libc::RTF_UP | libc::RTF_GATEWAY;
+    rt.rt_dev = dev.as_mut_ptr().cast();
+    match ioctl(
+        &fd,
+        libc::SIOCADDRT,
+        (&raw mut rt).cast(),
+        "adding the default route",
+    ) {
+        Err(e)
+            if e.downcast_ref::<std::io::Error>()
+                .and_then(|e| e.raw_os_error())
+                == Some(libc::EEXIST) =>
+        {
+            Ok(())
+        }
+        r => r,
+    }
+}
+
+/// Prefix length of a netmask.
+pub fn prefix_len(mask: Ipv4Addr) -> u8 {
+    u32::from(mask).leading_ones() as u8
+}

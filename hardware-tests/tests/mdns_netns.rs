@@ -1,0 +1,45 @@
+//! mDNS discovery (spec §3.2) in a network namespace the test creates: an
+//! announcer (mdns-sd, as Ironic's zeroconf would) registers
+//! `baremetal._openstack._tcp.local.` on one end of a veth pair, and the
+//! agent's browser finds it and builds the URL from the TXT `protocol` and
+//! `path`. No packet leaves the namespace; it is deleted on drop.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use hardware_tests::netns::NetNs;
+use hardware_tests::require_root;
+
+#[test]
+fn agent_finds_the_conductor_by_mdns_in_a_namespace() {
+    require_root("the mDNS namespace test");
+    let ns = NetNs::new("mdns").unwrap();
+    ns.veth("mda", "mdb").unwrap();
+    ns.ip(&["addr", "add", "10.77.0.1/24", "dev", "mda"])
+        .unwrap();
+    ns.ip(&["addr", "add", "10.77.0.2/24", "dev", "mdb"])
+        .unwrap();
+    let found = ns
+        .enter(|| {
+            let announcer = mdns_sd::ServiceDaemon::new().unwrap();
+            let props: HashMap<String, String> = [("protocol", "http"), ("path", "/baremetal")]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            let info = mdns_sd::ServiceInfo::new(
+                agent::discovery::SERVICE_TYPE,
+                "baremetal",
+                "conductor.local.",
+                "10.77.0.1",
+                6385,
+                props,
+            )
+            .unwrap();
+            announcer.register(info).unwrap();
+            let r = agent::discovery::discover_blocking("baremetal", Duration::from_secs(20));
+            let _ = announcer.shutdown();
+            r
+        })
+        .unwrap();
+    assert_eq!(found.unwrap(), "http://10.77.0.1:6385/baremetal");
+}

@@ -1,0 +1,166 @@
+//! Assembles the initramfs: a fixed, sorted tree (the static agent as
+//! `/init`, busybox, the module closure with trimmed indexes, the ramdisk
+//! marker, CA bundle) written as newc cpio with mtime 0 and owner 0:0, then
+//! zstd -19 single-threaded, so the same inputs give the same bytes.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+
+use crate::cpio::{Entry, Writer};
+use crate::kernel::{self, Kernel};
+
+/// Inputs of one image.
+#[derive(Debug, Clone)]
+pub struct Inputs {
+    /// The kernel and its modules.
+    pub kernel: Kernel,
+    /// The static agent binary.
+    pub agent: PathBuf,
+    /// busybox (static) for the debug shell, if available.
+    pub busybox: Option<PathBuf>,
+    /// CA bundle to ship as `/etc/ssl/certs/ca-certificates.crt`.
+    pub ca_bundle: Option<PathBuf>,
+}
+
+/// Applets linked to busybox in `/bin`.
+const APPLETS: &[&str] = &[
+    "sh", "ls", "cat", "cp", "mv", "rm", "mkdir", "mount", "umount", "ip", "ping", "ps", "dmesg",
+    "free", "df", "less", "vi", "grep", "sed", "awk", "head", "tail", "lsmod", "wget", "sync",
+    "poweroff", "reboot", "hexdump", "dd", "find", "ln", "sleep", "top", "uname", "env", "kill",
+    "chmod", "touch", "echo", "tr", "wc",
+];
+
+/// The tree as path → entry (sorted by path, parents before children).
+pub fn tree(inputs: &Inputs) -> Result<(BTreeMap<String, Entry>, Vec<String>)> {
+    let mut t = BTreeMap::new();
+    let dir = |m| Entry::Dir { mode: m };
+    for d in [
+        "bin",
+        "dev",
+        "etc",
+        "etc/ssl",
+        "etc/ssl/certs",
+        "lib",
+        "lib/modules",
+        "proc",
+        "root",
+        "run",
+        "sbin",
+        "sys",
+        "tmp",
+        "usr",
+        "var",
+    ] {
+        t.insert(d.to_string(), dir(if d == "tmp" { 0o1777 } else { 0o755 }));
+    }
+    t.insert(
+        "dev/console".into(),
+        Entry::CharDev {
+            mode: 0o600,
+            major: 5,
+            minor: 1,
+        },
+    );
+    t.insert("init".into(), file(&inputs.agent, 0o755)?);
+    t.insert(
+        "bin/agent".into(),
+        Entry::Symlink {
+            target: "/init".into(),
+        },
+    );
+    if let Some(bb) = &inputs.busybox {
+        t.insert("bin/busybox".into(), file(bb, 0o755)?);
+        for a in APPLETS {
+            t.insert(
+                format!("bin/{a}"),
+                Entry::Symlink {
+                    target: "busybox".into(),
+                },
+            );
+        }
+    }
+    if let Some(ca) = &inputs.ca_bundle {
+        t.insert("etc/ssl/certs/ca-certificates.crt".into(), file(ca, 0o644)?);
+    }
+    let text = |s: String| Entry::File {
+        mode: 0o644,
+        data: s.into_bytes(),
+    };
+    t.insert(
+        "etc/deploy-ramdisk-release".into(),
+        text(format!(
+            "deploy-ramdisk agent {} kernel {}\n",
+            env!("CARGO_PKG_VERSION"),
+            inputs.kernel.version
+        )),
+    );
+    t.insert(
+        "etc/hosts".into(),
+        text("127.0.0.1 localhost\n::1 localhost\n".into()),
+    );
+    t.insert(
+        "etc/passwd".into(),
+        text("root:x:0:0:root:/root:/bin/sh\n".into()),
+    );
+    t.insert(
+        "etc/agent-modules".into(),
+        text(kernel::ALWAYS.iter().map(|m| format!("{m}\n")).collect()),
+    );
+
+    let k = &inputs.kernel;
+    let read = |f: &str| std::fs::read_to_string(k.modules.join(f)).unwrap_or_default();
+    let dep = read("modules.dep");
+    let (files, missing) = kernel::closure(&dep, kernel::WANTED);
+    let (dep_t, alias_t) = kernel::trim_index(&dep, &read("modules.alias"), &files);
+    let base = format!("lib/modules/{}", k.version);
+    t.insert(base.clone(), dir(0o755));
+    t.insert(format!("{base}/modules.dep"), text(dep_t));
+    t.insert(format!("{base}/modules.alias"), text(alias_t));
+    t.insert(
+        format!("{base}/modules.builtin"),
+        text(read("modules.builtin")),
+    );
+    for f in &files {
+        let mut parent = String::new();
+        for comp in Path::new(f).parent().into_iter().flat_map(|p| p.iter()) {
+            parent = if parent.is_empty() {
+                comp.to_string_lossy().into()
+            } else {
+                format!("{parent}/{}", comp.to_string_lossy())
+            };
+            t.insert(format!("{base}/{parent}"), dir(0o755));
+        }
+        t.insert(format!("{base}/{f}"), file(&k.modules.join(f), 0o644)?);
+    }
+    Ok((t, missing))
+}
+
+fn file(p: &Path, mode: u32) -> Result<Entry> {
+    let data = std::fs::read(p).with_context(|| format!("reading {}", p.display()))?;
+    Ok(Entry::File { mode, data })
+}
+
+/// The zstd-compressed newc archive of `tree`.
+pub fn initramfs(tree: &BTreeMap<String, Entry>) -> Result<Vec<u8>> {
+    let mut w = Writer::new(Vec::new(), 0);
+    for (path, entry) in tree {
+        w.add(path, entry)?;
+    }
+    let raw = w.finish()?;
+    let mut enc = zstd::stream::Encoder::new(Vec::new(), 19)?;
+    enc.include_checksum(true)?;
+    std::io::copy(&mut raw.as_slice(), &mut enc)?;
+    Ok(enc.finish()?)
+}
+
+/// The iPXE script; `append` is added to the kernel arguments.
+pub fn ipxe_script(append: &str) -> String {
+    format!(
+        "#!ipxe\n\
+         kernel deploy.kernel console=ttyS0 console=tty0 quiet panic=-1 BOOTIF=01-${{net0/mac:hexhyp}} {append}\n\
+         initrd deploy.initramfs\n\
+         boot\n"
+    )
+}

@@ -1,0 +1,180 @@
+//! `image-builder build --out DIR …`: the deploy ramdisk (kernel, initramfs
+//! with the static agent as PID 1, iPXE script), reproducibly.
+
+mod assemble;
+mod cpio;
+mod kernel;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+
+/// Builds the deploy ramdisk.
+#[derive(Debug, Parser)]
+#[command(name = "image-builder")]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Write DIR/deploy.kernel, DIR/deploy.initramfs and DIR/boot.ipxe.
+    Build(BuildArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct BuildArgs {
+    /// Output directory.
+    #[arg(long)]
+    out: PathBuf,
+    /// An unpacked kernel package (boot/vmlinuz-V, lib/modules/V with modules.dep).
+    #[arg(long, conflicts_with = "kernel_package")]
+    kernel_root: Option<PathBuf>,
+    /// A Debian linux-image .deb (unpacked and depmod'ed into OUT/.kernel).
+    #[arg(long)]
+    kernel_package: Option<PathBuf>,
+    /// The static agent binary.
+    #[arg(long)]
+    agent: PathBuf,
+    /// A static busybox for the debug shell.
+    #[arg(long)]
+    busybox: Option<PathBuf>,
+    /// CA bundle to include (default: the build host's, if any).
+    #[arg(long)]
+    ca_bundle: Option<PathBuf>,
+    /// Extra kernel arguments written into boot.ipxe (e.g. ipa-api-url=…).
+    #[arg(long, default_value = "ipa-api-url=mdns")]
+    append: String,
+}
+
+fn main() -> std::process::ExitCode {
+    match run(Cli::parse()) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
+    let Cmd::Build(args) = cli.command;
+    std::fs::create_dir_all(&args.out)?;
+    let root = match (&args.kernel_root, &args.kernel_package) {
+        (Some(r), _) => r.clone(),
+        (None, Some(deb)) => unpack(deb, &args.out.join(".kernel"))?,
+        (None, None) => {
+            bail!("give --kernel-root or --kernel-package (image-builder/build.sh fetches one)")
+        }
+    };
+    let kernel = kernel::Kernel::find(&root)?;
+    if elf_is_dynamic(&args.agent)? {
+        bail!(
+            "{} is dynamically linked; build it with image-builder/build-agent.sh",
+            args.agent.display()
+        );
+    }
+    let ca = args.ca_bundle.clone().or_else(|| {
+        let p = PathBuf::from("/etc/ssl/certs/ca-certificates.crt");
+        p.exists().then_some(p)
+    });
+    let inputs = assemble::Inputs {
+        kernel: kernel.clone(),
+        agent: args.agent.clone(),
+        busybox: args.busybox.clone(),
+        ca_bundle: ca,
+    };
+    let (tree, missing) = assemble::tree(&inputs)?;
+    if !missing.is_empty() {
+        println!(
+            "not modules in {} (built in or absent): {}",
+            kernel.version,
+            missing.join(" ")
+        );
+    }
+    let initramfs = assemble::initramfs(&tree)?;
+    let kpath = args.out.join("deploy.kernel");
+    std::fs::copy(&kernel.image, &kpath)?;
+    std::fs::write(args.out.join("deploy.initramfs"), &initramfs)?;
+    std::fs::write(
+        args.out.join("boot.ipxe"),
+        assemble::ipxe_script(&args.append),
+    )?;
+    let ksize = std::fs::metadata(&kpath)?.len();
+    let mib = |b: u64| b as f64 / (1 << 20) as f64;
+    println!("kernel {}: {:.1} MiB", kernel.version, mib(ksize));
+    println!(
+        "initramfs: {:.1} MiB ({} entries)",
+        mib(initramfs.len() as u64),
+        tree.len()
+    );
+    println!("total: {:.1} MiB", mib(ksize + initramfs.len() as u64));
+    Ok(())
+}
+
+/// Unpacks a kernel .deb with dpkg-deb and builds its modules.dep with depmod.
+fn unpack(deb: &Path, dir: &Path) -> Result<PathBuf> {
+    if !dir.join("lib/modules").exists() {
+        let ok = Command::new("dpkg-deb")
+            .arg("-x")
+            .arg(deb)
+            .arg(dir)
+            .status()
+            .context("running dpkg-deb")?;
+        if !ok.success() {
+            bail!("dpkg-deb -x {} failed", deb.display());
+        }
+    }
+    let mods = dir.join("lib/modules");
+    for v in std::fs::read_dir(&mods)?.flatten() {
+        let version = v.file_name().to_string_lossy().into_owned();
+        if !v.path().join("modules.dep").exists() {
+            let ok = Command::new("depmod")
+                .arg("-b")
+                .arg(dir)
+                .arg(&version)
+                .status()
+                .context("running depmod")?;
+            if !ok.success() {
+                bail!("depmod -b {} {version} failed", dir.display());
+            }
+        }
+    }
+    Ok(dir.to_path_buf())
+}
+
+/// Whether an ELF file has a PT_DYNAMIC or PT_INTERP program header.
+pub fn elf_is_dynamic(path: &Path) -> Result<bool> {
+    let b = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    if b.len() < 64 || &b[..4] != b"\x7fELF" || b[4] != 2 || b[5] != 1 {
+        bail!("{} is not a 64-bit little-endian ELF file", path.display());
+    }
+    let u16at = |o: usize| u16::from_le_bytes([b[o], b[o + 1]]) as usize;
+    let phoff = u64::from_le_bytes(b[32..40].try_into()?) as usize;
+    let (phentsize, phnum) = (u16at(54), u16at(56));
+    for i in 0..phnum {
+        let o = phoff + i * phentsize;
+        let Some(t) = b.get(o..o + 4) else {
+            bail!("truncated program headers")
+        };
+        let p_type = u32::from_le_bytes(t.try_into()?);
+        if p_type == 2 || p_type == 3 {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn system_binaries_are_dynamic() {
+        assert!(elf_is_dynamic(Path::new("/bin/sh")).unwrap());
+        assert!(elf_is_dynamic(Path::new("/etc/hostname")).is_err());
+    }
+}
