@@ -81,4 +81,16 @@ fn ignition_from_the_config_drive_lands_in_the_boot_filesystem() {
     );
     assert!(m.path().join("ignition.firstboot").exists());
     m.unmount().unwrap();
+    // The loop device mount(8) stacked on the disk is gone: the disk can be
+    // opened exclusively again at once (the next write needs that).
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc_o_excl())
+        .open(&disk.path)
+        .expect("the disk is free again after the unmount");
+}
+
+fn libc_o_excl() -> i32 {
+    nix::fcntl::OFlag::O_EXCL.bits()
 }

@@ -1,7 +1,9 @@
 //! Mounting one partition of a disk (or disk image) by byte range, without
 //! the kernel's partition devices: `mount -o loop,offset=,sizelimit=`, so it
 //! works on loop devices that do not scan partitions and on image files.
-//! Unmounted (and the loop device released) on drop.
+//! Unmounted on drop; an unmount waits until the kernel has released the
+//! loop device (its autoclear is asynchronous), so the disk underneath can
+//! be opened exclusively right after.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -11,6 +13,9 @@ use std::process::Command;
 pub struct Mounted {
     dir: PathBuf,
     active: bool,
+    /// The loop device mount(8) set up (`loop7`), released asynchronously
+    /// by the kernel after the unmount.
+    loop_name: Option<String>,
 }
 
 /// A fresh, empty, private directory under the temporary directory.
@@ -59,7 +64,14 @@ impl Mounted {
                 String::from_utf8_lossy(&out.stderr).trim()
             ));
         }
-        Ok(Self { dir, active: true })
+        let loop_name = mount_source(&dir)
+            .and_then(|src| src.strip_prefix("/dev/").map(str::to_string))
+            .filter(|n| n.starts_with("loop"));
+        Ok(Self {
+            dir,
+            active: true,
+            loop_name,
+        })
     }
 
     /// Where it is mounted.
@@ -72,8 +84,38 @@ impl Mounted {
         self.active = false;
         umount(&self.dir)?;
         let _ = std::fs::remove_dir(&self.dir);
+        self.wait_loop_released();
         Ok(())
     }
+
+    /// Waits (up to 5 s) until the kernel has detached the loop device, so
+    /// the disk under it is free for exclusive opens again.
+    fn wait_loop_released(&self) {
+        let Some(name) = &self.loop_name else {
+            return;
+        };
+        let backing = PathBuf::from(format!("/sys/block/{name}/loop/backing_file"));
+        for _ in 0..250 {
+            if !backing.exists() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        tracing::warn!(device = %name, "loop device still attached 5 s after the unmount");
+    }
+}
+
+/// The source device of the mount at `dir` (from /proc/self/mountinfo).
+fn mount_source(dir: &Path) -> Option<String> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let dir = dir.to_str()?;
+    info.lines().rev().find_map(|l| {
+        let fields: Vec<&str> = l.split(' ').collect();
+        let sep = fields.iter().position(|f| *f == "-")?;
+        (fields.get(4) == Some(&dir))
+            .then(|| fields.get(sep + 2).map(|s| (*s).to_string()))
+            .flatten()
+    })
 }
 
 fn umount(dir: &Path) -> Result<(), String> {
@@ -98,6 +140,7 @@ impl Drop for Mounted {
             match umount(&self.dir) {
                 Ok(()) => {
                     let _ = std::fs::remove_dir(&self.dir);
+                    self.wait_loop_released();
                 }
                 Err(e) => tracing::error!("{e}"),
             }

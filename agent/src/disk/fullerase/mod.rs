@@ -80,8 +80,9 @@ pub async fn erase_devices_step(
     // Raised when the operation ends under the step (Ironic aborted the
     // clean and powered the node off, or wiped the token).
     let cancel = state.abort_flag();
+    let node = call.node.clone();
     let results = tokio::task::spawn_blocking(move || {
-        let disks = disks(&policy)?;
+        let disks = disks(&policy, &node)?;
         erase_disks(&disks, &policy, &knobs, &cancel)
     })
     .await
@@ -103,8 +104,9 @@ pub async fn erase_devices_express_step(
 ) -> Result<Value, CommandError> {
     let knobs = Knobs::from_node(&call.node);
     let policy = WritePolicy::from_config(&state.config);
+    let node = call.node.clone();
     tokio::task::spawn_blocking(move || -> Result<()> {
-        for disk in disks(&policy)? {
+        for disk in disks(&policy, &node)? {
             let dev = Device::open(&disk)?;
             policy.check(&dev)?;
             let file = open(&disk, dev.devno.is_some())?;
@@ -121,12 +123,35 @@ pub async fn erase_devices_express_step(
 }
 
 /// Whole disks to erase: the allowed devices in host mode, every disk in
-/// the ramdisk.
-fn disks(policy: &WritePolicy) -> Result<Vec<PathBuf>> {
-    Ok(match policy.mode {
+/// the ramdisk; minus the node's `properties.skip_block_devices` names.
+fn disks(policy: &WritePolicy, node: &Value) -> Result<Vec<PathBuf>> {
+    let all = match policy.mode {
         RunMode::Host => policy.allowed.clone(),
         RunMode::Ramdisk => whole_disks(Path::new("/sys"))?,
-    })
+    };
+    let skip = skip_list(node);
+    Ok(all
+        .into_iter()
+        .filter(|d| {
+            let skipped = skip.iter().any(|s| Path::new(s) == d.as_path());
+            if skipped {
+                tracing::info!(device = %d.display(), "skipped: in properties.skip_block_devices");
+            }
+            !skipped
+        })
+        .collect())
+}
+
+/// Device names in `properties.skip_block_devices` (`[{"name": "/dev/sda"}]`).
+fn skip_list(node: &Value) -> Vec<String> {
+    node["properties"]["skip_block_devices"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|e| e["name"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// Erases `disks` in parallel (at most `knobs.concurrency` at once); all

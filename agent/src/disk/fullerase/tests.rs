@@ -185,3 +185,12 @@ fn a_vmfs_disk_is_protected_unless_wiping_special_filesystems_is_allowed() {
     .unwrap();
     assert_eq!(out[0].1, Erased::Discard);
 }
+
+#[test]
+fn skip_block_devices_are_left_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (filled(dir.path(), "a", 1), filled(dir.path(), "b", 1));
+    let p = policy(&[a.clone(), b.clone()]);
+    let node = serde_json::json!({"properties": {"skip_block_devices": [{"name": a.display().to_string()}]}});
+    assert_eq!(disks(&p, &node).unwrap(), [b]);
+}
