@@ -3,11 +3,15 @@
 //! route set, `/etc/resolv.conf` written, one console line per NIC. The
 //! PXE NIC (`BOOTIF`) is preferred for the callback address.
 //!
+//! A static address from the kernel's `ip=` goes to its device (or the
+//! BOOTIF NIC, or the first NIC with link) instead of DHCP.
+//!
 //! Not yet: IPv6 (SLAAC happens in the kernel once the link is up, but
-//! DHCPv6 is not asked for), `ip=` static configuration, VLAN interfaces.
+//! DHCPv6 is not asked for), VLAN interfaces.
 
 pub mod dhcp;
 pub mod iface;
+pub mod static_ip;
 
 use std::net::Ipv4Addr;
 use std::path::Path;
@@ -81,10 +85,28 @@ pub fn configure(
     Ok(lease)
 }
 
+/// Applies a static address from `ip=`; reported like a lease.
+pub fn configure_static(name: &str, f: &static_ip::StaticIp) -> Result<dhcp::Lease, String> {
+    iface::set_ipv4(name, f.addr, f.prefix).map_err(|e| format!("{e:#}"))?;
+    if let Some(gw) = f.gateway {
+        iface::add_default_route(name, gw).map_err(|e| format!("{e:#}"))?;
+    }
+    Ok(dhcp::Lease {
+        addr: f.addr,
+        prefix: f.prefix,
+        router: f.gateway,
+        dns: f.dns.clone(),
+        domain: None,
+        server: Ipv4Addr::UNSPECIFIED,
+        lease_secs: None,
+    })
+}
+
 /// Brings every NIC up and runs DHCP on those with link, in parallel.
 /// Returns each NIC's result and the address to advertise.
 pub fn bring_up(
     bootif: Option<&str>,
+    fixed: Option<&static_ip::StaticIp>,
     link_wait: Duration,
     dhcp_timeout: Duration,
 ) -> (Vec<NicResult>, Option<Ipv4Addr>) {
@@ -100,6 +122,15 @@ pub fn bring_up(
         std::thread::sleep(Duration::from_millis(100));
     }
     let boot_mac = bootif.map(bootif_mac);
+    // Which NIC takes the static address, if any.
+    let fixed_nic = fixed.and_then(|f| match &f.device {
+        Some(d) => Some(d.clone()),
+        None => nics
+            .iter()
+            .find(|(_, m)| boot_mac.as_deref() == Some(m.as_str()))
+            .or_else(|| nics.iter().find(|(n, _)| has_carrier(n)))
+            .map(|(n, _)| n.clone()),
+    });
     let handles: Vec<_> = nics
         .iter()
         .cloned()
@@ -107,11 +138,14 @@ pub fn bring_up(
             let carrier = has_carrier(&name);
             // The default route goes through the PXE NIC when it is known.
             let route = boot_mac.as_deref().is_none_or(|b| b == mac);
+            let fixed = fixed
+                .filter(|_| fixed_nic.as_deref() == Some(name.as_str()))
+                .cloned();
             std::thread::spawn(move || {
-                let outcome = if carrier {
-                    configure(&name, &mac, dhcp_timeout, route)
-                } else {
-                    Err("no link".to_string())
+                let outcome = match (fixed, carrier) {
+                    (Some(f), _) => configure_static(&name, &f),
+                    (None, true) => configure(&name, &mac, dhcp_timeout, route),
+                    (None, false) => Err("no link".to_string()),
                 };
                 NicResult { name, mac, outcome }
             })
@@ -131,7 +165,7 @@ pub fn bring_up(
 pub fn describe(r: &NicResult) -> String {
     match &r.outcome {
         Ok(l) => format!(
-            "{} {}: {}/{} router {} dns [{}] from {}",
+            "{} {}: {}/{} router {} dns [{}] {}",
             r.name,
             r.mac,
             l.addr,
@@ -142,7 +176,11 @@ pub fn describe(r: &NicResult) -> String {
                 .map(|d| d.to_string())
                 .collect::<Vec<_>>()
                 .join(" "),
-            l.server
+            if l.server.is_unspecified() {
+                "static (ip=)".to_string()
+            } else {
+                format!("by DHCP from {}", l.server)
+            }
         ),
         Err(e) => format!("{} {}: no address ({e})", r.name, r.mac),
     }
