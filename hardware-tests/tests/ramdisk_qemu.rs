@@ -5,7 +5,11 @@
 //! The conductor reaches the agent's API through a slirp host forward on
 //! 127.0.0.1, so a manual clean (erase_devices_metadata on a virtual disk
 //! that is a file in the test's directory) runs end to end. The boot has
-//! `agent.shell=1`: a command typed on the serial console must run.
+//! `agent.shell=1`: a command typed on the serial console must run; and
+//! `ipa-enable-vlan-interfaces=eth0.42`: the VLAN interface is created in
+//! the guest and asks for DHCP (slirp has no VLANs, so it gets no answer;
+//! this machine's kernel has no 8021q, so the guest is the only place to
+//! test the ioctl).
 //!
 //! The ramdisk is `$RAMDISK_DIR` or `target/ramdisk` (built by
 //! `image-builder/build.sh` when missing). QEMU is killed by PID on drop.
@@ -58,7 +62,8 @@ async fn ramdisk_boots_looks_up_and_heartbeats_in_qemu() {
     let console = tmp.path().join("console.log");
     let append = format!(
         "console=ttyS0 quiet panic=-1 BOOTIF=01-{} ipa-api-url=http://10.0.2.2:{port} \
-         ipa-advertise-host=127.0.0.1 ipa-advertise-port={fwd} agent.shell=1",
+         ipa-advertise-host=127.0.0.1 ipa-advertise-port={fwd} agent.shell=1 \
+         ipa-enable-vlan-interfaces=eth0.42 agent.dhcp-timeout=4",
         MAC.replace(':', "-")
     );
     let started = Instant::now();

@@ -164,3 +164,62 @@ pub fn ipxe_script(append: &str) -> String {
          boot\n"
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn inputs(root: &Path) -> Inputs {
+        let m = root.join("lib/modules/6.1.0-test");
+        std::fs::create_dir_all(m.join("kernel/drivers/nvme/host")).unwrap();
+        std::fs::write(
+            m.join("modules.dep"),
+            "kernel/drivers/nvme/host/nvme.ko: kernel/drivers/nvme/host/nvme-core.ko\n\
+             kernel/drivers/nvme/host/nvme-core.ko:\n",
+        )
+        .unwrap();
+        std::fs::write(
+            m.join("modules.alias"),
+            "alias pci:v*d*sv*sd*bc01sc08i02* nvme\n",
+        )
+        .unwrap();
+        std::fs::write(m.join("kernel/drivers/nvme/host/nvme.ko"), b"nvme").unwrap();
+        std::fs::write(m.join("kernel/drivers/nvme/host/nvme-core.ko"), b"core").unwrap();
+        std::fs::create_dir_all(root.join("boot")).unwrap();
+        std::fs::write(root.join("boot/vmlinuz-6.1.0-test"), b"kernel").unwrap();
+        std::fs::write(root.join("agent"), b"\x7fELF agent").unwrap();
+        Inputs {
+            kernel: Kernel::find(root).unwrap(),
+            agent: root.join("agent"),
+            busybox: None,
+            ca_bundle: None,
+        }
+    }
+
+    #[test]
+    fn same_inputs_same_bytes_and_expected_members() {
+        let t = tempfile::tempdir().unwrap();
+        let i = inputs(t.path());
+        let (members, missing) = tree(&i).unwrap();
+        assert!(
+            missing.contains(&"ahci".to_string()),
+            "absent modules are reported"
+        );
+        for p in [
+            "init",
+            "dev/console",
+            "etc/deploy-ramdisk-release",
+            "lib/modules/6.1.0-test/kernel/drivers/nvme/host/nvme-core.ko",
+            "lib/modules/6.1.0-test/modules.alias",
+        ] {
+            assert!(members.contains_key(p), "{p} missing");
+        }
+        let a = initramfs(&members).unwrap();
+        // Touch the inputs: mtimes must not matter.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::fs::write(t.path().join("agent"), b"\x7fELF agent").unwrap();
+        let b = initramfs(&tree(&i).unwrap().0).unwrap();
+        assert_eq!(a, b);
+        assert_eq!(&a[..4], &[0x28, 0xb5, 0x2f, 0xfd], "zstd frame");
+    }
+}

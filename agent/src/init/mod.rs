@@ -4,7 +4,8 @@
 //! shell) forever, reaping orphans. Every phase prints a console line with
 //! the seconds since boot.
 //!
-//! Kernel arguments read here: `BOOTIF` (preferred NIC), `ipa-debug=1` or
+//! Kernel arguments read here: `BOOTIF` (preferred NIC), `ip=` (static address),
+//! `ipa-enable-vlan-interfaces` (explicit `eth0.100` VLANs), `ipa-debug=1` or
 //! `agent.shell=1` (debug shell), `agent.settle=SECONDS` (coldplug quiet
 //! time, default 1), `agent.dhcp-timeout=SECONDS` (default 30).
 
@@ -75,8 +76,14 @@ pub fn main() -> ! {
     ));
 
     let bootif = params.get("BOOTIF").map(String::from);
+    let fixed = params.get("ip").and_then(crate::netconf::static_ip::parse);
     let (nics, advertise) = crate::netconf::bring_up(
         bootif.as_deref(),
+        fixed.as_ref(),
+        &params
+            .get("ipa-enable-vlan-interfaces")
+            .map(crate::netconf::vlan::parse_list)
+            .unwrap_or_default(),
         Duration::from_secs(5),
         secs("agent.dhcp-timeout", 30.0),
     );

@@ -3,11 +3,19 @@
 //! route set, `/etc/resolv.conf` written, one console line per NIC. The
 //! PXE NIC (`BOOTIF`) is preferred for the callback address.
 //!
+//! A static address from the kernel's `ip=` goes to its device (or the
+//! BOOTIF NIC, or the first NIC with link) instead of DHCP.
+//!
+//! Explicit VLANs of `ipa-enable-vlan-interfaces` (`eth0.100`) are created
+//! and get DHCP like the NICs.
+//!
 //! Not yet: IPv6 (SLAAC happens in the kernel once the link is up, but
-//! DHCPv6 is not asked for), `ip=` static configuration, VLAN interfaces.
+//! DHCPv6 is not asked for), VLANs learnt from LLDP (`all`, bare names).
 
 pub mod dhcp;
 pub mod iface;
+pub mod static_ip;
+pub mod vlan;
 
 use std::net::Ipv4Addr;
 use std::path::Path;
@@ -81,10 +89,30 @@ pub fn configure(
     Ok(lease)
 }
 
+/// Applies a static address from `ip=`; reported like a lease.
+pub fn configure_static(name: &str, f: &static_ip::StaticIp) -> Result<dhcp::Lease, String> {
+    iface::set_ipv4(name, f.addr, f.prefix).map_err(|e| format!("{e:#}"))?;
+    if let Some(gw) = f.gateway {
+        iface::add_default_route(name, gw).map_err(|e| format!("{e:#}"))?;
+    }
+    Ok(dhcp::Lease {
+        addr: f.addr,
+        prefix: f.prefix,
+        router: f.gateway,
+        dns: f.dns.clone(),
+        domain: None,
+        server: Ipv4Addr::UNSPECIFIED,
+        lease_secs: None,
+    })
+}
+
 /// Brings every NIC up and runs DHCP on those with link, in parallel.
-/// Returns each NIC's result and the address to advertise.
+/// Returns once every NIC is done or the preferred one has an address,
+/// with the results so far and the address to advertise.
 pub fn bring_up(
     bootif: Option<&str>,
+    fixed: Option<&static_ip::StaticIp>,
+    vlans: &[(String, u16)],
     link_wait: Duration,
     dhcp_timeout: Duration,
 ) -> (Vec<NicResult>, Option<Ipv4Addr>) {
@@ -99,25 +127,75 @@ pub fn bring_up(
     while Instant::now() < until && !nics.iter().all(|(n, _)| has_carrier(n)) {
         std::thread::sleep(Duration::from_millis(100));
     }
+    let mut nics = nics;
+    for (parent, vid) in vlans {
+        let Some(mac) = nics
+            .iter()
+            .find(|(n, _)| n == parent)
+            .map(|(_, m)| m.clone())
+        else {
+            eprintln!("net: VLAN {parent}.{vid}: no interface {parent}");
+            continue;
+        };
+        match vlan::create(parent, *vid).and_then(|name| iface::set_up(&name).map(|()| name)) {
+            Ok(name) => nics.push((name, mac)),
+            Err(e) => eprintln!("net: VLAN {parent}.{vid}: {e:#}"),
+        }
+    }
+    // New VLAN interfaces take their parent's carrier a moment later.
+    let until = Instant::now() + Duration::from_secs(if vlans.is_empty() { 0 } else { 2 });
+    while Instant::now() < until && !nics.iter().all(|(n, _)| has_carrier(n)) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let boot_mac = bootif.map(bootif_mac);
-    let handles: Vec<_> = nics
-        .iter()
-        .cloned()
-        .map(|(name, mac)| {
-            let carrier = has_carrier(&name);
-            // The default route goes through the PXE NIC when it is known.
-            let route = boot_mac.as_deref().is_none_or(|b| b == mac);
+    // Which NIC takes the static address, if any.
+    let fixed_nic = fixed.and_then(|f| match &f.device {
+        Some(d) => Some(d.clone()),
+        None => nics
+            .iter()
+            .find(|(_, m)| boot_mac.as_deref() == Some(m.as_str()))
+            .or_else(|| nics.iter().find(|(n, _)| has_carrier(n)))
+            .map(|(n, _)| n.clone()),
+    });
+    let (tx, rx) = std::sync::mpsc::channel::<NicResult>();
+    for (name, mac) in nics.iter().cloned() {
+        let carrier = has_carrier(&name);
+        // The default route goes through the PXE NIC when it is known.
+        let route = boot_mac.as_deref().is_none_or(|b| b == mac);
+        let fixed = fixed
+            .filter(|_| fixed_nic.as_deref() == Some(name.as_str()))
+            .cloned();
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            let outcome = match (fixed, carrier) {
+                (Some(f), _) => configure_static(&name, &f),
+                (None, true) => configure(&name, &mac, dhcp_timeout, route),
+                (None, false) => Err("no link".to_string()),
+            };
+            let _ = tx.send(NicResult { name, mac, outcome });
+        });
+    }
+    drop(tx);
+    // The agent needs one address: stop waiting once the PXE NIC (without
+    // BOOTIF: any NIC) has one. The others report when they finish.
+    let mut results = Vec::new();
+    while let Ok(r) = rx.recv() {
+        let is_vlan = r.name.contains('.');
+        let enough =
+            r.outcome.is_ok() && !is_vlan && boot_mac.as_deref().is_none_or(|b| b == r.mac);
+        results.push(r);
+        if enough && results.len() < nics.len() {
+            let mut all = results.clone();
             std::thread::spawn(move || {
-                let outcome = if carrier {
-                    configure(&name, &mac, dhcp_timeout, route)
-                } else {
-                    Err("no link".to_string())
-                };
-                NicResult { name, mac, outcome }
-            })
-        })
-        .collect();
-    let results: Vec<NicResult> = handles.into_iter().filter_map(|h| h.join().ok()).collect();
+                for r in rx {
+                    eprintln!("net: {} (after the agent started)", describe(&r));
+                    all.push(r);
+                    write_resolv_conf(&all);
+                }
+            });
+            break;
+        }
+    }
     write_resolv_conf(&results);
     let preferred = results
         .iter()
@@ -131,7 +209,7 @@ pub fn bring_up(
 pub fn describe(r: &NicResult) -> String {
     match &r.outcome {
         Ok(l) => format!(
-            "{} {}: {}/{} router {} dns [{}] from {}",
+            "{} {}: {}/{} router {} dns [{}] {}",
             r.name,
             r.mac,
             l.addr,
@@ -142,7 +220,11 @@ pub fn describe(r: &NicResult) -> String {
                 .map(|d| d.to_string())
                 .collect::<Vec<_>>()
                 .join(" "),
-            l.server
+            if l.server.is_unspecified() {
+                "static (ip=)".to_string()
+            } else {
+                format!("by DHCP from {}", l.server)
+            }
         ),
         Err(e) => format!("{} {}: no address ({e})", r.name, r.mac),
     }
