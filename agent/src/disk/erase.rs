@@ -136,18 +136,32 @@ fn is_whole_disk(dev: &Device) -> bool {
         .unwrap_or(false)
 }
 
-fn new_prober(file: &File) -> Result<Prober> {
+/// A libblkid probe on `file` looking for superblocks and partition tables
+/// (GPT forced, as a protective MBR would hide it), reporting `superblocks`
+/// and `partitions` values. Shared by the erase (which needs magics to wipe)
+/// and the inventory's read-only probe (which needs UUIDs and labels).
+pub(crate) fn prober(
+    file: &File,
+    superblocks: SuperblocksFlags,
+    partitions: PartitionsFlags,
+) -> Result<Prober> {
     use std::os::fd::AsRawFd;
     let mut pr = Prober::new().context("creating a libblkid probe")?;
     pr.set_device(file.as_raw_fd(), 0, None)
         .context("attaching the device to libblkid")?;
     pr.enable_superblocks(true)?;
-    pr.set_superblocks_flags(
-        SuperblocksFlags::MAGIC | SuperblocksFlags::TYPE | SuperblocksFlags::USAGE,
-    )?;
+    pr.set_superblocks_flags(superblocks)?;
     pr.enable_partitions(true)?;
-    pr.set_partitions_flags(PartitionsFlags::MAGIC | PartitionsFlags::FORCE_GPT)?;
+    pr.set_partitions_flags(partitions | PartitionsFlags::FORCE_GPT)?;
     Ok(pr)
+}
+
+fn new_prober(file: &File) -> Result<Prober> {
+    prober(
+        file,
+        SuperblocksFlags::MAGIC | SuperblocksFlags::TYPE | SuperblocksFlags::USAGE,
+        PartitionsFlags::MAGIC,
+    )
 }
 
 fn signature_name(pr: &Prober) -> String {

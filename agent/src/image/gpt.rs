@@ -22,23 +22,28 @@ pub struct Relocation {
     pub old_header_lba: u64,
 }
 
-fn u32_at(b: &[u8], at: usize) -> u32 {
+/// Little-endian `u32` at `at` (GPT and MBR fields).
+pub(crate) fn u32_at(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
 }
 
-fn u64_at(b: &[u8], at: usize) -> u64 {
+/// Little-endian `u64` at `at`.
+pub(crate) fn u64_at(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
 }
 
-fn put_u32(b: &mut [u8], at: usize, v: u32) {
+/// Stores a little-endian `u32` at `at`.
+pub(crate) fn put_u32(b: &mut [u8], at: usize, v: u32) {
     b[at..at + 4].copy_from_slice(&v.to_le_bytes());
 }
 
-fn put_u64(b: &mut [u8], at: usize, v: u64) {
+/// Stores a little-endian `u64` at `at`.
+pub(crate) fn put_u64(b: &mut [u8], at: usize, v: u64) {
     b[at..at + 8].copy_from_slice(&v.to_le_bytes());
 }
 
-fn header_crc(header: &[u8]) -> u32 {
+/// CRC32 of a GPT header with its own CRC field taken as zero.
+pub(crate) fn header_crc(header: &[u8]) -> u32 {
     let mut copy = header.to_vec();
     put_u32(&mut copy, 16, 0);
     crc32fast::hash(&copy)

@@ -6,11 +6,10 @@
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::os::fd::AsRawFd;
 use std::path::Path;
 
 use anyhow::{Context, Result};
-use blkid::prober::{ProbeState, Prober};
+use blkid::prober::ProbeState;
 use blkid::{PartitionsFlags, SuperblocksFlags};
 
 /// Signatures found at the start of a device.
@@ -68,15 +67,11 @@ impl Signatures {
 /// Probes `dev` read-only.
 pub fn probe(dev: &Path) -> Result<Signatures> {
     let file = File::open(dev).with_context(|| format!("opening {} for reading", dev.display()))?;
-    let mut pr = Prober::new().context("creating a libblkid probe")?;
-    pr.set_device(file.as_raw_fd(), 0, None)
-        .context("attaching the device to libblkid")?;
-    pr.enable_superblocks(true)?;
-    pr.set_superblocks_flags(
+    let pr = crate::disk::erase::prober(
+        &file,
         SuperblocksFlags::TYPE | SuperblocksFlags::UUID | SuperblocksFlags::LABEL,
+        PartitionsFlags::empty(),
     )?;
-    pr.enable_partitions(true)?;
-    pr.set_partitions_flags(PartitionsFlags::FORCE_GPT)?;
     match pr.do_safe_probe().context("probing with libblkid")? {
         ProbeState::Success => Ok(Signatures::from_values(&pr.get_values_map()?)),
         _ => Ok(Signatures::default()),

@@ -8,6 +8,8 @@
 
 use std::os::unix::fs::FileExt;
 
+use crate::image::gpt::{header_crc, put_u32, put_u64, u32_at, u64_at};
+
 /// Size of a new config-drive partition.
 pub const PART_BYTES: u64 = 64 << 20;
 /// Partition start alignment.
@@ -106,23 +108,6 @@ struct GptHeader {
     alternate: u64,
 }
 
-fn u32_at(b: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
-}
-fn u64_at(b: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
-}
-fn put_u32(b: &mut [u8], at: usize, v: u32) {
-    b[at..at + 4].copy_from_slice(&v.to_le_bytes());
-}
-fn put_u64(b: &mut [u8], at: usize, v: u64) {
-    b[at..at + 8].copy_from_slice(&v.to_le_bytes());
-}
-fn header_crc(h: &[u8]) -> u32 {
-    let mut c = h.to_vec();
-    put_u32(&mut c, 16, 0);
-    crc32fast::hash(&c)
-}
 fn io(what: &str) -> impl Fn(std::io::Error) -> String + '_ {
     move |e| format!("{what}: {e}")
 }

@@ -173,8 +173,10 @@ impl Target {
     fn write_scanning_zeros(&mut self, offset: u64, data: &[u8]) -> Result<(), ImageError> {
         let mut pos = 0usize;
         while pos < data.len() {
-            let zero = is_zero(&data[pos..(pos + ZERO_GRANULE).min(data.len())]);
-            let mut run_end = pos;
+            let first = &data[pos..(pos + ZERO_GRANULE).min(data.len())];
+            let zero = is_zero(first);
+            // Each granule is tested once: the run starts after the first.
+            let mut run_end = pos + first.len();
             while run_end < data.len() {
                 let g = &data[run_end..(run_end + ZERO_GRANULE).min(data.len())];
                 if is_zero(g) != zero {
