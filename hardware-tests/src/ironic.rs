@@ -170,6 +170,32 @@ impl Ironic {
         }
     }
 
+    /// Asks for `target` and waits until the node is in `state`.
+    pub async fn move_to(
+        &self,
+        uuid: &str,
+        target: &str,
+        state: &str,
+        timeout: Duration,
+    ) -> Result<Value> {
+        self.provision(uuid, serde_json::json!({ "target": target }))
+            .await?;
+        self.wait_for(uuid, state, timeout).await
+    }
+
+    /// Enrolls a node and takes it through `manage` (and `provide` when
+    /// `available` is set), 30 s allowed per step. Returns its UUID.
+    pub async fn enroll_ready(&self, name: &str, mac: &str, available: bool) -> Result<String> {
+        let uuid = self.enroll(name, mac).await?;
+        self.move_to(&uuid, "manage", "manageable", Duration::from_secs(30))
+            .await?;
+        if available {
+            self.move_to(&uuid, "provide", "available", Duration::from_secs(30))
+                .await?;
+        }
+        Ok(uuid)
+    }
+
     /// Polls until the node's provision state is `state`; fails early on a
     /// `* failed` state with Ironic's `last_error`.
     pub async fn wait_for(&self, uuid: &str, state: &str, timeout: Duration) -> Result<Value> {

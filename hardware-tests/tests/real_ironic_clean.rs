@@ -24,13 +24,8 @@ async fn real_ironic_manual_clean_twice_over_tls() {
     assert!(!disk.kernel_partitions().is_empty());
 
     let ironic = Ironic::start().expect("starting Ironic 39.0.0");
-    let uuid = ironic.enroll("agent-clean", MAC).await.unwrap();
-    ironic
-        .provision(&uuid, json!({"target": "manage"}))
-        .await
-        .unwrap();
-    ironic
-        .wait_for(&uuid, "manageable", Duration::from_secs(30))
+    let uuid = ironic
+        .enroll_ready("agent-clean", MAC, false)
         .await
         .unwrap();
 

@@ -101,21 +101,8 @@ async fn real_ironic_deploys_with_config_drive_undeploys_and_reports_bad_checksu
     let disk = LoopDevice::new(256 * MIB).expect("creating a loop device");
 
     let ironic = Ironic::start().expect("starting Ironic 39.0.0");
-    let uuid = ironic.enroll("agent-deploy", MAC).await.unwrap();
-    ironic
-        .provision(&uuid, json!({"target": "manage"}))
-        .await
-        .unwrap();
-    ironic
-        .wait_for(&uuid, "manageable", Duration::from_secs(30))
-        .await
-        .unwrap();
-    ironic
-        .provision(&uuid, json!({"target": "provide"}))
-        .await
-        .unwrap();
-    ironic
-        .wait_for(&uuid, "available", Duration::from_secs(30))
+    let uuid = ironic
+        .enroll_ready("agent-deploy", MAC, true)
         .await
         .unwrap();
     let set_image = |hash: String| {
@@ -237,17 +224,10 @@ async fn real_ironic_locks_the_agent_down_when_power_off_is_disabled() {
 
     let ironic = Ironic::start().expect("starting Ironic 39.0.0");
     let mac = "52:54:00:c1:ea:03";
-    let uuid = ironic.enroll("agent-lockdown", mac).await.unwrap();
-    for (target, state) in [("manage", "manageable"), ("provide", "available")] {
-        ironic
-            .provision(&uuid, json!({ "target": target }))
-            .await
-            .unwrap();
-        ironic
-            .wait_for(&uuid, state, Duration::from_secs(30))
-            .await
-            .unwrap();
-    }
+    let uuid = ironic
+        .enroll_ready("agent-lockdown", mac, true)
+        .await
+        .unwrap();
     ironic
         .patch(
             &uuid,
@@ -327,17 +307,10 @@ async fn real_ironic_deploys_a_coreos_like_image_and_the_agent_injects_ignition(
 
     let ironic = Ironic::start().expect("starting Ironic 39.0.0");
     let mac = "52:54:00:c1:ea:04";
-    let uuid = ironic.enroll("agent-ignition", mac).await.unwrap();
-    for (target, state) in [("manage", "manageable"), ("provide", "available")] {
-        ironic
-            .provision(&uuid, json!({ "target": target }))
-            .await
-            .unwrap();
-        ironic
-            .wait_for(&uuid, state, Duration::from_secs(30))
-            .await
-            .unwrap();
-    }
+    let uuid = ironic
+        .enroll_ready("agent-ignition", mac, true)
+        .await
+        .unwrap();
     ironic
         .patch(
             &uuid,

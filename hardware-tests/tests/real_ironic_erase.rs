@@ -20,13 +20,8 @@ async fn real_ironic_manual_clean_with_erase_devices_zeroes_the_disk() {
     std::fs::write(&disk.path, &data).unwrap();
 
     let ironic = Ironic::start().expect("starting Ironic 39.0.0");
-    let uuid = ironic.enroll("agent-erase", MAC).await.unwrap();
-    ironic
-        .provision(&uuid, json!({"target": "manage"}))
-        .await
-        .unwrap();
-    ironic
-        .wait_for(&uuid, "manageable", Duration::from_secs(30))
+    let uuid = ironic
+        .enroll_ready("agent-erase", MAC, false)
         .await
         .unwrap();
     let agent = agent::agent::start_detached(host_config(&ironic.url, MAC, &disk.path));

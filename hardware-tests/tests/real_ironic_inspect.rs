@@ -20,13 +20,8 @@ async fn real_ironic_inspection_sets_the_node_properties() {
     std::fs::write(&scratch, [0u8; 4096]).unwrap();
 
     let ironic = Ironic::start().expect("starting Ironic 39.0.0");
-    let uuid = ironic.enroll("agent-inspect", MAC).await.unwrap();
-    ironic
-        .provision(&uuid, json!({"target": "manage"}))
-        .await
-        .unwrap();
-    ironic
-        .wait_for(&uuid, "manageable", Duration::from_secs(30))
+    let uuid = ironic
+        .enroll_ready("agent-inspect", MAC, false)
         .await
         .unwrap();
 

@@ -115,22 +115,7 @@ fn generate(path: &Path, size: u64) -> Result<()> {
 }
 
 fn sha256_file(path: &Path) -> Result<String> {
-    let mut f = std::fs::File::open(path)?;
-    let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
-    let mut buf = vec![0u8; 4 << 20];
-    loop {
-        let n = f.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        ctx.update(&buf[..n]);
-    }
-    Ok(ctx
-        .finish()
-        .as_ref()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect())
+    sha256_prefix(path, u64::MAX)
 }
 
 fn sha256_prefix(path: &Path, len: u64) -> Result<String> {
