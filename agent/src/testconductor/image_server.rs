@@ -65,7 +65,12 @@ pub struct ImageServer {
 impl ImageServer {
     /// Starts on a free loopback port.
     pub fn start() -> std::io::Result<Self> {
-        let listener = TcpListener::bind("127.0.0.1:0")?;
+        Self::start_on(SocketAddr::from(([127, 0, 0, 1], 0)))
+    }
+
+    /// Starts on `addr` (port 0: a free one).
+    pub fn start_on(addr: SocketAddr) -> std::io::Result<Self> {
+        let listener = TcpListener::bind(addr)?;
         let addr = listener.local_addr()?;
         let shared = Arc::new(Shared::default());
         let s = shared.clone();
@@ -85,7 +90,7 @@ impl ImageServer {
         Ok(Self { addr, shared })
     }
 
-    /// `http://127.0.0.1:PORT{path}`.
+    /// `http://ADDR:PORT{path}`.
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.addr)
     }
