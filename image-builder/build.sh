@@ -41,5 +41,7 @@ if [ ! -d "$kroot/lib/modules" ]; then
     depmod -b "$PWD/$kroot.tmp" "$(ls "$kroot.tmp/lib/modules")"
     mv "$kroot.tmp" "$kroot"
 fi
+ssh=$(image-builder/fetch-ssh.sh "$cache")
 cargo run --release --locked -q -p image-builder -- build --out "$out" \
-    --kernel-root "$kroot" --agent "$agent" --busybox "$cache/bb/bin/busybox" "$@"
+    --kernel-root "$kroot" --agent "$agent" --busybox "$cache/bb/bin/busybox" \
+    --extra-root "$ssh" "$@"

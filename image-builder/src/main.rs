@@ -42,6 +42,10 @@ struct BuildArgs {
     /// A static busybox for the debug shell.
     #[arg(long)]
     busybox: Option<PathBuf>,
+    /// A directory tree to add as it is (repeatable), e.g. the SSH server
+    /// with its libraries from `image-builder/fetch-ssh.sh`.
+    #[arg(long)]
+    extra_root: Vec<PathBuf>,
     /// CA bundle to include (default: the build host's, if any).
     #[arg(long)]
     ca_bundle: Option<PathBuf>,
@@ -86,6 +90,7 @@ fn run(cli: Cli) -> Result<()> {
         agent: args.agent.clone(),
         busybox: args.busybox.clone(),
         ca_bundle: ca,
+        extra_roots: args.extra_root.clone(),
     };
     let (tree, missing) = assemble::tree(&inputs)?;
     if !missing.is_empty() {
