@@ -6,9 +6,9 @@
 //! partition with a genisoimage config drive. The booted system must print
 //! the image's random marker and the config drive's random uuid, with the
 //! disk on virtio-blk (both firmwares) and on NVMe, AHCI and virtio-scsi
-//! (SeaBIOS). A disk left by a failed write (wrong checksum: both ends
-//! zeroed) must not boot: SeaBIOS says "No bootable device.", OVMF falls
-//! back to its shell.
+//! (SeaBIOS); without a config drive it says so. A disk left by a failed
+//! write (wrong checksum: both ends zeroed) must not boot: SeaBIOS says
+//! "No bootable device.", OVMF falls back to its shell.
 //!
 //! The QEMU launch here is deliberately small; the shared QEMU test bed
 //! will replace it.
@@ -388,6 +388,33 @@ fn the_deployed_image_finds_its_config_drive_on_nvme_ahci_and_virtio_scsi() {
         false,
         &[Bus::Nvme, Bus::Ahci, Bus::VirtioScsi],
     );
+}
+
+#[test]
+fn without_a_config_drive_the_booted_system_says_so() {
+    let (_keep, img, sha) = image();
+    let dir = tempfile::tempdir().unwrap();
+    let disk = dir.path().join("disk.img");
+    sparse_disk(&disk, 2 * GIB);
+    deploy(&img.raw, sha, &disk).unwrap();
+    let b = boot(
+        Firmware::Bios,
+        Bus::VirtioBlk,
+        &disk,
+        dir.path(),
+        &img.marker,
+        Duration::from_secs(240),
+    );
+    show("Bios boot without a config drive", &b);
+    println!("{}", summary(&b));
+    assert!(b.marker_at.is_some(), "no marker line\n{}", dump(&b));
+    assert!(
+        b.console.contains(testimage::NO_CONFIG_DRIVE)
+            && testimage::meta_data(&b.console).is_none(),
+        "{}",
+        dump(&b)
+    );
+    assert!(b.exited, "the guest did not power off\n{}", dump(&b));
 }
 
 /// The disk a failed write leaves: the agent zeroes both ends.

@@ -18,8 +18,8 @@ const MIB: u64 = 1 << 20;
 /// The ESP starts at 1 MiB (LBA 2048) and ends 1 MiB before the disk's end.
 const ESP_START: u64 = MIB;
 const ESP_SIZE: u64 = IMAGE_SIZE - 2 * MIB;
-/// FAT label the UEFI loader searches for.
-const ESP_LABEL: &str = "TESTIMAGE";
+/// FAT label the UEFI loader searches for (and the init, to know the disk is there).
+pub(super) const ESP_LABEL: &str = "TESTIMAGE";
 /// Fixed GUIDs, so the same inputs give the same partition table.
 const DISK_GUID: &str = "7E57D15C-0000-4000-8000-000000000001";
 const ESP_GUID: &str = "7E57D15C-0000-4000-8000-000000000002";

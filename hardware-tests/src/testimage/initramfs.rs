@@ -10,6 +10,7 @@ use anyhow::{bail, Context, Result};
 use image_builder::cpio::{Entry, Writer};
 use image_builder::kernel::{closure, Kernel};
 
+use super::disk::ESP_LABEL;
 use super::{
     marker_line, CONFIG_DRIVE_BEGIN, CONFIG_DRIVE_END, CONFIG_DRIVE_UNMOUNTABLE, NO_CONFIG_DRIVE,
 };
@@ -49,11 +50,21 @@ while read -r m; do
     insmod "/lib/modules/$m" || echo "testimage: insmod $m failed"
 done < /etc/modules.order
 echo "{booted}"
+# Config drives sit on the disk the system booted from: once its ESP is
+# visible, that disk's partitions are known; wait a little longer for
+# config-2, at most 30 s in all.
 dev=
+esp=
 i=0
-while [ $i -lt 20 ]; do
+while [ $i -lt 60 ]; do
     dev=$(findfs LABEL=config-2 2>/dev/null) && break
     dev=
+    if [ -z "$esp" ] && findfs LABEL={ESP_LABEL} >/dev/null 2>&1; then
+        esp=$i
+    fi
+    if [ -n "$esp" ] && [ $((i - esp)) -ge 4 ]; then
+        break
+    fi
     sleep 0.5
     i=$((i + 1))
 done

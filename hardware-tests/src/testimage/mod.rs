@@ -19,7 +19,8 @@
 //! Both loaders start the kernel with `console=ttyS0 panic=-1`. The init
 //! ([`initramfs`]) mounts proc/sys/devtmpfs, loads virtio-blk, virtio-scsi,
 //! NVMe, AHCI/ata_piix, sd_mod, isofs and vfat, prints [`marker_line`],
-//! finds the filesystem labelled `config-2` (busybox `findfs`, up to 10 s),
+//! finds the filesystem labelled `config-2` (busybox `findfs`; up to 2 s
+//! after the image's own ESP is visible, 30 s at most),
 //! mounts it read-only and prints its `openstack/latest/meta_data.json`
 //! between [`CONFIG_DRIVE_BEGIN`] and [`CONFIG_DRIVE_END`] (or prints
 //! [`NO_CONFIG_DRIVE`]), then powers off. Nothing depends on the disk's size
