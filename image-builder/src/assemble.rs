@@ -25,6 +25,20 @@ pub struct Inputs {
     /// Directory trees merged in as they are (e.g. the SSH server and its
     /// libraries); files keep their permission bits, symlinks their targets.
     pub extra_roots: Vec<PathBuf>,
+    /// Unpacked firmware packages (`lib/firmware/…`): the blobs the
+    /// included modules name are copied from there.
+    pub firmware_root: Option<PathBuf>,
+}
+
+/// What the tree holds besides its files.
+#[derive(Debug, Default)]
+pub struct Report {
+    /// Wanted modules that are built in or absent.
+    pub missing_modules: Vec<String>,
+    /// Firmware named by included modules that no package had.
+    pub missing_firmware: Vec<String>,
+    /// Bytes of firmware included.
+    pub firmware_bytes: u64,
 }
 
 /// Applets linked to busybox in `/bin`.
@@ -36,7 +50,7 @@ const APPLETS: &[&str] = &[
 ];
 
 /// The tree as path → entry (sorted by path, parents before children).
-pub fn tree(inputs: &Inputs) -> Result<(BTreeMap<String, Entry>, Vec<String>)> {
+pub fn tree(inputs: &Inputs) -> Result<(BTreeMap<String, Entry>, Report)> {
     let mut t = BTreeMap::new();
     let dir = |m| Entry::Dir { mode: m };
     for d in [
@@ -141,7 +155,22 @@ pub fn tree(inputs: &Inputs) -> Result<(BTreeMap<String, Entry>, Vec<String>)> {
         }
         t.insert(format!("{base}/{f}"), file(&k.modules.join(f), 0o644)?);
     }
-    Ok((t, missing))
+    let mut report = Report {
+        missing_modules: missing,
+        ..Report::default()
+    };
+    if let Some(fw) = &inputs.firmware_root {
+        let mut wanted = std::collections::BTreeSet::new();
+        for f in &files {
+            if let Some(Entry::File { data, .. }) = t.get(&format!("{base}/{f}")) {
+                wanted.extend(crate::firmware::names(data));
+            }
+        }
+        let (missing, bytes) = crate::firmware::add(&mut t, fw, &wanted)?;
+        report.missing_firmware = missing;
+        report.firmware_bytes = bytes;
+    }
+    Ok((t, report))
 }
 
 /// Adds everything under `dir` (relative to `root`) to the tree.
@@ -228,6 +257,7 @@ mod tests {
             busybox: None,
             ca_bundle: None,
             extra_roots: Vec::new(),
+            firmware_root: None,
         }
     }
 
@@ -260,9 +290,9 @@ mod tests {
     fn same_inputs_same_bytes_and_expected_members() {
         let t = tempfile::tempdir().unwrap();
         let i = inputs(t.path());
-        let (members, missing) = tree(&i).unwrap();
+        let (members, report) = tree(&i).unwrap();
         assert!(
-            missing.contains(&"ahci".to_string()),
+            report.missing_modules.contains(&"ahci".to_string()),
             "absent modules are reported"
         );
         for p in [

@@ -53,7 +53,10 @@ pub fn add(
         }
         let data = std::fs::read(&real).with_context(|| format!("reading {}", real.display()))?;
         bytes += data.len() as u64;
-        t.insert(format!("lib/firmware/{name}"), Entry::File { mode: 0o644, data });
+        t.insert(
+            format!("lib/firmware/{name}"),
+            Entry::File { mode: 0o644, data },
+        );
     }
     Ok((missing, bytes))
 }
@@ -79,7 +82,9 @@ mod tests {
         let (missing, bytes) = add(&mut t, d.path(), &n).unwrap();
         assert_eq!(missing, vec!["rtl_nic/x.fw".to_string()]);
         assert_eq!(bytes, 4);
-        assert!(matches!(&t["lib/firmware/tigon/tg3.bin"], Entry::File { data, .. } if data == b"blob"));
+        assert!(
+            matches!(&t["lib/firmware/tigon/tg3.bin"], Entry::File { data, .. } if data == b"blob")
+        );
         assert!(matches!(&t["lib/firmware/tigon"], Entry::Dir { .. }));
     }
 }

@@ -41,6 +41,8 @@ pub const WANTED: &[&str] = &[
     "i40e",
     "ice",
     "bnxt_en",
+    "bnx2x",
+    "qede",
     "tg3",
     "mlx5_core",
     "r8169",
