@@ -9,7 +9,7 @@
 use std::net::{Ipv6Addr, SocketAddrV6, UdpSocket};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use dhcproto::v6::{
     DhcpOption, DhcpOptions, IAAddr, Message, MessageType, OptionCode, Status, IANA, ORO,
 };
@@ -205,40 +205,15 @@ fn exchange(
 ) -> Result<(Lease6, Vec<u8>)> {
     let mut out = Vec::new();
     request_message(xid, mac, advert, server_id).encode(&mut Encoder::new(&mut out))?;
-    let mut buf = [0u8; 1500];
-    let mut last_send_error = None;
-    loop {
-        let now = Instant::now();
-        if now >= deadline {
-            match last_send_error {
-                Some(e) => bail!("timed out (last send error: {e})"),
-                None => bail!("timed out"),
-            }
-        }
-        if let Err(e) = sock.send_to(&out, to) {
-            last_send_error = Some(e);
-        }
-        let resend = (now + Duration::from_secs(1)).min(deadline);
-        while let Some(left) = resend.checked_duration_since(Instant::now()) {
-            if left.is_zero() {
-                break;
-            }
-            sock.set_read_timeout(Some(left))?;
-            match sock.recv_from(&mut buf) {
-                Ok((n, _)) => match parse_reply(&buf[..n], xid, mac, want) {
-                    Some(Ok(l)) => return Ok(l),
-                    Some(Err(why)) => bail!("the server gave no address: {why}"),
-                    None => {}
-                },
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                    ) => {}
-                Err(e) => return Err(e).context("receiving"),
-            }
-        }
-    }
+    super::dhcp::retransmit(
+        sock,
+        deadline,
+        || sock.send_to(&out, to).map(drop),
+        |bytes| {
+            parse_reply(bytes, xid, mac, want)
+                .map(|r| r.map_err(|why| anyhow::anyhow!("the server gave no address: {why}")))
+        },
+    )
 }
 
 #[cfg(test)]

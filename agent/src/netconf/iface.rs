@@ -109,12 +109,17 @@ pub fn add_default_route(name: &str, gateway: Ipv4Addr) -> Result<()> {
     rt.rt_gateway = sockaddr_in(gateway);
     rt.rt_flags = libc::RTF_UP | libc::RTF_GATEWAY;
     rt.rt_dev = dev.as_mut_ptr().cast();
-    match ioctl(
+    exists_is_fine(ioctl(
         &fd,
         libc::SIOCADDRT,
         (&raw mut rt).cast(),
         "adding the default route",
-    ) {
+    ))
+}
+
+/// EEXIST (the address or route is already there) counts as success.
+fn exists_is_fine(r: Result<()>) -> Result<()> {
+    match r {
         Err(e)
             if e.downcast_ref::<std::io::Error>()
                 .and_then(|e| e.raw_os_error())
@@ -148,21 +153,12 @@ pub fn add_ipv6(name: &str, addr: std::net::Ipv6Addr, prefix: u8) -> Result<()> 
         ifr6_prefixlen: u32::from(prefix),
         ifr6_ifindex: index as libc::c_int,
     };
-    match ioctl(
+    exists_is_fine(ioctl(
         &fd,
         libc::SIOCSIFADDR,
         (&raw mut req).cast(),
         "adding the IPv6 address",
-    ) {
-        Err(e)
-            if e.downcast_ref::<std::io::Error>()
-                .and_then(|e| e.raw_os_error())
-                == Some(libc::EEXIST) =>
-        {
-            Ok(())
-        }
-        r => r,
-    }
+    ))
 }
 
 /// An IPv6 address of an interface, from `/proc/net/if_inet6`.
