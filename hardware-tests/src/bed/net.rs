@@ -136,6 +136,8 @@ impl Net {
                 "--port=0",
             ])
             .args(["--interface=br0", "--bind-interfaces", "--log-dhcp"])
+            // A test network: no ping before offering an address (3 s each).
+            .arg("--no-ping")
             .arg(format!("--log-facility={}", dnsmasq_log.display()))
             .args(["--dhcp-range=10.99.0.100,10.99.0.199,255.255.255.0,1h"])
             .arg(format!("--dhcp-option=option:router,{BRIDGE_IP}"))
