@@ -170,6 +170,15 @@ async fn get_clean_steps_returns_five_keys_and_ipa_steps() {
         steps.iter().all(|x| x["priority"] == 0),
         "deploy steps all have priority 0"
     );
+    let coreos = steps
+        .iter()
+        .find(|x| x["step"] == "install_coreos")
+        .expect("install_coreos is offered");
+    assert_eq!(coreos["interface"], "deploy");
+    assert_eq!(coreos["reboot_requested"], false);
+    for arg in ["image_info", "ignition", "append_karg"] {
+        assert_eq!(coreos["argsinfo"][arg]["required"], false, "{arg}");
+    }
 }
 
 #[tokio::test]

@@ -55,7 +55,7 @@ fn finish_whole_disk(device: &Path, configdrive: Option<&[u8]>) -> Result<(), Co
     Ok(())
 }
 
-fn http_options(state: &AgentState) -> HttpOptions {
+pub(crate) fn http_options(state: &AgentState) -> HttpOptions {
     HttpOptions {
         insecure: state.config.insecure,
         cafile: state.config.cafile.clone(),
@@ -104,8 +104,7 @@ async fn write(
     image_info: Value,
     configdrive: Value,
 ) -> Result<Value, CommandError> {
-    let parsed =
-        info::parse(&image_info, http_options(&state), md5_allowed(&state)).map_err(image_error)?;
+    let parsed = parse_image_info(&state, &image_info)?;
     // The config drive is decoded (and downloaded) before the disk is
     // touched, so a bad one fails the step with the disk unchanged.
     let http = http_options(&state);
@@ -114,6 +113,32 @@ async fn write(
             .await
             .map_err(|e| crashed("config drive decoder", e))?
             .map_err(configdrive_error)?;
+    write_whole_disk(state, parsed, move |dev| {
+        finish_whole_disk(dev, configdrive.as_deref())
+    })
+    .await
+}
+
+/// Validates `image_info` with the agent's HTTP settings.
+pub(crate) fn parse_image_info(
+    state: &AgentState,
+    image_info: &Value,
+) -> Result<info::ImageInfo, CommandError> {
+    info::parse(image_info, http_options(state), md5_allowed(state)).map_err(image_error)
+}
+
+/// Writes the whole-disk image `parsed` to the chosen device with progress
+/// in the command list, runs `finish` on the device after the verified
+/// write (partition check, config drive, Ignition), and records the
+/// partition UUIDs. Returns IPA's `prepare_image` result.
+pub(crate) async fn write_whole_disk<F>(
+    state: Arc<AgentState>,
+    parsed: info::ImageInfo,
+    finish: F,
+) -> Result<Value, CommandError>
+where
+    F: FnOnce(&Path) -> Result<(), CommandError> + Send + 'static,
+{
     let device = choose_device(&state)?;
     let policy = WritePolicy::from_config(&state.config);
     let progress = Arc::new(Progress::default());
@@ -124,7 +149,7 @@ async fn write(
     let (req, dev, p) = (parsed.request.clone(), device.clone(), progress.clone());
     let result = tokio::task::spawn_blocking(move || {
         let report = crate::image::write_image(&req, &dev, &policy, &p).map_err(image_error)?;
-        finish_whole_disk(&dev, configdrive.as_deref())?;
+        finish(&dev)?;
         Ok::<_, CommandError>(report)
     })
     .await;
