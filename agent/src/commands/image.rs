@@ -146,17 +146,19 @@ where
     if let Some(hint) = parsed.disk_format.as_deref() {
         tracing::info!(image = %parsed.id, disk_format = hint, "conductor's disk_format (the image bytes decide)");
     }
+    // What an earlier write reported no longer describes the disk.
+    state.set_partition_uuids(Some(json!({})));
     let (req, dev, p) = (parsed.request.clone(), device.clone(), progress.clone());
     let result = tokio::task::spawn_blocking(move || {
-        let report = crate::image::write_image(&req, &dev, &policy, &p).map_err(image_error)?;
+        crate::image::write_image(&req, &dev, &policy, &p).map_err(image_error)?;
         finish(&dev)?;
-        Ok::<_, CommandError>(report)
+        whole_disk_partition_uuids(&dev).map_err(|e| CommandError::new(ErrorKind::ImageWrite, e))
     })
     .await;
     state.commands.set_progress(None);
-    let report = result.map_err(|e| crashed("image writer", e))??;
-    let root_uuid = format!("0x{:08x}", report.mbr_signature);
-    state.set_partition_uuids(Some(json!({"root uuid": root_uuid})));
+    let uuids = result.map_err(|e| crashed("image writer", e))??;
+    let root_uuid = uuids["root uuid"].as_str().unwrap_or_default().to_string();
+    state.set_partition_uuids(Some(uuids));
     Ok(json!({
         "result": format!(
             "prepare_image: image ({}) written to device {} root_uuid={root_uuid}",
@@ -164,6 +166,24 @@ where
             device.display()
         )
     }))
+}
+
+/// `standby.get_partition_uuids` for a whole-disk image (spec §5.7), read
+/// from the device after everything was written: `root uuid` is the MBR
+/// disk signature (bytes 440..444, little-endian, `0x%08x`, IPA's
+/// `hexdump -s 440 -n 4 -e '"0x%08x"'`; `0x00000000` on GPT-only images).
+/// That is the only key IPA reports for whole-disk images and the only one
+/// Ironic 39 reads for them (`agent.py` `prepare_instance_boot` stores it as
+/// `root_uuid_or_disk_id` and passes it to `install_bootloader`; the EFI and
+/// PReP keys are read for partition images only).
+pub fn whole_disk_partition_uuids(device: &Path) -> Result<Value, String> {
+    use std::os::unix::fs::FileExt;
+    let f =
+        std::fs::File::open(device).map_err(|e| format!("opening {}: {e}", device.display()))?;
+    let mut sig = [0u8; 4];
+    f.read_exact_at(&mut sig, 440)
+        .map_err(|e| format!("reading the disk identifier of {}: {e}", device.display()))?;
+    Ok(json!({"root uuid": format!("0x{:08x}", u32::from_le_bytes(sig))}))
 }
 
 /// The disk to write: in host mode the one allowed device; in the ramdisk
