@@ -443,3 +443,34 @@ async fn a_refused_device_fails_the_step_with_a_precise_error() {
         "{v}"
     );
 }
+
+#[tokio::test]
+async fn local_status_is_served_to_loopback_peers_only() {
+    let s = state();
+    // Through oneshot there is no connection, so no known peer: refused.
+    let (st, _) = call(&s, Method::GET, "/v1/local/status", None).await;
+    assert_eq!(st, StatusCode::NOT_FOUND);
+    let peer = |ip: &str| {
+        let req = Request::builder()
+            .uri("/v1/local/status")
+            .body(Body::empty())
+            .unwrap();
+        let addr: std::net::SocketAddr = format!("{ip}:4000").parse().unwrap();
+        router(s.clone())
+            .layer(axum::Extension(super::PeerAddr(addr)))
+            .oneshot(req)
+    };
+    assert_eq!(
+        peer("192.0.2.7").await.unwrap().status(),
+        StatusCode::NOT_FOUND
+    );
+    let resp = peer("[::ffff:127.0.0.1]").await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let body = axum::body::to_bytes(resp.into_body(), 1 << 20)
+        .await
+        .unwrap();
+    let v: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(v["lookup"], "not started");
+    assert!(v["commands"].is_array());
+    assert!(v.get("token").is_none() && v["has_token"] == true);
+}
