@@ -121,3 +121,53 @@ async fn erase_refuses_unlisted_and_mounted_devices_and_wipes_an_allowed_one() {
         .unwrap_err();
     assert!(format!("{e:#}").contains("not an NVMe namespace"), "{e:#}");
 }
+
+/// A loop device has no SG_IO: the ATA security erase is "not applicable"
+/// (not an error) and `erase_devices`' choice falls through to discard;
+/// asked for explicitly, the method fails with the reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ata_security_erase_falls_through_on_a_device_without_sg_io() {
+    use agent::config::{Config, RunMode};
+    use agent::disk::fullerase::{ata, erase_with, Erased, Knobs, Method};
+    use std::sync::atomic::{AtomicBool, AtomicU64};
+
+    hardware_tests::require_root("the ATA fall-through loop-device test");
+    let d = formatted(16 * MIB);
+    let f = std::fs::File::open(&d.path).unwrap();
+    let name = d.path.file_name().unwrap().to_str().unwrap().to_string();
+    match ata::try_secure_erase(&d.path, Some(&name), &f).unwrap() {
+        ata::Outcome::NotApplicable(why) => {
+            assert!(why.contains("no SG_IO"), "{why}")
+        }
+        other => panic!("{other:?}"),
+    }
+    drop(f);
+
+    let policy = agent::disk::WritePolicy::from_config(&Config {
+        mode: RunMode::Host,
+        allowed_devices: vec![d.path.clone()],
+        ..Config::default()
+    });
+    let knobs = Knobs {
+        enable_ata_secure_erase: true,
+        ..Knobs::default()
+    };
+    let done = AtomicU64::new(0);
+    let erased = erase_with(
+        &d.path,
+        &policy,
+        &knobs,
+        Method::Auto,
+        &AtomicBool::new(false),
+        &done,
+    )
+    .unwrap();
+    assert_eq!(erased, Erased::Discard);
+    assert!(all_zero(&d));
+
+    let dev = d.path.to_str().unwrap();
+    let e = erase(&["--device", dev, "--allow-device", dev, "--method", "ata"])
+        .await
+        .unwrap_err();
+    assert!(format!("{e:#}").contains("does not apply"), "{e:#}");
+}

@@ -27,7 +27,7 @@ pub struct EraseArgs {
     /// The disk to erase.
     #[arg(long)]
     pub device: PathBuf,
-    /// auto (NVMe format, else discard, else overwrite), metadata, discard, overwrite or nvme.
+    /// auto (NVMe format, ATA security erase, discard, overwrite in that order), metadata, discard, overwrite, nvme or ata.
     #[arg(long, default_value = "auto")]
     pub method: String,
     /// Outside the ramdisk: the device again, to confirm it may be erased.
@@ -48,7 +48,7 @@ pub struct EraseArgs {
 pub fn run(args: &EraseArgs) -> Result<()> {
     let method = Method::parse(&args.method).with_context(|| {
         format!(
-            "--method {:?}: expected auto, metadata, discard, overwrite or nvme",
+            "--method {:?}: expected auto, metadata, discard, overwrite, nvme or ata",
             args.method
         )
     })?;
@@ -79,6 +79,7 @@ pub fn run(args: &EraseArgs) -> Result<()> {
         zeroize: !args.no_zeroize,
         wipe_special: args.wipe_special_filesystems,
         enable_nvme_secure_erase: true,
+        enable_ata_secure_erase: true,
         ..Knobs::default()
     };
     let size = std::fs::File::open(&args.device)

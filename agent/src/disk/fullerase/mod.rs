@@ -2,7 +2,9 @@
 //! steps (spec §7.2, §7.3).
 //!
 //! Per disk, the best method this agent has: NVMe Format NVM with secure
-//! erase ([`nvme`], when enabled), discard with a sampled read-back that
+//! erase ([`nvme`], when enabled), ATA security erase through SG_IO
+//! ([`ata`], when enabled; not behind USB/SAS bridges, not when frozen),
+//! discard with a sampled read-back that
 //! proves zeros ([`methods`]), else overwrite with the passes and final
 //! zeroing the conductor asked for ([`knobs`]). Disks are
 //! erased in parallel, at most `disk_erasure_concurrency` at once; progress
@@ -11,11 +13,11 @@
 //! it between chunks.
 //! Read-only disks are skipped (with a note) or fail, per the knob.
 //!
-//! Not yet: NVMe sanitize and ATA security erase (non-NVMe disks take the
-//! discard/overwrite path, which IPA also falls back to).
+//! Not yet: NVMe sanitize.
 //! `erase_devices_express`: NVMe format where possible, then the metadata
 //! wipe on every device.
 
+pub mod ata;
 pub mod guard;
 pub mod knobs;
 pub mod methods;
@@ -43,6 +45,11 @@ pub use knobs::Knobs;
 pub enum Erased {
     /// NVMe Format NVM with secure erase (1 user data, 2 cryptographic).
     NvmeFormat(u32),
+    /// ATA SECURITY ERASE UNIT (enhanced or normal).
+    AtaSecurityErase {
+        /// The enhanced mode was used.
+        enhanced: bool,
+    },
     /// Discarded and read back as zeros.
     Discard,
     /// Overwritten (random passes, zero pass).
@@ -63,6 +70,10 @@ impl Erased {
     pub fn describe(&self) -> String {
         match self {
             Self::Metadata(n) => format!("metadata wiped ({n} signature(s))"),
+            Self::AtaSecurityErase { enhanced } => format!(
+                "ATA security erase{}",
+                if *enhanced { " (enhanced)" } else { "" }
+            ),
             Self::NvmeFormat(ses) => format!("NVMe format, secure erase setting {ses}"),
             Self::Discard => "discard, verified zeros".into(),
             Self::Overwrite { passes, zeroed } => format!(
@@ -204,7 +215,7 @@ fn read_only(dev: &Device) -> bool {
 /// Which method to use on one disk (the `agent erase --method` choice).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Method {
-    /// The best available: NVMe format, then discard, then overwrite.
+    /// The best available: NVMe format, ATA security erase, discard, overwrite.
     Auto,
     /// Only the metadata wipe (signatures, both GPT copies).
     Metadata,
@@ -214,6 +225,8 @@ pub enum Method {
     Overwrite,
     /// NVMe Format NVM with secure erase; fails when not possible.
     Nvme,
+    /// ATA security erase; fails when not possible.
+    Ata,
 }
 
 impl Method {
@@ -225,6 +238,7 @@ impl Method {
             "discard" => Self::Discard,
             "overwrite" => Self::Overwrite,
             "nvme" => Self::Nvme,
+            "ata" => Self::Ata,
             _ => return None,
         })
     }
@@ -326,6 +340,9 @@ pub fn erase_with(
             if let Some(done) = try_nvme(&dev, &file, knobs)? {
                 return Ok(done);
             }
+            if let Some(done) = try_ata(&dev, &file, knobs)? {
+                return Ok(done);
+            }
             if target.discard_and_verify()? {
                 return Ok(Erased::Discard);
             }
@@ -339,6 +356,16 @@ pub fn erase_with(
             )),
         },
         Method::Overwrite => overwrite(),
+        Method::Ata => {
+            let forced = Knobs {
+                enable_ata_secure_erase: true,
+                continue_if_secure_erase_failed: false,
+                ..knobs.clone()
+            };
+            try_ata(&dev, &file, &forced)?.ok_or_else(|| {
+                anyhow::anyhow!("ATA security erase does not apply to this device (see the log)")
+            })
+        }
         Method::Nvme => {
             let forced = Knobs {
                 enable_nvme_secure_erase: true,
@@ -354,6 +381,30 @@ pub fn erase_with(
         tracing::info!(device = %path.display(), method = %e.describe(), "erased");
     }
     result
+}
+
+/// ATA security erase when the knob allows it and the drive answers ATA
+/// pass-through ([`ata`]). `Ok(None)`: not applicable (no SG_IO, not ATA,
+/// no security feature set, behind a USB/SAS bridge), or failed with
+/// `continue_if_secure_erase_failed`.
+fn try_ata(dev: &Device, file: &File, knobs: &Knobs) -> Result<Option<Erased>> {
+    if !knobs.enable_ata_secure_erase || dev.devno.is_none() {
+        return Ok(None);
+    }
+    match ata::try_secure_erase(&dev.path, dev.kernel_name().as_deref(), file) {
+        Ok(ata::Outcome::Erased { enhanced }) => Ok(Some(Erased::AtaSecurityErase { enhanced })),
+        Ok(ata::Outcome::NotApplicable(why)) => {
+            tracing::info!(device = %dev.path.display(), "ATA security erase not applicable: {why}; other methods");
+            Ok(None)
+        }
+        Err(e) if knobs.continue_if_secure_erase_failed => {
+            tracing::warn!(device = %dev.path.display(), "ATA security erase failed ({e:#}); other methods");
+            Ok(None)
+        }
+        Err(e) => Err(
+            e.context("ATA security erase failed (agent_continue_if_secure_erase_failed is off)")
+        ),
+    }
 }
 
 /// NVMe secure format when the disk is NVMe and the knob allows it.
