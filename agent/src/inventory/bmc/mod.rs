@@ -143,6 +143,7 @@ pub fn query(transport: &mut dyn Transport) -> BmcAddresses {
         transport,
         cache: HashMap::new(),
         failed: None,
+        refused: None,
     };
     let found = BmcAddresses {
         v4: Some(address(&mut lan)),
@@ -153,6 +154,12 @@ pub fn query(transport: &mut dyn Transport) -> BmcAddresses {
         tracing::warn!("the BMC did not answer over IPMI ({e}); reporting it as unconfigured");
         return unconfigured();
     }
+    if found == unconfigured() {
+        if let Some(cc) = lan.refused {
+            tracing::info!("the BMC refused LAN configuration parameters (completion code {cc:#04x}); reporting it as unconfigured");
+            return found;
+        }
+    }
     tracing::info!(bmc_address = ?found.v4, bmc_v6address = ?found.v6, bmc_mac = ?found.mac, "BMC addresses read over IPMI");
     found
 }
@@ -162,6 +169,8 @@ struct Lan<'a> {
     transport: &'a mut dyn Transport,
     cache: HashMap<(u8, u8, u8), Option<Vec<u8>>>,
     failed: Option<IpmiError>,
+    /// The last error completion code (for the one log line).
+    refused: Option<u8>,
 }
 
 impl Lan<'_> {
@@ -191,6 +200,7 @@ impl Lan<'_> {
                         param,
                         "LAN parameter refused: completion code {cc:#04x}"
                     );
+                    self.refused = Some(cc);
                     None
                 }
                 None => {
@@ -204,6 +214,7 @@ impl Lan<'_> {
                     param,
                     "LAN parameter refused: completion code {cc:#04x}"
                 );
+                self.refused = Some(cc);
                 None
             }
             Err(e) => {
