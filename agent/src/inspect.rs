@@ -90,6 +90,7 @@ pub const KNOWN_COLLECTORS: &[&str] = &[
     "usb-devices",
     "numa-topology",
     "dmi-decode",
+    "extra-hardware",
     "logs",
 ];
 
@@ -169,6 +170,12 @@ pub async fn collect(config: &Config, opts: &Options) -> Value {
                 Err(e) => tracing::warn!("no root disk to report: {e}"),
             }
             doc.insert("boot_interface".into(), json!(inv.boot.pxe_interface));
+            if wants("extra-hardware") {
+                doc.insert(
+                    "data".into(),
+                    json!(collectors::extra::data(&opts.root, &inv)),
+                );
+            }
             doc.insert("inventory".into(), json!(inv));
         }
         Err(e) => errors.push(format!("collecting the inventory failed: {e:#}")),

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use agent::collectors::{dmi, numa, usb};
+use agent::collectors::{dmi, extra, numa, usb};
 use agent::config::Config;
 use agent::{inspect, inventory};
 use base64::Engine;
@@ -91,6 +91,44 @@ fn dmi_of_the_bios_vm() {
     assert!(dmi::decode(&fixture("dev-vm")).is_none());
 }
 
+#[test]
+fn extra_hardware_tuples_of_the_bios_vm() {
+    let root = fixture("qemu-q35-bios");
+    let inv = inventory::collect(&inventory::Options::fixture(&root)).unwrap();
+    let data = extra::data(&root, &inv);
+    let has = |a: &str, b: &str, c: &str, v: Value| {
+        assert!(
+            data.contains(&json!([a, b, c, v])),
+            "[{a}, {b}, {c}, {v}] missing from {data:#?}"
+        )
+    };
+    has("system", "product", "name", json!("Q35 Capture"));
+    has("system", "product", "vendor", json!("Fixture Systems"));
+    has("system", "product", "serial", json!("FIX-0001"));
+    has("firmware", "bios", "vendor", json!("SeaBIOS-Fixture"));
+    has("cpu", "physical", "number", json!(2));
+    has("cpu", "logical", "number", json!(2));
+    has(
+        "cpu",
+        "physical_1",
+        "product",
+        json!("QEMU Virtual CPU version 2.5+"),
+    );
+    has("numa", "nodes", "count", json!(2));
+    has("memory", "total", "size", json!("1073741824"));
+    has("memory", "banks", "count", json!("1"));
+    has("memory", "bank:0", "slot", json!("DIMM 0"));
+    has("disk", "logical", "count", json!("4"));
+    has("disk", "nvme0n1", "size", json!("8"));
+    has("disk", "vda", "size", json!("6"));
+    has("network", "eth0", "serial", json!("52:54:00:f1:00:01"));
+    has("network", "eth0", "ipv4", json!("192.0.2.10"));
+    has("network", "eth0", "businfo", json!("pci@0000:00:05.0"));
+    assert!(data
+        .iter()
+        .all(|t| t.as_array().is_some_and(|a| a.len() == 4)));
+}
+
 #[tokio::test]
 async fn collectors_put_their_keys_in_the_document() {
     let config = Config {
@@ -99,6 +137,7 @@ async fn collectors_put_their_keys_in_the_document() {
             "usb-devices",
             "numa-topology",
             "dmi-decode",
+            "extra-hardware",
             "logs",
         ]
         .map(String::from)
@@ -113,6 +152,10 @@ async fn collectors_put_their_keys_in_the_document() {
     assert_eq!(doc["usb_devices"], Value::Null);
     assert_eq!(doc["numa_topology"]["ram"][1]["size_kb"], 470_160);
     assert_eq!(doc["dmi"]["bios"]["Vendor"], "SeaBIOS-Fixture");
+    assert_eq!(
+        doc["data"][0],
+        json!(["system", "product", "serial", "FIX-0001"])
+    );
     assert_eq!(doc["error"], Value::Null);
     // logs: base64 of a gzip stream (the tar inside is tested in logs/).
     let gz = base64::engine::general_purpose::STANDARD
