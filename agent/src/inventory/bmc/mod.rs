@@ -110,8 +110,15 @@ pub fn find_device(root: &Path) -> Option<PathBuf> {
         .find(|p| std::fs::metadata(p).is_ok_and(|m| m.file_type().is_char_device()))
 }
 
+/// What the running machine's BMC answered, kept for the life of the
+/// process as IPA's `_bmc_cache` does: a real BMC answers 33 requests over
+/// KCS in a second or more, and its LAN settings do not change under us.
+static LIVE: std::sync::OnceLock<BmcAddresses> = std::sync::OnceLock::new();
+
 /// Reads the BMC addresses of the machine under `root` (`skip`:
-/// `agent_skip_bmc_detect`, all unknown).
+/// `agent_skip_bmc_detect`, all unknown). For the live system (`/`) the
+/// first answer of a device is reused; a missing device is looked for again
+/// each time, so a driver that binds late is still found.
 pub fn read(root: &Path, skip: bool) -> BmcAddresses {
     if skip {
         return BmcAddresses::default();
@@ -119,7 +126,14 @@ pub fn read(root: &Path, skip: bool) -> BmcAddresses {
     let Some(path) = find_device(root) else {
         return BmcAddresses::default();
     };
-    match device::Device::open(&path) {
+    if root == Path::new("/") {
+        return LIVE.get_or_init(|| read_device(&path)).clone();
+    }
+    read_device(&path)
+}
+
+fn read_device(path: &Path) -> BmcAddresses {
+    match device::Device::open(path) {
         Ok(mut dev) => query(&mut dev),
         Err(e) => {
             tracing::warn!(device = %path.display(), "cannot use the IPMI device: {e}; reporting the BMC as unconfigured");
