@@ -104,8 +104,8 @@ fn vlans_from_lldp_dhcpv6_slaac_and_ssh() {
     waits.unwrap_or_else(|e| panic!("{e:#}{ctx}"));
     let vlan_line = console
         .lines()
-        .find(|l| l.contains("net: eth0.100 "))
-        .unwrap_or_else(|| panic!("no eth0.100 line{ctx}"));
+        .find(|l| l.contains("net: eth0.100 ") && !l.contains("IPv6"))
+        .unwrap_or_else(|| panic!("no IPv4 line for eth0.100{ctx}"));
     assert!(
         vlan_line.contains(&format!("eth0.100 {MAC}: no address (no DHCP offer")),
         "eth0.100 did not ask for DHCP: {vlan_line}{ctx}"
