@@ -4,6 +4,7 @@
 //! Everything a fixture creates is removed when it is dropped, also when a
 //! test fails.
 
+pub mod bed;
 pub mod ironic;
 pub mod loopdev;
 pub mod netns;

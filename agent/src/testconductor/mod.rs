@@ -74,13 +74,18 @@ pub struct TestConductor {
 impl TestConductor {
     /// Starts on 127.0.0.1 on a free port.
     pub async fn start(settings: Settings) -> Result<Self> {
+        Self::start_on(settings, "127.0.0.1:0".parse()?).await
+    }
+
+    /// Starts on `addr` (port 0: a free one), e.g. a test network's address.
+    pub async fn start_on(settings: Settings, addr: std::net::SocketAddr) -> Result<Self> {
         let inner = Arc::new(Inner {
             settings,
             nodes: Mutex::new(HashMap::new()),
             transcript: Mutex::new(Vec::new()),
             changed: watch::channel(0).0,
         });
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let listener = tokio::net::TcpListener::bind(addr).await?;
         let url = format!("http://{}", listener.local_addr()?);
         let app = Router::new()
             .route("/", get(root))
@@ -101,7 +106,7 @@ impl TestConductor {
         })
     }
 
-    /// Base URL (`http://127.0.0.1:port`).
+    /// Base URL (`http://ADDR:PORT`).
     pub fn url(&self) -> &str {
         &self.url
     }

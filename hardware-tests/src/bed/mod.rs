@@ -1,0 +1,83 @@
+//! The QEMU test bed: virtual machines that PXE-boot the deploy ramdisk on a
+//! network that exists only inside a namespace the test creates.
+//!
+//! * [`Net`]: a network namespace with a bridge (`10.99.0.1/24`,
+//!   `fd99::1/64`), dnsmasq on it (DHCP with MAC reservations, router
+//!   advertisements, TFTP of iPXE's boot script, the ramdisk's kernel and
+//!   initramfs, and iPXE for UEFI PXE clients), a way to run async test
+//!   code whose sockets live in the namespace ([`Net::block_on`]) and to
+//!   start programs in it ([`Net::spawn`]).
+//! * [`Vm`]: QEMU (TCG, `-cpu qemu64,+rdrand`, q35) with SeaBIOS or OVMF
+//!   (its NVRAM kept in a file across boots), disks on virtio-blk, NVMe,
+//!   SATA (AHCI) or virtio-scsi with set serials and models, NICs with set
+//!   MACs on taps in the bridge; boots from the network, its disk, or a
+//!   kernel given directly. The serial console goes to a file under
+//!   `target/bed-logs/` that every failure message names.
+//! * [`lldp::Switch`]: LLDP frames sent into the bridge, as a switch port would.
+//!
+//! Everything is removed on drop, also when a test fails: QEMU, dnsmasq and
+//! other processes are killed by PID, taps and the namespace deleted.
+
+pub mod lldp;
+pub mod net;
+pub mod vm;
+
+pub use net::{Net, NetOptions, Proc, BRIDGE_IP};
+pub use vm::{Boot, Bus, Disk, Firmware, Nic, Vm, VmSpec};
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use anyhow::{Context, Result};
+
+use crate::{repo_root, run};
+
+/// The deploy ramdisk to boot: `$RAMDISK_DIR`, else `target/ramdisk`,
+/// built by `image-builder/build.sh` when it is missing.
+pub fn ramdisk_dir() -> Result<PathBuf> {
+    let dir = std::env::var_os("RAMDISK_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("target/ramdisk"));
+    if !dir.join("deploy.initramfs").exists() {
+        run(Command::new(repo_root().join("image-builder/build.sh")).arg(&dir))
+            .context("building the deploy ramdisk")?;
+    }
+    Ok(dir)
+}
+
+/// Where consoles and server logs of a test are kept (not deleted, so a
+/// failure can be read afterwards): `target/bed-logs/<test>`.
+pub fn logs_dir(test: &str) -> Result<PathBuf> {
+    let dir = repo_root().join("target/bed-logs").join(test);
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    Ok(dir)
+}
+
+/// Debian's iPXE for UEFI PXE clients (`snponly.efi`, which drives the
+/// NIC through the firmware's own network driver), fetched once with
+/// `apt-get download` into `target/ramdisk-cache/ipxe` and never installed.
+pub fn ipxe_efi() -> Result<PathBuf> {
+    let cache = repo_root().join("target/ramdisk-cache");
+    let file = cache.join("ipxe/usr/lib/ipxe/snponly.efi");
+    if file.exists() {
+        return Ok(file);
+    }
+    std::fs::create_dir_all(&cache)?;
+    let dl = tempfile::tempdir_in(&cache)?;
+    run(Command::new("apt-get")
+        .args(["download", "-q", "ipxe"])
+        .current_dir(dl.path()))
+    .context("fetching Debian's ipxe package for UEFI PXE")?;
+    let deb = std::fs::read_dir(dl.path())?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.extension().is_some_and(|x| x == "deb"))
+        .context("apt-get download ipxe left no .deb")?;
+    // Unpacked beside the download, then renamed into place: tests running
+    // at once never see a half-unpacked tree (the loser's rename fails and
+    // the winner's tree is used).
+    let tmp = dl.path().join("root");
+    run(Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&tmp))?;
+    let _ = std::fs::rename(&tmp, cache.join("ipxe"));
+    anyhow::ensure!(file.exists(), "the ipxe package has no {}", file.display());
+    Ok(file)
+}

@@ -1,0 +1,246 @@
+//! The bed's network: a namespace with a bridge and dnsmasq serving DHCP,
+//! router advertisements and PXE (TFTP of `boot.ipxe`, the ramdisk, and
+//! iPXE for UEFI clients), plus running test code and programs inside it.
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+
+use crate::netns::NetNs;
+
+/// The bridge's address inside the namespace: where the conductor, image
+/// servers and dnsmasq listen, and the guests' default route.
+pub const BRIDGE_IP: &str = "10.99.0.1";
+
+/// A process started by the bed; killed by its PID on drop.
+#[derive(Debug)]
+pub struct Proc {
+    child: Child,
+    what: String,
+}
+
+impl Proc {
+    /// Wraps a child process (`what` names it in messages).
+    pub fn new(child: Child, what: &str) -> Self {
+        Self {
+            child,
+            what: what.to_string(),
+        }
+    }
+
+    /// The process ID.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The child, e.g. to write to its stdin or check whether it exited.
+    pub fn child(&mut self) -> &mut Child {
+        &mut self.child
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            if let Err(e) = self.child.kill() {
+                eprintln!(
+                    "warning: killing {} (pid {}): {e}",
+                    self.what,
+                    self.child.id()
+                );
+            }
+        }
+        let _ = self.child.wait();
+    }
+}
+
+/// What the network offers.
+#[derive(Debug, Clone)]
+pub struct NetOptions {
+    /// Short name: the namespace's prefix and the log directory.
+    pub name: String,
+    /// Fixed leases: (MAC, IPv4 address in 10.99.0.0/24).
+    pub hosts: Vec<(String, String)>,
+    /// Directory with `deploy.kernel` and `deploy.initramfs` to PXE-boot
+    /// (see [`super::ramdisk_dir`]); `None`: no PXE.
+    pub ramdisk: Option<PathBuf>,
+    /// Kernel arguments for the PXE-booted ramdisk (see [`Net::set_kernel_args`]).
+    pub kernel_args: String,
+}
+
+impl NetOptions {
+    /// A network named `name` that PXE-boots the ramdisk in `ramdisk`.
+    pub fn pxe(name: &str, ramdisk: &Path, kernel_args: &str) -> Self {
+        Self {
+            name: name.to_string(),
+            hosts: Vec::new(),
+            ramdisk: Some(ramdisk.to_path_buf()),
+            kernel_args: kernel_args.to_string(),
+        }
+    }
+}
+
+/// The namespace, its bridge `br0` and dnsmasq; torn down on drop.
+#[derive(Debug)]
+pub struct Net {
+    /// The namespace (shared with helpers that enter it).
+    pub ns: Arc<NetNs>,
+    /// Where consoles and logs go (`target/bed-logs/<name>`).
+    pub logs: PathBuf,
+    tftp: tempfile::TempDir,
+    taps: AtomicUsize,
+    // Dropped before `ns`: fields drop in declaration order.
+    _dnsmasq: Proc,
+}
+
+impl Net {
+    /// Creates the namespace, bridge and dnsmasq.
+    pub fn start(opts: NetOptions) -> Result<Self> {
+        let logs = super::logs_dir(&opts.name)?;
+        let ns = Arc::new(NetNs::new(&opts.name)?);
+        // group_fwd_mask 0x4000: the bridge forwards LLDP (01:80:c2:00:00:0e)
+        // between its ports, so a guest hears the bed's switch.
+        ns.ip(&[
+            "link",
+            "add",
+            "br0",
+            "type",
+            "bridge",
+            "forward_delay",
+            "0",
+            "group_fwd_mask",
+            "0x4000",
+        ])?;
+        ns.ip(&["addr", "add", &format!("{BRIDGE_IP}/24"), "dev", "br0"])?;
+        ns.ip(&["addr", "add", "fd99::1/64", "dev", "br0", "nodad"])?;
+        ns.ip(&["link", "set", "br0", "up"])?;
+
+        let tftp = tempfile::tempdir().context("TFTP directory")?;
+        if let Some(dir) = &opts.ramdisk {
+            for f in ["deploy.kernel", "deploy.initramfs"] {
+                std::fs::copy(dir.join(f), tftp.path().join(f))
+                    .with_context(|| format!("copying {f} from {}", dir.display()))?;
+            }
+            std::fs::copy(super::ipxe_efi()?, tftp.path().join("snponly.efi"))?;
+        }
+        let dnsmasq_log = logs.join("dnsmasq.log");
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &ns.name, "dnsmasq", "--keep-in-foreground"])
+            .args([
+                "--conf-file=/dev/null",
+                "--no-resolv",
+                "--no-hosts",
+                "--port=0",
+            ])
+            .args(["--interface=br0", "--bind-interfaces", "--log-dhcp"])
+            .arg(format!("--log-facility={}", dnsmasq_log.display()))
+            .args(["--dhcp-range=10.99.0.100,10.99.0.199,255.255.255.0,1h"])
+            .arg(format!("--dhcp-option=option:router,{BRIDGE_IP}"))
+            .args(["--enable-ra", "--dhcp-range=fd99::,ra-only,64"])
+            .arg(format!(
+                "--dhcp-leasefile={}",
+                tftp.path().join("leases").display()
+            ))
+            .arg("--pid-file=");
+        for (mac, ip) in &opts.hosts {
+            cmd.arg(format!("--dhcp-host={mac},{ip}"));
+        }
+        if opts.ramdisk.is_some() {
+            // iPXE (BIOS option ROM, or snponly.efi chained from UEFI PXE)
+            // announces itself with option 175 and gets the script.
+            cmd.args([
+                "--dhcp-match=set:ipxe,175",
+                "--dhcp-match=set:efi64,option:client-arch,7",
+            ])
+            .args([
+                "--dhcp-boot=tag:ipxe,boot.ipxe",
+                "--dhcp-boot=tag:efi64,tag:!ipxe,snponly.efi",
+            ])
+            .arg("--enable-tftp")
+            .arg(format!("--tftp-root={}", tftp.path().display()));
+        }
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .context("starting dnsmasq (ci/install-deps installs dnsmasq-base)")?;
+        let net = Self {
+            ns,
+            logs,
+            tftp,
+            taps: AtomicUsize::new(0),
+            _dnsmasq: Proc::new(child, "dnsmasq"),
+        };
+        net.set_kernel_args(&opts.kernel_args)?;
+        Ok(net)
+    }
+
+    /// Sets the kernel arguments of the next PXE boots. `BOOTIF` is added
+    /// by iPXE from the booting NIC's MAC, and `initrd=`, which Debian's
+    /// iPXE needs under UEFI to hand the initramfs to the kernel's EFI stub.
+    pub fn set_kernel_args(&self, args: &str) -> Result<()> {
+        std::fs::write(
+            self.tftp.path().join("boot.ipxe"),
+            format!(
+                "#!ipxe\nkernel deploy.kernel initrd=deploy.initramfs BOOTIF=01-${{net0/mac:hexhyp}} {args}\n\
+                 initrd deploy.initramfs\nboot\n"
+            ),
+        )
+        .context("writing boot.ipxe")
+    }
+
+    /// dnsmasq's log so far (DHCP and TFTP).
+    pub fn dnsmasq_log(&self) -> String {
+        std::fs::read_to_string(self.logs.join("dnsmasq.log")).unwrap_or_default()
+    }
+
+    /// A new tap device in the bridge, up.
+    pub fn add_tap(&self) -> Result<String> {
+        let name = format!("tap{}", self.taps.fetch_add(1, Ordering::Relaxed));
+        self.ns
+            .ip(&["tuntap", "add", "dev", &name, "mode", "tap"])?;
+        self.ns.ip(&["link", "set", &name, "master", "br0", "up"])?;
+        Ok(name)
+    }
+
+    /// Deletes a tap made by [`Net::add_tap`].
+    pub fn del_tap(&self, name: &str) {
+        if let Err(e) = self.ns.ip(&["link", "del", name]) {
+            eprintln!("warning: deleting {name}: {e:#}");
+        }
+    }
+
+    /// Starts `cmd` inside the namespace (`ip netns exec`, which execs, so
+    /// the returned process's PID is the program's).
+    pub fn spawn(&self, program: &str, args: &[&str], what: &str) -> Result<Proc> {
+        let child = Command::new("ip")
+            .args(["netns", "exec", &self.ns.name, program])
+            .args(args)
+            .stdin(Stdio::null())
+            .spawn()
+            .with_context(|| format!("starting {what} in {}", self.ns.name))?;
+        Ok(Proc::new(child, what))
+    }
+
+    /// Runs async test code on a runtime whose threads all live in the
+    /// namespace: every socket it opens (servers on [`BRIDGE_IP`], clients
+    /// to guests) belongs to the namespace, never to the host's network.
+    pub fn block_on<F>(&self, fut: F) -> Result<F::Output>
+    where
+        F: Future + Send,
+        F::Output: Send,
+    {
+        self.ns.enter(|| -> Result<F::Output> {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .context("building the namespace's runtime")?;
+            Ok(rt.block_on(fut))
+        })?
+    }
+}

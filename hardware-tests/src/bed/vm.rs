@@ -1,0 +1,379 @@
+//! A QEMU virtual machine on the bed's network: firmware, disks, NICs and
+//! boot source as the test says, console in a file, killed on drop.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+
+use super::net::{Net, Proc};
+
+/// Firmware of the machine.
+#[derive(Debug, Clone)]
+pub enum Firmware {
+    /// SeaBIOS.
+    Bios,
+    /// OVMF; `vars` is the machine's NVRAM (copied from OVMF's template
+    /// when missing), kept across boots like a real machine's.
+    Uefi {
+        /// The NVRAM file.
+        vars: PathBuf,
+    },
+}
+
+/// Where a disk is attached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bus {
+    /// virtio-blk (`/dev/vdX`).
+    Virtio,
+    /// An NVMe controller of its own (`/dev/nvmeXn1`).
+    Nvme,
+    /// A port of q35's AHCI controller (`/dev/sdX`, transport sata).
+    Sata,
+    /// virtio-scsi (`/dev/sdX`).
+    Scsi,
+}
+
+/// A virtual disk backed by a file (created sparse when missing).
+#[derive(Debug, Clone)]
+pub struct Disk {
+    /// The backing file (raw).
+    pub path: PathBuf,
+    /// Size in bytes if the file must be created.
+    pub size: u64,
+    /// Controller.
+    pub bus: Bus,
+    /// Serial number the guest sees.
+    pub serial: String,
+    /// Model (SATA and SCSI only; virtio-blk and NVMe have none to set).
+    pub model: Option<String>,
+}
+
+/// A NIC on a tap in the bed's bridge.
+#[derive(Debug, Clone)]
+pub struct Nic {
+    /// `52:54:00:…`.
+    pub mac: String,
+}
+
+/// What the machine boots.
+#[derive(Debug, Clone)]
+pub enum Boot {
+    /// PXE from the first NIC (iPXE, then the bed's `boot.ipxe`).
+    Network,
+    /// Its disks, in the firmware's own order (UEFI: the NVRAM `BootOrder`).
+    Disk,
+    /// A kernel and initramfs given to QEMU directly (fast, no firmware).
+    Direct {
+        /// bzImage.
+        kernel: PathBuf,
+        /// initramfs.
+        initrd: PathBuf,
+        /// Kernel command line.
+        append: String,
+    },
+}
+
+/// The machine.
+#[derive(Debug, Clone)]
+pub struct VmSpec {
+    /// Names the console file.
+    pub name: String,
+    /// Firmware.
+    pub firmware: Firmware,
+    /// RAM.
+    pub memory_mb: u32,
+    /// vCPUs.
+    pub cpus: u32,
+    /// Disks in order.
+    pub disks: Vec<Disk>,
+    /// NICs in order.
+    pub nics: Vec<Nic>,
+    /// Boot source.
+    pub boot: Boot,
+}
+
+impl VmSpec {
+    /// One vCPU, 1 GiB, BIOS, no disks or NICs, network boot.
+    pub fn new(name: &str) -> Self {
+        Self {
+            name: name.to_string(),
+            firmware: Firmware::Bios,
+            memory_mb: 1024,
+            cpus: 1,
+            disks: Vec::new(),
+            nics: Vec::new(),
+            boot: Boot::Network,
+        }
+    }
+}
+
+/// A running QEMU.
+#[derive(Debug)]
+pub struct Vm<'n> {
+    net: &'n Net,
+    taps: Vec<String>,
+    console: PathBuf,
+    started: Instant,
+    // Dropped before the taps are deleted (see Drop).
+    qemu: Option<Proc>,
+}
+
+const OVMF_CODE: &str = "/usr/share/OVMF/OVMF_CODE_4M.fd";
+const OVMF_VARS: &str = "/usr/share/OVMF/OVMF_VARS_4M.fd";
+
+impl<'n> Vm<'n> {
+    /// Starts the machine in the bed's namespace. Its console goes to
+    /// `<net.logs>/<name>.console.log` (a new file each boot).
+    pub fn start(net: &'n Net, spec: &VmSpec) -> Result<Self> {
+        let console = net.logs.join(format!("{}.console.log", spec.name));
+        let mut args: Vec<String> = [
+            "-accel",
+            "tcg",
+            "-cpu",
+            "qemu64,+rdrand",
+            "-machine",
+            "q35",
+            "-nographic",
+            "-no-reboot",
+            "-nodefaults",
+            "-serial",
+            "stdio",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        args.extend(["-m".into(), spec.memory_mb.to_string()]);
+        args.extend(["-smp".into(), spec.cpus.to_string()]);
+        match &spec.firmware {
+            Firmware::Bios => {}
+            Firmware::Uefi { vars } => {
+                if !vars.exists() {
+                    std::fs::copy(OVMF_VARS, vars)
+                        .with_context(|| format!("copying {OVMF_VARS} (package ovmf)"))?;
+                }
+                args.push("-drive".into());
+                args.push(format!(
+                    "if=pflash,format=raw,unit=0,readonly=on,file={OVMF_CODE}"
+                ));
+                args.push("-drive".into());
+                args.push(format!(
+                    "if=pflash,format=raw,unit=1,file={}",
+                    vars.display()
+                ));
+            }
+        }
+        let bios_disk_boot =
+            matches!(spec.firmware, Firmware::Bios) && matches!(spec.boot, Boot::Disk);
+        disk_args(&spec.disks, bios_disk_boot, &mut args)?;
+        let mut vm = Self {
+            net,
+            taps: Vec::new(),
+            console: console.clone(),
+            started: Instant::now(),
+            qemu: None,
+        };
+        for (i, nic) in spec.nics.iter().enumerate() {
+            let tap = net.add_tap()?;
+            vm.taps.push(tap.clone());
+            args.push("-netdev".into());
+            args.push(format!("tap,id=n{i},ifname={tap},script=no,downscript=no"));
+            let mut dev = format!("virtio-net-pci,netdev=n{i},mac={}", nic.mac);
+            match spec.boot {
+                Boot::Network if i == 0 => dev.push_str(",bootindex=0"),
+                // No option ROM: the firmware does not try PXE on the way to the disk.
+                Boot::Network => {}
+                _ => dev.push_str(",romfile="),
+            }
+            args.push("-device".into());
+            args.push(dev);
+        }
+        if let Boot::Direct {
+            kernel,
+            initrd,
+            append,
+        } = &spec.boot
+        {
+            args.push("-kernel".into());
+            args.push(kernel.display().to_string());
+            args.push("-initrd".into());
+            args.push(initrd.display().to_string());
+            args.push("-append".into());
+            args.push(append.clone());
+        }
+        let out = std::fs::File::create(&console)
+            .with_context(|| format!("creating {}", console.display()))?;
+        let child = Command::new("ip")
+            .args(["netns", "exec", &net.ns.name, "qemu-system-x86_64"])
+            .args(&args)
+            .stdin(Stdio::piped())
+            .stdout(out)
+            .stderr(Stdio::piped())
+            .spawn()
+            .context("starting qemu-system-x86_64 (ci/install-deps installs it)")?;
+        vm.started = Instant::now();
+        vm.qemu = Some(Proc::new(child, &format!("QEMU {}", spec.name)));
+        Ok(vm)
+    }
+
+    /// The console file.
+    pub fn console_path(&self) -> &Path {
+        &self.console
+    }
+
+    /// The console so far.
+    pub fn console(&self) -> String {
+        String::from_utf8_lossy(&std::fs::read(&self.console).unwrap_or_default()).into_owned()
+    }
+
+    /// Time since QEMU started.
+    pub fn elapsed(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    /// Waits until `needle` is on the console; returns the time since QEMU
+    /// started. Fails when QEMU exits first or at the timeout, naming the
+    /// console file.
+    pub fn wait_console(&mut self, needle: &str, timeout: Duration) -> Result<Duration> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if self.console().contains(needle) {
+                return Ok(self.elapsed());
+            }
+            if let Some(status) = self.exited()? {
+                bail!(
+                    "{needle:?} never appeared: QEMU exited ({status}){}; console: {}",
+                    self.stderr_note(),
+                    self.console.display()
+                );
+            }
+            if Instant::now() >= deadline {
+                bail!(
+                    "{needle:?} did not appear within {timeout:?}; console: {}",
+                    self.console.display()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// Waits for the machine to power off (or reboot: `-no-reboot` makes
+    /// that an exit too).
+    pub fn wait_exit(&mut self, timeout: Duration) -> Result<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.exited()? {
+                return Ok(status);
+            }
+            if Instant::now() >= deadline {
+                bail!(
+                    "the VM did not power off within {timeout:?}; console: {}",
+                    self.console.display()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// Whether QEMU has exited, and how.
+    pub fn exited(&mut self) -> Result<Option<ExitStatus>> {
+        let qemu = self.qemu.as_mut().context("QEMU is not running")?;
+        Ok(qemu.child().try_wait()?)
+    }
+
+    /// Types a line on the serial console.
+    pub fn type_line(&mut self, line: &str) -> Result<()> {
+        let qemu = self.qemu.as_mut().context("QEMU is not running")?;
+        let stdin = qemu.child().stdin.as_mut().context("no console input")?;
+        stdin.write_all(line.as_bytes())?;
+        stdin.write_all(b"\n")?;
+        stdin.flush()?;
+        Ok(())
+    }
+
+    /// Stops QEMU now (by PID) and removes its taps.
+    pub fn kill(&mut self) {
+        self.qemu = None;
+        for tap in self.taps.drain(..) {
+            self.net.del_tap(&tap);
+        }
+    }
+
+    fn stderr_note(&mut self) -> String {
+        use std::io::Read;
+        let mut err = String::new();
+        if let Some(q) = self.qemu.as_mut() {
+            if let Some(e) = q.child().stderr.as_mut() {
+                let _ = e.read_to_string(&mut err);
+            }
+        }
+        if err.trim().is_empty() {
+            String::new()
+        } else {
+            format!(": {}", err.trim())
+        }
+    }
+}
+
+impl Drop for Vm<'_> {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn disk_args(disks: &[Disk], bios_disk_boot: bool, args: &mut Vec<String>) -> Result<()> {
+    let mut sata = 0;
+    let mut scsi = false;
+    for (i, d) in disks.iter().enumerate() {
+        if !d.path.exists() {
+            std::fs::File::create(&d.path)
+                .and_then(|f| f.set_len(d.size))
+                .with_context(|| format!("creating disk {}", d.path.display()))?;
+        }
+        args.push("-drive".into());
+        args.push(format!(
+            "file={},if=none,id=d{i},format=raw,cache=unsafe",
+            d.path.display()
+        ));
+        let boot_first = bios_disk_boot && i == 0;
+        let mut dev = match d.bus {
+            Bus::Virtio => format!("virtio-blk-pci,drive=d{i},serial={}", d.serial),
+            Bus::Nvme => format!("nvme,drive=d{i},serial={}", d.serial),
+            Bus::Sata => {
+                sata += 1;
+                anyhow::ensure!(sata <= 6, "q35's AHCI has 6 ports");
+                format!("ide-hd,drive=d{i},bus=ide.{},serial={}", sata - 1, d.serial)
+            }
+            Bus::Scsi => {
+                if !scsi {
+                    args.push("-device".into());
+                    args.push("virtio-scsi-pci,id=scsi0".into());
+                    scsi = true;
+                }
+                format!("scsi-hd,drive=d{i},bus=scsi0.0,serial={}", d.serial)
+            }
+        };
+        if let Some(model) = &d.model {
+            match d.bus {
+                Bus::Sata => dev.push_str(&format!(",model={model}")),
+                Bus::Scsi => dev.push_str(&format!(",product={model}")),
+                Bus::Virtio | Bus::Nvme => {
+                    bail!(
+                        "disk {}: a model can be set on SATA and SCSI disks only",
+                        d.serial
+                    )
+                }
+            }
+        }
+        // SeaBIOS boots the first disk; OVMF follows its NVRAM `BootOrder`
+        // (a bootindex would make it reorder the entries the agent wrote).
+        if boot_first {
+            dev.push_str(",bootindex=1");
+        }
+        args.push("-device".into());
+        args.push(dev);
+    }
+    Ok(())
+}
