@@ -29,8 +29,10 @@
 //! itself (checked), and the test boots it from disk. Each flow's wall time
 //! is printed.
 
-use std::path::Path;
+use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use agent::testconductor::image_server::{Fault, ImageServer};
@@ -52,6 +54,23 @@ const MARKER: &str = "ironicvm-deployed-7f3a";
 /// the ramdisk's LLDP TLVs into `plugin_data.parsed_lldp`.
 const EXTRA_CONF: &str = "[inspector]\n\
     hooks = $default_hooks,memory,cpus,root-device,boot-mode,parse-lldp\n";
+
+/// `target/bed-logs/ironicvm/flow-times.txt`: the wall times, also kept
+/// there because the test harness swallows a passing test's output
+/// (`ci/test` prints the file).
+static TIMES: OnceLock<PathBuf> = OnceLock::new();
+
+/// Prints a wall time and appends it to [`TIMES`].
+macro_rules! timing {
+    ($($arg:tt)*) => {{
+        let line = format!($($arg)*);
+        println!("{line}");
+        if let Some(path) = TIMES.get() {
+            let mut f = std::fs::OpenOptions::new().append(true).create(true).open(path).unwrap();
+            writeln!(f, "{line}").unwrap();
+        }
+    }};
+}
 
 /// What one `wait` may take: a PXE boot under TCG plus the flow.
 const FLOW_TIMEOUT: Duration = Duration::from_secs(300);
@@ -179,6 +198,9 @@ fn elapsed(t: Instant) -> String {
 fn ironic_inspects_cleans_deploys_and_undeploys_the_pxe_booted_ramdisk() {
     require_root("the Ironic-drives-the-ramdisk QEMU test");
     let total = Instant::now();
+    let times = bed::logs_dir("ironicvm").unwrap().join("flow-times.txt");
+    std::fs::write(&times, "").unwrap();
+    TIMES.set(times).unwrap();
     let ramdisk = bed::ramdisk_dir().unwrap();
     let work = tempfile::tempdir().unwrap();
 
@@ -197,7 +219,7 @@ fn ironic_inspects_cleans_deploys_and_undeploys_the_pxe_booted_ramdisk() {
         ),
     )
     .unwrap();
-    println!("images built in {}", elapsed(t));
+    timing!("images built in {}", elapsed(t));
 
     let net = Net::start(NetOptions {
         hosts: vec![(MAC.into(), GUEST.into())],
@@ -221,7 +243,7 @@ fn ironic_inspects_cleans_deploys_and_undeploys_the_pxe_booted_ramdisk() {
     let t = Instant::now();
     let ironic = Ironic::start_in(&net.ns, BRIDGE_IP, PORT, Some(EXTRA_CONF))
         .expect("starting Ironic 39.0.0 in the namespace");
-    println!("Ironic up in {}", elapsed(t));
+    timing!("Ironic up in {}", elapsed(t));
 
     let mut machine = Machine {
         net: &net,
@@ -284,7 +306,7 @@ fn ironic_inspects_cleans_deploys_and_undeploys_the_pxe_booted_ramdisk() {
         }
     })
     .unwrap();
-    println!(
+    timing!(
         "all flows: {} ({} boots of the VM)",
         elapsed(total),
         machine.boots
@@ -310,7 +332,7 @@ async fn inspect(ironic: &Ironic, uuid: &str, machine: &mut Machine<'_>) {
         .await
         .unwrap_or_else(|e| panic!("inspection: {e:#}"));
     follow_power_off(ironic, uuid, machine).await;
-    println!("flow inspect: manageable after {}", elapsed(t));
+    timing!("flow inspect: manageable after {}", elapsed(t));
     assert!(node["last_error"].is_null(), "{}", node["last_error"]);
 
     let p = &node["properties"];
@@ -382,7 +404,7 @@ async fn cleaned(ironic: &Ironic, uuid: &str, machine: &mut Machine<'_>, what: &
         .await
         .unwrap_or_else(|e| panic!("{what}: {e:#}"));
     follow_power_off(ironic, uuid, machine).await;
-    println!("flow {what}: available after {}", elapsed(t));
+    timing!("flow {what}: available after {}", elapsed(t));
     assert!(node["last_error"].is_null(), "{}", node["last_error"]);
     let left = disk_signatures(&machine.disk);
     assert!(left.is_empty(), "{what} left signatures: {left}");
@@ -446,10 +468,10 @@ async fn deploy(
         .await
         .unwrap_or_else(|e| panic!("deploy ({what}): {e:#}"));
     machine.wait_powered_off_by_agent();
-    println!("flow deploy ({what}): active after {}", elapsed(t));
+    timing!("flow deploy ({what}): active after {}", elapsed(t));
     assert!(node["last_error"].is_null(), "{}", node["last_error"]);
     let (meta, seen) = machine.boot_disk();
-    println!(
+    timing!(
         "flow deploy ({what}): booted from disk, marker after {:.1} s, meta_data {meta}",
         seen.as_secs_f64()
     );
@@ -485,7 +507,7 @@ async fn bad_checksum(ironic: &Ironic, uuid: &str, machine: &mut Machine<'_>, ra
     // and looks the node up in vain; stop it as an operator would.
     println!("bad checksum: node power state {}", node["power_state"]);
     machine.power_off();
-    println!("flow bad checksum: deploy failed after {}", elapsed(t));
+    timing!("flow bad checksum: deploy failed after {}", elapsed(t));
     let err = node["last_error"].as_str().unwrap_or_default();
     println!("bad checksum: last_error = {err}");
     assert!(
