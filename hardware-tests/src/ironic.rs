@@ -55,6 +55,11 @@ impl Ironic {
             .env("IRONIC_PORT", port.to_string())
             .env("IRONIC_HOST", host)
             .env("IRONIC_NETNS", netns.unwrap_or_default());
+        // Ironic took 80 s to come up once on this loaded 2-core machine;
+        // start.sh's default of 90 s is too close.
+        if std::env::var_os("IRONIC_START_TIMEOUT").is_none() {
+            cmd.env("IRONIC_START_TIMEOUT", "240");
+        }
         if let Some(conf) = extra_conf {
             let path = state.path().join("extra.conf");
             std::fs::write(&path, conf)?;
