@@ -1,5 +1,6 @@
 //! A stand-in image server for tests, the demo and the benchmark: HTTP/1.1
-//! GET and HEAD on loopback, files sent with sendfile(2), byte ranges, keep-alive, and
+//! GET and HEAD on loopback (or any address, e.g. inside a test's network
+//! namespace), files sent with sendfile(2), byte ranges, keep-alive, and
 //! scripted faults per request (drop the connection after N bytes, stall,
 //! ignore Range, answer an error status) to exercise resumption and the
 //! error paths of the image pipeline.
@@ -8,7 +9,7 @@ use std::collections::{HashMap, VecDeque};
 use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -60,24 +61,29 @@ struct Shared {
 pub struct ImageServer {
     addr: SocketAddr,
     shared: Arc<Shared>,
+    /// The listening socket, kept to wake the accept loop on drop.
+    listener: TcpListener,
 }
 
 impl ImageServer {
     /// Starts on a free loopback port.
     pub fn start() -> std::io::Result<Self> {
-        Self::start_on(SocketAddr::from(([127, 0, 0, 1], 0)))
+        Self::start_on("127.0.0.1:0".parse().expect("a socket address"))
     }
 
-    /// Starts on `addr` (port 0: a free one).
+    /// Starts on `addr` (port 0: a free one). The socket is bound by the
+    /// calling thread, so a thread inside a network namespace binds there;
+    /// the server then runs in that namespace whatever thread drops it.
     pub fn start_on(addr: SocketAddr) -> std::io::Result<Self> {
         let listener = TcpListener::bind(addr)?;
         let addr = listener.local_addr()?;
+        let accept = listener.try_clone()?;
         let shared = Arc::new(Shared::default());
         let s = shared.clone();
         std::thread::Builder::new()
             .name("image-server".into())
             .spawn(move || {
-                for conn in listener.incoming() {
+                for conn in accept.incoming() {
                     if s.stop.load(Ordering::Relaxed) {
                         break;
                     }
@@ -87,10 +93,14 @@ impl ImageServer {
                     }
                 }
             })?;
-        Ok(Self { addr, shared })
+        Ok(Self {
+            addr,
+            shared,
+            listener,
+        })
     }
 
-    /// `http://ADDR:PORT{path}`.
+    /// `http://ADDRESS:PORT{path}`.
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.addr)
     }
@@ -119,8 +129,11 @@ impl ImageServer {
 impl Drop for ImageServer {
     fn drop(&mut self) {
         self.shared.stop.store(true, Ordering::Relaxed);
-        // Wake the accept loop.
-        let _ = TcpStream::connect(self.addr);
+        // Wake the accept loop: shutting a listening socket down makes a
+        // blocked accept(2) fail at once. (Connecting to it instead would
+        // leave this namespace when the server runs in another one.)
+        let _ =
+            nix::sys::socket::shutdown(self.listener.as_raw_fd(), nix::sys::socket::Shutdown::Read);
     }
 }
 
@@ -259,5 +272,41 @@ fn respond(
             false
         }
         _ => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+
+    #[test]
+    fn serves_head_and_stops_accepting_when_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("img");
+        std::fs::write(&file, b"0123456789").unwrap();
+        let server = ImageServer::start().unwrap();
+        server.route("/img", &file, &[], Fault::None);
+        let addr = server.addr;
+        let mut c = TcpStream::connect(addr).unwrap();
+        c.write_all(b"HEAD /img HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        // The server keeps the connection open: read up to the blank line.
+        let mut answer = Vec::new();
+        let mut byte = [0u8; 1];
+        while !answer.ends_with(b"\r\n\r\n") {
+            assert_eq!(c.read(&mut byte).unwrap(), 1, "connection closed early");
+            answer.push(byte[0]);
+        }
+        let answer = String::from_utf8(answer).unwrap();
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        assert!(answer.contains("Content-Length: 10"), "{answer}");
+        drop(server);
+        // The accept loop ends and closes the socket: connections are refused.
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while TcpStream::connect(addr).is_ok() {
+            assert!(std::time::Instant::now() < deadline, "still accepting");
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 }

@@ -1,0 +1,522 @@
+//! Real, unmodified Ironic 39.0.0 (`require_tls = true`) drives the
+//! PXE-booted deploy ramdisk in a QEMU VM (TCG, SeaBIOS, virtio-net with a
+//! fixed MAC, a sparse virtio-blk disk) through a node's life, all on the
+//! bed's network inside a namespace this test creates:
+//!
+//! 1. `inspect` (agent inspect interface, the ramdisk POSTs to
+//!    `continue_inspection`): the node's cpus, memory_mb, local_gb and
+//!    cpu_arch come from the VM, and the stored inventory holds the LLDP
+//!    frames of the bed's switch (parsed by Ironic's `parse-lldp` hook);
+//! 2. `provide` with automated cleaning (`erase_devices_metadata`): the
+//!    partition table put on the disk beforehand is gone, `available`;
+//! 3. deploy (direct, whole disk) of the test image as raw with an inline
+//!    sha256, with a config drive: `active`, the ramdisk powers the VM off
+//!    itself, and the VM booted from its disk prints the image's marker and
+//!    the config drive's uuid;
+//! 4. undeploy with automated cleaning: `available`, the disk wiped;
+//! 5. the same with the image as qcow2 and a sha512 checksum-file URL;
+//! 6. undeploy again;
+//! 7. a deploy whose checksum does not match: `deploy failed`, the agent's
+//!    reason in `last_error`, the agent's logs stored by Ironic.
+//!
+//! Ironic has fake power and boot (no BMC can reach a QEMU VM here), so
+//! this test is the machine's power and boot device: when Ironic waits for
+//! the agent (`inspect wait`, `clean wait`, `wait call-back`) it PXE-boots
+//! the VM with the kernel arguments Ironic's own PXE boot would give; when
+//! Ironic has powered the node off without telling the agent (end of
+//! inspection and cleaning, deploy failure, undeploy) it stops the VM; after
+//! a deploy Ironic's `standby.power_off` makes the ramdisk power the VM off
+//! itself (checked), and the test boots it from disk. Each flow's wall time
+//! is printed.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use agent::testconductor::image_server::{Fault, ImageServer};
+use hardware_tests::bed::{self, Boot, Bus, Disk, Net, NetOptions, Nic, Vm, VmSpec, BRIDGE_IP};
+use hardware_tests::ironic::Ironic;
+use hardware_tests::{require_root, testimage};
+use serde_json::{json, Value};
+
+const MAC: &str = "52:54:00:1c:0a:01";
+const GUEST: &str = "10.99.0.50";
+const DISK_GIB: u64 = 5;
+const PORT: u16 = 6385;
+const CHASSIS: [u8; 6] = [0x52, 0x54, 0x00, 0x5e, 0x1f, 0x0a];
+const SWITCH_PORT: &str = "Ethernet1/7";
+const SWITCH_NAME: &str = "leaf-ironicvm";
+const MARKER: &str = "ironicvm-deployed-7f3a";
+
+/// Loaded after `ci/ironic/ironic.conf`: Ironic's `parse-lldp` hook turns
+/// the ramdisk's LLDP TLVs into `plugin_data.parsed_lldp`.
+const EXTRA_CONF: &str = "[inspector]\n\
+    hooks = $default_hooks,memory,cpus,root-device,boot-mode,parse-lldp\n";
+
+/// `target/bed-logs/ironicvm/flow-times.txt`: the wall times, also kept
+/// there because the test harness swallows a passing test's output
+/// (`ci/test` prints the file).
+static TIMES: OnceLock<PathBuf> = OnceLock::new();
+
+/// Prints a wall time and appends it to [`TIMES`].
+macro_rules! timing {
+    ($($arg:tt)*) => {{
+        let line = format!($($arg)*);
+        println!("{line}");
+        if let Some(path) = TIMES.get() {
+            let mut f = std::fs::OpenOptions::new().append(true).create(true).open(path).unwrap();
+            writeln!(f, "{line}").unwrap();
+        }
+    }};
+}
+
+/// What one `wait` may take: a PXE boot under TCG plus the flow.
+const FLOW_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// The machine's power and boot device, as the test plays them.
+struct Machine<'n> {
+    net: &'n Net,
+    disk: std::path::PathBuf,
+    vm: Option<Vm<'n>>,
+    /// Whether `vm` runs the ramdisk (else the deployed system).
+    ramdisk: bool,
+    boots: usize,
+}
+
+impl<'n> Machine<'n> {
+    fn spec(&self, boot: Boot) -> VmSpec {
+        VmSpec {
+            disks: vec![Disk {
+                path: self.disk.clone(),
+                size: DISK_GIB << 30,
+                bus: Bus::Virtio,
+                serial: "ironicvm-disk0".into(),
+                model: None,
+            }],
+            nics: vec![Nic { mac: MAC.into() }],
+            boot,
+            ..VmSpec::new(&format!("node-boot{}", self.boots))
+        }
+    }
+
+    /// PXE-boots the ramdisk with `args` (Ironic's kernel parameters).
+    fn pxe_boot(&mut self, args: &str) {
+        assert!(self.vm.is_none(), "the VM is already running");
+        self.boots += 1;
+        self.net
+            .set_kernel_args(&format!(
+                "console=ttyS0 panic=-1 ipa-api-url=http://{BRIDGE_IP}:{PORT} {args}"
+            ))
+            .unwrap();
+        self.vm = Some(Vm::start(self.net, &self.spec(Boot::Network)).unwrap());
+        self.ramdisk = true;
+    }
+
+    /// Boots from the disk; the deployed system prints its marker and its
+    /// config drive's `meta_data.json`, then powers off. Returns that
+    /// document and the time from starting QEMU to the marker.
+    fn boot_disk(&mut self) -> (Value, Duration) {
+        assert!(self.vm.is_none(), "the VM is already running");
+        self.boots += 1;
+        let mut vm = Vm::start(self.net, &self.spec(Boot::Disk)).unwrap();
+        let seen = vm
+            .wait_console(&testimage::marker_line(MARKER), Duration::from_secs(180))
+            .unwrap_or_else(|e| panic!("the deployed system: {e:#}"));
+        vm.wait_exit(Duration::from_secs(60))
+            .unwrap_or_else(|e| panic!("the deployed system: {e:#}"));
+        let console = vm.console();
+        let meta = testimage::meta_data(&console).unwrap_or_else(|| {
+            panic!(
+                "the deployed system printed no config drive; console: {}",
+                vm.console_path().display()
+            )
+        });
+        let meta =
+            serde_json::from_str(&meta).unwrap_or_else(|e| panic!("meta_data.json {meta:?}: {e}"));
+        self.vm = Some(vm);
+        self.ramdisk = false;
+        (meta, seen)
+    }
+
+    /// Ironic powered the node off without telling the agent: stop the VM.
+    /// A ramdisk must still be running then (the deployed system may have
+    /// halted by itself).
+    fn power_off(&mut self) {
+        if let Some(mut vm) = self.vm.take() {
+            assert!(
+                !self.ramdisk || vm.exited().unwrap().is_none(),
+                "the ramdisk stopped by itself; console: {}",
+                vm.console_path().display()
+            );
+            vm.kill();
+        }
+    }
+
+    /// The ramdisk was told to power off: the VM must exit by itself.
+    fn wait_powered_off_by_agent(&mut self) {
+        let mut vm = self.vm.take().expect("a running VM");
+        let status = vm
+            .wait_exit(Duration::from_secs(60))
+            .unwrap_or_else(|e| panic!("the ramdisk did not power the VM off: {e:#}"));
+        assert!(status.success(), "QEMU: {status}");
+        assert!(
+            vm.console().contains("reboot: Power down"),
+            "no power-off on the console: {}",
+            vm.console_path().display()
+        );
+    }
+}
+
+fn sha(alg: &'static ring::digest::Algorithm, path: &Path) -> String {
+    let data = std::fs::read(path).unwrap();
+    ring::digest::digest(alg, &data)
+        .as_ref()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Whether the disk file holds any partition table or signature (libblkid).
+fn disk_signatures(path: &Path) -> String {
+    let out = Command::new("wipefs")
+        .arg("--no-act")
+        .arg("--noheadings")
+        .arg(path)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "wipefs: {out:?}");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+fn elapsed(t: Instant) -> String {
+    format!("{:.1} s", t.elapsed().as_secs_f64())
+}
+
+#[test]
+fn ironic_inspects_cleans_deploys_and_undeploys_the_pxe_booted_ramdisk() {
+    require_root("the Ironic-drives-the-ramdisk QEMU test");
+    let total = Instant::now();
+    let times = bed::logs_dir("ironicvm").unwrap().join("flow-times.txt");
+    std::fs::write(&times, "").unwrap();
+    TIMES.set(times).unwrap();
+    let ramdisk = bed::ramdisk_dir().unwrap();
+    let work = tempfile::tempdir().unwrap();
+
+    // The images: the test system as raw and qcow2, a sha512 checksum file.
+    let t = Instant::now();
+    let image = testimage::build(work.path(), MARKER).unwrap();
+    let qcow2 = work.path().join("disk.qcow2");
+    testimage::to_qcow2(&image.raw, &qcow2, true).unwrap();
+    let raw_sha256 = sha(&ring::digest::SHA256, &image.raw);
+    std::fs::write(
+        work.path().join("SHA512SUMS"),
+        format!(
+            "{}  other.qcow2\n{}  disk.qcow2\n",
+            "1".repeat(128),
+            sha(&ring::digest::SHA512, &qcow2)
+        ),
+    )
+    .unwrap();
+    timing!("images built in {}", elapsed(t));
+
+    let net = Net::start(NetOptions {
+        hosts: vec![(MAC.into(), GUEST.into())],
+        ..NetOptions::pxe("ironicvm", &ramdisk, "")
+    })
+    .unwrap();
+    let _switch = bed::lldp::Switch::start(&net, CHASSIS, SWITCH_PORT, SWITCH_NAME).unwrap();
+    let images = net
+        .ns
+        .enter(|| ImageServer::start_on(format!("{BRIDGE_IP}:0").parse().unwrap()))
+        .unwrap()
+        .unwrap();
+    images.route("/disk.raw", &image.raw, &[], Fault::None);
+    images.route("/disk.qcow2", &qcow2, &[], Fault::None);
+    images.route(
+        "/SHA512SUMS",
+        work.path().join("SHA512SUMS"),
+        &[],
+        Fault::None,
+    );
+    let t = Instant::now();
+    let ironic = Ironic::start_in(&net.ns, BRIDGE_IP, PORT, Some(EXTRA_CONF))
+        .expect("starting Ironic 39.0.0 in the namespace");
+    timing!("Ironic up in {}", elapsed(t));
+
+    let mut machine = Machine {
+        net: &net,
+        disk: work.path().join("disk0.img"),
+        vm: None,
+        ramdisk: false,
+        boots: 0,
+    };
+    // A partition table that cleaning must remove.
+    std::fs::File::create(&machine.disk)
+        .and_then(|f| f.set_len(DISK_GIB << 30))
+        .unwrap();
+    hardware_tests::run(
+        Command::new("sh")
+            .arg("-c")
+            .arg("echo 'label: gpt\nname=old' | sfdisk --quiet \"$0\"")
+            .arg(&machine.disk),
+    )
+    .unwrap();
+    assert!(!disk_signatures(&machine.disk).is_empty());
+
+    net.block_on(async {
+        let uuid = ironic.enroll_ready("ironicvm", MAC, false).await.unwrap();
+        ironic
+            .patch(
+                &uuid,
+                json!([{"op": "replace", "path": "/properties/capabilities", "value": "boot_mode:bios"}]),
+            )
+            .await
+            .unwrap();
+
+        inspect(&ironic, &uuid, &mut machine).await;
+        provide(&ironic, &uuid, &mut machine).await;
+
+        let raw_info = json!([
+            {"op": "add", "path": "/instance_info/image_source", "value": images.url("/disk.raw")},
+            {"op": "add", "path": "/instance_info/image_os_hash_algo", "value": "sha256"},
+            {"op": "add", "path": "/instance_info/image_os_hash_value", "value": raw_sha256},
+            {"op": "add", "path": "/instance_info/image_disk_format", "value": "raw"},
+        ]);
+        deploy(&ironic, &uuid, &mut machine, raw_info, "raw, sha256 inline", "ironicvm-cd-raw").await;
+        undeploy(&ironic, &uuid, &mut machine).await;
+
+        // (Undeploying emptied instance_info.)
+        let qcow2_info = json!([
+            {"op": "add", "path": "/instance_info/image_source", "value": images.url("/disk.qcow2")},
+            {"op": "add", "path": "/instance_info/image_checksum", "value": images.url("/SHA512SUMS")},
+            {"op": "add", "path": "/instance_info/image_disk_format", "value": "qcow2"},
+        ]);
+        deploy(&ironic, &uuid, &mut machine, qcow2_info, "qcow2, sha512 file URL", "ironicvm-cd-qcow2").await;
+        undeploy(&ironic, &uuid, &mut machine).await;
+
+        bad_checksum(&ironic, &uuid, &mut machine, &images.url("/disk.raw")).await;
+
+        // Who fetched what: the qcow2 flow's checksum came from the file.
+        let seen: Vec<String> = images.seen().into_iter().map(|s| s.path).collect();
+        println!("image server requests: {seen:?}");
+        for path in ["/disk.raw", "/disk.qcow2", "/SHA512SUMS"] {
+            assert!(seen.iter().any(|p| p == path), "{path} never requested: {seen:?}");
+        }
+    })
+    .unwrap();
+    timing!(
+        "all flows: {} ({} boots of the VM)",
+        elapsed(total),
+        machine.boots
+    );
+}
+
+async fn inspect(ironic: &Ironic, uuid: &str, machine: &mut Machine<'_>) {
+    let t = Instant::now();
+    ironic
+        .provision(uuid, json!({"target": "inspect"}))
+        .await
+        .unwrap();
+    ironic
+        .wait_for_any_target(uuid, "inspect wait", Duration::from_secs(60))
+        .await
+        .unwrap();
+    machine.pxe_boot(&format!(
+        "ipa-inspection-callback-url={}/v1/continue_inspection ipa-collect-lldp=1",
+        ironic.url
+    ));
+    let node = ironic
+        .wait_for(uuid, "manageable", FLOW_TIMEOUT)
+        .await
+        .unwrap_or_else(|e| panic!("inspection: {e:#}"));
+    follow_power_off(ironic, uuid, machine).await;
+    timing!("flow inspect: manageable after {}", elapsed(t));
+    assert!(node["last_error"].is_null(), "{}", node["last_error"]);
+
+    let p = &node["properties"];
+    println!("inspected properties: {p}");
+    assert_eq!(p["cpus"], json!(1), "{p}");
+    assert_eq!(p["memory_mb"], json!(1024), "{p}");
+    assert_eq!(p["local_gb"], json!(DISK_GIB - 1), "{p}");
+    assert_eq!(p["cpu_arch"], json!("x86_64"), "{p}");
+    assert!(
+        p["capabilities"]
+            .as_str()
+            .is_some_and(|c| c.contains("boot_mode:bios")),
+        "{p}"
+    );
+
+    let stored = ironic.inventory(uuid).await.unwrap();
+    let nic = stored["inventory"]["interfaces"]
+        .as_array()
+        .and_then(|l| l.iter().find(|i| i["mac_address"] == MAC))
+        .cloned()
+        .unwrap_or_else(|| panic!("no interface with {MAC}: {stored}"));
+    assert_eq!(nic["ipv4_address"], json!(GUEST), "{nic}");
+    let lldp = nic["lldp"].as_array().cloned().unwrap_or_default();
+    assert!(!lldp.is_empty(), "no LLDP in the stored inventory: {nic}");
+    let parsed = &stored["plugin_data"]["parsed_lldp"][nic["name"].as_str().unwrap()];
+    println!("Ironic's parsed LLDP: {parsed}");
+    assert_eq!(parsed["switch_port_id"], json!(SWITCH_PORT), "{parsed}");
+    assert_eq!(parsed["switch_system_name"], json!(SWITCH_NAME), "{parsed}");
+    assert_eq!(
+        stored["inventory"]["boot"]["current_boot_mode"],
+        json!("bios")
+    );
+}
+
+/// Waits until Ironic has powered the node off (fake power), then stops
+/// the VM, as a BMC would.
+async fn follow_power_off(ironic: &Ironic, uuid: &str, machine: &mut Machine<'_>) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let node = ironic.node(uuid).await.unwrap();
+        if node["power_state"] == "power off" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "Ironic did not power the node off: {}",
+            node["power_state"]
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    machine.power_off();
+}
+
+/// Waits for `state`, then boots the ramdisk as Ironic's PXE would.
+async fn boot_when(ironic: &Ironic, uuid: &str, machine: &mut Machine<'_>, state: &str) {
+    ironic
+        .wait_for_any_target(uuid, state, Duration::from_secs(120))
+        .await
+        .unwrap();
+    machine.pxe_boot("");
+}
+
+/// Automated cleaning until `available`; the disk is left without any
+/// signature.
+async fn cleaned(ironic: &Ironic, uuid: &str, machine: &mut Machine<'_>, what: &str, t: Instant) {
+    boot_when(ironic, uuid, machine, "clean wait").await;
+    let node = ironic
+        .wait_for(uuid, "available", FLOW_TIMEOUT)
+        .await
+        .unwrap_or_else(|e| panic!("{what}: {e:#}"));
+    follow_power_off(ironic, uuid, machine).await;
+    timing!("flow {what}: available after {}", elapsed(t));
+    assert!(node["last_error"].is_null(), "{}", node["last_error"]);
+    let left = disk_signatures(&machine.disk);
+    assert!(left.is_empty(), "{what} left signatures: {left}");
+}
+
+async fn provide(ironic: &Ironic, uuid: &str, machine: &mut Machine<'_>) {
+    ironic
+        .patch(
+            uuid,
+            json!([{"op": "replace", "path": "/automated_clean", "value": true}]),
+        )
+        .await
+        .unwrap();
+    let t = Instant::now();
+    ironic
+        .provision(uuid, json!({"target": "provide"}))
+        .await
+        .unwrap();
+    cleaned(ironic, uuid, machine, "provide (automated cleaning)", t).await;
+}
+
+async fn undeploy(ironic: &Ironic, uuid: &str, machine: &mut Machine<'_>) {
+    let t = Instant::now();
+    ironic
+        .provision(uuid, json!({"target": "deleted"}))
+        .await
+        .unwrap();
+    // Tear-down powers the deployed system off before cleaning boots the ramdisk.
+    ironic
+        .wait_for_any_target(uuid, "clean wait", Duration::from_secs(120))
+        .await
+        .unwrap();
+    machine.power_off();
+    cleaned(ironic, uuid, machine, "undeploy", t).await;
+}
+
+async fn deploy(
+    ironic: &Ironic,
+    uuid: &str,
+    machine: &mut Machine<'_>,
+    instance_info: Value,
+    what: &str,
+    cd_uuid: &str,
+) {
+    ironic.patch(uuid, instance_info).await.unwrap();
+    let configdrive = json!({
+        "meta_data": {"uuid": cd_uuid, "name": "ironicvm", "hostname": "ironicvm"},
+        "user_data": "#cloud-config\n",
+    });
+    let t = Instant::now();
+    ironic
+        .provision(
+            uuid,
+            json!({"target": "active", "configdrive": configdrive}),
+        )
+        .await
+        .unwrap();
+    boot_when(ironic, uuid, machine, "wait call-back").await;
+    let node = ironic
+        .wait_for(uuid, "active", FLOW_TIMEOUT)
+        .await
+        .unwrap_or_else(|e| panic!("deploy ({what}): {e:#}"));
+    machine.wait_powered_off_by_agent();
+    timing!("flow deploy ({what}): active after {}", elapsed(t));
+    assert!(node["last_error"].is_null(), "{}", node["last_error"]);
+    let (meta, seen) = machine.boot_disk();
+    timing!(
+        "flow deploy ({what}): booted from disk, marker after {:.1} s, meta_data {meta}",
+        seen.as_secs_f64()
+    );
+    assert_eq!(meta["uuid"], json!(cd_uuid), "{meta}");
+    assert_eq!(meta["hostname"], json!("ironicvm"), "{meta}");
+}
+
+async fn bad_checksum(ironic: &Ironic, uuid: &str, machine: &mut Machine<'_>, raw_url: &str) {
+    ironic
+        .patch(
+            uuid,
+            json!([
+                {"op": "add", "path": "/instance_info/image_source", "value": raw_url},
+                {"op": "add", "path": "/instance_info/image_os_hash_algo", "value": "sha256"},
+                {"op": "add", "path": "/instance_info/image_os_hash_value", "value": "0".repeat(64)},
+                {"op": "add", "path": "/instance_info/image_disk_format", "value": "raw"},
+            ]),
+        )
+        .await
+        .unwrap();
+    let t = Instant::now();
+    ironic
+        .provision(uuid, json!({"target": "active"}))
+        .await
+        .unwrap();
+    boot_when(ironic, uuid, machine, "wait call-back").await;
+    let node = ironic
+        .wait_for_any_target(uuid, "deploy failed", FLOW_TIMEOUT)
+        .await
+        .unwrap_or_else(|e| panic!("bad-checksum deploy: {e:#}"));
+    // Ironic 39 ends a failed deploy step without a power action (its
+    // deploying_error_handler only cleans up), so the ramdisk still runs
+    // and looks the node up in vain; stop it as an operator would.
+    println!("bad checksum: node power state {}", node["power_state"]);
+    machine.power_off();
+    timing!("flow bad checksum: deploy failed after {}", elapsed(t));
+    let err = node["last_error"].as_str().unwrap_or_default();
+    println!("bad checksum: last_error = {err}");
+    assert!(
+        err.contains("write_image") && err.contains(&"0".repeat(64)),
+        "{err}"
+    );
+    let logs = ironic.deploy_logs();
+    assert_eq!(logs.len(), 1, "{logs:?}");
+    let listing = hardware_tests::run(Command::new("tar").arg("-tzf").arg(&logs[0])).unwrap();
+    assert!(listing.lines().any(|l| l == "agent.log"), "{listing}");
+    assert!(listing.lines().any(|l| l == "dmesg"), "{listing}");
+}
