@@ -4,7 +4,8 @@
 //! (listening on the bed's bridge) either from `ipa-api-url` on the kernel
 //! command line or by mDNS, looks its node up, heartbeats over HTTPS, and
 //! answers the `get_clean_steps` of an empty manual clean, which takes the
-//! node back to `manageable`. Wall times are printed.
+//! node back to `manageable`. On the debug shell, `agent status` shows the
+//! running agent's node. Wall times are printed.
 
 use std::time::Duration;
 
@@ -60,7 +61,11 @@ fn boot_and_heartbeat(name: &str, mac: &str, firmware: Firmware, api_url: &str) 
             // The debug shell answers on the console while the agent runs.
             vm.type_line("echo shell-$((6*7))-ok; agent --version")?;
             let shell = tokio::task::block_in_place(|| {
-                vm.wait_console("shell-42-ok", Duration::from_secs(30))
+                vm.wait_console("shell-42-ok", Duration::from_secs(30))?;
+                // The debug-shell tools see the running agent.
+                vm.type_line("agent status")?;
+                vm.wait_console(&format!("node: {uuid}"), Duration::from_secs(30))?;
+                vm.wait_console("(ramdisk mode)", Duration::from_secs(5))
             });
             let _ = mdns.shutdown();
             anyhow::Ok((outcome, heartbeat, shell, vm.console(), t))
