@@ -2,12 +2,14 @@
 //! with `ci/ironic/start.sh`, stopped by PID on drop), loop devices the test
 //! creates (detached on drop), and a small client of Ironic's admin API.
 //! Everything a fixture creates is removed when it is dropped, also when a
-//! test fails.
+//! test fails. [`testimage`] builds the bootable disk image that the deploy
+//! tests write and boot.
 
 pub mod bed;
 pub mod ironic;
 pub mod loopdev;
 pub mod netns;
+pub mod testimage;
 
 use std::path::PathBuf;
 use std::process::Command;

@@ -1,15 +1,12 @@
 //! `image-builder build --out DIR …`: the deploy ramdisk (kernel, initramfs
 //! with the static agent as PID 1, iPXE script), reproducibly.
 
-mod assemble;
-mod cpio;
-mod kernel;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
+use image_builder::{assemble, kernel};
 
 /// Builds the deploy ramdisk.
 #[derive(Debug, Parser)]

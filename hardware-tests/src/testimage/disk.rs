@@ -1,0 +1,191 @@
+//! Puts the test image together from files: the loaders' configuration,
+//! the UEFI loader (grub-mkimage), the FAT ESP (mkfs.vfat, mtools,
+//! `syslinux --install`), and the GPT disk around it (sfdisk, gptmbr.bin).
+//! See the module header of `testimage` for the layout.
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, SystemTime};
+
+use anyhow::{bail, Context, Result};
+
+use super::IMAGE_SIZE;
+use crate::run;
+
+const MIB: u64 = 1 << 20;
+/// The ESP starts at 1 MiB (LBA 2048) and ends 1 MiB before the disk's end.
+const ESP_START: u64 = MIB;
+const ESP_SIZE: u64 = IMAGE_SIZE - 2 * MIB;
+/// FAT label the UEFI loader searches for (and the init, to know the disk is there).
+pub(super) const ESP_LABEL: &str = "TESTIMAGE";
+/// Fixed GUIDs, so the same inputs give the same partition table.
+const DISK_GUID: &str = "7E57D15C-0000-4000-8000-000000000001";
+const ESP_GUID: &str = "7E57D15C-0000-4000-8000-000000000002";
+const ESP_TYPE: &str = "C12A7328-F81F-11D2-BA4B-00A0C93EC93B";
+const GPTMBR: &str = "/usr/lib/syslinux/mbr/gptmbr.bin";
+/// Kernel arguments of both loaders.
+const CMDLINE: &str = "console=ttyS0 panic=-1";
+/// mtime given to every file put on the FAT (FAT cannot store 1970).
+const FILE_TIME: u64 = 1_577_836_800; // 2020-01-01
+
+fn syslinux_cfg() -> String {
+    format!(
+        "DEFAULT testimage\nPROMPT 0\nTIMEOUT 0\nLABEL testimage\n  KERNEL /vmlinuz\n  INITRD /initrd.img\n  APPEND {CMDLINE}\n"
+    )
+}
+
+fn grub_cfg() -> String {
+    format!(
+        "search --no-floppy --label {ESP_LABEL} --set=root\nlinux /vmlinuz {CMDLINE}\ninitrd /initrd.img\nboot\n"
+    )
+}
+
+/// Writes `data` to `path` with the fixed mtime.
+fn put(path: &Path, data: &[u8]) -> Result<()> {
+    std::fs::write(path, data).with_context(|| format!("writing {}", path.display()))?;
+    stamp(path)
+}
+
+fn stamp(path: &Path) -> Result<()> {
+    File::open(path)?.set_modified(SystemTime::UNIX_EPOCH + Duration::from_secs(FILE_TIME))?;
+    Ok(())
+}
+
+fn mtools(tool: &str, esp: &Path) -> Command {
+    let mut c = Command::new(tool);
+    c.env("MTOOLS_SKIP_CHECK", "1")
+        .env("SOURCE_DATE_EPOCH", FILE_TIME.to_string())
+        .arg("-i")
+        .arg(esp);
+    c
+}
+
+/// The UEFI loader: a grub core image (grub-mkimage, whose output has a
+/// fixed timestamp) with the few modules it needs and the loader
+/// configuration embedded.
+fn grub_efi(work: &Path, out: &Path) -> Result<()> {
+    let cfg = work.join("grub.cfg");
+    put(&cfg, grub_cfg().as_bytes())?;
+    run(Command::new("grub-mkimage")
+        .args(["-O", "x86_64-efi", "-p", "/EFI/BOOT", "-c"])
+        .arg(&cfg)
+        .arg("-o")
+        .arg(out)
+        .args(["part_gpt", "fat", "search", "search_label", "linux"]))
+    .context("grub-mkimage (ci/install-deps installs grub-efi-amd64-bin)")?;
+    stamp(out)
+}
+
+/// The FAT32 ESP as a file of [`ESP_SIZE`] bytes.
+fn esp(work: &Path, kernel: &Path, initrd: &[u8]) -> Result<std::path::PathBuf> {
+    // The tree to copy, every file and directory with the same mtime.
+    let files = work.join("files");
+    let boot = files.join("EFI/BOOT");
+    std::fs::create_dir_all(&boot)?;
+    grub_efi(work, &boot.join("BOOTX64.EFI"))?;
+    let vmlinuz = files.join("vmlinuz");
+    std::fs::copy(kernel, &vmlinuz).with_context(|| format!("copying {}", kernel.display()))?;
+    stamp(&vmlinuz)?;
+    put(&files.join("initrd.img"), initrd)?;
+    put(&files.join("syslinux.cfg"), syslinux_cfg().as_bytes())?;
+    for d in [boot.as_path(), &files.join("EFI")] {
+        stamp(d)?;
+    }
+
+    let esp = work.join("esp.img");
+    File::create(&esp)?.set_len(ESP_SIZE)?;
+    run(Command::new("mkfs.vfat")
+        .args(["-F", "32", "-n", ESP_LABEL, "--invariant"])
+        .args(["-h", &(ESP_START / 512).to_string()])
+        .arg(&esp))
+    .context("mkfs.vfat (ci/install-deps installs dosfstools)")?;
+    let mut mcopy = mtools("mcopy", &esp);
+    mcopy.args(["-s", "-m"]);
+    for name in ["EFI", "initrd.img", "syslinux.cfg", "vmlinuz"] {
+        mcopy.arg(files.join(name));
+    }
+    run(mcopy.arg("::")).context("mcopy (ci/install-deps installs mtools)")?;
+    // The mtools installer: ldlinux.sys, ldlinux.c32 and the FAT boot sector.
+    run(Command::new("syslinux")
+        .env("MTOOLS_SKIP_CHECK", "1")
+        .arg("--install")
+        .arg(&esp))
+    .context("syslinux (ci/install-deps installs it)")?;
+    super::fat_times::normalise_root(&esp)?;
+    Ok(esp)
+}
+
+/// Copies `src` into `dst` at `offset`, skipping all-zero blocks so `dst`
+/// stays sparse.
+fn copy_sparse(src: &Path, dst: &File, offset: u64) -> Result<()> {
+    let src = File::open(src)?;
+    let len = src.metadata()?.len();
+    let mut buf = vec![0u8; MIB as usize];
+    let mut at = 0;
+    while at < len {
+        let n = (len - at).min(MIB) as usize;
+        src.read_exact_at(&mut buf[..n], at)?;
+        for (i, block) in buf[..n].chunks(64 << 10).enumerate() {
+            if block.iter().any(|b| *b != 0) {
+                dst.write_all_at(block, offset + at + (i as u64) * (64 << 10))?;
+            }
+        }
+        at += n as u64;
+    }
+    Ok(())
+}
+
+/// Builds the raw image at `out`, using `work` for intermediate files.
+pub fn assemble(work: &Path, kernel: &Path, initrd: &[u8], out: &Path) -> Result<()> {
+    let esp = esp(work, kernel, initrd)?;
+    let _ = std::fs::remove_file(out);
+    let disk = File::options()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(out)
+        .with_context(|| format!("creating {}", out.display()))?;
+    disk.set_len(IMAGE_SIZE)?;
+    let script = format!(
+        "label: gpt\nlabel-id: {DISK_GUID}\nfirst-lba: 2048\n\
+         start={}, size={}, type={ESP_TYPE}, uuid={ESP_GUID}, name=\"ESP\", attrs=\"LegacyBIOSBootable\"\n",
+        ESP_START / 512,
+        ESP_SIZE / 512
+    );
+    let mut child = Command::new("sfdisk")
+        .args(["--quiet", "--no-reread", "--no-tell-kernel"])
+        .arg(out)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("running sfdisk")?;
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .context("sfdisk stdin")?
+        .write_all(script.as_bytes())?;
+    let res = child.wait_with_output()?;
+    if !res.status.success() {
+        bail!(
+            "sfdisk {} failed: {}",
+            out.display(),
+            String::from_utf8_lossy(&res.stderr)
+        );
+    }
+    let mbr = std::fs::read(GPTMBR)
+        .with_context(|| format!("reading {GPTMBR} (ci/install-deps installs syslinux-common)"))?;
+    if mbr.len() > 440 {
+        bail!(
+            "{GPTMBR} is {} bytes, more than the 440 of MBR boot code",
+            mbr.len()
+        );
+    }
+    disk.write_all_at(&mbr, 0)?;
+    copy_sparse(&esp, &disk, ESP_START)?;
+    disk.sync_all()?;
+    Ok(())
+}

@@ -1,0 +1,208 @@
+//! A small bootable whole-disk image for the end-to-end deploy tests: after
+//! the agent wrote it, a VM rebooted from its disk proves the deployed
+//! system boots (BIOS or UEFI) and sees its config drive.
+//!
+//! Layout of the raw image (64 MiB, mostly zeros, sparse on disk):
+//!
+//! ```text
+//! LBA 0        protective MBR; boot code = syslinux gptmbr.bin (first 440 bytes)
+//! LBA 1–33     primary GPT (fixed disk and partition GUIDs)
+//! 1 MiB–63 MiB partition 1 "ESP": EFI System type, attribute LegacyBIOSBootable,
+//!              FAT32 labelled TESTIMAGE (fixed volume id), holding
+//!                /vmlinuz             Debian's kernel, the one the deploy ramdisk boots
+//!                /initrd.img          busybox /init + disk and filesystem modules (zstd cpio)
+//!                /syslinux.cfg, /ldlinux.sys, /ldlinux.c32   BIOS: gptmbr → VBR → syslinux
+//!                /EFI/BOOT/BOOTX64.EFI  UEFI: a grub core image (grub-mkimage) with embedded config
+//! last 33 LBAs backup GPT
+//! ```
+//!
+//! Both loaders start the kernel with `console=ttyS0 panic=-1`. The init
+//! ([`initramfs`]) mounts proc/sys/devtmpfs, loads virtio-blk, virtio-scsi,
+//! NVMe, AHCI/ata_piix, sd_mod, isofs and vfat, prints [`marker_line`],
+//! finds the filesystem labelled `config-2` (busybox `findfs`; up to 2 s
+//! after the image's own ESP is visible, 30 s at most),
+//! mounts it read-only and prints its `openstack/latest/meta_data.json`
+//! between [`CONFIG_DRIVE_BEGIN`] and [`CONFIG_DRIVE_END`] (or prints
+//! [`NO_CONFIG_DRIVE`]), then powers off. Nothing depends on the disk's size
+//! or on partitions after the ESP, so the image still boots after the
+//! agent moved the backup GPT to the end of a larger disk and added a
+//! `config-2` partition.
+//!
+//! Built from files only (sfdisk, mkfs.vfat, mtools, `syslinux --install`
+//! on the FAT image, grub-mkimage): no loop devices, no mounts. The
+//! kernel and busybox come from `image-builder/fetch-kernel.sh`, the same
+//! fetch the ramdisk build uses, into the cache next to `$RAMDISK_DIR`.
+//! Module closures come from `image_builder::kernel`, the load order from
+//! the agent's own `modules.dep` reader, the archive from
+//! `image_builder::cpio` (sorted, mtime 0). With fixed GUIDs, the FAT's
+//! fixed volume id, source mtimes kept by mcopy, root entries re-stamped
+//! after the syslinux install (`fat_times`) and
+//! grub-mkimage's fixed PE timestamp, the same inputs give the same image
+//! bytes (tested).
+
+mod disk;
+mod fat_times;
+pub mod initramfs;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+
+use crate::{repo_root, run};
+
+/// Size of the raw image.
+pub const IMAGE_SIZE: u64 = 64 << 20;
+/// Printed before the config drive's `meta_data.json`.
+pub const CONFIG_DRIVE_BEGIN: &str = "testimage: config drive meta_data.json begin";
+/// Printed after it.
+pub const CONFIG_DRIVE_END: &str = "testimage: config drive meta_data.json end";
+/// Printed when no filesystem labelled `config-2` appeared.
+pub const NO_CONFIG_DRIVE: &str = "testimage: no config drive";
+/// Printed when `config-2` was found but could not be mounted.
+pub const CONFIG_DRIVE_UNMOUNTABLE: &str = "testimage: config drive not mountable";
+
+/// A built image.
+#[derive(Debug, Clone)]
+pub struct TestImage {
+    /// The raw whole-disk image.
+    pub raw: PathBuf,
+    /// What its system prints on boot (inside [`marker_line`]).
+    pub marker: String,
+    /// Size of `raw` in bytes.
+    pub size: u64,
+}
+
+/// The console line the booted system prints for `marker`.
+pub fn marker_line(marker: &str) -> String {
+    format!("testimage: booted from disk, marker {marker}")
+}
+
+/// Console text that proves the firmware found nothing to boot:
+/// SeaBIOS (`-nographic` puts its messages on the serial console) after
+/// every boot device failed, and OVMF when it fell back to its built-in
+/// UEFI shell or, on builds without one, gave up. SeaBIOS's per-device
+/// `Boot failed: not a bootable disk` is left out on purpose: another
+/// device may still boot after it.
+pub fn no_boot_lines() -> &'static [&'static str] {
+    &[
+        "No bootable device.",
+        "UEFI Interactive Shell",
+        "BdsDxe: No bootable option or device was found.",
+    ]
+}
+
+/// The `meta_data.json` text the booted system printed, if it printed one.
+pub fn meta_data(console: &str) -> Option<String> {
+    let start = console.find(CONFIG_DRIVE_BEGIN)? + CONFIG_DRIVE_BEGIN.len();
+    let len = console[start..].find(CONFIG_DRIVE_END)?;
+    let body = &console[start..start + len];
+    // The begin line carries the device name; the body starts on the next line.
+    let body = body.split_once('\n').map_or("", |(_, rest)| rest);
+    Some(body.replace('\r', "").trim().to_string())
+}
+
+/// The kernel and busybox the image is built from.
+#[derive(Debug, Clone)]
+pub struct Inputs {
+    /// Debian's kernel, unpacked and depmod'ed.
+    pub kernel: image_builder::kernel::Kernel,
+    /// A static busybox.
+    pub busybox: PathBuf,
+}
+
+impl Inputs {
+    /// Fetches (or finds in the cache) the deploy ramdisk's kernel and
+    /// busybox with `image-builder/fetch-kernel.sh`. The cache is
+    /// `ramdisk-cache` next to `$RAMDISK_DIR` (default `target/ramdisk`),
+    /// where `image-builder/build.sh` keeps it.
+    pub fn fetch() -> Result<Self> {
+        let ramdisk = std::env::var_os("RAMDISK_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| repo_root().join("target/ramdisk"));
+        let cache = ramdisk
+            .parent()
+            .context("RAMDISK_DIR has no parent directory")?
+            .join("ramdisk-cache");
+        let out = run(Command::new(repo_root().join("image-builder/fetch-kernel.sh")).arg(&cache))?;
+        let mut lines = out.lines().map(str::trim).filter(|l| !l.is_empty());
+        let (Some(kroot), Some(busybox)) = (lines.next(), lines.next()) else {
+            bail!("fetch-kernel.sh printed {out:?}, not the kernel root and busybox paths");
+        };
+        Ok(Self {
+            kernel: image_builder::kernel::Kernel::find(Path::new(kroot))?,
+            busybox: PathBuf::from(busybox),
+        })
+    }
+}
+
+/// Builds a whole-disk image in `dir` whose system prints `marker` and its
+/// config drive on ttyS0. `marker` may hold letters, digits, `.`, `_`, `-`.
+pub fn build(dir: &Path, marker: &str) -> Result<TestImage> {
+    build_from(&Inputs::fetch()?, dir, marker)
+}
+
+/// [`build`] with given inputs.
+pub fn build_from(inputs: &Inputs, dir: &Path, marker: &str) -> Result<TestImage> {
+    if marker.is_empty()
+        || !marker
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+    {
+        bail!("marker {marker:?} must be non-empty and hold only letters, digits, '.', '_', '-'");
+    }
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let work = tempfile::tempdir_in(dir)?;
+    let initrd = initramfs::build(&inputs.kernel, &inputs.busybox, marker)?;
+    let raw = dir.join("testimage.raw");
+    disk::assemble(work.path(), &inputs.kernel.image, &initrd, &raw)?;
+    tracing::info!(raw = %raw.display(), marker, "test image built");
+    Ok(TestImage {
+        size: std::fs::metadata(&raw)?.len(),
+        raw,
+        marker: marker.to_string(),
+    })
+}
+
+/// `qemu-img convert` of the raw image to qcow2, with compressed clusters
+/// when `compressed`.
+pub fn to_qcow2(raw: &Path, out: &Path, compressed: bool) -> Result<()> {
+    let mut cmd = Command::new("qemu-img");
+    cmd.args(["convert", "-f", "raw", "-O", "qcow2"]);
+    if compressed {
+        cmd.arg("-c");
+    }
+    run(cmd.arg(raw).arg(out))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn meta_data_is_read_between_the_lines() {
+        let console = format!(
+            "noise\r\n{CONFIG_DRIVE_BEGIN} /dev/vda2 iso9660\r\n{{\"uuid\": \"u-1\"}}\r\n{CONFIG_DRIVE_END}\r\n"
+        );
+        assert_eq!(meta_data(&console).as_deref(), Some("{\"uuid\": \"u-1\"}"));
+        assert_eq!(meta_data(&format!("{NO_CONFIG_DRIVE}\n")), None);
+    }
+
+    #[test]
+    fn markers_that_need_quoting_are_refused() {
+        let inputs = Inputs {
+            kernel: image_builder::kernel::Kernel {
+                image: PathBuf::new(),
+                modules: PathBuf::new(),
+                version: String::new(),
+            },
+            busybox: PathBuf::new(),
+        };
+        let dir = tempfile::tempdir().unwrap();
+        for bad in ["", "a b", "x;poweroff", "$(id)"] {
+            let err = build_from(&inputs, dir.path(), bad).unwrap_err();
+            assert!(err.to_string().contains("marker"), "{err}");
+        }
+    }
+}
