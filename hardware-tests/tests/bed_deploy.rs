@@ -53,18 +53,6 @@ fn image() -> &'static (TestImage, String) {
     })
 }
 
-fn random_uuid() -> String {
-    let h = format!("{:016x}{:016x}", fastrand::u64(..), fastrand::u64(..));
-    format!(
-        "{}-{}-4{}-a{}-{}",
-        &h[..8],
-        &h[8..12],
-        &h[13..16],
-        &h[17..20],
-        &h[20..32]
-    )
-}
-
 fn flow(name: &str, mac: &str, uefi: bool, trouble: Trouble) {
     require_root("the deploy suite on the QEMU test bed");
     let started = Instant::now();
@@ -77,7 +65,7 @@ fn flow(name: &str, mac: &str, uefi: bool, trouble: Trouble) {
     ))
     .unwrap();
     let target = Target::new(&net.logs, "vm", uefi, mac).unwrap();
-    let meta_uuid = random_uuid();
+    let meta_uuid = deploy::random_uuid();
     let work = tempfile::tempdir().unwrap();
     let configdrive =
         deploy::config_drive(work.path(), &json!({"uuid": meta_uuid, "name": name})).unwrap();

@@ -53,6 +53,9 @@ pub const WANTED: &[&str] = &[
     "nls_cp437",
     "nls_iso8859_1",
     "nls_utf8",
+    // Debian's FAT default iocharset is "ascii"
+    "nls_ascii",
+    "efivarfs",
     "crc32c_generic",
     "8021q",
 ];
@@ -67,6 +70,8 @@ pub const ALWAYS: &[&str] = &[
     "nls_cp437",
     "nls_iso8859_1",
     "nls_utf8",
+    "nls_ascii",
+    "efivarfs",
     "8021q",
 ];
 

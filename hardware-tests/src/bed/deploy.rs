@@ -115,6 +115,19 @@ pub fn config_drive(dir: &Path, meta_data: &Value) -> Result<String> {
     Ok(agent::configdrive::source::encode(&std::fs::read(&iso)?))
 }
 
+/// A random version-4 UUID (for config drives' `meta_data.json`).
+pub fn random_uuid() -> String {
+    let h = format!("{:016x}{:016x}", fastrand::u64(..), fastrand::u64(..));
+    format!(
+        "{}-{}-4{}-a{}-{}",
+        &h[..8],
+        &h[8..12],
+        &h[13..16],
+        &h[17..20],
+        &h[20..32]
+    )
+}
+
 /// Hex sha256 of a file.
 pub fn sha256_file(path: &Path) -> Result<String> {
     use std::io::Read;

@@ -224,7 +224,10 @@ fn print_inventory(doc: &Value) {
         "  system    {} {} (serial {})",
         sv["manufacturer"].as_str().unwrap_or("?"),
         sv["product_name"].as_str().unwrap_or("?"),
-        sv["serial_number"].as_str().unwrap_or("?")
+        sv["serial_number"]
+            .as_str()
+            .filter(|s| !s.is_empty())
+            .unwrap_or("-")
     );
     let cpu = &inv["cpu"];
     println!(
