@@ -60,11 +60,7 @@ fn main() -> Result<()> {
     ))?;
     let target = Target::new(&net.logs, "demo", uefi, MAC)?;
     let work = tempfile::tempdir()?;
-    let instance = format!(
-        "{:08x}-demo-4000-8000-{:012x}",
-        fastrand::u32(..),
-        fastrand::u64(..) >> 16
-    );
+    let instance = deploy::random_uuid();
     let configdrive = deploy::config_drive(
         work.path(),
         &json!({"uuid": instance, "name": "demo", "hostname": "demo"}),
