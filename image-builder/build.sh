@@ -16,5 +16,8 @@ agent=$(image-builder/build-agent.sh)
 fetched=$(image-builder/fetch-kernel.sh "$cache")
 kroot=$(sed -n 1p <<<"$fetched")
 busybox=$(sed -n 2p <<<"$fetched")
+ssh=$(image-builder/fetch-ssh.sh "$cache")
+firmware=$(image-builder/fetch-firmware.sh "$cache")
 cargo run --release --locked -q -p image-builder -- build --out "$out" \
-    --kernel-root "$kroot" --agent "$agent" --busybox "$busybox" "$@"
+    --kernel-root "$kroot" --agent "$agent" --busybox "$busybox" \
+    --extra-root "$ssh" --firmware-root "$firmware" "$@"

@@ -87,9 +87,10 @@ pub async fn start(config: Config) -> Result<RunningAgent> {
         config.http_request_timeout,
     )?;
     let inspected = inspect::run_if_configured(&config, &http).await;
-    let client = ConductorClient::new(http, urls, config.global_request_id.clone());
+    let client = ConductorClient::new(http, urls.clone(), config.global_request_id.clone());
     let (tx, events) = mpsc::unbounded_channel();
     let state = Arc::new(AgentState::new(config, Some(tx)));
+    state.update_session(|s| s.conductor_urls = urls);
     let config = &state.config;
     let node_uuid = inspected.as_ref().and_then(|o| o.node_uuid.clone());
     if let Some(l) = inspected.as_ref().and_then(|o| o.lookup.as_ref()) {
@@ -145,6 +146,7 @@ pub async fn start(config: Config) -> Result<RunningAgent> {
         lookup: session,
         server,
     };
+    state.update_session(|s| s.callback_url = Some(callback_url.clone()));
     let task = tokio::spawn(session_loop.heartbeat_loop(events));
     Ok(RunningAgent {
         state,
@@ -247,19 +249,32 @@ async fn lookup_until_found(
     let mut delay = config.lookup_interval;
     let mut conflicts = 0usize;
     let mut throttle = LogThrottle::default();
+    state.update_session(|s| {
+        s.lookup = "looking up".into();
+        s.node_uuid = None;
+    });
     loop {
         let problem = match client.lookup(version, macs, node_uuid).await {
             Ok(found) => {
+                let uuid = found.node_uuid.clone();
+                let set_found = |what: &str| {
+                    state.update_session(|s| {
+                        s.lookup = what.into();
+                        s.node_uuid = Some(uuid.clone());
+                    })
+                };
                 state.set_lookup_config(found.config.clone());
                 state.cache_node(found.node.clone());
                 match decide_token(found.config.agent_token.as_deref(), state.token().as_deref()) {
                     TokenDecision::Adopt(t) => {
                         state.set_token(Some(t));
                         tracing::info!(node = %found.node_uuid, "node found; token received");
+                        set_found("found; token received");
                         return Ok(found);
                     }
                     TokenDecision::KeepKnown => {
                         tracing::info!(node = %found.node_uuid, "node found; using the pre-shared token");
+                        set_found("found; pre-shared token");
                         return Ok(found);
                     }
                     TokenDecision::LockedOut => format!(
@@ -285,6 +300,7 @@ async fn lookup_until_found(
             }
         };
         throttle.warn(&problem);
+        state.update_session(|s| s.lookup = format!("looking up; last problem: {problem}"));
         if deadline.is_some_and(|d| Instant::now() >= d) {
             bail!(
                 "no node found within {} s; last problem: {problem}",
@@ -386,6 +402,11 @@ impl Session {
         if r.is_ok() {
             tracing::debug!(node = %self.lookup.node_uuid, "heartbeat accepted");
         }
+        let problem = r.as_ref().err().map(ToString::to_string);
+        self.state.update_session(|s| {
+            s.heartbeats_accepted += u64::from(problem.is_none());
+            s.last_heartbeat = Some((std::time::Instant::now(), problem));
+        });
         r
     }
 

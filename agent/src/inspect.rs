@@ -8,7 +8,8 @@
 //! `******` is no lock-out); a 406 from an older Ironic is retried without
 //! the version header (IPA's way, answer `{"uuid"}`). Collector failures go
 //! into `error`, which makes Ironic fail the inspection visibly; unknown or
-//! unimplemented collectors are only logged.
+//! unimplemented collectors are only logged. The optional collectors'
+//! readers live in [`crate::collectors`].
 
 use std::time::Duration;
 
@@ -20,7 +21,7 @@ use crate::conductor::lookup::parse_lookup;
 use crate::conductor::{ironic_error_message, LookupResult};
 use crate::config::{Config, RunMode};
 use crate::inventory::{self, Inventory, Options};
-use crate::{hints, lldp};
+use crate::{collectors, hints, lldp};
 
 /// What Ironic's answer told us.
 #[derive(Debug, Clone, PartialEq)]
@@ -80,6 +81,18 @@ impl Default for RetryPolicy {
         }
     }
 }
+
+/// Collectors this agent implements (`ipa-inspection-collectors`).
+pub const KNOWN_COLLECTORS: &[&str] = &[
+    "default",
+    "lldp",
+    "pci-devices",
+    "usb-devices",
+    "numa-topology",
+    "dmi-decode",
+    "extra-hardware",
+    "logs",
+];
 
 /// The hardware manager this agent reports, as IPA's generic one.
 pub fn managers() -> Value {
@@ -157,6 +170,12 @@ pub async fn collect(config: &Config, opts: &Options) -> Value {
                 Err(e) => tracing::warn!("no root disk to report: {e}"),
             }
             doc.insert("boot_interface".into(), json!(inv.boot.pxe_interface));
+            if wants("extra-hardware") {
+                doc.insert(
+                    "data".into(),
+                    json!(collectors::extra::data(&opts.root, &inv)),
+                );
+            }
             doc.insert("inventory".into(), json!(inv));
         }
         Err(e) => errors.push(format!("collecting the inventory failed: {e:#}")),
@@ -167,9 +186,40 @@ pub async fn collect(config: &Config, opts: &Options) -> Value {
             json!(pci_devices(&opts.root.join("sys/bus/pci/devices"))),
         );
     }
+    if wants("usb-devices") {
+        doc.insert("usb_devices".into(), collectors::usb::devices(&opts.root));
+    }
+    if wants("numa-topology") {
+        // IPA only logs a topology it cannot read; no `numa_topology` then.
+        match collectors::numa::topology(&opts.root) {
+            Ok(t) => {
+                doc.insert("numa_topology".into(), t);
+            }
+            Err(e) => tracing::warn!("numa-topology collector: {e}"),
+        }
+    }
+    if wants("dmi-decode") {
+        match collectors::dmi::decode(&opts.root) {
+            Some(d) => {
+                doc.insert("dmi".into(), d);
+            }
+            None => errors.push("dmi-decode: no SMBIOS table to read".into()),
+        }
+    }
     for c in collectors {
-        if !matches!(c.as_str(), "default" | "lldp" | "pci-devices") {
+        if !KNOWN_COLLECTORS.contains(&c.as_str()) {
             tracing::warn!(collector = %c, "inspection collector not available in this agent; skipped");
+        }
+    }
+    // Last, as IPA asks of its `logs` collector, so the bundle holds the
+    // log lines of everything above. Its failures are only logged (IPA).
+    if wants("logs") {
+        match tokio::task::spawn_blocking(crate::logs::bundle).await {
+            Ok(Ok(b64)) => {
+                doc.insert("logs".into(), json!(b64));
+            }
+            Ok(Err(e)) => tracing::warn!("logs collector: {e}"),
+            Err(e) => tracing::warn!("logs collector crashed: {e}"),
         }
     }
     doc.insert(

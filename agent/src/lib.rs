@@ -18,6 +18,7 @@
 pub mod agent;
 pub mod api;
 pub mod cli;
+pub mod collectors;
 pub mod commands;
 pub mod conductor;
 pub mod config;

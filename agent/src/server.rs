@@ -97,6 +97,7 @@ async fn serve_one(
     router: Router,
     tls: Option<TlsAcceptor>,
 ) {
+    let router = router.layer(axum::Extension(crate::api::PeerAddr(peer)));
     let service = TowerToHyperService::new(router);
     let http = hyper::server::conn::http1::Builder::new();
     let result = match tls {

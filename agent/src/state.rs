@@ -33,6 +33,24 @@ pub enum AgentEvent {
     Lockdown,
 }
 
+/// What the conductor session is doing, for `agent status`.
+#[derive(Debug, Clone, Default)]
+pub struct SessionInfo {
+    /// The conductor URLs in use.
+    pub conductor_urls: Vec<String>,
+    /// `looking up`, `found`, or the last lookup problem.
+    pub lookup: String,
+    /// The node found.
+    pub node_uuid: Option<String>,
+    /// The callback URL sent in heartbeats.
+    pub callback_url: Option<String>,
+    /// When the last heartbeat was sent, and whether it was accepted
+    /// (`None`) or why not.
+    pub last_heartbeat: Option<(std::time::Instant, Option<String>)>,
+    /// Heartbeats accepted so far.
+    pub heartbeats_accepted: u64,
+}
+
 /// Shared state.
 #[derive(Debug)]
 pub struct AgentState {
@@ -48,6 +66,7 @@ pub struct AgentState {
     lookup_config: RwLock<Option<LookupConfig>>,
     events: Mutex<Option<mpsc::UnboundedSender<AgentEvent>>>,
     abort: Mutex<Arc<AtomicBool>>,
+    session: RwLock<SessionInfo>,
 }
 
 impl AgentState {
@@ -67,7 +86,24 @@ impl AgentState {
             lookup_config: RwLock::new(None),
             events: Mutex::new(events),
             abort: Mutex::new(Arc::new(AtomicBool::new(false))),
+            session: RwLock::new(SessionInfo {
+                lookup: "not started".into(),
+                ..SessionInfo::default()
+            }),
         }
+    }
+
+    /// The conductor session as last recorded.
+    pub fn session(&self) -> SessionInfo {
+        self.session
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Records a change of the conductor session.
+    pub fn update_session(&self, f: impl FnOnce(&mut SessionInfo)) {
+        f(&mut self.session.write().unwrap_or_else(|p| p.into_inner()));
     }
 
     /// The agent token, once known.

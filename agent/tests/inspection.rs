@@ -176,6 +176,7 @@ async fn the_document_has_the_shape_of_spec_4_3() {
             "configuration",
             "error",
             "inventory",
+            "logs",
             "pci_devices",
             "root_disk"
         ]

@@ -5,6 +5,7 @@
 //! test fails. [`testimage`] builds the bootable disk image that the deploy
 //! tests write and boot.
 
+pub mod agentapi;
 pub mod bed;
 pub mod ironic;
 pub mod loopdev;

@@ -26,11 +26,21 @@ impl LoopDevice {
     /// Same, with the backing file under `parent` (e.g. a tmpfs, so the
     /// disk is not what limits a benchmark).
     pub fn new_in(parent: &std::path::Path, size: u64) -> Result<Self> {
+        Self::create(parent, size, 512)
+    }
+
+    /// A loop device with `sector`-byte logical sectors (4096: a 4Kn disk).
+    pub fn with_sector_size(size: u64, sector: u32) -> Result<Self> {
+        Self::create(&std::env::temp_dir(), size, sector)
+    }
+
+    fn create(parent: &std::path::Path, size: u64, sector: u32) -> Result<Self> {
         let dir = tempfile::tempdir_in(parent)?;
         let file = dir.path().join("disk.img");
         std::fs::File::create(&file)?.set_len(size)?;
         let dev = run(Command::new("losetup")
-            .args(["--find", "--show", "--partscan"])
+            .args(["--find", "--show", "--partscan", "--sector-size"])
+            .arg(sector.to_string())
             .arg(&file))?;
         Ok(Self {
             path: PathBuf::from(dev),

@@ -1,153 +1,122 @@
-//! The built deploy ramdisk boots in QEMU (TCG, no KVM) with user-mode
-//! networking: PID 1 loads the virtio drivers, DHCP gets 10.0.2.15 from
-//! slirp, and the agent finds the test conductor by `ipa-api-url`
-//! (10.0.2.2 is the host's loopback), looks the node up and heartbeats.
-//! The conductor reaches the agent's API through a slirp host forward on
-//! 127.0.0.1, so a manual clean (erase_devices_metadata on a virtual disk
-//! that is a file in the test's directory) runs end to end. The boot has
-//! `agent.shell=1`: a command typed on the serial console must run; and
-//! `ipa-enable-vlan-interfaces=eth0.42`: the VLAN interface is created in
-//! the guest and asks for DHCP (slirp has no VLANs, so it gets no answer;
-//! this machine's kernel has no 8021q, so the guest is the only place to
-//! test the ioctl).
-//!
-//! The ramdisk is `$RAMDISK_DIR` or `target/ramdisk` (built by
-//! `image-builder/build.sh` when missing). QEMU is killed by PID on drop.
+//! The built deploy ramdisk booted directly (QEMU `-kernel`/`-initrd`, no
+//! firmware or PXE: the fastest path, whose phase times the README quotes)
+//! on the QEMU test bed: PID 1 loads the virtio drivers, DHCP gets the bed's
+//! fixed lease, the agent finds the test conductor by `ipa-api-url`, looks
+//! the node up and heartbeats, and a manual clean (erase_devices_metadata
+//! of a virtual disk that carries a GPT) runs end to end. The boot has
+//! `agent.shell=1` (a command typed on the serial console must run) and
+//! `ipa-enable-vlan-interfaces=eth0.42` (the explicit VLAN interface is
+//! created in the guest and asks for DHCP: this machine's kernel has no
+//! 8021q, so the guest is the only place to test the ioctl, and nothing
+//! answers on VLAN 42).
 
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 use agent::testconductor::{Settings, TestConductor};
-use hardware_tests::{repo_root, require_root, run};
-
-struct Qemu(Child);
-
-impl Drop for Qemu {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use hardware_tests::bed::{self, Boot, Bus, Disk, Net, NetOptions, Nic, Vm, VmSpec, BRIDGE_IP};
+use hardware_tests::{require_root, run};
 
 const MAC: &str = "52:54:00:12:34:56";
 
-#[tokio::test(flavor = "multi_thread")]
-async fn ramdisk_boots_looks_up_and_heartbeats_in_qemu() {
+#[test]
+fn ramdisk_boots_looks_up_and_heartbeats_in_qemu() {
     require_root("the QEMU ramdisk test");
-    let dir = std::env::var_os("RAMDISK_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| repo_root().join("target/ramdisk"));
-    if !dir.join("deploy.initramfs").exists() {
-        run(Command::new(repo_root().join("image-builder/build.sh")).arg(&dir)).unwrap();
-    }
+    let ramdisk = bed::ramdisk_dir().unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let disk = tmp.path().join("disk.img");
     std::fs::File::create(&disk)
         .unwrap()
         .set_len(64 << 20)
         .unwrap();
-
-    let conductor = TestConductor::start(Settings::default()).await.unwrap();
-    let uuid = conductor.enroll(&[MAC]);
-    let erase =
-        serde_json::json!({"interface": "deploy", "step": "erase_devices_metadata", "args": {}});
-    conductor.start_clean(&uuid, Some(vec![erase])).unwrap();
-    let port = conductor.url().rsplit(':').next().unwrap().to_string();
-    let fwd = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-
-    let console = tmp.path().join("console.log");
-    let append = format!(
-        "console=ttyS0 quiet panic=-1 BOOTIF=01-{} ipa-api-url=http://10.0.2.2:{port} \
-         ipa-advertise-host=127.0.0.1 ipa-advertise-port={fwd} agent.shell=1 \
-         ipa-enable-vlan-interfaces=eth0.42 agent.dhcp-timeout=4",
-        MAC.replace(':', "-")
+    let script = tmp.path().join("gpt.sfdisk");
+    std::fs::write(&script, "label: gpt\n,,L\n").unwrap();
+    run(Command::new("sfdisk")
+        .arg("-q")
+        .arg(&disk)
+        .stdin(std::fs::File::open(&script).unwrap()))
+    .unwrap();
+    assert!(
+        run(Command::new("wipefs").arg("--no-act").arg(&disk))
+            .unwrap()
+            .contains("gpt"),
+        "the test disk has no GPT"
     );
-    let started = Instant::now();
-    let mut qemu = Qemu(
-        Command::new("qemu-system-x86_64")
-            .args([
-                "-accel",
-                "tcg",
-                "-cpu",
-                "qemu64,+rdrand",
-                "-m",
-                "1024",
-                "-smp",
-                "1",
-            ])
-            .args([
-                "-nographic",
-                "-no-reboot",
-                "-nodefaults",
-                "-serial",
-                "stdio",
-            ])
-            .arg("-kernel")
-            .arg(dir.join("deploy.kernel"))
-            .arg("-initrd")
-            .arg(dir.join("deploy.initramfs"))
-            .arg("-append")
-            .arg(&append)
-            .arg("-drive")
-            .arg(format!("file={},if=virtio,format=raw", disk.display()))
-            .arg("-netdev")
-            .arg(format!("user,id=n0,hostfwd=tcp:127.0.0.1:{fwd}-:9999"))
-            .arg("-device")
-            .arg(format!("virtio-net-pci,netdev=n0,mac={MAC},romfile="))
-            .stdin(Stdio::piped())
-            .stdout(std::fs::File::create(&console).unwrap())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("qemu-system-x86_64 (ci/install-deps installs it)"),
-    );
-
-    let mut first_heartbeat = None;
-    let result = async {
-        let deadline = Instant::now() + Duration::from_secs(240);
-        while Instant::now() < deadline {
-            let t = conductor.transcript();
-            if first_heartbeat.is_none() && t.iter().any(|l| l.contains("heartbeat")) {
-                first_heartbeat = Some(started.elapsed());
-                // The debug shell has been up since before the agent started.
-                if let Some(stdin) = qemu.0.stdin.as_mut() {
-                    use std::io::Write;
-                    let _ = stdin.write_all(b"echo shell-ok-$((6*7)); agent --version\n");
-                    let _ = stdin.flush();
+    let mut opts = NetOptions::pxe("direct", &ramdisk, "");
+    opts.ramdisk = None;
+    let net = Net::start(opts).unwrap();
+    let mut spec = VmSpec::new("vm");
+    spec.nics.push(Nic { mac: MAC.into() });
+    spec.disks.push(Disk {
+        path: disk.clone(),
+        size: 64 << 20,
+        bus: Bus::Virtio,
+        serial: "DIRECT01".into(),
+        model: None,
+    });
+    spec.boot = Boot::Direct {
+        kernel: ramdisk.join("deploy.kernel"),
+        initrd: ramdisk.join("deploy.initramfs"),
+        append: format!(
+            "console=ttyS0 quiet panic=-1 BOOTIF=01-{} ipa-api-url=http://{BRIDGE_IP}:6385 \
+             agent.shell=1 ipa-enable-vlan-interfaces=eth0.42 agent.dhcp-timeout=4",
+            MAC.replace(':', "-")
+        ),
+    };
+    let (outcome, shell, console, transcript, heartbeat_at) = net
+        .block_on(async {
+            let conductor = TestConductor::start_on(
+                Settings::default(),
+                format!("{BRIDGE_IP}:6385").parse().unwrap(),
+            )
+            .await
+            .unwrap();
+            let uuid = conductor.enroll(&[MAC]);
+            let erase = serde_json::json!(
+                {"interface": "deploy", "step": "erase_devices_metadata", "args": {}});
+            conductor.start_clean(&uuid, Some(vec![erase])).unwrap();
+            let mut vm = Vm::start(&net, &spec).unwrap();
+            let mut heartbeat_at = None;
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(240);
+            while heartbeat_at.is_none() && tokio::time::Instant::now() < deadline {
+                if conductor.transcript().iter().any(|l| l.contains("heartbeat")) {
+                    heartbeat_at = Some(vm.elapsed());
                 }
+                tokio::time::sleep(Duration::from_millis(100)).await;
             }
-            if conductor
-                .node(&uuid)
-                .is_some_and(|n| n.provision_state == "manageable")
-            {
-                return Ok(());
-            }
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
-        Err(anyhow::anyhow!("the node did not reach manageable"))
-    }
-    .await;
-    let log = std::fs::read_to_string(&console).unwrap_or_default();
-    println!("--- console ---\n{log}--- end ---");
-    println!("transcript:\n{}", conductor.transcript().join("\n"));
-    println!(
-        "host: first heartbeat {first_heartbeat:?} after starting QEMU, clean done after {:?}",
-        started.elapsed()
+            let outcome = conductor
+                .wait_for_state(&uuid, "manageable", Duration::from_secs(120))
+                .await;
+            println!("direct boot: first heartbeat {heartbeat_at:?}, clean done {:?} after starting QEMU", vm.elapsed());
+            vm.type_line("echo shell-ok-$((6*7)); agent --version").unwrap();
+            let shell = tokio::task::block_in_place(|| {
+                vm.wait_console("shell-ok-42", Duration::from_secs(30))
+            });
+            (outcome, shell, vm.console(), conductor.transcript(), heartbeat_at)
+        })
+        .unwrap();
+    let ctx = format!(
+        "\n--- transcript ---\n{}\n--- console ({}) ---\n{console}",
+        transcript.join("\n"),
+        net.logs.display()
     );
-    drop(qemu);
-    let t = conductor.transcript();
+    outcome.unwrap_or_else(|e| panic!("{e:#}{ctx}"));
+    assert!(heartbeat_at.is_some(), "no heartbeat{ctx}");
     assert!(
-        t.iter()
+        transcript
+            .iter()
             .any(|l| l.contains("GET /v1/lookup") && l.ends_with("-> 200")),
-        "no successful lookup"
+        "no successful lookup{ctx}"
     );
-    assert!(t.iter().any(|l| l.contains("heartbeat")), "no heartbeat");
     assert!(
-        log.contains("phase modules done") && log.contains("phase network done"),
-        "no init phases on the console"
+        console.contains("phase modules done") && console.contains("phase network done"),
+        "no init phases on the console{ctx}"
     );
-    result.unwrap();
+    assert!(
+        console.contains(&format!("eth0.42 {MAC}: no address (no DHCP offer")),
+        "the explicit VLAN eth0.42 did not ask for DHCP{ctx}"
+    );
+    shell.unwrap_or_else(|e| panic!("the debug shell did not answer: {e:#}{ctx}"));
+    let left = run(Command::new("wipefs").arg("--no-act").arg(&disk)).unwrap_or_default();
+    assert!(left.is_empty(), "the clean left signatures: {left}{ctx}");
 }

@@ -22,6 +22,23 @@ pub struct Inputs {
     pub busybox: Option<PathBuf>,
     /// CA bundle to ship as `/etc/ssl/certs/ca-certificates.crt`.
     pub ca_bundle: Option<PathBuf>,
+    /// Directory trees merged in as they are (e.g. the SSH server and its
+    /// libraries); files keep their permission bits, symlinks their targets.
+    pub extra_roots: Vec<PathBuf>,
+    /// Unpacked firmware packages (`lib/firmware/…`): the blobs the
+    /// included modules name are copied from there.
+    pub firmware_root: Option<PathBuf>,
+}
+
+/// What the tree holds besides its files.
+#[derive(Debug, Default)]
+pub struct Report {
+    /// Wanted modules that are built in or absent.
+    pub missing_modules: Vec<String>,
+    /// Firmware named by included modules that no package had.
+    pub missing_firmware: Vec<String>,
+    /// Bytes of firmware included.
+    pub firmware_bytes: u64,
 }
 
 /// Applets linked to busybox in `/bin`.
@@ -33,7 +50,7 @@ const APPLETS: &[&str] = &[
 ];
 
 /// The tree as path → entry (sorted by path, parents before children).
-pub fn tree(inputs: &Inputs) -> Result<(BTreeMap<String, Entry>, Vec<String>)> {
+pub fn tree(inputs: &Inputs) -> Result<(BTreeMap<String, Entry>, Report)> {
     let mut t = BTreeMap::new();
     let dir = |m| Entry::Dir { mode: m };
     for d in [
@@ -109,6 +126,10 @@ pub fn tree(inputs: &Inputs) -> Result<(BTreeMap<String, Entry>, Vec<String>)> {
         text(kernel::ALWAYS.iter().map(|m| format!("{m}\n")).collect()),
     );
 
+    for root in &inputs.extra_roots {
+        merge_tree(&mut t, root, root).with_context(|| format!("adding {}", root.display()))?;
+    }
+
     let k = &inputs.kernel;
     let read = |f: &str| std::fs::read_to_string(k.modules.join(f)).unwrap_or_default();
     let dep = read("modules.dep");
@@ -134,7 +155,49 @@ pub fn tree(inputs: &Inputs) -> Result<(BTreeMap<String, Entry>, Vec<String>)> {
         }
         t.insert(format!("{base}/{f}"), file(&k.modules.join(f), 0o644)?);
     }
-    Ok((t, missing))
+    let mut report = Report {
+        missing_modules: missing,
+        ..Report::default()
+    };
+    if let Some(fw) = &inputs.firmware_root {
+        let mut wanted = std::collections::BTreeSet::new();
+        for f in &files {
+            if let Some(Entry::File { data, .. }) = t.get(&format!("{base}/{f}")) {
+                wanted.extend(crate::firmware::names(data));
+            }
+        }
+        let (missing, bytes) = crate::firmware::add(&mut t, fw, &wanted)?;
+        report.missing_firmware = missing;
+        report.firmware_bytes = bytes;
+    }
+    Ok((t, report))
+}
+
+/// Adds everything under `dir` (relative to `root`) to the tree.
+fn merge_tree(t: &mut BTreeMap<String, Entry>, root: &Path, dir: &Path) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut entries: Vec<_> = std::fs::read_dir(dir)?.collect::<std::io::Result<_>>()?;
+    entries.sort_by_key(|e| e.file_name());
+    for e in entries {
+        let path = e.path();
+        let rel = path
+            .strip_prefix(root)?
+            .to_str()
+            .with_context(|| format!("{} is not UTF-8", path.display()))?
+            .to_string();
+        let meta = std::fs::symlink_metadata(&path)?;
+        let mode = meta.permissions().mode() & 0o7777;
+        if meta.file_type().is_symlink() {
+            let target = std::fs::read_link(&path)?.to_string_lossy().into_owned();
+            t.insert(rel, Entry::Symlink { target });
+        } else if meta.is_dir() {
+            t.insert(rel, Entry::Dir { mode });
+            merge_tree(t, root, &path)?;
+        } else if meta.is_file() {
+            t.insert(rel, file(&path, mode)?);
+        }
+    }
+    Ok(())
 }
 
 fn file(p: &Path, mode: u32) -> Result<Entry> {
@@ -193,16 +256,43 @@ mod tests {
             agent: root.join("agent"),
             busybox: None,
             ca_bundle: None,
+            extra_roots: Vec::new(),
+            firmware_root: None,
         }
+    }
+
+    #[test]
+    fn extra_roots_are_merged_with_modes_and_links() {
+        use std::os::unix::fs::PermissionsExt;
+        let t = tempfile::tempdir().unwrap();
+        let mut i = inputs(t.path());
+        let x = t.path().join("extra");
+        std::fs::create_dir_all(x.join("usr/sbin")).unwrap();
+        std::fs::create_dir_all(x.join("lib64")).unwrap();
+        std::fs::write(x.join("usr/sbin/dropbear"), b"\x7fELF d").unwrap();
+        std::fs::set_permissions(
+            x.join("usr/sbin/dropbear"),
+            std::fs::Permissions::from_mode(0o755),
+        )
+        .unwrap();
+        std::os::unix::fs::symlink("../lib/ld.so", x.join("lib64/ld.so")).unwrap();
+        i.extra_roots.push(x);
+        let (m, _) = tree(&i).unwrap();
+        assert!(
+            matches!(&m["usr/sbin/dropbear"], Entry::File { mode: 0o755, data } if data == b"\x7fELF d")
+        );
+        assert!(matches!(&m["lib64/ld.so"], Entry::Symlink { target } if target == "../lib/ld.so"));
+        assert!(matches!(&m["usr/sbin"], Entry::Dir { .. }));
+        assert!(m.contains_key("init"), "the rest is still there");
     }
 
     #[test]
     fn same_inputs_same_bytes_and_expected_members() {
         let t = tempfile::tempdir().unwrap();
         let i = inputs(t.path());
-        let (members, missing) = tree(&i).unwrap();
+        let (members, report) = tree(&i).unwrap();
         assert!(
-            missing.contains(&"ahci".to_string()),
+            report.missing_modules.contains(&"ahci".to_string()),
             "absent modules are reported"
         );
         for p in [

@@ -41,6 +41,8 @@ pub const WANTED: &[&str] = &[
     "i40e",
     "ice",
     "bnxt_en",
+    "bnx2x",
+    "qede",
     "tg3",
     "mlx5_core",
     "r8169",
@@ -58,6 +60,11 @@ pub const WANTED: &[&str] = &[
     "efivarfs",
     "crc32c_generic",
     "8021q",
+    // IPMI: the BMC's LAN settings for the inventory (ipmi_si binds by
+    // ACPI IPI0001 / SMBIOS type 38 modalias; ipmi_devintf gives /dev/ipmi0)
+    "ipmi_msghandler",
+    "ipmi_si",
+    "ipmi_devintf",
 ];
 
 /// Modules loaded at boot whatever devices exist (no modalias asks for them).
@@ -73,6 +80,8 @@ pub const ALWAYS: &[&str] = &[
     "nls_ascii",
     "efivarfs",
     "8021q",
+    // no modalias: the character device for whichever IPMI driver binds
+    "ipmi_devintf",
 ];
 
 /// A kernel in an unpacked package tree (`boot/vmlinuz-V`, `lib/modules/V`).
@@ -179,6 +188,18 @@ kernel/drivers/net/net_failover.ko: kernel/net/core/failover.ko
 kernel/net/core/failover.ko:
 kernel/sound/snd.ko:
 ";
+
+    #[test]
+    fn preloaded_modules_are_shipped_and_ipmi_is_there() {
+        for m in ALWAYS {
+            assert!(WANTED.contains(m), "{m} is preloaded but not shipped");
+        }
+        // The BMC addresses in the inventory need the IPMI driver stack.
+        for m in ["ipmi_msghandler", "ipmi_si", "ipmi_devintf"] {
+            assert!(WANTED.contains(&m), "{m}");
+        }
+        assert!(ALWAYS.contains(&"ipmi_devintf"));
+    }
 
     #[test]
     fn closure_takes_dependencies() {

@@ -1,9 +1,11 @@
 //! The deploy-ramdisk builder as a library: [`kernel`] finds a kernel in an
 //! unpacked package and resolves module closures from `modules.dep`,
-//! [`cpio`] writes reproducible newc archives, [`assemble`] puts the
+//! [`cpio`] writes reproducible newc archives, [`firmware`] picks the
+//! blobs the drivers name, [`assemble`] puts the
 //! deploy initramfs together. The `image-builder` binary drives them; the
 //! test disk image in `hardware-tests` reuses `kernel` and `cpio`.
 
 pub mod assemble;
 pub mod cpio;
+pub mod firmware;
 pub mod kernel;

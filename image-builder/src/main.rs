@@ -39,6 +39,14 @@ struct BuildArgs {
     /// A static busybox for the debug shell.
     #[arg(long)]
     busybox: Option<PathBuf>,
+    /// A directory tree to add as it is (repeatable), e.g. the SSH server
+    /// with its libraries from `image-builder/fetch-ssh.sh`.
+    #[arg(long)]
+    extra_root: Vec<PathBuf>,
+    /// Unpacked firmware packages (from `image-builder/fetch-firmware.sh`):
+    /// the blobs the included drivers name go to `lib/firmware`.
+    #[arg(long)]
+    firmware_root: Option<PathBuf>,
     /// CA bundle to include (default: the build host's, if any).
     #[arg(long)]
     ca_bundle: Option<PathBuf>,
@@ -83,13 +91,29 @@ fn run(cli: Cli) -> Result<()> {
         agent: args.agent.clone(),
         busybox: args.busybox.clone(),
         ca_bundle: ca,
+        extra_roots: args.extra_root.clone(),
+        firmware_root: args.firmware_root.clone(),
     };
-    let (tree, missing) = assemble::tree(&inputs)?;
-    if !missing.is_empty() {
+    let (tree, report) = assemble::tree(&inputs)?;
+    if !report.missing_modules.is_empty() {
         println!(
             "not modules in {} (built in or absent): {}",
             kernel.version,
-            missing.join(" ")
+            report.missing_modules.join(" ")
+        );
+    }
+    if args.firmware_root.is_some() {
+        println!(
+            "firmware: {:.1} MiB for the included drivers{}",
+            report.firmware_bytes as f64 / 1048576.0,
+            if report.missing_firmware.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; not in the packages: {}",
+                    report.missing_firmware.join(" ")
+                )
+            }
         );
     }
     let initramfs = assemble::initramfs(&tree)?;

@@ -47,6 +47,10 @@ pub fn router(state: Arc<AgentState>) -> Router {
         .route("/v1/commands/", commands.clone())
         .route("/commands", commands.clone())
         .route("/commands/", commands)
+        .route(
+            "/v1/local/status",
+            get(local_status).fallback(method_not_allowed),
+        )
         .route("/v1/commands/{id}", one.clone())
         .route("/commands/{id}", one)
         .fallback(not_found)
@@ -99,6 +103,44 @@ async fn v1(headers: axum::http::HeaderMap) -> Json<Value> {
 
 async fn status(State(state): State<Arc<AgentState>>) -> Json<Value> {
     Json(json!({"started_at": state.started_at, "version": AGENT_VERSION}))
+}
+
+/// The peer of a connection, added by [`crate::server`] to every request.
+#[derive(Debug, Clone, Copy)]
+pub struct PeerAddr(pub std::net::SocketAddr);
+
+/// `GET /v1/local/status` (ours, for `agent status` in the debug shell):
+/// the conductor session and the command list with progress. Served only
+/// to clients on the loopback interface (root on the console, or the host
+/// in host mode); read-only, so it needs no agent token. Any other peer,
+/// or a request without a known peer, gets 404 as for an unknown route.
+async fn local_status(
+    State(state): State<Arc<AgentState>>,
+    peer: Option<axum::Extension<PeerAddr>>,
+) -> Result<Json<Value>, ApiError> {
+    let local =
+        peer.is_some_and(|axum::Extension(PeerAddr(p))| p.ip().to_canonical().is_loopback());
+    if !local {
+        return Err(ApiError::NotFound("no resource at /v1/local/status".into()));
+    }
+    let s = state.session();
+    let heartbeat = s.last_heartbeat.as_ref().map(|(at, problem)| {
+        json!({"seconds_ago": (at.elapsed().as_secs_f64() * 10.0).round() / 10.0,
+               "accepted": problem.is_none(), "error": problem})
+    });
+    Ok(Json(json!({
+        "version": AGENT_VERSION,
+        "started_at": state.started_at,
+        "mode": format!("{:?}", state.config.mode).to_lowercase(),
+        "conductor_urls": s.conductor_urls,
+        "lookup": s.lookup,
+        "node_uuid": s.node_uuid,
+        "callback_url": s.callback_url,
+        "has_token": state.token().is_some(),
+        "last_heartbeat": heartbeat,
+        "heartbeats_accepted": s.heartbeats_accepted,
+        "commands": state.commands.all(),
+    })))
 }
 
 fn check_token(state: &AgentState, q: &HashMap<String, String>) -> Result<(), ApiError> {

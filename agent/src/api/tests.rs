@@ -170,6 +170,15 @@ async fn get_clean_steps_returns_five_keys_and_ipa_steps() {
         steps.iter().all(|x| x["priority"] == 0),
         "deploy steps all have priority 0"
     );
+    let coreos = steps
+        .iter()
+        .find(|x| x["step"] == "install_coreos")
+        .expect("install_coreos is offered");
+    assert_eq!(coreos["interface"], "deploy");
+    assert_eq!(coreos["reboot_requested"], false);
+    for arg in ["image_info", "ignition", "append_karg"] {
+        assert_eq!(coreos["argsinfo"][arg]["required"], false, "{arg}");
+    }
 }
 
 #[tokio::test]
@@ -433,4 +442,35 @@ async fn a_refused_device_fails_the_step_with_a_precise_error() {
             .contains("/dev/null"),
         "{v}"
     );
+}
+
+#[tokio::test]
+async fn local_status_is_served_to_loopback_peers_only() {
+    let s = state();
+    // Through oneshot there is no connection, so no known peer: refused.
+    let (st, _) = call(&s, Method::GET, "/v1/local/status", None).await;
+    assert_eq!(st, StatusCode::NOT_FOUND);
+    let peer = |ip: &str| {
+        let req = Request::builder()
+            .uri("/v1/local/status")
+            .body(Body::empty())
+            .unwrap();
+        let addr: std::net::SocketAddr = format!("{ip}:4000").parse().unwrap();
+        router(s.clone())
+            .layer(axum::Extension(super::PeerAddr(addr)))
+            .oneshot(req)
+    };
+    assert_eq!(
+        peer("192.0.2.7").await.unwrap().status(),
+        StatusCode::NOT_FOUND
+    );
+    let resp = peer("[::ffff:127.0.0.1]").await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let body = axum::body::to_bytes(resp.into_body(), 1 << 20)
+        .await
+        .unwrap();
+    let v: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(v["lookup"], "not started");
+    assert!(v["commands"].is_array());
+    assert!(v.get("token").is_none() && v["has_token"] == true);
 }

@@ -1,8 +1,13 @@
 //! Command-line interface: `agent serve` (host mode daemon), `agent demo`
-//! (the agent driven by the built-in test conductor) and `agent write-image`
-//! (the image pipeline from a console). Flags override the
+//! (the agent driven by the built-in test conductor), and the console tools
+//! of the debug shell: `agent write-image`, `agent erase`, `agent status`,
+//! `agent lookup`, `agent inventory`, `agent root-disk`. Flags override the
 //! kernel command line, which is read from `/proc/cmdline` or `--cmdline-file`.
 
+pub mod erase;
+pub mod lookup;
+pub mod progress_view;
+pub mod status;
 pub mod write_image;
 
 use std::path::PathBuf;
@@ -37,6 +42,12 @@ pub enum Command {
     /// Write a disk image to a device: streamed, decompressed or converted
     /// (raw, qcow2, zstd, gzip, xz), checksum-verified, fail-closed.
     WriteImage(write_image::WriteImageArgs),
+    /// Erase one disk (the erase_devices methods), with a progress bar.
+    Erase(erase::EraseArgs),
+    /// What the running agent is doing: lookup, conductor, heartbeats, commands.
+    Status(status::StatusArgs),
+    /// Look this machine's node up at the conductor and print it (no token is taken).
+    Lookup(lookup::LookupArgs),
     /// Print the hardware inventory Ironic would receive (JSON).
     Inventory(InventoryArgs),
     /// Print the disk the image would be written to, and why the others were not.
@@ -159,6 +170,11 @@ pub async fn run(cli: Cli) -> Result<()> {
         }
         Command::Demo(args) => crate::testconductor::demo::run(args.workdir).await,
         Command::WriteImage(args) => write_image::run(args).await,
+        Command::Erase(args) => tokio::task::spawn_blocking(move || erase::run(&args))
+            .await
+            .context("the erase crashed")?,
+        Command::Status(args) => status::run(&args).await,
+        Command::Lookup(args) => lookup::run(&args).await,
         Command::Inventory(args) => print_inventory(&args).await,
         Command::RootDisk(args) => print_root_disk(&args),
         Command::Ramdisk(args) => {

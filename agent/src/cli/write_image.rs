@@ -3,7 +3,6 @@
 //! ramdisk the device must be named with --device and be unmounted, exactly
 //! as --allow-device works for `agent serve`.
 
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,6 +10,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 
+use super::progress_view::ProgressView;
 use crate::config::{Config, RunMode};
 use crate::disk::WritePolicy;
 use crate::image::checksum::ChecksumSpec;
@@ -89,17 +89,21 @@ pub async fn run(args: WriteImageArgs) -> Result<()> {
         ..Config::default()
     });
     let progress = Arc::new(Progress::default());
-    let tty = std::io::stderr().is_terminal();
-    let shower = tokio::spawn(show_progress(progress.clone(), tty));
+    let shown = progress.clone();
+    let view = ProgressView::start(Arc::new(move |tty| {
+        let s = shown.snapshot();
+        if tty {
+            s.bar(30)
+        } else {
+            s.line()
+        }
+    }));
     let (p, dev) = (progress.clone(), args.device.clone());
     let result =
         tokio::task::spawn_blocking(move || crate::image::write_image(&req, &dev, &policy, &p))
             .await
             .context("the image writer crashed")?;
-    shower.abort();
-    if tty {
-        eprintln!("\r{}", progress.snapshot().bar(30));
-    }
+    view.finish();
     match result {
         Ok(r) => {
             let inner = r.inner.map(|f| format!(" holding {f}")).unwrap_or_default();
@@ -124,23 +128,6 @@ pub async fn run(args: WriteImageArgs) -> Result<()> {
             "{e} ({}); the device was left without a partition table",
             e.kind().type_name()
         ),
-    }
-}
-
-async fn show_progress(progress: Arc<Progress>, tty: bool) {
-    let every = if tty {
-        Duration::from_millis(250)
-    } else {
-        Duration::from_secs(5)
-    };
-    loop {
-        tokio::time::sleep(every).await;
-        let s = progress.snapshot();
-        if tty {
-            eprint!("\r{}\x1b[K", s.bar(30));
-        } else {
-            eprintln!("{}", s.line());
-        }
     }
 }
 

@@ -55,7 +55,7 @@ fn finish_whole_disk(device: &Path, configdrive: Option<&[u8]>) -> Result<(), Co
     Ok(())
 }
 
-fn http_options(state: &AgentState) -> HttpOptions {
+pub(crate) fn http_options(state: &AgentState) -> HttpOptions {
     HttpOptions {
         insecure: state.config.insecure,
         cafile: state.config.cafile.clone(),
@@ -104,8 +104,7 @@ async fn write(
     image_info: Value,
     configdrive: Value,
 ) -> Result<Value, CommandError> {
-    let parsed =
-        info::parse(&image_info, http_options(&state), md5_allowed(&state)).map_err(image_error)?;
+    let parsed = parse_image_info(&state, &image_info)?;
     // The config drive is decoded (and downloaded) before the disk is
     // touched, so a bad one fails the step with the disk unchanged.
     let http = http_options(&state);
@@ -114,6 +113,32 @@ async fn write(
             .await
             .map_err(|e| crashed("config drive decoder", e))?
             .map_err(configdrive_error)?;
+    write_whole_disk(state, parsed, move |dev| {
+        finish_whole_disk(dev, configdrive.as_deref())
+    })
+    .await
+}
+
+/// Validates `image_info` with the agent's HTTP settings.
+pub(crate) fn parse_image_info(
+    state: &AgentState,
+    image_info: &Value,
+) -> Result<info::ImageInfo, CommandError> {
+    info::parse(image_info, http_options(state), md5_allowed(state)).map_err(image_error)
+}
+
+/// Writes the whole-disk image `parsed` to the chosen device with progress
+/// in the command list, runs `finish` on the device after the verified
+/// write (partition check, config drive, Ignition), and records the
+/// partition UUIDs. Returns IPA's `prepare_image` result.
+pub(crate) async fn write_whole_disk<F>(
+    state: Arc<AgentState>,
+    parsed: info::ImageInfo,
+    finish: F,
+) -> Result<Value, CommandError>
+where
+    F: FnOnce(&Path) -> Result<(), CommandError> + Send + 'static,
+{
     let device = choose_device(&state)?;
     let policy = WritePolicy::from_config(&state.config);
     let progress = Arc::new(Progress::default());
@@ -121,17 +146,19 @@ async fn write(
     if let Some(hint) = parsed.disk_format.as_deref() {
         tracing::info!(image = %parsed.id, disk_format = hint, "conductor's disk_format (the image bytes decide)");
     }
+    // What an earlier write reported no longer describes the disk.
+    state.set_partition_uuids(Some(json!({})));
     let (req, dev, p) = (parsed.request.clone(), device.clone(), progress.clone());
     let result = tokio::task::spawn_blocking(move || {
-        let report = crate::image::write_image(&req, &dev, &policy, &p).map_err(image_error)?;
-        finish_whole_disk(&dev, configdrive.as_deref())?;
-        Ok::<_, CommandError>(report)
+        crate::image::write_image(&req, &dev, &policy, &p).map_err(image_error)?;
+        finish(&dev)?;
+        whole_disk_partition_uuids(&dev).map_err(|e| CommandError::new(ErrorKind::ImageWrite, e))
     })
     .await;
     state.commands.set_progress(None);
-    let report = result.map_err(|e| crashed("image writer", e))??;
-    let root_uuid = format!("0x{:08x}", report.mbr_signature);
-    state.set_partition_uuids(Some(json!({"root uuid": root_uuid})));
+    let uuids = result.map_err(|e| crashed("image writer", e))??;
+    let root_uuid = uuids["root uuid"].as_str().unwrap_or_default().to_string();
+    state.set_partition_uuids(Some(uuids));
     Ok(json!({
         "result": format!(
             "prepare_image: image ({}) written to device {} root_uuid={root_uuid}",
@@ -139,6 +166,24 @@ async fn write(
             device.display()
         )
     }))
+}
+
+/// `standby.get_partition_uuids` for a whole-disk image (spec §5.7), read
+/// from the device after everything was written: `root uuid` is the MBR
+/// disk signature (bytes 440..444, little-endian, `0x%08x`, IPA's
+/// `hexdump -s 440 -n 4 -e '"0x%08x"'`; `0x00000000` on GPT-only images).
+/// That is the only key IPA reports for whole-disk images and the only one
+/// Ironic 39 reads for them (`agent.py` `prepare_instance_boot` stores it as
+/// `root_uuid_or_disk_id` and passes it to `install_bootloader`; the EFI and
+/// PReP keys are read for partition images only).
+pub fn whole_disk_partition_uuids(device: &Path) -> Result<Value, String> {
+    use std::os::unix::fs::FileExt;
+    let f =
+        std::fs::File::open(device).map_err(|e| format!("opening {}: {e}", device.display()))?;
+    let mut sig = [0u8; 4];
+    f.read_exact_at(&mut sig, 440)
+        .map_err(|e| format!("reading the disk identifier of {}: {e}", device.display()))?;
+    Ok(json!({"root uuid": format!("0x{:08x}", u32::from_le_bytes(sig))}))
 }
 
 /// The disk to write: in host mode the one allowed device; in the ramdisk

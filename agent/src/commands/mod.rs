@@ -8,6 +8,7 @@
 
 pub mod bootloader;
 pub mod clean;
+pub mod coreos;
 pub mod deploy;
 pub mod error;
 pub mod history;

@@ -15,8 +15,10 @@ use super::{CommandError, ErrorKind, Outcome};
 use crate::config::RunMode;
 use crate::state::{AgentEvent, AgentState, PowerAction};
 
-/// `standby.get_partition_uuids` (sync). Before an image was written there is
-/// nothing to report, as with IPA.
+/// `standby.get_partition_uuids` (sync): what the last image write recorded
+/// ([`super::image::whole_disk_partition_uuids`]). Before an image was
+/// written, and after a failed write, there is nothing to report: `{}`, as
+/// with IPA.
 pub async fn get_partition_uuids(state: Arc<AgentState>, _params: Value) -> Outcome {
     Outcome::Done(state.partition_uuids().unwrap_or_else(|| json!({})))
 }

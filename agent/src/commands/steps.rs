@@ -118,6 +118,34 @@ pub static STEPS: &[Step] = &[
         run: |s, c| Box::pin(super::image::write_image_step(s, c)),
     },
     Step {
+        // Metal3/OpenShift's custom deploy step (spec §6.3), never run
+        // unless asked for (priority 0).
+        name: "install_coreos",
+        interface: "deploy",
+        clean_priority: None,
+        deploy_priority: Some(0),
+        abortable: false,
+        reboot_requested: false,
+        argsinfo: &[
+            ArgInfo {
+                name: "image_info",
+                description: "image to write, as for write_image; default: the node's instance_info.image_source with its checksum",
+                required: false,
+            },
+            ArgInfo {
+                name: "ignition",
+                description: "Ignition config (object or JSON text); default: the config drive's user_data",
+                required: false,
+            },
+            ArgInfo {
+                name: "append_karg",
+                description: "kernel arguments to append (list, or comma-separated); default: the config drive's meta_data.coreos_append_karg",
+                required: false,
+            },
+        ],
+        run: |s, c| Box::pin(super::coreos::install_coreos_step(s, c)),
+    },
+    Step {
         name: "erase_devices_metadata",
         interface: "deploy",
         clean_priority: Some(99),

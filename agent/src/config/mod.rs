@@ -69,7 +69,7 @@ pub struct Config {
     /// Collect LLDP for the inventory (`ipa-collect-lldp`).
     pub collect_lldp: bool,
     /// How long to listen for LLDP on all NICs at once (`ipa-lldp-timeout`;
-    /// default 10 s instead of IPA's 30 s, see [`crate::lldp::DEFAULT_TIMEOUT`]).
+    /// default 5 s instead of IPA's 30 s, see [`crate::lldp::DEFAULT_TIMEOUT`]).
     pub lldp_timeout: Duration,
     /// Total lookup budget (`ipa-lookup-timeout`); zero means no limit.
     pub lookup_timeout: Duration,
@@ -320,7 +320,7 @@ mod tests {
         let p = KernelParams::parse(
             "ipa-api-url=https://10.0.0.1:6385/,https://10.0.0.2:6385 BOOTIF=01-52-54-00-12-34-56 \
              ipa-insecure=1 ipa-agent-token=abc ipa-advertise-host=10.0.0.5 ipa-advertise-port=9998 \
-             ipa-global-request-id=req-1 ipa-debug=1 ipa-collect-lldp=yes ipa-lldp-timeout=5 \
+             ipa-global-request-id=req-1 ipa-debug=1 ipa-collect-lldp=yes ipa-lldp-timeout=12 \
              ipa-image-download-max-duration=3600 \
              ipa-inspection-callback-url=https://10.0.0.1:6385/v1/continue_inspection \
              ipa-inspection-collectors=default,lldp unknown-thing=1",
@@ -340,7 +340,7 @@ mod tests {
         assert_eq!(c.advertise_host, Some("10.0.0.5".parse().unwrap()));
         assert_eq!(c.advertise_port, 9998);
         assert_eq!(c.global_request_id.as_deref(), Some("req-1"));
-        assert_eq!(c.lldp_timeout, Duration::from_secs(5));
+        assert_eq!(c.lldp_timeout, Duration::from_secs(12));
         assert_eq!(
             c.image_download_max_duration,
             Some(Duration::from_secs(3600))
@@ -361,7 +361,7 @@ mod tests {
         assert!(c.auto_tls);
         assert_eq!(c.lookup_timeout, Duration::from_secs(600));
         assert!(!c.collect_lldp);
-        assert_eq!(c.lldp_timeout, Duration::from_secs(10));
+        assert_eq!(c.lldp_timeout, Duration::from_secs(5));
     }
 
     #[test]

@@ -1,14 +1,17 @@
 //! Config drives (spec §6): decoding what the conductor sends ([`source`])
 //! and placing it on the freshly written disk ([`table`], [`write`]):
 //! reuse a partition named or labelled `config-2`, else add one in the last
-//! 64 MiB of the disk; write the image there, zero the rest of the
-//! partition, flush, and check that libblkid reads a `config-2` label back.
+//! 64 MiB of the disk; write the image there (a vfat image rebuilt for the
+//! disk's sector size when that is larger than the image's, [`vfat`]), zero
+//! the rest of the partition, flush, and check that libblkid reads a
+//! `config-2` label back.
 //!
 //! Also owns IPA's post-write check that a whole-disk image left at least
 //! one partition ([`check_partitioned`]).
 
 pub mod source;
 pub mod table;
+pub mod vfat;
 
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
@@ -109,6 +112,10 @@ pub fn write(device: &Path, data: &[u8]) -> Result<Placed, ConfigDriveError> {
             false,
         ),
     };
+    // A vfat image with sectors smaller than the disk's cannot be mounted
+    // there: rebuild it with the disk's sector size.
+    let rebuilt = vfat::adapt(data, sector, part.len).map_err(fail)?;
+    let data = rebuilt.as_deref().unwrap_or(data);
     if data.len() as u64 > part.len {
         return Err(fail(format!(
             "the config drive ({} bytes) does not fit into partition {} ({} bytes)",

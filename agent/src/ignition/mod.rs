@@ -1,10 +1,22 @@
 //! Ignition for CoreOS-like whole-disk images (spec §6.3, issue 6): when the
-//! image has a filesystem labelled `boot` and the config drive's
-//! `openstack/latest/user_data` is an Ignition config, write it into that
-//! filesystem as `ignition/config.ign` (directory 0700, file 0600, as
-//! coreos-installer does), make sure the first-boot stamp
-//! `ignition.firstboot` exists, and append any extra kernel arguments to
-//! the `options` line of each BLS entry (`loader/entries/*.conf`).
+//! image has a filesystem labelled `boot` and an Ignition config is given
+//! (the config drive's `openstack/latest/user_data`, or the `install_coreos`
+//! step's argument, see [`crate::commands::coreos`]), write it into that
+//! filesystem the way `coreos-installer install` does:
+//!
+//! * `ignition/config.ign` (directory 0700, file 0600) holds the config;
+//! * `ignition.firstboot` at the top of the boot filesystem is the
+//!   first-boot stamp: CoreOS's GRUB config sees it and adds
+//!   `ignition.firstboot` (plus `$ignition_network_kcmdline`, which the
+//!   file may set) to the kernel command line, and Ignition's
+//!   firstboot-complete unit deletes it. CoreOS images ship it already; we
+//!   create it (empty, so GRUB's default network arguments stay) only when
+//!   it is missing, never overwriting what the image or an operator put there;
+//! * extra kernel arguments (coreos-installer's `--append-karg`) are
+//!   appended to the `options` line of every BLS entry
+//!   (`loader/entries/*.conf`), which is what GRUB (blscfg) and ostree boot
+//!   from; an argument already present is not added twice. An image without
+//!   BLS entries cannot take kernel arguments and is refused.
 //!
 //! The user data is read from the config drive's ISO bytes ([`iso`]); the
 //! boot filesystem is mounted by byte range ([`mount`]); nothing here needs
@@ -54,7 +66,7 @@ pub fn from_config_drive(device: &Path, drive: &[u8]) -> Result<bool, String> {
     };
     match iso::read_file(drive, USER_DATA) {
         Some(data) if is_ignition(&data) => {
-            inject(device, &boot, &data, &[])?;
+            inject(device, &boot, Some(&data), &[])?;
             Ok(true)
         }
         _ => {
@@ -64,9 +76,15 @@ pub fn from_config_drive(device: &Path, drive: &[u8]) -> Result<bool, String> {
     }
 }
 
-/// Writes `config` into the `boot` filesystem at `boot` and appends `kargs`.
-pub fn inject(device: &Path, boot: &Part, config: &[u8], kargs: &[String]) -> Result<(), String> {
-    if !is_ignition(config) {
+/// Writes `config` (when given) into the `boot` filesystem at `boot`, makes
+/// sure the first-boot stamp exists and appends `kargs`.
+pub fn inject(
+    device: &Path,
+    boot: &Part,
+    config: Option<&[u8]>,
+    kargs: &[String],
+) -> Result<(), String> {
+    if config.is_some_and(|c| !is_ignition(c)) {
         return Err("the Ignition config is not JSON with ignition.version".into());
     }
     let m = mount::Mounted::new(device, boot.start, boot.len, "ext4", false)?;
@@ -77,7 +95,21 @@ pub fn inject(device: &Path, boot: &Part, config: &[u8], kargs: &[String]) -> Re
     Ok(())
 }
 
-fn write_files(root: &Path, config: &[u8], kargs: &[String]) -> Result<(), String> {
+fn write_files(root: &Path, config: Option<&[u8]>, kargs: &[String]) -> Result<(), String> {
+    if let Some(config) = config {
+        write_config(root, config)?;
+    }
+    let stamp = root.join("ignition.firstboot");
+    if !stamp.exists() {
+        fs::write(&stamp, b"").map_err(|e| format!("creating {}: {e}", stamp.display()))?;
+    }
+    if !kargs.is_empty() {
+        append_kargs(&root.join("loader/entries"), kargs)?;
+    }
+    Ok(())
+}
+
+fn write_config(root: &Path, config: &[u8]) -> Result<(), String> {
     let dir = root.join("ignition");
     if !dir.is_dir() {
         fs::DirBuilder::new()
@@ -95,15 +127,7 @@ fn write_files(root: &Path, config: &[u8], kargs: &[String]) -> Result<(), Strin
         .map_err(|e| format!("creating {}: {e}", dest.display()))?;
     f.write_all(config)
         .and_then(|()| f.sync_all())
-        .map_err(|e| format!("writing {}: {e}", dest.display()))?;
-    let stamp = root.join("ignition.firstboot");
-    if !stamp.exists() {
-        fs::write(&stamp, b"").map_err(|e| format!("creating {}: {e}", stamp.display()))?;
-    }
-    if !kargs.is_empty() {
-        append_kargs(&root.join("loader/entries"), kargs)?;
-    }
-    Ok(())
+        .map_err(|e| format!("writing {}: {e}", dest.display()))
 }
 
 /// Appends `kargs` to the `options` line of every BLS entry in `dir`.
@@ -131,20 +155,25 @@ fn append_kargs(dir: &Path, kargs: &[String]) -> Result<(), String> {
 
 /// `text` with `kargs` appended to its `options` line (added if missing).
 fn bls_append(text: &str, kargs: &[String]) -> String {
-    let extra = kargs.join(" ");
     let mut found = false;
     let mut out: Vec<String> = text
         .lines()
         .map(|l| match l.strip_prefix("options") {
             Some(rest) if rest.starts_with([' ', '\t']) || rest.is_empty() => {
                 found = true;
-                format!("options {} {extra}", rest.trim()).replace("options  ", "options ")
+                let mut args: Vec<&str> = rest.split_whitespace().collect();
+                for k in kargs {
+                    if !args.contains(&k.as_str()) {
+                        args.push(k);
+                    }
+                }
+                format!("options {}", args.join(" "))
             }
             _ => l.to_string(),
         })
         .collect();
     if !found {
-        out.push(format!("options {extra}"));
+        out.push(format!("options {}", kargs.join(" ")));
     }
     out.join("\n") + "\n"
 }
@@ -165,6 +194,11 @@ mod tests {
             "title Fedora CoreOS\nlinux /vmlinuz\noptions root=UUID=x rw console=ttyS0 quiet\n"
         );
         assert!(bls_append("title x\n", &["a".into()]).ends_with("options a\n"));
+        // An argument the entry already has is not repeated.
+        assert_eq!(
+            bls_append("options\trw quiet\n", &["quiet".into()]),
+            "options rw quiet\n"
+        );
     }
 
     #[test]
@@ -174,7 +208,7 @@ mod tests {
         fs::create_dir_all(dir.path().join("loader/entries")).unwrap();
         fs::write(dir.path().join("loader/entries/a.conf"), "options rw\n").unwrap();
         let cfg = br#"{"ignition": {"version": "3.4.0"}}"#;
-        write_files(dir.path(), cfg, &["quiet".into()]).unwrap();
+        write_files(dir.path(), Some(cfg), &["quiet".into()]).unwrap();
         let ign = dir.path().join("ignition/config.ign");
         assert_eq!(fs::read(&ign).unwrap(), cfg);
         let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
@@ -184,6 +218,13 @@ mod tests {
         assert_eq!(
             fs::read_to_string(dir.path().join("loader/entries/a.conf")).unwrap(),
             "options rw quiet\n"
+        );
+        // An existing stamp (it may set ignition_network_kcmdline) is kept.
+        fs::write(dir.path().join("ignition.firstboot"), "set x=1\n").unwrap();
+        write_files(dir.path(), None, &[]).unwrap();
+        assert_eq!(
+            fs::read_to_string(dir.path().join("ignition.firstboot")).unwrap(),
+            "set x=1\n"
         );
     }
 }

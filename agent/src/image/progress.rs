@@ -140,15 +140,19 @@ impl Snapshot {
 
     /// A bar of `width` cells followed by [`Snapshot::line`].
     pub fn bar(&self, width: usize) -> String {
-        let filled = self
-            .fraction()
-            .map(|f| (f * width as f64) as usize)
-            .unwrap_or(0);
-        let bar: String = (0..width)
-            .map(|i| if i < filled { '#' } else { '-' })
-            .collect();
-        format!("[{bar}] {}", self.line())
+        format!("{} {}", bar_cells(self.fraction(), width), self.line())
     }
+}
+
+/// `[####------]`: `width` cells, filled for `fraction` (none when unknown).
+pub fn bar_cells(fraction: Option<f64>, width: usize) -> String {
+    let filled = fraction
+        .map(|f| (f.clamp(0.0, 1.0) * width as f64) as usize)
+        .unwrap_or(0);
+    let bar: String = (0..width)
+        .map(|i| if i < filled { '#' } else { '-' })
+        .collect();
+    format!("[{bar}]")
 }
 
 /// `1536` → `1.5 KiB`.

@@ -5,14 +5,16 @@
 //! the seconds since boot.
 //!
 //! Kernel arguments read here: `BOOTIF` (preferred NIC), `ip=` (static address),
-//! `ipa-enable-vlan-interfaces` (explicit `eth0.100` VLANs), `ipa-debug=1` or
-//! `agent.shell=1` (debug shell), `agent.settle=SECONDS` (coldplug quiet
+//! `ipa-enable-vlan-interfaces` (VLANs, explicit or from LLDP within
+//! `ipa-lldp-timeout`), `ipa-debug=1` or
+//! `agent.shell=1` (debug shell), `sshkey=` (SSH access, [`ssh`]), `agent.settle=SECONDS` (coldplug quiet
 //! time, default 1), `agent.dhcp-timeout=SECONDS` (default 30).
 
 pub mod clock;
 pub mod coldplug;
 pub mod modules;
 pub mod mounts;
+pub mod ssh;
 pub mod supervise;
 
 use std::path::{Path, PathBuf};
@@ -83,10 +85,13 @@ pub fn main() -> ! {
     let (nics, advertise) = crate::netconf::bring_up(
         bootif.as_deref(),
         fixed.as_ref(),
-        &params
-            .get("ipa-enable-vlan-interfaces")
-            .map(crate::netconf::vlan::parse_list)
-            .unwrap_or_default(),
+        &crate::netconf::vlan::VlanPlan::parse(
+            params.get("ipa-enable-vlan-interfaces").unwrap_or_default(),
+        ),
+        secs(
+            "ipa-lldp-timeout",
+            crate::lldp::DEFAULT_TIMEOUT.as_secs_f64(),
+        ),
         Duration::from_secs(5),
         secs("agent.dhcp-timeout", 30.0),
     );
@@ -104,9 +109,24 @@ pub fn main() -> ! {
             .get(k)
             .is_some_and(|v| matches!(v, "1" | "true" | "yes"))
     };
+    let ssh = match ssh::key_from_cmdline(&cmdline).filter(|k| !k.is_empty()) {
+        Some(key) => match ssh::authorize(Path::new("/"), &key) {
+            Ok(()) if Path::new(ssh::DROPBEAR).exists() => true,
+            Ok(()) => {
+                say("sshkey given, but this ramdisk has no SSH server");
+                false
+            }
+            Err(e) => {
+                say(&format!("sshkey ignored: {e:#}"));
+                false
+            }
+        },
+        None => false,
+    };
     let services = supervise::Services {
         agent_args,
         shell: flag("ipa-debug") || flag("agent.shell"),
+        ssh,
     };
     supervise::run(&services)
 }

@@ -1,6 +1,6 @@
 //! PID 1's loop: reap every child (orphans included), restart the agent
 //! when it exits with the reason on the console, and keep the debug shell
-//! open when asked for.
+//! and the SSH server running when asked for.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -17,12 +17,15 @@ pub struct Services {
     pub agent_args: Vec<String>,
     /// Open a root shell on the console too.
     pub shell: bool,
+    /// Run the SSH server (an authorized key was given).
+    pub ssh: bool,
 }
 
 /// Runs forever.
 pub fn run(services: &Services) -> ! {
     let mut agent = spawn_agent(services);
     let mut shell = services.shell.then(spawn_shell).flatten();
+    let mut ssh = services.ssh.then(spawn_ssh).flatten();
     let mut restarts = 0u32;
     loop {
         let status = match waitpid(Pid::from_raw(-1), None) {
@@ -60,6 +63,10 @@ pub fn run(services: &Services) -> ! {
             say(&format!("the debug shell {reason}; opening a new one"));
             std::thread::sleep(Duration::from_millis(500));
             shell = spawn_shell();
+        } else if Some(pid) == ssh {
+            say(&format!("the SSH server {reason}; restarting it"));
+            std::thread::sleep(Duration::from_secs(1));
+            ssh = spawn_ssh();
         }
     }
 }
@@ -89,6 +96,26 @@ fn spawn_shell() -> Option<Pid> {
         Ok(c) => Some(Pid::from_raw(c.id() as i32)),
         Err(e) => {
             say(&format!("cannot open the debug shell: {e}"));
+            None
+        }
+    }
+}
+
+fn spawn_ssh() -> Option<Pid> {
+    match Command::new(super::ssh::DROPBEAR)
+        .args(super::ssh::DROPBEAR_ARGS)
+        .env("PATH", "/bin:/sbin:/usr/bin:/usr/sbin")
+        .spawn()
+    {
+        Ok(c) => {
+            say("SSH server on port 22 (key from sshkey=)");
+            Some(Pid::from_raw(c.id() as i32))
+        }
+        Err(e) => {
+            say(&format!(
+                "cannot start the SSH server {}: {e}",
+                super::ssh::DROPBEAR
+            ));
             None
         }
     }

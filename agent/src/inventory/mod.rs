@@ -9,6 +9,7 @@
 //! Every field has IPA's name, type and unit; what cannot be known is `null`
 //! (or, for `system_vendor`, `""` as IPA sends), never a guess.
 
+pub mod bmc;
 pub mod cpu;
 pub mod disks;
 pub mod human;
@@ -112,15 +113,15 @@ pub fn collect(opts: &Options) -> Result<Inventory> {
     let disks = disks::read(root, &opts.extra_disks).context("listing disks")?;
     let interfaces = nics::read(root, &opts.addresses);
     let system_vendor = system::vendor(root);
-    let (bmc_address, bmc_v6address, bmc_mac) = system::bmc(root, opts.skip_bmc);
+    let bmc = bmc::read(root, opts.skip_bmc);
     Ok(Inventory {
         interfaces,
         cpu,
         disks,
         memory,
-        bmc_address,
-        bmc_v6address,
-        bmc_mac,
+        bmc_address: bmc.v4,
+        bmc_v6address: bmc.v6,
+        bmc_mac: bmc.mac,
         system_vendor,
         boot: Boot {
             current_boot_mode: system::boot_mode(root).into(),

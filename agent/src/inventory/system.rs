@@ -1,6 +1,5 @@
 //! System identity: vendor, product, serial and firmware (SMBIOS, through
-//! `/sys/class/dmi/id` or the raw table), boot mode, host name, and whether a
-//! BMC is reachable through IPMI.
+//! `/sys/class/dmi/id` or the raw table), boot mode and host name.
 
 use std::path::Path;
 
@@ -84,28 +83,6 @@ pub fn hostname(root: &Path) -> String {
     read_attr(&under(root, "/proc/sys/kernel/hostname")).unwrap_or_else(|| "localhost".into())
 }
 
-/// `(bmc_address, bmc_v6address, bmc_mac)`. Without an IPMI device (or when
-/// told to skip detection) all are unknown. With one, the LAN configuration
-/// would have to be read over the IPMI interface, which this agent does not
-/// do yet: it reports IPA's "IPMI present, nothing configured" values.
-pub fn bmc(root: &Path, skip: bool) -> (Option<String>, Option<String>, Option<String>) {
-    if skip || !has_ipmi(root) {
-        return (None, None, None);
-    }
-    tracing::warn!("an IPMI device is present but reading the BMC's LAN settings is not implemented; reporting 0.0.0.0 and ::/0");
-    (Some("0.0.0.0".into()), Some("::/0".into()), None)
-}
-
-fn has_ipmi(root: &Path) -> bool {
-    let in_dev = std::fs::read_dir(under(root, "/dev"))
-        .map(|d| {
-            d.flatten()
-                .any(|e| e.file_name().to_string_lossy().starts_with("ipmi"))
-        })
-        .unwrap_or(false);
-    in_dev || under(root, "/sys/class/ipmi").is_dir()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -137,10 +114,5 @@ mod tests {
         assert_eq!(v.firmware.vendor, "SeaBIOS");
         assert_eq!(v.firmware.build_date, "04/01/2014");
         assert_eq!(boot_mode(dir.path()), "bios");
-        assert_eq!(bmc(dir.path(), false), (None, None, None));
-        std::fs::create_dir_all(dir.path().join("dev")).unwrap();
-        std::fs::write(dir.path().join("dev/ipmi0"), "").unwrap();
-        assert_eq!(bmc(dir.path(), false).0.as_deref(), Some("0.0.0.0"));
-        assert_eq!(bmc(dir.path(), true).0, None);
     }
 }

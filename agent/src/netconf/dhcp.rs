@@ -138,13 +138,37 @@ fn exchange(
     let mut out = Vec::new();
     request_message(xid, mac, offer).encode(&mut Encoder::new(&mut out))?;
     let to = SocketAddr::from((Ipv4Addr::BROADCAST, 67));
+    retransmit(
+        sock,
+        deadline,
+        || sock.send_to(&out, to).map(drop),
+        |bytes| parse_reply(bytes, xid, want).map(Ok),
+    )
+}
+
+/// Sends with `send` every second until `accept` takes an answer (its
+/// `Some(Err)` ends the exchange) or `deadline` passes. Send errors (e.g.
+/// an IPv6 source address still tentative) only wait for the next try;
+/// the last one is named on timeout. Shared by DHCPv4 and DHCPv6.
+pub(super) fn retransmit<T>(
+    sock: &UdpSocket,
+    deadline: Instant,
+    mut send: impl FnMut() -> std::io::Result<()>,
+    mut accept: impl FnMut(&[u8]) -> Option<Result<T>>,
+) -> Result<T> {
     let mut buf = [0u8; 1500];
+    let mut last_send_error = None;
     loop {
         let now = Instant::now();
         if now >= deadline {
-            bail!("timed out");
+            match last_send_error {
+                Some(e) => bail!("timed out (last send error: {e})"),
+                None => bail!("timed out"),
+            }
         }
-        sock.send_to(&out, to).context("sending")?;
+        if let Err(e) = send() {
+            last_send_error = Some(e);
+        }
         let resend = (now + Duration::from_secs(1)).min(deadline);
         while let Some(left) = resend.checked_duration_since(Instant::now()) {
             if left.is_zero() {
@@ -153,8 +177,8 @@ fn exchange(
             sock.set_read_timeout(Some(left))?;
             match sock.recv_from(&mut buf) {
                 Ok((n, _)) => {
-                    if let Some(l) = parse_reply(&buf[..n], xid, want) {
-                        return Ok(l);
+                    if let Some(r) = accept(&buf[..n]) {
+                        return r;
                     }
                 }
                 Err(e)

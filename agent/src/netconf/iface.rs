@@ -109,12 +109,17 @@ pub fn add_default_route(name: &str, gateway: Ipv4Addr) -> Result<()> {
     rt.rt_gateway = sockaddr_in(gateway);
     rt.rt_flags = libc::RTF_UP | libc::RTF_GATEWAY;
     rt.rt_dev = dev.as_mut_ptr().cast();
-    match ioctl(
+    exists_is_fine(ioctl(
         &fd,
         libc::SIOCADDRT,
         (&raw mut rt).cast(),
         "adding the default route",
-    ) {
+    ))
+}
+
+/// EEXIST (the address or route is already there) counts as success.
+fn exists_is_fine(r: Result<()>) -> Result<()> {
+    match r {
         Err(e)
             if e.downcast_ref::<std::io::Error>()
                 .and_then(|e| e.raw_os_error())
@@ -129,4 +134,98 @@ pub fn add_default_route(name: &str, gateway: Ipv4Addr) -> Result<()> {
 /// Prefix length of a netmask.
 pub fn prefix_len(mask: Ipv4Addr) -> u8 {
     u32::from(mask).leading_ones() as u8
+}
+
+/// Adds `addr/prefix` to `name` (SIOCSIFADDR on an IPv6 socket).
+pub fn add_ipv6(name: &str, addr: std::net::Ipv6Addr, prefix: u8) -> Result<()> {
+    let fd = socket(
+        AddressFamily::Inet6,
+        SockType::Datagram,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+    .context("opening an IPv6 control socket")?;
+    let index = nix::net::if_::if_nametoindex(name).context("interface index")?;
+    let mut req = libc::in6_ifreq {
+        ifr6_addr: libc::in6_addr {
+            s6_addr: addr.octets(),
+        },
+        ifr6_prefixlen: u32::from(prefix),
+        ifr6_ifindex: index as libc::c_int,
+    };
+    exists_is_fine(ioctl(
+        &fd,
+        libc::SIOCSIFADDR,
+        (&raw mut req).cast(),
+        "adding the IPv6 address",
+    ))
+}
+
+/// An IPv6 address of an interface, from `/proc/net/if_inet6`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Addr6 {
+    /// The address.
+    pub addr: std::net::Ipv6Addr,
+    /// Prefix length.
+    pub prefix: u8,
+    /// Global scope (not link-local or host).
+    pub global: bool,
+    /// Still undergoing duplicate address detection.
+    pub tentative: bool,
+}
+
+/// Parses `/proc/net/if_inet6` text for interface `name`.
+pub fn parse_if_inet6(text: &str, name: &str) -> Vec<Addr6> {
+    text.lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            if f.len() != 6 || f[5] != name || f[0].len() != 32 {
+                return None;
+            }
+            let bits = u128::from_str_radix(f[0], 16).ok()?;
+            let prefix = u8::from_str_radix(f[2], 16).ok()?;
+            let scope = u8::from_str_radix(f[3], 16).ok()?;
+            let flags = u8::from_str_radix(f[4], 16).ok()?;
+            Some(Addr6 {
+                addr: std::net::Ipv6Addr::from(bits),
+                prefix,
+                global: scope == 0,
+                tentative: flags & 0x40 != 0,
+            })
+        })
+        .collect()
+}
+
+/// The IPv6 addresses of `name` now.
+pub fn ipv6_addrs(name: &str) -> Vec<Addr6> {
+    parse_if_inet6(
+        &std::fs::read_to_string("/proc/net/if_inet6").unwrap_or_default(),
+        name,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn if_inet6_lines() {
+        let text = "fd990000000000005054fffe12345601 02 40 00 00     eth0\n\
+                    fe800000000000005054fffe12345601 02 40 20 40     eth0\n\
+                    00000000000000000000000000000001 01 80 10 80       lo\n";
+        let a = parse_if_inet6(text, "eth0");
+        assert_eq!(a.len(), 2);
+        assert_eq!(
+            a[0].addr,
+            "fd99::5054:fffe:1234:5601"
+                .parse::<std::net::Ipv6Addr>()
+                .unwrap()
+        );
+        assert_eq!(
+            (a[0].prefix, a[0].global, a[0].tentative),
+            (64, true, false)
+        );
+        assert_eq!((a[1].global, a[1].tentative), (false, true));
+        assert!(parse_if_inet6(text, "eth1").is_empty());
+    }
 }

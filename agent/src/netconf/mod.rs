@@ -6,20 +6,25 @@
 //! A static address from the kernel's `ip=` goes to its device (or the
 //! BOOTIF NIC, or the first NIC with link) instead of DHCP.
 //!
-//! Explicit VLANs of `ipa-enable-vlan-interfaces` (`eth0.100`) are created
-//! and get DHCP like the NICs.
-//!
-//! Not yet: IPv6 (SLAAC happens in the kernel once the link is up, but
-//! DHCPv6 is not asked for), VLANs learnt from LLDP (`all`, bare names).
+//! VLANs of `ipa-enable-vlan-interfaces` (explicit `eth0.100`, or learnt
+//! from LLDP for `all` and bare NIC names) are created and get DHCP like
+//! the NICs. IPv6: the kernel does SLAAC from router advertisements; DHCPv6
+//! runs on every NIC with link beside DHCPv4 and reports on its own console
+//! line; with no IPv4 address anywhere, the agent advertises an IPv6 one.
+//! The orchestration is in [`bringup`].
 
+pub mod bringup;
 pub mod dhcp;
+pub mod dhcp6;
 pub mod iface;
 pub mod static_ip;
 pub mod vlan;
 
+pub use bringup::bring_up;
+
 use std::net::Ipv4Addr;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// How one NIC ended up.
 #[derive(Debug, Clone)]
@@ -106,105 +111,6 @@ pub fn configure_static(name: &str, f: &static_ip::StaticIp) -> Result<dhcp::Lea
     })
 }
 
-/// Brings every NIC up and runs DHCP on those with link, in parallel.
-/// Returns once every NIC is done or the preferred one has an address,
-/// with the results so far and the address to advertise.
-pub fn bring_up(
-    bootif: Option<&str>,
-    fixed: Option<&static_ip::StaticIp>,
-    vlans: &[(String, u16)],
-    link_wait: Duration,
-    dhcp_timeout: Duration,
-) -> (Vec<NicResult>, Option<Ipv4Addr>) {
-    let _ = iface::set_up("lo");
-    let nics = physical_nics(Path::new("/sys"));
-    for (name, _) in &nics {
-        if let Err(e) = iface::set_up(name) {
-            eprintln!("net: {name}: cannot set up: {e:#}");
-        }
-    }
-    let until = Instant::now() + link_wait;
-    while Instant::now() < until && !nics.iter().all(|(n, _)| has_carrier(n)) {
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let mut nics = nics;
-    for (parent, vid) in vlans {
-        let Some(mac) = nics
-            .iter()
-            .find(|(n, _)| n == parent)
-            .map(|(_, m)| m.clone())
-        else {
-            eprintln!("net: VLAN {parent}.{vid}: no interface {parent}");
-            continue;
-        };
-        match vlan::create(parent, *vid).and_then(|name| iface::set_up(&name).map(|()| name)) {
-            Ok(name) => nics.push((name, mac)),
-            Err(e) => eprintln!("net: VLAN {parent}.{vid}: {e:#}"),
-        }
-    }
-    // New VLAN interfaces take their parent's carrier a moment later.
-    let until = Instant::now() + Duration::from_secs(if vlans.is_empty() { 0 } else { 2 });
-    while Instant::now() < until && !nics.iter().all(|(n, _)| has_carrier(n)) {
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let boot_mac = bootif.map(bootif_mac);
-    // Which NIC takes the static address, if any.
-    let fixed_nic = fixed.and_then(|f| match &f.device {
-        Some(d) => Some(d.clone()),
-        None => nics
-            .iter()
-            .find(|(_, m)| boot_mac.as_deref() == Some(m.as_str()))
-            .or_else(|| nics.iter().find(|(n, _)| has_carrier(n)))
-            .map(|(n, _)| n.clone()),
-    });
-    let (tx, rx) = std::sync::mpsc::channel::<NicResult>();
-    for (name, mac) in nics.iter().cloned() {
-        let carrier = has_carrier(&name);
-        // The default route goes through the PXE NIC when it is known.
-        let route = boot_mac.as_deref().is_none_or(|b| b == mac);
-        let fixed = fixed
-            .filter(|_| fixed_nic.as_deref() == Some(name.as_str()))
-            .cloned();
-        let tx = tx.clone();
-        std::thread::spawn(move || {
-            let outcome = match (fixed, carrier) {
-                (Some(f), _) => configure_static(&name, &f),
-                (None, true) => configure(&name, &mac, dhcp_timeout, route),
-                (None, false) => Err("no link".to_string()),
-            };
-            let _ = tx.send(NicResult { name, mac, outcome });
-        });
-    }
-    drop(tx);
-    // The agent needs one address: stop waiting once the PXE NIC (without
-    // BOOTIF: any NIC) has one. The others report when they finish.
-    let mut results = Vec::new();
-    while let Ok(r) = rx.recv() {
-        let is_vlan = r.name.contains('.');
-        let enough =
-            r.outcome.is_ok() && !is_vlan && boot_mac.as_deref().is_none_or(|b| b == r.mac);
-        results.push(r);
-        if enough && results.len() < nics.len() {
-            let mut all = results.clone();
-            std::thread::spawn(move || {
-                for r in rx {
-                    eprintln!("net: {} (after the agent started)", describe(&r));
-                    all.push(r);
-                    write_resolv_conf(&all);
-                }
-            });
-            break;
-        }
-    }
-    write_resolv_conf(&results);
-    let preferred = results
-        .iter()
-        .filter(|r| r.outcome.is_ok())
-        .max_by_key(|r| boot_mac.as_deref() == Some(r.mac.as_str()))
-        .and_then(|r| r.outcome.as_ref().ok().map(|l| l.addr));
-    (results, preferred)
-}
-
 /// One console line per NIC.
 pub fn describe(r: &NicResult) -> String {
     match &r.outcome {
@@ -230,20 +136,26 @@ pub fn describe(r: &NicResult) -> String {
     }
 }
 
-/// The resolv.conf text for these leases (servers deduplicated, in NIC order).
-pub fn resolv_conf(results: &[NicResult]) -> String {
-    let mut servers: Vec<Ipv4Addr> = Vec::new();
+/// The resolv.conf text for these leases and DHCPv6 servers (deduplicated,
+/// IPv4 first, in NIC order; at most three, as the resolver reads).
+pub fn resolv_conf(results: &[NicResult], dns6: &[std::net::Ipv6Addr]) -> String {
+    let mut servers: Vec<std::net::IpAddr> = Vec::new();
     let mut search: Vec<String> = Vec::new();
     for l in results.iter().filter_map(|r| r.outcome.as_ref().ok()) {
         for d in &l.dns {
-            if !servers.contains(d) {
-                servers.push(*d);
+            if !servers.contains(&(*d).into()) {
+                servers.push((*d).into());
             }
         }
         if let Some(d) = &l.domain {
             if !search.contains(d) {
                 search.push(d.clone());
             }
+        }
+    }
+    for d in dns6 {
+        if !servers.contains(&(*d).into()) {
+            servers.push((*d).into());
         }
     }
     let mut out = String::new();
@@ -256,8 +168,8 @@ pub fn resolv_conf(results: &[NicResult]) -> String {
     out
 }
 
-fn write_resolv_conf(results: &[NicResult]) {
-    let text = resolv_conf(results);
+fn write_resolv_conf(results: &[NicResult], dns6: &[std::net::Ipv6Addr]) {
+    let text = resolv_conf(results, dns6);
     if !text.is_empty() {
         let _ = std::fs::create_dir_all("/etc");
         if let Err(e) = std::fs::write("/etc/resolv.conf", text) {
@@ -297,11 +209,17 @@ mod tests {
             mac: String::new(),
             outcome: l,
         };
-        let text = resolv_conf(&[
-            r("eth0", Ok(lease([10, 0, 0, 1], Some("rd.test")))),
-            r("eth1", Err("no link".into())),
-            r("eth2", Ok(lease([10, 0, 0, 1], None))),
-        ]);
-        assert_eq!(text, "search rd.test\nnameserver 10.0.0.1\n");
+        let text = resolv_conf(
+            &[
+                r("eth0", Ok(lease([10, 0, 0, 1], Some("rd.test")))),
+                r("eth1", Err("no link".into())),
+                r("eth2", Ok(lease([10, 0, 0, 1], None))),
+            ],
+            &["fd99::1".parse().unwrap()],
+        );
+        assert_eq!(
+            text,
+            "search rd.test\nnameserver 10.0.0.1\nnameserver fd99::1\n"
+        );
     }
 }

@@ -1,5 +1,4 @@
-//! The bed's network: a namespace with a bridge and dnsmasq serving DHCP,
-//! router advertisements and PXE (TFTP of `boot.ipxe`, the ramdisk, and
+//! The bed's network: a namespace with a bridge and dnsmasq serving DHCPv4, DHCPv6 with SLAAC router advertisements, and PXE (TFTP of `boot.ipxe`, the ramdisk, and
 //! iPXE for UEFI clients), plus running test code and programs inside it.
 
 use std::future::Future;
@@ -137,10 +136,16 @@ impl Net {
                 "--port=0",
             ])
             .args(["--interface=br0", "--bind-interfaces", "--log-dhcp"])
+            // A test network: no ping before offering an address (3 s each).
+            .arg("--no-ping")
             .arg(format!("--log-facility={}", dnsmasq_log.display()))
             .args(["--dhcp-range=10.99.0.100,10.99.0.199,255.255.255.0,1h"])
             .arg(format!("--dhcp-option=option:router,{BRIDGE_IP}"))
-            .args(["--enable-ra", "--dhcp-range=fd99::,ra-only,64"])
+            // Router advertisements with both SLAAC and DHCPv6 (stateful).
+            .args([
+                "--enable-ra",
+                "--dhcp-range=fd99::100,fd99::1ff,slaac,64,1h",
+            ])
             .arg(format!(
                 "--dhcp-leasefile={}",
                 tftp.path().join("leases").display()

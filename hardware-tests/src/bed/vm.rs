@@ -93,6 +93,9 @@ pub struct VmSpec {
     pub nics: Vec<Nic>,
     /// Boot source.
     pub boot: Boot,
+    /// A BMC: QEMU's simulator behind a KCS interface (`/dev/ipmi0` in the
+    /// guest once ipmi_si and ipmi_devintf are loaded).
+    pub ipmi: bool,
 }
 
 impl VmSpec {
@@ -106,6 +109,7 @@ impl VmSpec {
             disks: Vec::new(),
             nics: Vec::new(),
             boot: Boot::Network,
+            ipmi: false,
         }
     }
 }
@@ -168,6 +172,17 @@ impl<'n> Vm<'n> {
         let bios_disk_boot =
             matches!(spec.firmware, Firmware::Bios) && matches!(spec.boot, Boot::Disk);
         disk_args(&spec.disks, bios_disk_boot, &mut args)?;
+        if spec.ipmi {
+            args.extend(
+                [
+                    "-device",
+                    "ipmi-bmc-sim,id=bmc0",
+                    "-device",
+                    "isa-ipmi-kcs,bmc=bmc0",
+                ]
+                .map(String::from),
+            );
+        }
         let mut vm = Self {
             net,
             taps: Vec::new(),

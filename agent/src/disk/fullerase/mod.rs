@@ -2,7 +2,9 @@
 //! steps (spec §7.2, §7.3).
 //!
 //! Per disk, the best method this agent has: NVMe Format NVM with secure
-//! erase ([`nvme`], when enabled), discard with a sampled read-back that
+//! erase ([`nvme`], when enabled), ATA security erase through SG_IO
+//! ([`ata`], when enabled; not behind USB/SAS bridges, not when frozen),
+//! discard with a sampled read-back that
 //! proves zeros ([`methods`]), else overwrite with the passes and final
 //! zeroing the conductor asked for ([`knobs`]). Disks are
 //! erased in parallel, at most `disk_erasure_concurrency` at once; progress
@@ -11,11 +13,11 @@
 //! it between chunks.
 //! Read-only disks are skipped (with a note) or fail, per the knob.
 //!
-//! Not yet: NVMe sanitize and ATA security erase (non-NVMe disks take the
-//! discard/overwrite path, which IPA also falls back to).
+//! Not yet: NVMe sanitize.
 //! `erase_devices_express`: NVMe format where possible, then the metadata
 //! wipe on every device.
 
+pub mod ata;
 pub mod guard;
 pub mod knobs;
 pub mod methods;
@@ -43,6 +45,11 @@ pub use knobs::Knobs;
 pub enum Erased {
     /// NVMe Format NVM with secure erase (1 user data, 2 cryptographic).
     NvmeFormat(u32),
+    /// ATA SECURITY ERASE UNIT (enhanced or normal).
+    AtaSecurityErase {
+        /// The enhanced mode was used.
+        enhanced: bool,
+    },
     /// Discarded and read back as zeros.
     Discard,
     /// Overwritten (random passes, zero pass).
@@ -52,13 +59,21 @@ pub enum Erased {
         /// Whether a verified zero pass followed.
         zeroed: bool,
     },
+    /// Metadata wiped (number of signatures libblkid removed).
+    Metadata(usize),
     /// Skipped, with the reason.
     Skipped(String),
 }
 
 impl Erased {
-    fn describe(&self) -> String {
+    /// One line for logs and results.
+    pub fn describe(&self) -> String {
         match self {
+            Self::Metadata(n) => format!("metadata wiped ({n} signature(s))"),
+            Self::AtaSecurityErase { enhanced } => format!(
+                "ATA security erase{}",
+                if *enhanced { " (enhanced)" } else { "" }
+            ),
             Self::NvmeFormat(ses) => format!("NVMe format, secure erase setting {ses}"),
             Self::Discard => "discard, verified zeros".into(),
             Self::Overwrite { passes, zeroed } => format!(
@@ -197,11 +212,73 @@ fn read_only(dev: &Device) -> bool {
         .is_some_and(|s| s.trim() == "1")
 }
 
+/// Which method to use on one disk (the `agent erase --method` choice).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Method {
+    /// The best available: NVMe format, ATA security erase, discard, overwrite.
+    Auto,
+    /// Only the metadata wipe (signatures, both GPT copies).
+    Metadata,
+    /// Discard with a sampled read-back; fails when the device cannot.
+    Discard,
+    /// Overwrite passes (and the zero pass) from the knobs.
+    Overwrite,
+    /// NVMe Format NVM with secure erase; fails when not possible.
+    Nvme,
+    /// ATA security erase; fails when not possible.
+    Ata,
+}
+
+impl Method {
+    /// Parses `auto|metadata|discard|overwrite|nvme`.
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "auto" => Self::Auto,
+            "metadata" => Self::Metadata,
+            "discard" => Self::Discard,
+            "overwrite" => Self::Overwrite,
+            "nvme" => Self::Nvme,
+            "ata" => Self::Ata,
+            _ => return None,
+        })
+    }
+}
+
 fn erase_one(
     path: &Path,
     policy: &WritePolicy,
     knobs: &Knobs,
     cancel: &AtomicBool,
+) -> Result<Erased> {
+    let done = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let size = std::fs::File::open(path)
+        .ok()
+        .and_then(|f| {
+            ioctl::size_bytes(&f)
+                .or_else(|_| f.metadata().map(|m| m.len()))
+                .ok()
+        })
+        .unwrap_or(0);
+    let passes = u64::from(knobs.iterations) + u64::from(knobs.zeroize);
+    let reporter = progress_logger(path, size.saturating_mul(passes.max(1)), &done, &stop);
+    let result = erase_with(path, policy, knobs, Method::Auto, cancel, &done);
+    stop.store(true, Ordering::Relaxed);
+    let _ = reporter.join();
+    result
+}
+
+/// Erases one disk with `method` after the same checks as `erase_devices`
+/// (the write policy, read-only devices, the boot medium and RAID members,
+/// special filesystems); `done` counts the bytes processed (all passes;
+/// reset to 0 when auto falls back from discard to overwrite).
+pub fn erase_with(
+    path: &Path,
+    policy: &WritePolicy,
+    knobs: &Knobs,
+    method: Method,
+    cancel: &AtomicBool,
+    done: &AtomicU64,
 ) -> Result<Erased> {
     let dev = Device::open(path)?;
     if read_only(&dev) {
@@ -233,38 +310,101 @@ fn erase_one(
             anyhow::bail!("protected device: {why}; set wipe_special_filesystems to erase it");
         }
     }
-    let done = Arc::new(AtomicU64::new(0));
-    let passes = u64::from(knobs.iterations) + u64::from(knobs.zeroize);
-    let stop = Arc::new(AtomicBool::new(false));
-    let reporter = progress_logger(path, size.saturating_mul(passes.max(1)), &done, &stop);
+    tracing::info!(device = %path.display(), size, ?method, "erasing");
+    if method == Method::Metadata {
+        // erase_metadata opens the device exclusively itself.
+        drop(file);
+        let w = super::erase::erase_metadata(path)?;
+        done.store(size, Ordering::Relaxed);
+        let e = Erased::Metadata(w.signatures.len());
+        tracing::info!(device = %path.display(), method = %e.describe(), "erased");
+        return Ok(e);
+    }
     let target = methods::Target {
         file: &file,
         size,
         is_block,
         cancel,
-        done: &done,
+        done,
     };
-    let result = (|| {
-        tracing::info!(device = %path.display(), size, "erasing");
-        if let Some(done) = try_nvme(&dev, &file, knobs)? {
-            return Ok(done);
-        }
-        if target.discard_and_verify()? {
-            return Ok(Erased::Discard);
-        }
+    let overwrite = || -> Result<Erased> {
         done.store(0, Ordering::Relaxed);
         target.overwrite(knobs.iterations, knobs.zeroize)?;
         Ok(Erased::Overwrite {
             passes: knobs.iterations,
             zeroed: knobs.zeroize,
         })
-    })();
-    stop.store(true, Ordering::Relaxed);
-    let _ = reporter.join();
+    };
+    let result = match method {
+        Method::Auto => (|| {
+            if let Some(done) = try_nvme(&dev, &file, knobs)? {
+                return Ok(done);
+            }
+            if let Some(done) = try_ata(&dev, &file, knobs)? {
+                return Ok(done);
+            }
+            if target.discard_and_verify()? {
+                return Ok(Erased::Discard);
+            }
+            overwrite()
+        })(),
+        Method::Metadata => unreachable!("handled above"),
+        Method::Discard => match target.discard_and_verify()? {
+            true => Ok(Erased::Discard),
+            false => Err(anyhow::anyhow!(
+                "the device cannot discard, or does not read back zeros after a discard"
+            )),
+        },
+        Method::Overwrite => overwrite(),
+        Method::Ata => {
+            let forced = Knobs {
+                enable_ata_secure_erase: true,
+                continue_if_secure_erase_failed: false,
+                ..knobs.clone()
+            };
+            try_ata(&dev, &file, &forced)?.ok_or_else(|| {
+                anyhow::anyhow!("ATA security erase does not apply to this device (see the log)")
+            })
+        }
+        Method::Nvme => {
+            let forced = Knobs {
+                enable_nvme_secure_erase: true,
+                continue_if_secure_erase_failed: false,
+                ..knobs.clone()
+            };
+            try_nvme(&dev, &file, &forced)?.ok_or_else(|| {
+                anyhow::anyhow!("not an NVMe namespace, or its controller cannot format")
+            })
+        }
+    };
     if let Ok(e) = &result {
         tracing::info!(device = %path.display(), method = %e.describe(), "erased");
     }
     result
+}
+
+/// ATA security erase when the knob allows it and the drive answers ATA
+/// pass-through ([`ata`]). `Ok(None)`: not applicable (no SG_IO, not ATA,
+/// no security feature set, behind a USB/SAS bridge), or failed with
+/// `continue_if_secure_erase_failed`.
+fn try_ata(dev: &Device, file: &File, knobs: &Knobs) -> Result<Option<Erased>> {
+    if !knobs.enable_ata_secure_erase || dev.devno.is_none() {
+        return Ok(None);
+    }
+    match ata::try_secure_erase(&dev.path, dev.kernel_name().as_deref(), file) {
+        Ok(ata::Outcome::Erased { enhanced }) => Ok(Some(Erased::AtaSecurityErase { enhanced })),
+        Ok(ata::Outcome::NotApplicable(why)) => {
+            tracing::info!(device = %dev.path.display(), "ATA security erase not applicable: {why}; other methods");
+            Ok(None)
+        }
+        Err(e) if knobs.continue_if_secure_erase_failed => {
+            tracing::warn!(device = %dev.path.display(), "ATA security erase failed ({e:#}); other methods");
+            Ok(None)
+        }
+        Err(e) => Err(
+            e.context("ATA security erase failed (agent_continue_if_secure_erase_failed is off)")
+        ),
+    }
 }
 
 /// NVMe secure format when the disk is NVMe and the knob allows it.

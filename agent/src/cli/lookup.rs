@@ -1,0 +1,142 @@
+//! `agent lookup`: asks the conductor which node this machine is, once,
+//! and prints it: the conductor from `--api-url` or the kernel command
+//! line (`ipa-api-url`, also `mdns`), the MACs of this machine's NICs plus
+//! `--mac`.
+//!
+//! A running agent's token is never disturbed: the lookup is sent at API
+//! version 1.61, the last one before agent tokens (1.62), so Ironic
+//! answers without issuing a token (`api_utils.allow_agent_token()` is
+//! false) and a node that has none keeps having none for the real agent.
+//! No token is printed.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use serde_json::Value;
+
+use crate::conductor::{ApiVersion, ConductorClient};
+use crate::config::{self, ApiUrls, Config, KernelParams};
+
+/// The lookup version: the newest without token issuing.
+const NO_TOKEN_VERSION: ApiVersion = ApiVersion(1, 61);
+
+/// Lookups repeated while the node is locked (409), one second apart.
+const LOCKED_RETRIES: u32 = 30;
+
+/// Flags of `agent lookup`.
+#[derive(Debug, Args)]
+pub struct LookupArgs {
+    /// Conductor API URL (repeatable or comma-separated; `mdns` browses);
+    /// default: ipa-api-url from the kernel command line.
+    #[arg(long = "api-url", value_delimiter = ',')]
+    pub api_url: Vec<String>,
+    /// Also look the node up by this MAC (repeatable).
+    #[arg(long = "mac")]
+    pub mac: Vec<String>,
+    /// Look up by node UUID as well.
+    #[arg(long)]
+    pub node_uuid: Option<String>,
+    /// Read kernel parameters from this file instead of /proc/cmdline.
+    #[arg(long)]
+    pub cmdline_file: Option<PathBuf>,
+    /// Do not verify the conductor's TLS certificate.
+    #[arg(long)]
+    pub insecure: bool,
+    /// CA bundle for the conductor.
+    #[arg(long)]
+    pub cafile: Option<PathBuf>,
+    /// Print the whole answer's node (JSON) instead of a summary.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn config(args: &LookupArgs) -> Result<Config> {
+    let path = args
+        .cmdline_file
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("/proc/cmdline"));
+    let text = std::fs::read_to_string(&path).unwrap_or_default();
+    let (mut c, _) = Config::from_kernel_params(&KernelParams::parse(&text));
+    if !args.api_url.is_empty() {
+        c.api_urls = config::parse_api_urls(&args.api_url.join(","))
+            .map_err(|e| anyhow::anyhow!("--api-url: {e}"))?;
+    }
+    c.insecure |= args.insecure;
+    if let Some(f) = &args.cafile {
+        c.cafile = Some(f.clone());
+    }
+    Ok(c)
+}
+
+/// Runs `agent lookup`.
+pub async fn run(args: &LookupArgs) -> Result<()> {
+    let c = config(args)?;
+    let urls = match &c.api_urls {
+        ApiUrls::Urls(u) => u.clone(),
+        ApiUrls::Mdns => vec![
+            crate::discovery::discover("baremetal", Duration::from_secs(10))
+                .await
+                .context("ipa-api-url=mdns")?,
+        ],
+        ApiUrls::None => anyhow::bail!(
+            "no conductor configured: give --api-url or set ipa-api-url on the kernel command line"
+        ),
+    };
+    let http = crate::tls::http_client(c.insecure, c.cafile.as_deref(), Duration::from_secs(30))?;
+    let client = ConductorClient::new(http, urls.clone(), None);
+    let version = client
+        .max_version()
+        .await
+        .context("reading the conductor's API version")?
+        .min(NO_TOKEN_VERSION);
+    let mut macs = crate::net::mac_addresses(std::path::Path::new("/sys"));
+    macs.extend(args.mac.iter().map(|m| m.to_ascii_lowercase()));
+    macs.sort();
+    macs.dedup();
+    // 409: the node is locked by a conductor task for a moment (e.g. the
+    // power-on); wait for it like the agent does, but not for long.
+    let mut attempts = 0;
+    let found = loop {
+        match client
+            .lookup(version, &macs, args.node_uuid.as_deref())
+            .await
+        {
+            Err(e) if e.status() == Some(409) && attempts < LOCKED_RETRIES => {
+                attempts += 1;
+                eprintln!("the node is locked by the conductor; asking again in 1 s");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            r => {
+                break r.with_context(|| {
+                    format!("looking up MACs {} at {}", macs.join(","), urls.join(","))
+                })?
+            }
+        }
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&found.node)?);
+    } else {
+        print!("{}", summary(&found.node_uuid, &found.node, &urls, &macs));
+    }
+    Ok(())
+}
+
+/// The lines `agent lookup` prints.
+pub fn summary(uuid: &str, node: &Value, urls: &[String], macs: &[String]) -> String {
+    let mut out = format!(
+        "node {uuid}\n  conductor: {}\n  looked up by: {}\n",
+        urls.join(", "),
+        macs.join(", ")
+    );
+    if let Some(hints) = node["properties"].get("root_device") {
+        out.push_str(&format!("  root device hints: {hints}\n"));
+    }
+    for key in ["cpu_arch", "cpus", "memory_mb", "local_gb"] {
+        if let Some(v) = node["properties"].get(key) {
+            out.push_str(&format!("  {key}: {v}\n"));
+        }
+    }
+    out
+}

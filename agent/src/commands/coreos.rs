@@ -1,0 +1,303 @@
+//! The `install_coreos` custom deploy step of Metal3/OpenShift (spec §6.3):
+//! what `openshift/ironic-agent-image`'s hardware manager does by running
+//! `coreos-installer install` in a chroot, done natively on top of the
+//! whole-disk pipeline: write the CoreOS image to the root device, then put
+//! the Ignition config, the first-boot stamp and extra kernel arguments into
+//! the image's `boot` filesystem ([`crate::ignition`] describes the layout).
+//!
+//! Inputs, first found wins:
+//! * image: step argument `image_info` (as for `write_image`), else built
+//!   from the node's `instance_info` (`image_url`/`image_source`, with
+//!   `image_os_hash_algo`+`image_os_hash_value` or `image_checksum`). Unlike
+//!   `coreos-installer --insecure`, a checksum is required (fail closed);
+//!   there is no `--offline` image in this ramdisk, so no image is an error;
+//! * Ignition: step argument `ignition` (a JSON object or its text), else
+//!   `user_data` of the node's `instance_info.configdrive` when it is a dict
+//!   (what OpenShift reads), else the `openstack/latest/user_data` of a
+//!   rendered (gzip+base64 or URL) config drive;
+//! * kernel arguments: step argument `append_karg` (a list, or one string
+//!   split at commas like coreos-installer's `--append-karg`), else the
+//!   config drive dict's `meta_data.coreos_append_karg`.
+//!
+//! The root device comes from the root-device hints, as for `write_image`.
+//! Everything is validated and the config drive decoded before the disk is
+//! touched.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use serde_json::{json, Map, Value};
+
+use super::image::{parse_image_info, write_whole_disk};
+use super::steps::StepCall;
+use super::{CommandError, ErrorKind};
+use crate::state::AgentState;
+
+fn invalid(msg: impl Into<String>) -> CommandError {
+    CommandError::new(ErrorKind::InvalidCommandParams, msg.into())
+}
+
+fn deploy_error(msg: impl Into<String>) -> CommandError {
+    CommandError::new(ErrorKind::Deployment, msg.into())
+}
+
+/// The `install_coreos` deploy step.
+pub async fn install_coreos_step(
+    state: Arc<AgentState>,
+    call: StepCall,
+) -> Result<Value, CommandError> {
+    let instance_info = call
+        .node
+        .get("instance_info")
+        .cloned()
+        .unwrap_or(Value::Null);
+    let image_info = match call.args.get("image_info").filter(|v| !v.is_null()) {
+        Some(v) => v.clone(),
+        None => image_info_from_instance(&instance_info)?,
+    };
+    let parsed = parse_image_info(&state, &image_info)?;
+    let kargs = kernel_args(&call.args, &instance_info)?;
+    let ignition = ignition_config(&state, &call.args, &instance_info).await?;
+    tracing::info!(
+        image = %parsed.id,
+        ignition = ignition.is_some(),
+        kargs = ?kargs,
+        "installing CoreOS"
+    );
+    let mut result = write_whole_disk(state, parsed, move |dev| {
+        finish(dev, ignition.as_deref(), &kargs)
+    })
+    .await?;
+    if let Some(r) = result.get_mut("result") {
+        *r = json!(format!(
+            "install_coreos: {}",
+            r.as_str().unwrap_or_default()
+        ));
+    }
+    Ok(result)
+}
+
+/// After the verified write: the image must be CoreOS-like (a `boot`
+/// filesystem); then the Ignition config and kernel arguments go there.
+fn finish(device: &Path, ignition: Option<&[u8]>, kargs: &[String]) -> Result<(), CommandError> {
+    crate::configdrive::check_partitioned(device).map_err(deploy_error)?;
+    let boot = crate::ignition::boot_partition(device)
+        .map_err(deploy_error)?
+        .ok_or_else(|| {
+            deploy_error(format!(
+                "the image written to {} has no partition or filesystem labelled 'boot': not a CoreOS image",
+                device.display()
+            ))
+        })?;
+    if ignition.is_none() {
+        tracing::warn!("install_coreos without an Ignition config");
+    }
+    crate::ignition::inject(device, &boot, ignition, kargs)
+        .map_err(|e| deploy_error(format!("Ignition: {e}")))
+}
+
+/// `image_info` from the node's `instance_info`, as Ironic would send it
+/// for `write_image`.
+fn image_info_from_instance(ii: &Value) -> Result<Value, CommandError> {
+    let url = ["image_url", "image_source"]
+        .iter()
+        .find_map(|k| ii.get(*k).and_then(Value::as_str).filter(|s| !s.is_empty()))
+        .ok_or_else(|| {
+            invalid("install_coreos needs an image: no image_info argument and no instance_info.image_source (this agent carries no image of its own)")
+        })?;
+    if !(url.starts_with("http://") || url.starts_with("https://")) {
+        return Err(invalid(format!(
+            "install_coreos: instance_info.image_source {url:?} is not an http(s) URL; pass image_info"
+        )));
+    }
+    let id = url
+        .trim_end_matches('/')
+        .rsplit('/')
+        .next()
+        .filter(|s| !s.is_empty())
+        .unwrap_or("coreos");
+    let mut info = json!({"id": id, "urls": [url]});
+    for (from, to) in [
+        ("image_checksum", "checksum"),
+        ("image_os_hash_algo", "os_hash_algo"),
+        ("image_os_hash_value", "os_hash_value"),
+        ("image_disk_format", "disk_format"),
+    ] {
+        if let Some(v) = ii.get(from).filter(|v| !v.is_null()) {
+            info[to] = v.clone();
+        }
+    }
+    Ok(info)
+}
+
+/// The kernel arguments to append.
+fn kernel_args(args: &Map<String, Value>, ii: &Value) -> Result<Vec<String>, CommandError> {
+    let from_meta = ii
+        .get("configdrive")
+        .and_then(|c| c.get("meta_data"))
+        .and_then(|m| m.get("coreos_append_karg"));
+    let (v, what) = match args.get("append_karg").filter(|v| !v.is_null()) {
+        Some(v) => (v, "append_karg"),
+        None => match from_meta.filter(|v| !v.is_null()) {
+            Some(v) => (v, "meta_data.coreos_append_karg"),
+            None => return Ok(Vec::new()),
+        },
+    };
+    let list: Vec<String> = match v {
+        Value::String(s) => s.split(',').map(str::to_string).collect(),
+        Value::Array(a) => a
+            .iter()
+            .map(|x| {
+                x.as_str()
+                    .map(str::to_string)
+                    .ok_or_else(|| invalid(format!("{what} must hold strings, not {x}")))
+            })
+            .collect::<Result<_, _>>()?,
+        other => {
+            return Err(invalid(format!(
+                "{what} must be a list of strings, not {other}"
+            )))
+        }
+    };
+    let list: Vec<String> = list
+        .into_iter()
+        .map(|k| k.trim().to_string())
+        .filter(|k| !k.is_empty())
+        .collect();
+    if let Some(bad) = list.iter().find(|k| k.chars().any(char::is_whitespace)) {
+        return Err(invalid(format!(
+            "{what}: kernel argument {bad:?} contains whitespace"
+        )));
+    }
+    Ok(list)
+}
+
+/// The Ignition config, as bytes, checked to be Ignition.
+async fn ignition_config(
+    state: &AgentState,
+    args: &Map<String, Value>,
+    ii: &Value,
+) -> Result<Option<Vec<u8>>, CommandError> {
+    let (bytes, what) = if let Some(v) = args.get("ignition").filter(|v| !v.is_null()) {
+        (json_or_text(v, "ignition")?, "the ignition argument")
+    } else {
+        match ii.get("configdrive") {
+            None | Some(Value::Null) => return Ok(None),
+            Some(Value::Object(cd)) => match cd.get("user_data").filter(|v| !v.is_null()) {
+                Some(v) => (
+                    json_or_text(v, "configdrive.user_data")?,
+                    "the config drive's user_data",
+                ),
+                None => return Ok(None),
+            },
+            Some(rendered) => {
+                let http = super::image::http_options(state);
+                let rendered = rendered.clone();
+                let iso = tokio::task::spawn_blocking(move || {
+                    crate::configdrive::source::load(&rendered, &http)
+                })
+                .await
+                .map_err(|e| deploy_error(format!("config drive decoder crashed: {e}")))?
+                .map_err(|e| {
+                    invalid(format!(
+                        "install_coreos: instance_info.configdrive is neither a dict nor a readable config drive ({e}); pass it as JSON data or give the ignition argument"
+                    ))
+                })?;
+                match iso.and_then(|iso| {
+                    crate::ignition::iso::read_file(&iso, "openstack/latest/user_data")
+                }) {
+                    Some(b) => (b, "the config drive's user_data"),
+                    None => return Ok(None),
+                }
+            }
+        }
+    };
+    if !crate::ignition::is_ignition(&bytes) {
+        return Err(invalid(format!(
+            "install_coreos: {what} is not an Ignition config (JSON with ignition.version)"
+        )));
+    }
+    Ok(Some(bytes))
+}
+
+fn json_or_text(v: &Value, what: &str) -> Result<Vec<u8>, CommandError> {
+    match v {
+        Value::String(s) => Ok(s.clone().into_bytes()),
+        Value::Object(_) => Ok(serde_json::to_vec(v).expect("a JSON value serialises")),
+        other => Err(invalid(format!(
+            "{what} must be an Ignition config (object or text), not {other}"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn image_info_comes_from_instance_info() {
+        let ii = json!({"image_source": "http://h/img/fcos.raw", "image_os_hash_algo": "sha256",
+            "image_os_hash_value": "ab", "image_checksum": null});
+        assert_eq!(
+            image_info_from_instance(&ii).unwrap(),
+            json!({"id": "fcos.raw", "urls": ["http://h/img/fcos.raw"],
+                "os_hash_algo": "sha256", "os_hash_value": "ab"})
+        );
+        let e = image_info_from_instance(&json!({})).unwrap_err();
+        assert!(e.details.contains("needs an image"), "{}", e.details);
+        let e = image_info_from_instance(&json!({"image_source": "5f1c-glance"})).unwrap_err();
+        assert!(e.details.contains("not an http(s) URL"), "{}", e.details);
+    }
+
+    #[test]
+    fn kernel_args_from_the_argument_or_meta_data() {
+        let args: Map<String, Value> =
+            serde_json::from_value(json!({"append_karg": "console=ttyS0, ip=dhcp"})).unwrap();
+        let ii = json!({"configdrive": {"meta_data": {"coreos_append_karg": ["a=1"]}}});
+        assert_eq!(
+            kernel_args(&args, &ii).unwrap(),
+            vec!["console=ttyS0", "ip=dhcp"]
+        );
+        assert_eq!(kernel_args(&Map::new(), &ii).unwrap(), vec!["a=1"]);
+        assert!(kernel_args(&Map::new(), &json!({})).unwrap().is_empty());
+        let bad: Map<String, Value> =
+            serde_json::from_value(json!({"append_karg": ["a b"]})).unwrap();
+        assert!(kernel_args(&bad, &ii).is_err());
+        let bad: Map<String, Value> = serde_json::from_value(json!({"append_karg": 3})).unwrap();
+        assert!(kernel_args(&bad, &ii).is_err());
+    }
+
+    #[tokio::test]
+    async fn ignition_argument_wins_over_user_data_and_must_be_ignition() {
+        let state = AgentState::new(crate::config::Config::default(), None);
+        let arg = json!({"ignition": {"version": "3.4.0"}, "storage": {}});
+        let args: Map<String, Value> =
+            serde_json::from_value(json!({"ignition": arg.clone()})).unwrap();
+        let ii = json!({"configdrive": {"user_data": "{\"ignition\": {\"version\": \"3.2.0\"}}"}});
+        let got = ignition_config(&state, &args, &ii).await.unwrap().unwrap();
+        assert_eq!(serde_json::from_slice::<Value>(&got).unwrap(), arg);
+        let got = ignition_config(&state, &Map::new(), &ii)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(got, br#"{"ignition": {"version": "3.2.0"}}"#);
+        let cloud = json!({"configdrive": {"user_data": "#cloud-config\n"}});
+        let e = ignition_config(&state, &Map::new(), &cloud)
+            .await
+            .unwrap_err();
+        assert!(
+            e.details.contains("not an Ignition config"),
+            "{}",
+            e.details
+        );
+        let masked = json!({"configdrive": "******"});
+        let e = ignition_config(&state, &Map::new(), &masked)
+            .await
+            .unwrap_err();
+        assert!(e.details.contains("neither a dict"), "{}", e.details);
+        assert!(ignition_config(&state, &Map::new(), &json!({}))
+            .await
+            .unwrap()
+            .is_none());
+    }
+}

@@ -1,0 +1,90 @@
+//! Firmware for the ramdisk's drivers: the blobs each included module names
+//! in its `.modinfo` (`firmware=` entries), copied from an unpacked tree of
+//! Debian's firmware packages (`image-builder/fetch-firmware.sh`) into
+//! `lib/firmware`, where the kernel's loader looks. Names no package has
+//! are reported, not fatal: a driver whose device is absent never asks.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use anyhow::{Context, Result};
+
+use crate::cpio::Entry;
+
+/// The `firmware=` names in a module file (uncompressed `.ko`: the
+/// `.modinfo` strings are NUL-separated `key=value` pairs).
+pub fn names(module: &[u8]) -> BTreeSet<String> {
+    module
+        .split(|b| *b == 0)
+        .filter_map(|s| s.strip_prefix(b"firmware="))
+        .filter(|n| !n.is_empty() && n.iter().all(|b| b.is_ascii_graphic()))
+        .map(|n| String::from_utf8_lossy(n).into_owned())
+        .collect()
+}
+
+/// Adds `lib/firmware/NAME` (and its parent directories) to the tree for
+/// every wanted name found under `root/lib/firmware` (symbolic links
+/// followed); returns the names not found and the bytes added.
+pub fn add(
+    t: &mut BTreeMap<String, Entry>,
+    root: &Path,
+    wanted: &BTreeSet<String>,
+) -> Result<(Vec<String>, u64)> {
+    let base = root.join("lib/firmware");
+    let mut missing = Vec::new();
+    let mut bytes = 0;
+    t.insert("lib/firmware".into(), Entry::Dir { mode: 0o755 });
+    for name in wanted {
+        let src = base.join(name);
+        let Ok(real) = std::fs::canonicalize(&src) else {
+            missing.push(name.clone());
+            continue;
+        };
+        if !real.starts_with(std::fs::canonicalize(&base)?) || !real.is_file() {
+            missing.push(name.clone());
+            continue;
+        }
+        let mut dir = String::from("lib/firmware");
+        if let Some(parent) = Path::new(name).parent() {
+            for c in parent.iter() {
+                dir = format!("{dir}/{}", c.to_string_lossy());
+                t.insert(dir.clone(), Entry::Dir { mode: 0o755 });
+            }
+        }
+        let data = std::fs::read(&real).with_context(|| format!("reading {}", real.display()))?;
+        bytes += data.len() as u64;
+        t.insert(
+            format!("lib/firmware/{name}"),
+            Entry::File { mode: 0o644, data },
+        );
+    }
+    Ok((missing, bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modinfo_names_and_copies() {
+        let ko = b"\x7fELF\0\0license=GPL\0firmware=tigon/tg3.bin\0firmware=rtl_nic/x.fw\0firmware=\0depends=\0";
+        let n = names(ko);
+        assert_eq!(
+            n.iter().map(String::as_str).collect::<Vec<_>>(),
+            ["rtl_nic/x.fw", "tigon/tg3.bin"]
+        );
+        let d = tempfile::tempdir().unwrap();
+        let fw = d.path().join("lib/firmware/tigon");
+        std::fs::create_dir_all(&fw).unwrap();
+        std::fs::write(fw.join("tg3-real.bin"), b"blob").unwrap();
+        std::os::unix::fs::symlink("tg3-real.bin", fw.join("tg3.bin")).unwrap();
+        let mut t = BTreeMap::new();
+        let (missing, bytes) = add(&mut t, d.path(), &n).unwrap();
+        assert_eq!(missing, vec!["rtl_nic/x.fw".to_string()]);
+        assert_eq!(bytes, 4);
+        assert!(
+            matches!(&t["lib/firmware/tigon/tg3.bin"], Entry::File { data, .. } if data == b"blob")
+        );
+        assert!(matches!(&t["lib/firmware/tigon"], Entry::Dir { .. }));
+    }
+}
