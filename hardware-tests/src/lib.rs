@@ -33,7 +33,8 @@ pub fn require_root(what: &str) {
     );
 }
 
-fn is_root() -> bool {
+/// Whether this process runs as root.
+pub fn is_root() -> bool {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {

@@ -55,6 +55,9 @@ pub const WANTED: &[&str] = &[
     "nls_cp437",
     "nls_iso8859_1",
     "nls_utf8",
+    // Debian's FAT default iocharset is "ascii"
+    "nls_ascii",
+    "efivarfs",
     "crc32c_generic",
     "8021q",
     // IPMI: the BMC's LAN settings for the inventory (ipmi_si binds by
@@ -74,6 +77,8 @@ pub const ALWAYS: &[&str] = &[
     "nls_cp437",
     "nls_iso8859_1",
     "nls_utf8",
+    "nls_ascii",
+    "efivarfs",
     "8021q",
     // no modalias: the character device for whichever IPMI driver binds
     "ipmi_devintf",

@@ -1,6 +1,10 @@
-//! Mounting one partition of a disk (or disk image) by byte range, without
-//! the kernel's partition devices: `mount -o loop,offset=,sizelimit=`, so it
-//! works on loop devices that do not scan partitions and on image files.
+//! Mounting one partition of a disk (or disk image) by byte range. When the
+//! kernel has a partition device for exactly that range (a block device
+//! whose table it read, e.g. after an image write in the ramdisk), that
+//! device is mounted: the deploy ramdisk's busybox mount sets up no loop
+//! device for a block device and its kernel has no loop driver loaded.
+//! Otherwise `mount -o loop,offset=,sizelimit=`, so it works on loop
+//! devices that do not scan partitions and on image files.
 //! Unmounted on drop; an unmount waits until the kernel has released the
 //! loop device (its autoclear is asynchronous), so the disk underneath can
 //! be opened exclusively right after.
@@ -46,13 +50,18 @@ impl Mounted {
         ro: bool,
     ) -> Result<Self, String> {
         let dir = mount_point()?;
-        let opts = format!(
-            "loop,offset={offset},sizelimit={len}{}",
-            if ro { ",ro" } else { "" }
-        );
+        let ro_opt = if ro { "ro" } else { "rw" };
+        let (source, opts) =
+            match partition_device(Path::new("/sys/class/block"), device, offset, len) {
+                Some(part) => (Path::new("/dev").join(part), ro_opt.to_string()),
+                None => (
+                    device.to_path_buf(),
+                    format!("loop,offset={offset},sizelimit={len},{ro_opt}"),
+                ),
+            };
         let out = Command::new("mount")
             .args(["-t", fstype, "-o", &opts])
-            .arg(device)
+            .arg(&source)
             .arg(&dir)
             .output()
             .map_err(|e| format!("running mount: {e}"))?;
@@ -103,6 +112,32 @@ impl Mounted {
         }
         tracing::warn!(device = %name, "loop device still attached 5 s after the unmount");
     }
+}
+
+/// The kernel's partition of block device `device` that spans exactly
+/// `len` bytes from `offset` (from `<sysfs>/<disk>/<part>/start` and
+/// `size`, in 512-byte units), e.g. `vda1`.
+fn partition_device(sysfs: &Path, device: &Path, offset: u64, len: u64) -> Option<String> {
+    use std::os::unix::fs::FileTypeExt;
+    if !std::fs::metadata(device)
+        .ok()?
+        .file_type()
+        .is_block_device()
+    {
+        return None;
+    }
+    let disk = std::fs::canonicalize(device).ok()?;
+    let disk = disk.file_name()?.to_str()?;
+    let read = |p: PathBuf| -> Option<u64> { std::fs::read_to_string(p).ok()?.trim().parse().ok() };
+    std::fs::read_dir(sysfs.join(disk))
+        .ok()?
+        .flatten()
+        .find_map(|e| {
+            let name = e.file_name().to_str()?.to_string();
+            let start = read(e.path().join("start"))?;
+            let size = read(e.path().join("size"))?;
+            (name.starts_with(disk) && start * 512 == offset && size * 512 == len).then_some(name)
+        })
 }
 
 /// The source device of the mount at `dir` (from /proc/self/mountinfo).

@@ -76,6 +76,9 @@ pub fn main() -> ! {
         report.devices,
         moddir.display()
     ));
+    if let Some(failure) = mounts::mount_efivarfs() {
+        say(&format!("mount failed: {failure}"));
+    }
 
     let bootif = params.get("BOOTIF").map(String::from);
     let fixed = params.get("ip").and_then(crate::netconf::static_ip::parse);

@@ -1,6 +1,7 @@
 //! The filesystems PID 1 mounts before anything else: proc, sys, devtmpfs,
-//! /run, /tmp, and efivarfs when booted by UEFI. Already-mounted ones (EBUSY)
-//! are fine, so running twice is harmless.
+//! /run, /tmp; and efivarfs when booted by UEFI, once the modules are loaded
+//! (Debian builds it as a module). Already-mounted ones (EBUSY) are fine, so
+//! running twice is harmless.
 
 use std::path::Path;
 
@@ -41,12 +42,19 @@ pub fn mount_all() -> Vec<String> {
             failed.push(format!("{target}: {e}"));
         }
     }
-    if Path::new("/sys/firmware/efi").exists() {
-        if let Err(e) = mount_one("efivarfs", "/sys/firmware/efi/efivars", "efivarfs", nodev) {
-            failed.push(format!("efivarfs: {e}"));
-        }
-    }
     failed
+}
+
+/// Mounts efivarfs when the machine booted by UEFI (after the module
+/// phase: `efivarfs` is a module in Debian's kernel). Returns a failure.
+pub fn mount_efivarfs() -> Option<String> {
+    if !Path::new("/sys/firmware/efi").exists() {
+        return None;
+    }
+    let nodev = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
+    mount_one("efivarfs", "/sys/firmware/efi/efivars", "efivarfs", nodev)
+        .err()
+        .map(|e| format!("efivarfs: {e}"))
 }
 
 fn mount_one(src: &str, target: &str, fstype: &str, flags: MsFlags) -> nix::Result<()> {

@@ -6,14 +6,15 @@
 
 use std::sync::Arc;
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{anyhow, Context, Result};
 use serde_json::{json, Value};
 
+use super::agent_client::{AgentClient, StepKind};
 use super::node::{Node, Operation};
 use super::Inner;
 
 /// What a conductor action decided.
-enum Next {
+pub(super) enum Next {
     /// Keep waiting for more heartbeats (operation state updated).
     Wait(Operation),
     /// All steps done.
@@ -35,7 +36,9 @@ pub(super) fn on_heartbeat(c: Arc<Inner>, uuid: String) {
         n.locked = true;
         n.clone()
     };
-    tokio::spawn(async move {
+    let task = c.clone();
+    let handle = tokio::spawn(async move {
+        let c = task;
         let next = match drive(&c, &node).await {
             Ok(n) => n,
             Err(e) => {
@@ -59,10 +62,12 @@ pub(super) fn on_heartbeat(c: Arc<Inner>, uuid: String) {
                         n.wipe_token();
                         n.provision_state =
                             n.target_state.take().unwrap_or_else(|| "manageable".into());
-                        c.log(format!(
-                            "C: node {uuid} -> {} (powered off, token wiped)",
-                            n.provision_state
-                        ));
+                        let how = if n.provision_state == "active" {
+                            "token wiped, powered on from its disk"
+                        } else {
+                            "powered off, token wiped"
+                        };
+                        c.log(format!("C: node {uuid} -> {} ({how})", n.provision_state));
                     }
                     Next::Failed(msg) => {
                         n.operation = None;
@@ -80,6 +85,7 @@ pub(super) fn on_heartbeat(c: Arc<Inner>, uuid: String) {
         }
         c.bump();
     });
+    c.track(handle.abort_handle());
 }
 
 async fn drive(c: &Inner, node: &Node) -> Result<Next> {
@@ -87,6 +93,7 @@ async fn drive(c: &Inner, node: &Node) -> Result<Next> {
     match node.operation.clone().context("no operation")? {
         // Inspection needs no call to the agent (spec ironic-calls.md).
         Operation::Inspect => Ok(Next::Wait(Operation::Inspect)),
+        Operation::Deploy(phase) => super::deploy::drive(c, &agent, node, phase).await,
         Operation::Clean {
             requested,
             queue,
@@ -128,7 +135,9 @@ async fn drive(c: &Inner, node: &Node) -> Result<Next> {
                     if rest.is_empty() {
                         return Ok(Next::Finished);
                     }
-                    agent.execute_step(c, node, &rest[0]).await?;
+                    agent
+                        .execute_step(c, StepKind::Clean, node, &rest[0])
+                        .await?;
                     Ok(Next::Wait(Operation::Clean {
                         requested,
                         queue: rest,
@@ -227,114 +236,12 @@ async fn start_clean(
     if queue.is_empty() {
         return Ok(Next::Finished);
     }
-    agent.execute_step(c, node, &queue[0]).await?;
+    agent
+        .execute_step(c, StepKind::Clean, node, &queue[0])
+        .await?;
     Ok(Next::Wait(Operation::Clean {
         requested,
         queue,
         started: true,
     }))
-}
-
-/// The conductor's client of the agent's command API, trusting only the
-/// certificate the agent sent (as Ironic does with `agent_verify_ca`).
-struct AgentClient {
-    http: reqwest::Client,
-    base: String,
-    token: String,
-}
-
-impl AgentClient {
-    fn new(node: &Node) -> Result<Self> {
-        let base = node.agent_url.clone().context("no agent URL recorded")?;
-        let token = node.token.clone().context("no token")?;
-        let mut builder = reqwest::Client::builder().timeout(std::time::Duration::from_secs(30));
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let mut roots = rustls::RootCertStore::empty();
-        if let Some(pem) = &node.agent_verify_ca {
-            crate::tls::add_pem_roots(&mut roots, pem.as_bytes())?;
-        }
-        let tls = rustls::ClientConfig::builder_with_provider(provider)
-            .with_protocol_versions(&[&rustls::version::TLS13])?
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        builder = builder.tls_backend_preconfigured(tls);
-        Ok(Self {
-            http: builder.build()?,
-            base,
-            token,
-        })
-    }
-
-    async fn run(&self, c: &Inner, name: &str, params: Value, wait: bool) -> Result<Value> {
-        let url = format!(
-            "{}/v1/commands/?wait={wait}&agent_token={}",
-            self.base, self.token
-        );
-        let resp = self
-            .http
-            .post(&url)
-            .json(&json!({"name": name, "params": params}))
-            .send()
-            .await
-            .with_context(|| format!("calling {name} on {}", self.base))?;
-        let status = resp.status();
-        let body: Value = resp.json().await.unwrap_or(Value::Null);
-        c.log(format!(
-            "C->A POST {name} wait={wait} -> {} {}",
-            status.as_u16(),
-            body["command_status"]
-                .as_str()
-                .unwrap_or_else(|| body["faultstring"].as_str().unwrap_or(""))
-        ));
-        if !status.is_success() {
-            let fault = body["faultstring"]
-                .as_str()
-                .ok_or_else(|| anyhow!("error reply without faultstring: {body}"))?;
-            bail!("agent answered {status} to {name}: {fault}");
-        }
-        Ok(body)
-    }
-
-    async fn execute_step(&self, c: &Inner, node: &Node, step: &Value) -> Result<()> {
-        let mut step = step.clone();
-        step["requires_ramdisk"] = json!(true);
-        self.run(
-            c,
-            "clean.execute_clean_step",
-            json!({"step": step, "node": node.as_agent_dict(), "ports": node.ports(),
-                   "clean_version": crate::commands::steps::hardware_manager_version()}),
-            false,
-        )
-        .await
-        .map(|_| ())
-    }
-
-    async fn list(&self, c: &Inner) -> Result<Vec<Value>> {
-        let url = format!("{}/v1/commands/?agent_token={}", self.base, self.token);
-        let resp = self
-            .http
-            .get(&url)
-            .send()
-            .await
-            .context("listing the agent's commands")?;
-        let status = resp.status();
-        let body: Value = resp.json().await?;
-        let cmds = body["commands"].as_array().cloned().unwrap_or_default();
-        c.log(format!(
-            "C->A GET /v1/commands/ -> {} [{}]",
-            status.as_u16(),
-            cmds.iter()
-                .map(|x| format!(
-                    "{}:{}",
-                    x["command_name"].as_str().unwrap_or("?"),
-                    x["command_status"].as_str().unwrap_or("?")
-                ))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ));
-        if !status.is_success() {
-            bail!("listing commands: {status}: {body}");
-        }
-        Ok(cmds)
-    }
 }

@@ -9,7 +9,9 @@
 //! in a task holding the node's lock flag, like Ironic's node lock. All calls
 //! are appended to a transcript that tests and the demo read.
 
+mod agent_client;
 pub mod demo;
+mod deploy;
 mod driver;
 pub mod image_server;
 mod inspection;
@@ -19,7 +21,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -28,7 +30,7 @@ use axum::{Json, Router};
 use serde_json::{json, Value};
 use tokio::sync::watch;
 
-pub use node::Node;
+pub use node::{BootMode, DeployRequest, ImageInfo, Node};
 
 /// Highest API version the stand-in claims (Ironic 39 claims 1.115).
 pub const MAX_VERSION: (u32, u32) = (1, 115);
@@ -43,6 +45,9 @@ pub struct Settings {
     /// How long the node stays locked when an operation starts (Ironic's
     /// "cleaning"/"deploying" phase), during which lookups get 409.
     pub start_lock: Duration,
+    /// How often a running `install_bootloader` is polled (Ironic's
+    /// `[agent]command_wait_interval`, 6 s; the first poll is immediate).
+    pub command_poll_interval: Duration,
 }
 
 impl Default for Settings {
@@ -51,6 +56,7 @@ impl Default for Settings {
             require_tls: true,
             heartbeat_timeout: 10,
             start_lock: Duration::from_millis(300),
+            command_poll_interval: Duration::from_secs(6),
         }
     }
 }
@@ -61,6 +67,24 @@ struct Inner {
     nodes: Mutex<HashMap<String, Node>>,
     transcript: Mutex<Vec<String>>,
     changed: watch::Sender<u64>,
+    /// Conductor actions in flight (aborted when the conductor "crashes").
+    tasks: Mutex<Vec<tokio::task::AbortHandle>>,
+}
+
+/// The HTTP server task and its shutdown switch.
+#[derive(Debug)]
+struct Server {
+    addr: std::net::SocketAddr,
+    task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    shutdown: Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(t) = self.task.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            t.abort();
+        }
+    }
 }
 
 /// A running stand-in conductor.
@@ -68,7 +92,7 @@ struct Inner {
 pub struct TestConductor {
     inner: Arc<Inner>,
     url: String,
-    task: Arc<tokio::task::JoinHandle<()>>,
+    server: Arc<Server>,
 }
 
 impl TestConductor {
@@ -79,14 +103,27 @@ impl TestConductor {
 
     /// Starts on `addr` (port 0: a free one), e.g. a test network's address.
     pub async fn start_on(settings: Settings, addr: std::net::SocketAddr) -> Result<Self> {
+        Self::serve(settings, addr, HashMap::new(), Vec::new()).await
+    }
+
+    async fn serve(
+        settings: Settings,
+        addr: std::net::SocketAddr,
+        nodes: HashMap<String, Node>,
+        transcript: Vec<String>,
+    ) -> Result<Self> {
         let inner = Arc::new(Inner {
             settings,
-            nodes: Mutex::new(HashMap::new()),
-            transcript: Mutex::new(Vec::new()),
+            nodes: Mutex::new(nodes),
+            transcript: Mutex::new(transcript),
             changed: watch::channel(0).0,
+            tasks: Mutex::new(Vec::new()),
         });
-        let listener = tokio::net::TcpListener::bind(addr).await?;
-        let url = format!("http://{}", listener.local_addr()?);
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("binding the test conductor to {addr}"))?;
+        let addr = listener.local_addr()?;
+        let url = format!("http://{addr}");
         let app = Router::new()
             .route("/", get(root))
             .route("/v1/lookup", get(lookup))
@@ -96,14 +133,93 @@ impl TestConductor {
                 post(inspection::continue_inspection),
             )
             .with_state(inner.clone());
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
+            let _ = axum::serve(listener, app)
+                .with_graceful_shutdown(async move {
+                    let _ = rx.await;
+                })
+                .await;
         });
         Ok(Self {
             inner,
             url,
-            task: Arc::new(task),
+            server: Arc::new(Server {
+                addr,
+                task: Mutex::new(Some(task)),
+                shutdown: Mutex::new(Some(tx)),
+            }),
         })
+    }
+
+    /// A crash and restart of the conductor: it stops answering (its
+    /// listener and connections close, actions in flight are lost), stays
+    /// down for `down_for`, then serves again on the same address with the
+    /// node table as its database kept it. As Ironic at start-up, node
+    /// locks are released and nodes caught in an active `*ing` state fail
+    /// (`deploying` → `deploy failed`, `cleaning` → `clean failed`); nodes
+    /// in a wait state go on with the next heartbeat.
+    pub async fn restart(self, down_for: Duration) -> Result<TestConductor> {
+        self.inner.log("C: conductor stopped".into());
+        for t in self
+            .inner
+            .tasks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .drain(..)
+        {
+            t.abort();
+        }
+        let tx = self
+            .server
+            .shutdown
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(tx) = tx {
+            let _ = tx.send(());
+        }
+        let task = self
+            .server
+            .task
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(mut task) = task {
+            if tokio::time::timeout(Duration::from_secs(5), &mut task)
+                .await
+                .is_err()
+            {
+                task.abort();
+            }
+        }
+        tokio::time::sleep(down_for).await;
+        let mut nodes = self.inner.nodes().clone();
+        for n in nodes.values_mut() {
+            n.locked = false;
+            let failed = match n.provision_state.as_str() {
+                "deploying" => "deploy failed",
+                "cleaning" => "clean failed",
+                "inspecting" => "inspect failed",
+                _ => continue,
+            };
+            n.last_error = Some(format!(
+                "The {} can't be resumed by conductor test-conductor. Moving to {failed} state.",
+                n.provision_state
+            ));
+            n.provision_state = failed.into();
+            n.operation = None;
+            n.target_state = None;
+        }
+        let mut transcript = self.transcript();
+        transcript.push("C: conductor started again".into());
+        Self::serve(
+            self.inner.settings.clone(),
+            self.server.addr,
+            nodes,
+            transcript,
+        )
+        .await
     }
 
     /// Base URL (`http://ADDR:PORT`).
@@ -153,6 +269,95 @@ impl TestConductor {
         )
     }
 
+    /// `provide` with `automated_clean = false`: `manageable` → `available`
+    /// without booting the agent.
+    pub fn make_available(&self, uuid: &str) -> Result<()> {
+        let mut nodes = self.inner.nodes();
+        let node = nodes
+            .get_mut(uuid)
+            .ok_or_else(|| anyhow::anyhow!("no node {uuid}"))?;
+        if node.provision_state != "manageable" || node.locked {
+            bail!("node {uuid} is {}, not manageable", node.provision_state);
+        }
+        node.provision_state = "available".into();
+        drop(nodes);
+        self.inner.log(format!(
+            "C: node {uuid} -> available (automated_clean = false)"
+        ));
+        self.inner.bump();
+        Ok(())
+    }
+
+    /// `PUT .../states/provision {"target": "active", "configdrive": …}`
+    /// on an `available` node: Ironic's `direct` deploy of a whole-disk
+    /// image (see `deploy.rs`), ending `active` or `deploy failed`.
+    pub fn start_deploy(&self, uuid: &str, request: DeployRequest) -> Result<()> {
+        let i = &request.image_info;
+        if !(i.url.starts_with("http://") || i.url.starts_with("https://")) {
+            bail!("image_source {:?} is not an HTTP(S) URL", i.url);
+        }
+        if i.checksum.is_none() && (i.os_hash_algo.is_none() || i.os_hash_value.is_none()) {
+            bail!(
+                "instance_info needs image_checksum or image_os_hash_algo and image_os_hash_value"
+            );
+        }
+        {
+            let mut nodes = self.inner.nodes();
+            let node = nodes
+                .get_mut(uuid)
+                .ok_or_else(|| anyhow::anyhow!("no node {uuid}"))?;
+            if node.provision_state != "available" {
+                bail!("node {uuid} is {}, not available", node.provision_state);
+            }
+            node.deploy = Some(request);
+            node.partition_uuids = None;
+        }
+        self.inner.begin(
+            uuid,
+            "deploying",
+            "wait call-back",
+            "active",
+            node::Operation::Deploy(node::DeployPhase::Boot),
+        )
+    }
+
+    /// `PUT .../states/provision {"target": "deleted"}` on an `active`
+    /// node: tear down (power off, no agent call), then automated cleaning
+    /// → `available`.
+    pub fn start_undeploy(&self, uuid: &str) -> Result<()> {
+        {
+            let mut nodes = self.inner.nodes();
+            let node = nodes
+                .get_mut(uuid)
+                .ok_or_else(|| anyhow::anyhow!("no node {uuid}"))?;
+            if node.provision_state != "active" {
+                bail!("node {uuid} is {}, not active", node.provision_state);
+            }
+            node.deploy = None;
+            node.partition_uuids = None;
+        }
+        self.inner.log(format!(
+            "C: node {uuid} -> deleting (powered off, instance_info cleared)"
+        ));
+        self.start_clean(uuid, None)
+    }
+
+    /// The agent's command list as the conductor can read it (token and
+    /// certificate from the last heartbeat), without logging: for
+    /// progress displays. `None` while no agent is known.
+    pub async fn agent_commands(&self, uuid: &str) -> Result<Option<Vec<Value>>> {
+        let Some(node) = self.node(uuid) else {
+            bail!("no node {uuid}");
+        };
+        if node.agent_url.is_none() || node.token.is_none() {
+            return Ok(None);
+        }
+        agent_client::AgentClient::new(&node)?
+            .commands()
+            .await
+            .map(Some)
+    }
+
     /// Starts in-band inspection: the node powers on into the ramdisk and
     /// waits (`inspect wait`) for the agent's `continue_inspection`.
     pub fn start_inspect(&self, uuid: &str) -> Result<()> {
@@ -197,14 +402,6 @@ impl TestConductor {
     }
 }
 
-impl Drop for TestConductor {
-    fn drop(&mut self) {
-        if Arc::strong_count(&self.task) == 1 {
-            self.task.abort();
-        }
-    }
-}
-
 impl Inner {
     fn nodes(&self) -> std::sync::MutexGuard<'_, HashMap<String, Node>> {
         self.nodes.lock().unwrap_or_else(|p| p.into_inner())
@@ -220,6 +417,13 @@ impl Inner {
 
     fn bump(&self) {
         self.changed.send_modify(|n| *n += 1);
+    }
+
+    /// Remembers a conductor action so a restart can abort it.
+    fn track(&self, task: tokio::task::AbortHandle) {
+        let mut tasks = self.tasks.lock().unwrap_or_else(|p| p.into_inner());
+        tasks.retain(|t| !t.is_finished());
+        tasks.push(task);
     }
 
     /// Ironic's start of an operation: power cycle (token wiped), a locked
@@ -249,16 +453,39 @@ impl Inner {
         }
         self.bump();
         let (me, uuid, wait_state) = (self.clone(), uuid.to_string(), wait_state.to_string());
-        tokio::spawn(async move {
+        let handle = tokio::spawn(async move {
             tokio::time::sleep(me.settings.start_lock).await;
+            let image = me
+                .nodes()
+                .get(&uuid)
+                .and_then(|n| n.deploy.as_ref().map(|d| d.image_info.url.clone()))
+                .filter(|_| busy_is_deploy(&wait_state));
+            let check = match image {
+                Some(url) => deploy::validate_image_href(&url).await,
+                None => Ok(()),
+            };
             if let Some(n) = me.nodes().get_mut(&uuid) {
-                n.provision_state = wait_state;
                 n.locked = false;
+                match check {
+                    Ok(()) => n.provision_state = wait_state,
+                    Err(e) => {
+                        me.log(format!("C: node {uuid} -> deploy failed: {e}"));
+                        n.provision_state = "deploy failed".into();
+                        n.operation = None;
+                        n.target_state = None;
+                        n.last_error = Some(e);
+                    }
+                }
             }
             me.bump();
         });
+        self.track(handle.abort_handle());
         Ok(())
     }
+}
+
+fn busy_is_deploy(wait_state: &str) -> bool {
+    wait_state == "wait call-back"
 }
 
 /// Ironic's error body: a JSON string holding `faultstring`.
@@ -337,7 +564,7 @@ async fn lookup(
             Value::Null
         };
         Json(json!({
-            "node": {"uuid": node.uuid, "properties": node.properties, "instance_info": {},
+            "node": {"uuid": node.uuid, "properties": node.properties, "instance_info": node.instance_info_masked(),
                      "driver_internal_info": node.as_agent_dict()["driver_internal_info"].clone(),
                      "links": []},
             "config": {"heartbeat_timeout": c.settings.heartbeat_timeout, "agent_token": token,

@@ -17,6 +17,81 @@ pub enum Operation {
     },
     /// In-band inspection: waiting for the agent's `continue_inspection`.
     Inspect,
+    /// A `direct` deploy of a whole-disk image.
+    Deploy(DeployPhase),
+}
+
+/// Where a deploy stands (the conductor's deploy step, spec §1.8 (a)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeployPhase {
+    /// Waiting for the agent's first heartbeat (`deploy.deploy` done).
+    Boot,
+    /// `write_image` sent; each heartbeat polls the command list.
+    WriteImage,
+}
+
+/// Boot mode of the node (Ironic's `boot_mode` capability; Ironic 39's
+/// default is UEFI).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum BootMode {
+    /// Legacy BIOS: no `install_bootloader` for whole-disk images.
+    Bios,
+    /// UEFI: `install_bootloader` with `target_boot_mode: uefi`.
+    #[default]
+    Uefi,
+}
+
+impl BootMode {
+    /// Ironic's name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BootMode::Bios => "bios",
+            BootMode::Uefi => "uefi",
+        }
+    }
+}
+
+/// The image fields of `instance_info` (what `baremetal node set
+/// --instance-info` sets for an HTTP image).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ImageInfo {
+    /// `image_source`: the HTTP(S) URL of the image.
+    pub url: String,
+    /// `image_disk_format` (`raw`, `qcow2`, …; `None`: not set).
+    pub disk_format: Option<String>,
+    /// `image_checksum`: a hex digest or the URL of a checksum file.
+    pub checksum: Option<String>,
+    /// `image_os_hash_algo` (`sha256`, `sha512`, …).
+    pub os_hash_algo: Option<String>,
+    /// `image_os_hash_value`.
+    pub os_hash_value: Option<String>,
+}
+
+impl ImageInfo {
+    /// A raw image at `url` with its sha256 hex digest.
+    pub fn raw_sha256(url: &str, sha256: &str) -> Self {
+        Self {
+            url: url.to_string(),
+            disk_format: Some("raw".into()),
+            checksum: None,
+            os_hash_algo: Some("sha256".into()),
+            os_hash_value: Some(sha256.to_string()),
+        }
+    }
+}
+
+/// What a deploy is asked to do: the node's `instance_info` and the
+/// `configdrive` of `PUT .../states/provision {"target": "active"}`.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct DeployRequest {
+    /// The image.
+    pub image_info: ImageInfo,
+    /// The config drive as the agent gets it: gzip+base64 text or a URL.
+    pub configdrive: Option<String>,
+    /// Boot mode.
+    pub boot_mode: BootMode,
+    /// `instance_info.root_device` hints, if any.
+    pub root_device: Option<Value>,
 }
 
 /// One node.
@@ -52,6 +127,13 @@ pub struct Node {
     pub properties: Value,
     /// The last inspection document received.
     pub inspection_data: Option<Value>,
+    /// The deploy in progress or done (`instance_info`).
+    pub deploy: Option<DeployRequest>,
+    /// What the agent reported by `get_partition_uuids` in the last deploy.
+    pub partition_uuids: Option<Value>,
+    /// Logs collected from the agent after failures (base64 tar.gz), as
+    /// Ironic keeps them in its deploy-logs directory.
+    pub agent_logs: Vec<String>,
 }
 
 impl Node {
@@ -81,6 +163,9 @@ impl Node {
             tokens_issued: 0,
             properties: json!({"cpu_arch": "x86_64"}),
             inspection_data: None,
+            deploy: None,
+            partition_uuids: None,
+            agent_logs: Vec::new(),
         }
     }
 
@@ -121,10 +206,46 @@ impl Node {
         json!({
             "uuid": self.uuid,
             "properties": self.properties,
-            "instance_info": {},
+            "instance_info": self.instance_info(),
             "driver_internal_info": dii,
             "provision_state": self.provision_state,
         })
+    }
+
+    /// `instance_info` as Ironic holds it for a deploy (the config drive is
+    /// not masked, spec §1.7).
+    pub fn instance_info(&self) -> Value {
+        let Some(d) = &self.deploy else {
+            return json!({});
+        };
+        let i = &d.image_info;
+        let mut info = json!({"image_source": i.url, "image_url": i.url, "image_type": "whole-disk",
+                              "root_gb": 1, "deploy_boot_mode": d.boot_mode.as_str()});
+        let fields = [
+            ("image_disk_format", &i.disk_format),
+            ("image_checksum", &i.checksum),
+            ("image_os_hash_algo", &i.os_hash_algo),
+            ("image_os_hash_value", &i.os_hash_value),
+            ("configdrive", &d.configdrive),
+        ];
+        for (k, v) in fields {
+            if let Some(v) = v {
+                info[k] = json!(v);
+            }
+        }
+        if let Some(hints) = &d.root_device {
+            info["root_device"] = hints.clone();
+        }
+        info
+    }
+
+    /// `instance_info` with the config drive masked, as in lookup answers.
+    pub fn instance_info_masked(&self) -> Value {
+        let mut info = self.instance_info();
+        if info.get("configdrive").is_some() {
+            info["configdrive"] = json!("******");
+        }
+        info
     }
 
     /// The ports as sent to the agent.

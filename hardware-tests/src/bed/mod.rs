@@ -14,10 +14,13 @@
 //!   kernel given directly. The serial console goes to a file under
 //!   `target/bed-logs/` that every failure message names.
 //! * [`lldp::Switch`]: LLDP frames sent into the bridge, as a switch port would.
+//! * [`deploy`]: a machine to deploy to through the test conductor, then
+//!   booted from its disk (the deploy suite and the demo).
 //!
 //! Everything is removed on drop, also when a test fails: QEMU, dnsmasq and
 //! other processes are killed by PID, taps and the namespace deleted.
 
+pub mod deploy;
 pub mod lldp;
 pub mod net;
 pub mod vm;

@@ -1,0 +1,245 @@
+//! Deploying onto a bed machine and booting what was deployed: the pieces
+//! `tests/bed_deploy.rs` and the demo (`src/bin/demo.rs`) share.
+//!
+//! A [`Target`] is one machine (BIOS or UEFI, one NIC, one sparse
+//! virtio-blk disk, OVMF's NVRAM in a file kept across its boots). It
+//! PXE-boots the deploy ramdisk ([`Target::pxe`]) while the test conductor
+//! deploys ([`watch_deploy`] follows the node and the agent's write
+//! progress), then boots from its disk ([`Target::disk_boot`]) so the
+//! console shows what the deployed system printed. [`config_drive`] makes
+//! the gzip+base64 config-2 ISO Ironic would send; [`uefi_boot_entry`]
+//! reads from OVMF's console which boot entry it started.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use agent::testconductor::{Node, TestConductor};
+use anyhow::{bail, Context, Result};
+use serde_json::Value;
+
+use super::{Boot, Bus, Disk, Firmware, Net, Nic, Vm, VmSpec};
+use crate::run;
+
+/// Size of the target disk (sparse): above the 4 GiB the agent's default
+/// root-device choice asks for.
+pub const DISK_SIZE: u64 = 5 << 30;
+
+/// One machine to deploy to.
+#[derive(Debug)]
+pub struct Target {
+    /// Names its consoles (`<name>-pxe`, `<name>-disk`).
+    pub name: String,
+    /// UEFI (OVMF) or BIOS (SeaBIOS).
+    pub uefi: bool,
+    /// Its NIC's MAC, the node's port.
+    pub mac: String,
+    /// The disk's backing file.
+    pub disk: PathBuf,
+    /// OVMF's NVRAM (UEFI only), kept between the PXE and the disk boot.
+    pub vars: PathBuf,
+    // Holds the disk file; removed on drop.
+    _dir: tempfile::TempDir,
+}
+
+impl Target {
+    /// A machine with a fresh disk (under `target/`) and, for UEFI, fresh
+    /// NVRAM in `logs` (kept for reading after a failure).
+    pub fn new(logs: &Path, name: &str, uefi: bool, mac: &str) -> Result<Self> {
+        let base = crate::repo_root().join("target");
+        std::fs::create_dir_all(&base)?;
+        let dir = tempfile::Builder::new()
+            .prefix("bed-disk-")
+            .tempdir_in(&base)
+            .context("a directory for the target disk")?;
+        let vars = logs.join(format!("{name}.OVMF_VARS.fd"));
+        let _ = std::fs::remove_file(&vars);
+        Ok(Self {
+            name: name.to_string(),
+            uefi,
+            mac: mac.to_string(),
+            disk: dir.path().join(format!("{name}.disk")),
+            vars,
+            _dir: dir,
+        })
+    }
+
+    fn spec(&self, suffix: &str, boot: Boot) -> VmSpec {
+        let mut spec = VmSpec::new(&format!("{}-{suffix}", self.name));
+        spec.firmware = if self.uefi {
+            Firmware::Uefi {
+                vars: self.vars.clone(),
+            }
+        } else {
+            Firmware::Bios
+        };
+        spec.disks.push(Disk {
+            path: self.disk.clone(),
+            size: DISK_SIZE,
+            bus: Bus::Virtio,
+            serial: format!("deploy-{}", self.name),
+            model: None,
+        });
+        spec.nics.push(Nic {
+            mac: self.mac.clone(),
+        });
+        spec.boot = boot;
+        spec
+    }
+
+    /// Powers the machine on into the PXE-booted deploy ramdisk.
+    pub fn pxe<'n>(&self, net: &'n Net) -> Result<Vm<'n>> {
+        Vm::start(net, &self.spec("pxe", Boot::Network))
+    }
+
+    /// Powers the machine on from its disk (UEFI: by the NVRAM's
+    /// `BootOrder`, i.e. the entries `install_bootloader` wrote).
+    pub fn disk_boot<'n>(&self, net: &'n Net) -> Result<Vm<'n>> {
+        Vm::start(net, &self.spec("disk", Boot::Disk))
+    }
+}
+
+/// A config-2 ISO (`genisoimage -V config-2 -J -r`, as Ironic renders
+/// one) holding `openstack/latest/meta_data.json` = `meta_data`, as the
+/// gzip+base64 text the agent gets. Built in `dir`.
+pub fn config_drive(dir: &Path, meta_data: &Value) -> Result<String> {
+    let tree = dir.join("configdrive/openstack/latest");
+    std::fs::create_dir_all(&tree)?;
+    std::fs::write(tree.join("meta_data.json"), meta_data.to_string())?;
+    let iso = dir.join("configdrive.iso");
+    run(Command::new("genisoimage")
+        .args(["-quiet", "-J", "-r", "-V", "config-2", "-o"])
+        .arg(&iso)
+        .arg(dir.join("configdrive")))
+    .context("genisoimage (ci/install-deps installs it)")?;
+    Ok(agent::configdrive::source::encode(&std::fs::read(&iso)?))
+}
+
+/// A random version-4 UUID (for config drives' `meta_data.json`).
+pub fn random_uuid() -> String {
+    let h = format!("{:016x}{:016x}", fastrand::u64(..), fastrand::u64(..));
+    format!(
+        "{}-{}-4{}-a{}-{}",
+        &h[..8],
+        &h[8..12],
+        &h[13..16],
+        &h[17..20],
+        &h[20..32]
+    )
+}
+
+/// Hex sha256 of a file.
+pub fn sha256_file(path: &Path) -> Result<String> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        ctx.update(&buf[..n]);
+    }
+    Ok(ctx
+        .finish()
+        .as_ref()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect())
+}
+
+/// What [`watch_deploy`] reports as the deploy goes.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// The node changed provision state.
+    State(String),
+    /// The agent's `write_image` progress (`command_result.progress`).
+    Progress(Value),
+}
+
+/// Follows the node until it reaches one of `states` (any `* failed`
+/// state ends the watch too; the node is returned either way), calling
+/// `on` with state changes and, while the image is written, with the
+/// progress the agent shows in its command list (read as the conductor
+/// reads it). Fails at the timeout, naming the state it was stuck in.
+pub async fn watch_deploy(
+    conductor: &TestConductor,
+    uuid: &str,
+    states: &[&str],
+    timeout: Duration,
+    mut on: impl FnMut(Event),
+) -> Result<Node> {
+    let deadline = Instant::now() + timeout;
+    let mut last_state = String::new();
+    loop {
+        let node = conductor.node(uuid).context("the node vanished")?;
+        if node.provision_state != last_state {
+            last_state = node.provision_state.clone();
+            on(Event::State(last_state.clone()));
+        }
+        if states.contains(&last_state.as_str()) || last_state.ends_with("failed") {
+            return Ok(node);
+        }
+        if last_state == "wait call-back" {
+            // The conductor's own view of the agent; errors (agent not up
+            // yet, token just wiped) only mean no progress to show now.
+            if let Ok(Some(commands)) = conductor.agent_commands(uuid).await {
+                let running = commands.iter().rev().find(|c| {
+                    c["command_name"] == "execute_deploy_step" && c["command_status"] == "RUNNING"
+                });
+                if let Some(p) = running.and_then(|c| c["command_result"].get("progress")) {
+                    on(Event::Progress(p.clone()));
+                }
+            }
+        }
+        if Instant::now() >= deadline {
+            bail!("node {uuid} still {last_state:?} after {timeout:?}, waiting for {states:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// One line for a progress value: `writing 40.0 / 64.0 MiB (62%) 21.5 MB/s`.
+pub fn progress_line(p: &Value) -> String {
+    let mib = |v: &Value| v.as_u64().unwrap_or(0) as f64 / (1u64 << 20) as f64;
+    let total = p["bytes_total"].as_u64();
+    let done = mib(&p["bytes_downloaded"]);
+    let of = match total {
+        Some(t) if t > 0 => format!(
+            "{done:.1} / {:.1} MiB ({:.0}%)",
+            t as f64 / (1u64 << 20) as f64,
+            100.0 * p["bytes_downloaded"].as_u64().unwrap_or(0) as f64 / t as f64
+        ),
+        _ => format!("{done:.1} MiB"),
+    };
+    let rate = p["rate_bytes_per_second"].as_u64().unwrap_or(0) as f64 / 1e6;
+    let resumes = p["resumes"].as_u64().unwrap_or(0);
+    let mut line = format!(
+        "{:<11} {of}, written {:.1} MiB, {rate:.1} MB/s",
+        p["phase"].as_str().unwrap_or("?"),
+        mib(&p["bytes_written"])
+    );
+    if resumes > 0 {
+        line.push_str(&format!(", {resumes} resume(s)"));
+    }
+    line
+}
+
+/// The boot entry OVMF started, as its console names it:
+/// `BdsDxe: starting Boot0005 "ironic1" from HD(...)/\EFI\BOOT\BOOTX64.EFI`.
+pub fn uefi_boot_entry(console: &str) -> Option<String> {
+    console
+        .lines()
+        .find(|l| l.contains("BdsDxe: starting Boot"))
+        .map(|l| l.trim().to_string())
+}
+
+/// Waits (blocking; call through `block_in_place` in async code) until the
+/// disk-booted machine printed `needle` and powered off; returns the time
+/// from power-on to `needle`.
+pub fn wait_booted(vm: &mut Vm<'_>, needle: &str, timeout: Duration) -> Result<Duration> {
+    let at = vm.wait_console(needle, timeout)?;
+    vm.wait_exit(Duration::from_secs(60))?;
+    Ok(at)
+}
