@@ -133,11 +133,14 @@ impl<'n> Vm<'n> {
     /// `<net.logs>/<name>.console.log` (a new file each boot).
     pub fn start(net: &'n Net, spec: &VmSpec) -> Result<Self> {
         let console = net.logs.join(format!("{}.console.log", spec.name));
+        // TCG by default: this machine's /dev/kvm cannot boot a stock
+        // kernel. BED_ACCEL=kvm opts in where KVM works.
+        let kvm = std::env::var("BED_ACCEL").is_ok_and(|a| a == "kvm");
         let mut args: Vec<String> = [
             "-accel",
-            "tcg",
+            if kvm { "kvm" } else { "tcg" },
             "-cpu",
-            "qemu64,+rdrand",
+            if kvm { "host" } else { "qemu64,+rdrand" },
             "-machine",
             "q35",
             "-nographic",
