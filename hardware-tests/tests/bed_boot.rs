@@ -5,7 +5,8 @@
 //! command line or by mDNS, looks its node up, heartbeats over HTTPS, and
 //! answers the `get_clean_steps` of an empty manual clean, which takes the
 //! node back to `manageable`. On the debug shell, `agent status` shows the
-//! running agent's node. Wall times are printed.
+//! running agent's node; an agent killed from the shell is restarted by
+//! PID 1 with the reason on the console. Wall times are printed.
 
 use std::time::Duration;
 
@@ -65,7 +66,13 @@ fn boot_and_heartbeat(name: &str, mac: &str, firmware: Firmware, api_url: &str) 
                 // The debug-shell tools see the running agent.
                 vm.type_line("agent status")?;
                 vm.wait_console(&format!("node: {uuid}"), Duration::from_secs(30))?;
-                vm.wait_console("(ramdisk mode)", Duration::from_secs(5))
+                vm.wait_console("(ramdisk mode)", Duration::from_secs(5))?;
+                // PID 1 restarts a crashed agent and says why.
+                vm.type_line("kill -9 $(ps | awk '/self\\/exe ramdisk/ && !/awk/ {print $1}')")?;
+                vm.wait_console(
+                    "the agent killed by SIGKILL; restarting it",
+                    Duration::from_secs(30),
+                )
             });
             let _ = mdns.shutdown();
             anyhow::Ok((outcome, heartbeat, shell, vm.console(), t))
