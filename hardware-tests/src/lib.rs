@@ -59,3 +59,25 @@ pub fn run(cmd: &mut Command) -> Result<String> {
     }
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
+
+/// Hex sha256 of the first `len` bytes of a file (`u64::MAX`: all of it),
+/// read in 4 MiB pieces so large images never sit in memory.
+pub fn sha256_prefix(path: &std::path::Path, len: u64) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path)?.take(len);
+    let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+    let mut buf = vec![0u8; 4 << 20];
+    loop {
+        let n = f.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        ctx.update(&buf[..n]);
+    }
+    Ok(ctx
+        .finish()
+        .as_ref()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect())
+}

@@ -130,23 +130,7 @@ pub fn random_uuid() -> String {
 
 /// Hex sha256 of a file.
 pub fn sha256_file(path: &Path) -> Result<String> {
-    use std::io::Read;
-    let mut f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = f.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        ctx.update(&buf[..n]);
-    }
-    Ok(ctx
-        .finish()
-        .as_ref()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect())
+    crate::sha256_prefix(path, u64::MAX).with_context(|| format!("hashing {}", path.display()))
 }
 
 /// What [`watch_deploy`] reports as the deploy goes.

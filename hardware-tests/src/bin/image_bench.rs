@@ -9,7 +9,6 @@
 //! Usage (root): `image-bench [--size-mib 2048] [--reps 2] [--agent PATH]
 //! [--only raw,zstd,gzip,xz,qcow2,qcow2c] [--check-targets]`
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
@@ -119,22 +118,7 @@ fn sha256_file(path: &Path) -> Result<String> {
 }
 
 fn sha256_prefix(path: &Path, len: u64) -> Result<String> {
-    let mut f = std::fs::File::open(path)?.take(len);
-    let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
-    let mut buf = vec![0u8; 4 << 20];
-    loop {
-        let n = f.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        ctx.update(&buf[..n]);
-    }
-    Ok(ctx
-        .finish()
-        .as_ref()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect())
+    Ok(hardware_tests::sha256_prefix(path, len)?)
 }
 
 fn decompress_rate(kind: &str, data: &[u8], out_bytes: u64, reps: usize) -> Result<f64> {
