@@ -81,3 +81,25 @@ pub fn sha256_prefix(path: &std::path::Path, len: u64) -> std::io::Result<String
         .map(|b| format!("{b:02x}"))
         .collect())
 }
+
+/// A 4 MiB vfat config drive as mkfs.vfat makes it (512-byte sectors,
+/// label CONFIG-2) holding `openstack/latest/NAME` for each (NAME, text),
+/// built in `dir` with mtools (no mount); returns its bytes.
+pub fn vfat_config_drive(dir: &std::path::Path, files: &[(&str, &str)]) -> Result<Vec<u8>> {
+    let img = dir.join("cd.vfat");
+    run(Command::new("mkfs.vfat")
+        .args(["-C", "-S", "512", "-n", "CONFIG-2"])
+        .arg(&img)
+        .arg("4096"))?;
+    let tree = dir.join("openstack/latest");
+    std::fs::create_dir_all(&tree)?;
+    for (name, text) in files {
+        std::fs::write(tree.join(name), text)?;
+    }
+    run(Command::new("mcopy")
+        .args(["-s", "-i"])
+        .arg(&img)
+        .arg(dir.join("openstack"))
+        .arg("::/"))?;
+    Ok(std::fs::read(img)?)
+}

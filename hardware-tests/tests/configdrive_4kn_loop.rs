@@ -19,27 +19,14 @@ const META: &str = r#"{"uuid": "5c4a-4kn", "hostname": "node-4kn"}"#;
 
 /// A 4 MiB vfat image (512-byte sectors) with openstack/latest/*.
 fn vfat_config_drive(dir: &Path) -> Vec<u8> {
-    let img = dir.join("cd.vfat");
-    run(Command::new("mkfs.vfat")
-        .args(["-C", "-S", "512", "-n", "CONFIG-2"])
-        .arg(&img)
-        .arg("4096"))
-    .unwrap();
-    let tree = dir.join("openstack/latest");
-    std::fs::create_dir_all(&tree).unwrap();
-    std::fs::write(tree.join("meta_data.json"), META).unwrap();
-    std::fs::write(
-        tree.join("user_data"),
-        "#cloud-config\nhostname: node-4kn\n",
+    hardware_tests::vfat_config_drive(
+        dir,
+        &[
+            ("meta_data.json", META),
+            ("user_data", "#cloud-config\nhostname: node-4kn\n"),
+        ],
     )
-    .unwrap();
-    run(Command::new("mcopy")
-        .args(["-s", "-i"])
-        .arg(&img)
-        .arg(dir.join("openstack"))
-        .arg("::/"))
-    .unwrap();
-    std::fs::read(img).unwrap()
+    .unwrap()
 }
 
 fn bytes_per_sector(dev: &Path) -> u16 {

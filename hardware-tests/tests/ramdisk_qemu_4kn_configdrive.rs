@@ -29,22 +29,7 @@ impl Drop for Qemu {
 const META: &str = r#"{"uuid": "qemu-4kn-cd"}"#;
 
 fn vfat_config_drive(dir: &Path) -> Vec<u8> {
-    let img = dir.join("cd.vfat");
-    run(Command::new("mkfs.vfat")
-        .args(["-C", "-S", "512", "-n", "CONFIG-2"])
-        .arg(&img)
-        .arg("4096"))
-    .unwrap();
-    let tree = dir.join("openstack/latest");
-    std::fs::create_dir_all(&tree).unwrap();
-    std::fs::write(tree.join("meta_data.json"), META).unwrap();
-    run(Command::new("mcopy")
-        .args(["-s", "-i"])
-        .arg(&img)
-        .arg(dir.join("openstack"))
-        .arg("::/"))
-    .unwrap();
-    std::fs::read(img).unwrap()
+    hardware_tests::vfat_config_drive(dir, &[("meta_data.json", META)]).unwrap()
 }
 
 fn disk(path: &Path, data: &[u8]) {
