@@ -255,6 +255,49 @@ fn dropped_connections_resume_with_range_and_keep_the_hash() {
 }
 
 #[test]
+fn a_redirect_moves_the_download_to_reqwest_which_resumes_too() {
+    let b = bed();
+    // Plain http:// is read by the direct path until a reply needs reqwest.
+    let url = b.serve("/disk.img", &b.raw, &[], Fault::Redirect("/real.img"));
+    b.serve(
+        "/real.img",
+        &b.raw,
+        &[Fault::DropAfter(3 * MIB + 17)],
+        Fault::None,
+    );
+    let target = b.target("t", 24 * MIB);
+    let (res, progress) = write(&b.request(url, &sha256_hex(&b.raw)), &target);
+    res.unwrap();
+    assert_eq!(std::fs::read(&target).unwrap(), b.raw);
+    assert_eq!(progress.snapshot().resumes, 1);
+    let seen: Vec<_> = b
+        .server
+        .seen()
+        .into_iter()
+        .map(|s| {
+            let by = s.user_agent.unwrap_or_default();
+            let by = if by.starts_with("ironic-deploy-agent/") {
+                "direct"
+            } else {
+                "reqwest"
+            };
+            (s.path, s.range, by)
+        })
+        .collect();
+    let resumed = Some(format!("bytes={}-", 3 * MIB + 17));
+    assert_eq!(
+        seen,
+        vec![
+            ("/disk.img".into(), None, "direct"),
+            ("/disk.img".into(), None, "reqwest"),
+            ("/real.img".into(), None, "reqwest"),
+            ("/disk.img".into(), resumed.clone(), "reqwest"),
+            ("/real.img".into(), resumed, "reqwest"),
+        ]
+    );
+}
+
+#[test]
 fn a_server_ignoring_range_is_read_again_from_the_start() {
     let b = bed();
     let url = b.serve(

@@ -29,6 +29,8 @@ pub enum Fault {
     IgnoreRange,
     /// Answer with this status and no body.
     Status(u16),
+    /// Answer `302 Found` with this `Location`.
+    Redirect(&'static str),
 }
 
 #[derive(Debug)]
@@ -47,6 +49,8 @@ pub struct Seen {
     pub range: Option<String>,
     /// `Authorization` header, if any.
     pub authorization: Option<String>,
+    /// `User-Agent` header, if any.
+    pub user_agent: Option<String>,
 }
 
 #[derive(Debug, Default)]
@@ -179,6 +183,7 @@ fn serve(conn: TcpStream, shared: &Shared) {
             path: path.clone(),
             range: range.clone(),
             authorization: header(&headers, "authorization").map(str::to_string),
+            user_agent: header(&headers, "user-agent").map(str::to_string),
         });
         let (file, fault) = {
             let mut routes = shared.routes.lock().expect("routes");
@@ -205,6 +210,13 @@ fn respond(
 ) -> bool {
     if let Fault::Status(code) = fault {
         let _ = write!(conn, "HTTP/1.1 {code} Fault\r\nContent-Length: 0\r\n\r\n");
+        return true;
+    }
+    if let Fault::Redirect(location) = fault {
+        let _ = write!(
+            conn,
+            "HTTP/1.1 302 Found\r\nLocation: {location}\r\nContent-Length: 0\r\n\r\n"
+        );
         return true;
     }
     let Ok(file) = File::open(path) else {

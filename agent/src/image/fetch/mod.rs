@@ -24,6 +24,8 @@ use reqwest::header::{
 };
 use reqwest::StatusCode;
 
+mod direct;
+
 use super::buffers::{Block, Pool, PooledBuf};
 use super::progress::Progress;
 use super::ImageError;
@@ -143,6 +145,27 @@ impl Emitter<'_> {
             if cur.is_full() {
                 self.flush()?;
             }
+        }
+        Ok(())
+    }
+
+    /// The unfilled part of the current buffer, for reading into directly.
+    fn spare(&mut self) -> &mut [u8] {
+        let cur = self.cur.get_or_insert_with(|| self.pool.take());
+        let filled = cur.len();
+        &mut cur.spare()[filled..]
+    }
+
+    /// Counts `n` bytes just read into [`Self::spare`]; hands the buffer on
+    /// when full.
+    fn commit(&mut self, n: usize) -> Result<(), FetchEnd> {
+        let cur = self.cur.as_mut().expect("spare() took a buffer");
+        let len = cur.len() + n;
+        cur.set_len(len);
+        self.progress.add_downloaded(n as u64);
+        self.offset += n as u64;
+        if cur.is_full() {
+            self.flush()?;
         }
         Ok(())
     }
@@ -286,26 +309,41 @@ async fn fetch_http(
     };
     let mut url_idx = 0;
     let mut failures = 0u32;
+    // Plain http:// goes the direct way until a reply needs reqwest.
+    let mut direct_ok = true;
     loop {
         let url = &urls[url_idx];
         let before = out.offset;
-        let attempt = attempt_http(&client, url, opts, &mut state, out, started);
-        let result = match opts.total_timeout {
-            Some(limit) => {
-                let left = limit.saturating_sub(started.elapsed());
-                match tokio::time::timeout(left, attempt).await {
-                    Ok(r) => r,
-                    Err(_) => {
-                        return Err(ImageError::TotalTimeout {
-                            url: url.clone(),
-                            secs: limit.as_secs(),
-                            offset: out.offset,
+        let result = if direct_ok && direct::eligible(url, opts) {
+            let deadline = opts.total_timeout.map(|t| started + t);
+            match direct::attempt(url, opts, &mut state, out, deadline) {
+                direct::Attempt::Unsupported(why) => {
+                    tracing::debug!(url = %url, "reading through reqwest: {why}");
+                    direct_ok = false;
+                    continue;
+                }
+                direct::Attempt::Done => Ok(()),
+                direct::Attempt::Failed(e) => Err(e),
+            }
+        } else {
+            let attempt = attempt_http(&client, url, opts, &mut state, out, started);
+            match opts.total_timeout {
+                Some(limit) => {
+                    let left = limit.saturating_sub(started.elapsed());
+                    match tokio::time::timeout(left, attempt).await {
+                        Ok(r) => r,
+                        Err(_) => {
+                            return Err(ImageError::TotalTimeout {
+                                url: url.clone(),
+                                secs: limit.as_secs(),
+                                offset: out.offset,
+                            }
+                            .into())
                         }
-                        .into())
                     }
                 }
+                None => attempt.await,
             }
-            None => attempt.await,
         };
         let reason = match result {
             Ok(()) => return Ok(()),

@@ -1,0 +1,421 @@
+//! The direct path for plain `http://` images: one HTTP/1.1 GET on a
+//! blocking socket whose body is read straight into the pipeline's aligned
+//! pool buffers. Going through reqwest costs a second copy of every byte
+//! (hyper's read buffer into the pool buffer) and a task wake-up per read;
+//! on a CPU that hashes at 1.5 GB/s that extra work is what the other core
+//! lacks (see README "Benchmark").
+//!
+//! Only the common case is taken here: no proxy, no user info in the URL, a
+//! 200 or 206 answer with `Content-Length` and no `Transfer-Encoding`.
+//! Anything else (a redirect, a chunked body, a proxy, TLS) is answered
+//! [`Attempt::Unsupported`] before a body byte is consumed, and the caller
+//! uses reqwest for the rest of that download. Status handling, resumption
+//! and error texts are the reqwest path's (`super::attempt_http`).
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::time::{Duration, Instant};
+
+use reqwest::Url;
+
+use super::{AttemptError, Emitter, FetchEnd, HttpOptions, HttpState};
+use crate::image::ImageError;
+
+/// Largest response head accepted.
+const HEAD_LIMIT: usize = 64 << 10;
+
+/// What one direct attempt came to.
+pub(super) enum Attempt {
+    /// The whole body arrived.
+    Done,
+    /// Retried or final, as on the reqwest path.
+    Failed(AttemptError),
+    /// This download needs reqwest; nothing of the body was consumed.
+    Unsupported(String),
+}
+
+impl From<AttemptError> for Attempt {
+    fn from(e: AttemptError) -> Self {
+        Self::Failed(e)
+    }
+}
+
+impl From<FetchEnd> for Attempt {
+    fn from(e: FetchEnd) -> Self {
+        Self::Failed(AttemptError::Fatal(e))
+    }
+}
+
+/// True when no proxy can apply to `url`: none in `opts` and none in the
+/// environment (reqwest honours `http_proxy`, `HTTP_PROXY` and `ALL_PROXY`).
+pub(super) fn eligible(url: &str, opts: &HttpOptions) -> bool {
+    let env_proxy = ["http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"]
+        .iter()
+        .any(|v| std::env::var_os(v).is_some_and(|s| !s.is_empty()));
+    url.starts_with("http://") && opts.http_proxy.is_none() && !env_proxy
+}
+
+/// One GET of `url` from byte `out.offset`, the body read into `out`.
+pub(super) fn attempt(
+    url: &str,
+    opts: &HttpOptions,
+    state: &mut HttpState,
+    out: &mut Emitter<'_>,
+    deadline: Option<Instant>,
+) -> Attempt {
+    let parsed = match Url::parse(url) {
+        Ok(u) if u.username().is_empty() && u.password().is_none() => u,
+        Ok(_) => return Attempt::Unsupported("credentials in the URL".into()),
+        Err(e) => return Attempt::Unsupported(format!("URL not parsed here: {e}")),
+    };
+    let Some(host) = parsed.host_str().map(str::to_string) else {
+        return Attempt::Unsupported("no host".into());
+    };
+    let port = parsed.port_or_known_default().unwrap_or(80);
+    let stall = opts.stall_timeout;
+    let timeout = |left: Option<Instant>| {
+        match left {
+            Some(d) => stall.min(d.saturating_duration_since(Instant::now())),
+            None => stall,
+        }
+        .max(Duration::from_millis(1))
+    };
+
+    if deadline.is_some_and(|d| Instant::now() >= d) {
+        return total_timeout(url, opts, out.offset);
+    }
+    let mut conn = match connect(&host, port, timeout(deadline)) {
+        Ok(c) => c,
+        Err(reason) => return AttemptError::Retry(reason).into(),
+    };
+    let _ = conn.set_nodelay(true);
+    if let Err(e) = conn.set_read_timeout(Some(timeout(deadline))) {
+        return AttemptError::Retry(format!("socket: {e}")).into();
+    }
+    let request = request(&parsed, &host, port, opts, state, out.offset);
+    if let Err(e) = conn.write_all(request.as_bytes()) {
+        return AttemptError::Retry(format!("sending the request: {e}")).into();
+    }
+
+    let (head, leftover) = match read_head(&mut conn, stall) {
+        Ok(h) => h,
+        Err(reason) => return AttemptError::Retry(reason).into(),
+    };
+    let reply = match parse_head(&head) {
+        Ok(r) => r,
+        Err(reason) => return Attempt::Unsupported(reason),
+    };
+    if (300..400).contains(&reply.status) {
+        return Attempt::Unsupported(format!("HTTP {} redirect", reply.status));
+    }
+    if (400..500).contains(&reply.status) {
+        return AttemptError::Fatal(FetchEnd::Failed(ImageError::HttpStatus {
+            url: url.to_string(),
+            status: reply.status,
+        }))
+        .into();
+    }
+    if !(200..300).contains(&reply.status) {
+        return AttemptError::Retry(format!("HTTP {}", reply.status)).into();
+    }
+    if reply.chunked {
+        return Attempt::Unsupported("chunked transfer encoding".into());
+    }
+    let Some(body_len) = reply.content_length else {
+        return Attempt::Unsupported("no Content-Length".into());
+    };
+
+    let offset = out.offset;
+    let mut skip = 0u64;
+    if reply.status == 206 {
+        let Some((start, total)) = reply.content_range else {
+            return AttemptError::Retry("206 without a usable Content-Range".into()).into();
+        };
+        if start != offset {
+            return AttemptError::Retry(format!(
+                "asked for byte {offset}, server sent from byte {start}"
+            ))
+            .into();
+        }
+        if total.is_some() {
+            state.total = total;
+        }
+    } else {
+        if offset > 0 {
+            tracing::warn!(
+                url,
+                offset,
+                "server ignored the Range request; reading from the start again"
+            );
+            skip = offset;
+        }
+        state.total = Some(body_len);
+        state.etag = reply
+            .etag
+            .as_deref()
+            .and_then(|e| reqwest::header::HeaderValue::from_str(e).ok());
+    }
+    if let Some(t) = state.total {
+        out.progress.set_download_total(t);
+    }
+
+    // The body: bytes already read with the head, then straight from the socket.
+    let mut left = body_len;
+    let mut data = &leftover[..leftover.len().min(body_len as usize)];
+    left -= data.len() as u64;
+    let n = skip.min(data.len() as u64) as usize;
+    skip -= n as u64;
+    data = &data[n..];
+    if !data.is_empty() {
+        if let Err(e) = out.push(data) {
+            return e.into();
+        }
+    }
+    let started = Instant::now();
+    while left > 0 {
+        if deadline.is_some() {
+            if let Err(e) = conn.set_read_timeout(Some(timeout(deadline))) {
+                return AttemptError::Retry(format!("socket: {e}")).into();
+            }
+        }
+        let read = if skip > 0 {
+            let mut scratch = vec![0u8; (skip.min(1 << 20)) as usize];
+            conn.read(&mut scratch).map(|n| {
+                skip -= n as u64;
+                (n, false)
+            })
+        } else {
+            let spare = out.spare();
+            let cap = (spare.len() as u64).min(left) as usize;
+            conn.read(&mut spare[..cap]).map(|n| (n, true))
+        };
+        match read {
+            Ok((0, _)) => break,
+            Ok((n, into_buffer)) => {
+                left -= n as u64;
+                if into_buffer {
+                    if let Err(e) = out.commit(n) {
+                        return e.into();
+                    }
+                }
+            }
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                if deadline.is_some_and(|d| Instant::now() >= d) {
+                    return total_timeout(url, opts, out.offset);
+                }
+                return AttemptError::Retry(format!(
+                    "stalled: no data for {} s at byte {} (after {:.0} s)",
+                    stall.as_secs_f64(),
+                    out.offset,
+                    started.elapsed().as_secs_f64()
+                ))
+                .into();
+            }
+            Err(e) => return AttemptError::Retry(e.to_string()).into(),
+        }
+    }
+    if left > 0 {
+        return AttemptError::Retry(match state.total {
+            Some(t) => format!("connection closed at byte {} of {t}", out.offset),
+            None => format!("connection closed at byte {}", out.offset),
+        })
+        .into();
+    }
+    if skip > 0 {
+        return AttemptError::Retry(format!("the full reply ended before byte {offset}")).into();
+    }
+    Attempt::Done
+}
+
+/// The whole download took longer than `opts.total_timeout`.
+fn total_timeout(url: &str, opts: &HttpOptions, offset: u64) -> Attempt {
+    AttemptError::Fatal(FetchEnd::Failed(ImageError::TotalTimeout {
+        url: url.to_string(),
+        secs: opts.total_timeout.map_or(0, |t| t.as_secs()),
+        offset,
+    }))
+    .into()
+}
+
+/// Connects to the first address of `host` that answers within `timeout`.
+fn connect(host: &str, port: u16, timeout: Duration) -> Result<TcpStream, String> {
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    let addrs: Vec<SocketAddr> = (bare, port)
+        .to_socket_addrs()
+        .map_err(|e| format!("resolving {host}: {e}"))?
+        .collect();
+    let mut last = format!("{host} has no address");
+    for a in addrs {
+        match TcpStream::connect_timeout(&a, timeout) {
+            Ok(c) => return Ok(c),
+            Err(e) => last = format!("connecting to {a}: {e}"),
+        }
+    }
+    Err(last)
+}
+
+/// The request head: a GET of path and query, with the resumption headers.
+fn request(
+    url: &Url,
+    host: &str,
+    port: u16,
+    opts: &HttpOptions,
+    state: &HttpState,
+    offset: u64,
+) -> String {
+    let mut target = url.path().to_string();
+    if let Some(q) = url.query() {
+        target.push('?');
+        target.push_str(q);
+    }
+    let host_header = match url.port() {
+        Some(_) => format!("{host}:{port}"),
+        None => host.to_string(),
+    };
+    let mut r = format!(
+        "GET {target} HTTP/1.1\r\nHost: {host_header}\r\nAccept: */*\r\nUser-Agent: {}\r\nConnection: close\r\n",
+        concat!("ironic-deploy-agent/", env!("CARGO_PKG_VERSION"))
+    );
+    if let Some(auth) = &opts.authorization {
+        r.push_str(&format!("Authorization: {auth}\r\n"));
+    }
+    if offset > 0 {
+        r.push_str(&format!("Range: bytes={offset}-\r\n"));
+        if let Some(etag) = state.etag.as_ref().and_then(|e| e.to_str().ok()) {
+            r.push_str(&format!("If-Range: {etag}\r\n"));
+        }
+    }
+    r.push_str("\r\n");
+    r
+}
+
+/// Reads up to the end of the response head; returns the head and the
+/// body bytes that came with it.
+fn read_head(conn: &mut TcpStream, stall: Duration) -> Result<(Vec<u8>, Vec<u8>), String> {
+    let mut buf = Vec::with_capacity(4096);
+    let mut chunk = [0u8; 4096];
+    loop {
+        let n = match conn.read(&mut chunk) {
+            Ok(0) => return Err("connection closed before the response head".into()),
+            Ok(n) => n,
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                return Err(format!("no response within {stall:?}"))
+            }
+            Err(e) => return Err(e.to_string()),
+        };
+        buf.extend_from_slice(&chunk[..n]);
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let rest = buf.split_off(end + 4);
+            return Ok((buf, rest));
+        }
+        if buf.len() > HEAD_LIMIT {
+            return Err(format!("response head longer than {HEAD_LIMIT} bytes"));
+        }
+    }
+}
+
+/// The parts of a response head the download needs.
+#[derive(Debug, PartialEq)]
+struct Reply {
+    status: u16,
+    content_length: Option<u64>,
+    content_range: Option<(u64, Option<u64>)>,
+    etag: Option<String>,
+    chunked: bool,
+}
+
+fn parse_head(head: &[u8]) -> Result<Reply, String> {
+    let mut headers = [httparse::EMPTY_HEADER; 64];
+    let mut resp = httparse::Response::new(&mut headers);
+    match resp.parse(head) {
+        Ok(httparse::Status::Complete(_)) => {}
+        Ok(httparse::Status::Partial) => return Err("incomplete response head".into()),
+        Err(e) => return Err(format!("response head not parsed: {e}")),
+    }
+    let status = resp.code.ok_or("no status code")?;
+    let mut reply = Reply {
+        status,
+        content_length: None,
+        content_range: None,
+        etag: None,
+        chunked: false,
+    };
+    for h in resp.headers.iter() {
+        let value = std::str::from_utf8(h.value).unwrap_or("").trim();
+        match h.name.to_ascii_lowercase().as_str() {
+            "content-length" => {
+                let n = value
+                    .parse()
+                    .map_err(|_| format!("Content-Length {value:?}"))?;
+                if reply.content_length.is_some_and(|m| m != n) {
+                    return Err("conflicting Content-Length headers".into());
+                }
+                reply.content_length = Some(n);
+            }
+            "content-range" => reply.content_range = super::parse_content_range(value),
+            "etag" => reply.etag = Some(value.to_string()),
+            "transfer-encoding" => reply.chunked = true,
+            _ => {}
+        }
+    }
+    Ok(reply)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn response_heads_are_read_for_what_the_download_needs() {
+        let r = parse_head(
+            b"HTTP/1.1 206 Partial Content\r\nContent-Length: 10\r\nContent-Range: bytes 90-99/100\r\nETag: \"x1\"\r\n\r\n",
+        )
+        .unwrap();
+        assert_eq!(
+            r,
+            Reply {
+                status: 206,
+                content_length: Some(10),
+                content_range: Some((90, Some(100))),
+                etag: Some("\"x1\"".into()),
+                chunked: false,
+            }
+        );
+        let r = parse_head(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n").unwrap();
+        assert!(r.chunked && r.content_length.is_none());
+        assert!(
+            parse_head(b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n")
+                .is_err()
+        );
+        assert!(parse_head(b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n").is_err());
+        assert!(parse_head(b"garbage\r\n\r\n").is_err());
+    }
+
+    #[test]
+    fn requests_carry_the_resumption_headers() {
+        let url = Url::parse("http://[::1]:8080/images/disk.img?sig=1").unwrap();
+        let mut opts = HttpOptions::default();
+        opts.set_basic_auth("u", "p");
+        let state = HttpState {
+            total: Some(100),
+            etag: Some(reqwest::header::HeaderValue::from_static("\"e\"")),
+        };
+        let r = request(&url, "[::1]", 8080, &opts, &state, 42);
+        assert!(r.starts_with("GET /images/disk.img?sig=1 HTTP/1.1\r\nHost: [::1]:8080\r\n"));
+        assert!(r.contains("\r\nAuthorization: Basic dTpw\r\n"));
+        assert!(r.contains("\r\nRange: bytes=42-\r\nIf-Range: \"e\"\r\n"));
+        assert!(r.ends_with("\r\n\r\n"));
+        let r = request(&url, "[::1]", 8080, &opts, &state, 0);
+        assert!(!r.contains("Range"));
+    }
+
+    #[test]
+    fn proxies_and_tls_take_the_reqwest_path() {
+        let mut opts = HttpOptions::default();
+        assert!(!eligible("https://example.invalid/x", &opts));
+        opts.http_proxy = Some("http://proxy.invalid:3128".into());
+        assert!(!eligible("http://example.invalid/x", &opts));
+    }
+}
