@@ -18,7 +18,10 @@ use std::time::{Duration, Instant};
 
 use reqwest::Url;
 
-use super::{AttemptError, Emitter, FetchEnd, HttpOptions, HttpState};
+use reqwest::header::HeaderValue;
+use reqwest::StatusCode;
+
+use super::{accept_reply, AttemptError, Emitter, FetchEnd, HttpOptions, HttpState, ReplyHead};
 use crate::image::ImageError;
 
 /// Largest response head accepted.
@@ -108,56 +111,29 @@ pub(super) fn attempt(
     if (300..400).contains(&reply.status) {
         return Attempt::Unsupported(format!("HTTP {} redirect", reply.status));
     }
-    if (400..500).contains(&reply.status) {
-        return AttemptError::Fatal(FetchEnd::Failed(ImageError::HttpStatus {
-            url: url.to_string(),
-            status: reply.status,
-        }))
-        .into();
-    }
-    if !(200..300).contains(&reply.status) {
-        return AttemptError::Retry(format!("HTTP {}", reply.status)).into();
-    }
+    let Ok(status) = StatusCode::from_u16(reply.status) else {
+        return AttemptError::Retry(format!("HTTP status {} not understood", reply.status)).into();
+    };
+    let head = ReplyHead {
+        status,
+        content_range: reply.content_range,
+        content_length: reply.content_length,
+        etag: reply
+            .etag
+            .as_deref()
+            .and_then(|e| HeaderValue::from_str(e).ok()),
+    };
+    let offset = out.offset;
+    let mut skip = match accept_reply(url, head, state, out) {
+        Ok(skip) => skip,
+        Err(e) => return e.into(),
+    };
     if reply.chunked {
         return Attempt::Unsupported("chunked transfer encoding".into());
     }
     let Some(body_len) = reply.content_length else {
         return Attempt::Unsupported("no Content-Length".into());
     };
-
-    let offset = out.offset;
-    let mut skip = 0u64;
-    if reply.status == 206 {
-        let Some((start, total)) = reply.content_range else {
-            return AttemptError::Retry("206 without a usable Content-Range".into()).into();
-        };
-        if start != offset {
-            return AttemptError::Retry(format!(
-                "asked for byte {offset}, server sent from byte {start}"
-            ))
-            .into();
-        }
-        if total.is_some() {
-            state.total = total;
-        }
-    } else {
-        if offset > 0 {
-            tracing::warn!(
-                url,
-                offset,
-                "server ignored the Range request; reading from the start again"
-            );
-            skip = offset;
-        }
-        state.total = Some(body_len);
-        state.etag = reply
-            .etag
-            .as_deref()
-            .and_then(|e| reqwest::header::HeaderValue::from_str(e).ok());
-    }
-    if let Some(t) = state.total {
-        out.progress.set_download_total(t);
-    }
 
     // The body: bytes already read with the head, then straight from the socket.
     let mut left = body_len;

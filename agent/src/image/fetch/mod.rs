@@ -375,6 +375,68 @@ async fn fetch_http(
     }
 }
 
+/// The parts of a reply's head that decide how a download goes on.
+struct ReplyHead {
+    status: StatusCode,
+    content_range: Option<(u64, Option<u64>)>,
+    content_length: Option<u64>,
+    etag: Option<HeaderValue>,
+}
+
+/// Checks a reply to the request from byte `out.offset` (shared by the
+/// reqwest and the direct path): 4xx is final, other non-2xx retried, a 206
+/// must start where asked; a 200 to a range request is the whole image
+/// again. Records the total and the ETag, and returns how many leading body
+/// bytes to drop.
+fn accept_reply(
+    url: &str,
+    reply: ReplyHead,
+    state: &mut HttpState,
+    out: &mut Emitter<'_>,
+) -> Result<u64, AttemptError> {
+    let status = reply.status;
+    if status.is_client_error() {
+        return Err(FetchEnd::Failed(ImageError::HttpStatus {
+            url: url.to_string(),
+            status: status.as_u16(),
+        })
+        .into());
+    }
+    if !status.is_success() {
+        return Err(AttemptError::Retry(format!("HTTP {status}")));
+    }
+    let offset = out.offset;
+    let mut skip = 0u64;
+    if status == StatusCode::PARTIAL_CONTENT {
+        let (start, total) = reply
+            .content_range
+            .ok_or_else(|| AttemptError::Retry("206 without a usable Content-Range".into()))?;
+        if start != offset {
+            return Err(AttemptError::Retry(format!(
+                "asked for byte {offset}, server sent from byte {start}"
+            )));
+        }
+        if total.is_some() {
+            state.total = total;
+        }
+    } else {
+        if offset > 0 {
+            tracing::warn!(
+                url,
+                offset,
+                "server ignored the Range request; reading from the start again"
+            );
+            skip = offset;
+        }
+        state.total = reply.content_length;
+        state.etag = reply.etag;
+    }
+    if let Some(t) = state.total {
+        out.progress.set_download_total(t);
+    }
+    Ok(skip)
+}
+
 async fn attempt_http(
     client: &reqwest::Client,
     url: &str,
@@ -410,51 +472,18 @@ async fn attempt_http(
         }
         Ok(Ok(r)) => r,
     };
-    let status = resp.status();
-    if status.is_client_error() {
-        return Err(FetchEnd::Failed(ImageError::HttpStatus {
-            url: url.to_string(),
-            status: status.as_u16(),
-        })
-        .into());
-    }
-    if !status.is_success() {
-        return Err(AttemptError::Retry(format!("HTTP {status}")));
-    }
-    let mut skip = 0u64;
-    match status {
-        StatusCode::PARTIAL_CONTENT => {
-            let (start, total) = resp
-                .headers()
-                .get(CONTENT_RANGE)
-                .and_then(|v| v.to_str().ok())
-                .and_then(parse_content_range)
-                .ok_or_else(|| AttemptError::Retry("206 without a usable Content-Range".into()))?;
-            if start != offset {
-                return Err(AttemptError::Retry(format!(
-                    "asked for byte {offset}, server sent from byte {start}"
-                )));
-            }
-            if total.is_some() {
-                state.total = total;
-            }
-        }
-        _ => {
-            if offset > 0 {
-                tracing::warn!(
-                    url,
-                    offset,
-                    "server ignored the Range request; reading from the start again"
-                );
-                skip = offset;
-            }
-            state.total = resp.content_length();
-            state.etag = resp.headers().get(ETAG).cloned();
-        }
-    }
-    if let Some(t) = state.total {
-        out.progress.set_download_total(t);
-    }
+    let range = resp
+        .headers()
+        .get(CONTENT_RANGE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(parse_content_range);
+    let reply = ReplyHead {
+        status: resp.status(),
+        content_range: range,
+        content_length: resp.content_length(),
+        etag: resp.headers().get(ETAG).cloned(),
+    };
+    let mut skip = accept_reply(url, reply, state, out)?;
     let mut resp = resp;
     loop {
         let chunk = match tokio::time::timeout(stall, resp.chunk()).await {
