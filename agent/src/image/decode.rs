@@ -14,13 +14,15 @@ use super::buffers::{Block, Pool, PooledBuf};
 use super::format::{self, Format};
 use super::progress::Progress;
 use super::qcow2;
-use super::ImageError;
+use super::reread::SourceReread;
+use super::{ImageError, WriteRequest};
 
 /// Largest zstd window accepted (16 MiB): keeps memory bounded.
 const ZSTD_WINDOW_LOG_MAX: u32 = 24;
 /// Memory limit of the xz decoder (enough for `xz -8`).
 const XZ_MEMLIMIT: u64 = 40 << 20;
-/// Bytes of qcow2 data kept for clusters whose mapping comes later.
+/// Bytes of qcow2 data kept for clusters whose mapping comes a little
+/// later; what lies further back is read again.
 const QCOW2_LOOKAHEAD: usize = 8 << 20;
 
 /// One operation for the writer.
@@ -70,11 +72,52 @@ pub enum DecodeEnd {
 }
 
 /// Reads the stream of blocks as one byte stream (for decompressors).
-struct BlockReader {
+#[derive(Debug)]
+pub(crate) struct BlockReader {
     rx: Receiver<Block>,
     cur: Option<Block>,
     pos: usize,
     consumed: Arc<AtomicU64>,
+}
+
+impl BlockReader {
+    /// A reader of the blocks `rx` receives.
+    pub fn new(rx: Receiver<Block>) -> Self {
+        BlockReader {
+            rx,
+            cur: None,
+            pos: 0,
+            consumed: Arc::default(),
+        }
+    }
+}
+
+/// The decompressing reader for a compressed `format` over `reader`, with
+/// the memory limits of the pipeline.
+pub(crate) fn decompressor<'r, R: BufRead + 'r>(
+    format: Format,
+    reader: R,
+) -> io::Result<Box<dyn Read + 'r>> {
+    Ok(match format {
+        Format::Zstd => {
+            let mut d = zstd::stream::read::Decoder::with_buffer(reader)?;
+            d.window_log_max(ZSTD_WINDOW_LOG_MAX)?;
+            Box::new(d)
+        }
+        Format::Gzip => Box::new(flate2::bufread::MultiGzDecoder::new(reader)),
+        Format::Xz => {
+            let stream = liblzma::stream::Stream::new_stream_decoder(
+                XZ_MEMLIMIT,
+                liblzma::stream::CONCATENATED,
+            )?;
+            Box::new(liblzma::bufread::XzDecoder::new_stream(reader, stream))
+        }
+        Format::Raw | Format::Qcow2 => {
+            return Err(io::Error::other(format!(
+                "{format} is not a compressed format"
+            )))
+        }
+    })
 }
 
 impl Read for BlockReader {
@@ -113,11 +156,12 @@ impl BufRead for BlockReader {
 pub fn decode(
     rx: Receiver<Block>,
     tx: SyncSender<WriteOp>,
-    want: Option<Format>,
+    req: &WriteRequest,
     out_pool: &Pool,
     url: &str,
     progress: &Progress,
 ) -> Result<Decoded, DecodeEnd> {
+    let want = req.format;
     let corrupt = |format: Format, reason: String| {
         DecodeEnd::Failed(ImageError::Corrupt {
             format: format.name(),
@@ -174,7 +218,7 @@ pub fn decode(
         consumed: consumed.clone(),
     };
     if detected == Format::Qcow2 {
-        run_qcow2(&mut reader, &tx, out_pool, detected, url)?;
+        run_qcow2(&mut reader, &tx, out_pool, detected, req, url)?;
         return Ok(Decoded {
             format: Format::Qcow2,
             inner: None,
@@ -191,26 +235,9 @@ pub fn decode(
         }
         corrupt(detected, reason)
     };
-    let inner = match detected {
-        Format::Zstd => {
-            let mut d = zstd::stream::read::Decoder::with_buffer(&mut reader).map_err(err_at)?;
-            d.window_log_max(ZSTD_WINDOW_LOG_MAX).map_err(err_at)?;
-            pump(&mut d, &tx, out_pool, detected, url, &err_at)?
-        }
-        Format::Gzip => {
-            let mut d = flate2::bufread::MultiGzDecoder::new(&mut reader);
-            pump(&mut d, &tx, out_pool, detected, url, &err_at)?
-        }
-        Format::Xz => {
-            let stream = liblzma::stream::Stream::new_stream_decoder(
-                XZ_MEMLIMIT,
-                liblzma::stream::CONCATENATED,
-            )
-            .map_err(|e| err_at(e.into()))?;
-            let mut d = liblzma::bufread::XzDecoder::new_stream(&mut reader, stream);
-            pump(&mut d, &tx, out_pool, detected, url, &err_at)?
-        }
-        Format::Raw | Format::Qcow2 => unreachable!("handled above"),
+    let inner = {
+        let mut d = decompressor(detected, &mut reader).map_err(err_at)?;
+        pump(&mut d, &tx, out_pool, detected, req, url, &err_at)?
     };
     let trailing = reader.fill_buf().map(|b| b.len()).unwrap_or(0);
     if trailing > 0 {
@@ -232,6 +259,7 @@ fn pump(
     tx: &SyncSender<WriteOp>,
     pool: &Pool,
     outer: Format,
+    req: &WriteRequest,
     url: &str,
     err_at: &dyn Fn(io::Error) -> DecodeEnd,
 ) -> Result<Option<Format>, DecodeEnd> {
@@ -255,7 +283,7 @@ fn pump(
             if qcow2::is_qcow2(&buf) {
                 tracing::info!(url, "the {outer} stream holds a qcow2 image");
                 let mut chained = (&buf[..]).chain(src);
-                run_qcow2(&mut chained, tx, pool, outer, url)?;
+                run_qcow2(&mut chained, tx, pool, outer, req, url)?;
                 return Ok(Some(Format::Qcow2));
             }
         }
@@ -332,6 +360,7 @@ fn run_qcow2(
     tx: &SyncSender<WriteOp>,
     pool: &Pool,
     outer: Format,
+    req: &WriteRequest,
     url: &str,
 ) -> Result<(), DecodeEnd> {
     let mut sink = QcowSink {
@@ -343,7 +372,8 @@ fn run_qcow2(
         lookahead_bytes: QCOW2_LOOKAHEAD,
         ..qcow2::Limits::default()
     };
-    let result = qcow2::convert(input, &mut sink, &limits);
+    let mut again = SourceReread::new(&req.urls, &req.http, outer);
+    let result = qcow2::convert(input, &mut again, &mut sink, &limits);
     if result.is_ok() && sink.flush().is_err() {
         return Err(DecodeEnd::Stopped);
     }
@@ -355,8 +385,17 @@ fn run_qcow2(
                 cluster_size = summary.cluster_size,
                 data_clusters = summary.data_clusters,
                 compressed = summary.compressed_clusters,
+                reread_bytes = summary.reread_bytes,
+                reread_rounds = summary.reread_rounds,
                 "qcow2 converted"
             );
+            if summary.snapshots > 0 {
+                tracing::info!(
+                    url,
+                    snapshots = summary.snapshots,
+                    "the qcow2 image has internal snapshots; they were ignored, the active state was written (as qemu-img convert does)"
+                );
+            }
             Ok(())
         }
         Err(qcow2::Qcow2Error::Sink { .. }) => Err(DecodeEnd::Stopped),

@@ -26,6 +26,7 @@ pub mod gpt;
 pub mod info;
 pub mod progress;
 pub mod qcow2;
+mod reread;
 pub mod target;
 
 use std::path::Path;
@@ -213,7 +214,7 @@ fn run_pipeline(
         let decoder = std::thread::Builder::new()
             .name("image-decode".into())
             .spawn_scoped(s, move || {
-                decode::decode(dec_rx, op_tx, req.format, out_pool, url, progress)
+                decode::decode(dec_rx, op_tx, req, out_pool, url, progress)
             })
             .expect("spawning the decode thread");
 

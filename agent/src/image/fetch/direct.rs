@@ -95,7 +95,7 @@ pub(super) fn attempt(
     if let Err(e) = conn.set_read_timeout(Some(timeout(deadline))) {
         return AttemptError::Retry(format!("socket: {e}")).into();
     }
-    let request = request(&parsed, &host, port, opts, state, out.offset);
+    let request = request(&parsed, &host, port, opts, state, out.offset, out.limit);
     if let Err(e) = conn.write_all(request.as_bytes()) {
         return AttemptError::Retry(format!("sending the request: {e}")).into();
     }
@@ -148,7 +148,7 @@ pub(super) fn attempt(
         }
     }
     let started = Instant::now();
-    while left > 0 {
+    while left > 0 && !out.reached() {
         if deadline.is_some() {
             if let Err(e) = conn.set_read_timeout(Some(timeout(deadline))) {
                 return AttemptError::Retry(format!("socket: {e}")).into();
@@ -191,7 +191,7 @@ pub(super) fn attempt(
             Err(e) => return AttemptError::Retry(e.to_string()).into(),
         }
     }
-    if left > 0 {
+    if left > 0 && !out.reached() {
         return AttemptError::Retry(match state.total {
             Some(t) => format!("connection closed at byte {} of {t}", out.offset),
             None => format!("connection closed at byte {}", out.offset),
@@ -239,6 +239,7 @@ fn request(
     opts: &HttpOptions,
     state: &HttpState,
     offset: u64,
+    limit: u64,
 ) -> String {
     let mut target = url.path().to_string();
     if let Some(q) = url.query() {
@@ -256,8 +257,8 @@ fn request(
     if let Some(auth) = &opts.authorization {
         r.push_str(&format!("Authorization: {auth}\r\n"));
     }
-    if offset > 0 {
-        r.push_str(&format!("Range: bytes={offset}-\r\n"));
+    if let Some(range) = super::range_header(offset, limit) {
+        r.push_str(&format!("Range: {range}\r\n"));
         if let Some(etag) = state.etag.as_ref().and_then(|e| e.to_str().ok()) {
             r.push_str(&format!("If-Range: {etag}\r\n"));
         }
@@ -377,14 +378,17 @@ mod tests {
         let state = HttpState {
             total: Some(100),
             etag: Some(reqwest::header::HeaderValue::from_static("\"e\"")),
+            range_ignored: false,
         };
-        let r = request(&url, "[::1]", 8080, &opts, &state, 42);
+        let r = request(&url, "[::1]", 8080, &opts, &state, 42, u64::MAX);
         assert!(r.starts_with("GET /images/disk.img?sig=1 HTTP/1.1\r\nHost: [::1]:8080\r\n"));
         assert!(r.contains("\r\nAuthorization: Basic dTpw\r\n"));
         assert!(r.contains("\r\nRange: bytes=42-\r\nIf-Range: \"e\"\r\n"));
         assert!(r.ends_with("\r\n\r\n"));
-        let r = request(&url, "[::1]", 8080, &opts, &state, 0);
+        let r = request(&url, "[::1]", 8080, &opts, &state, 0, u64::MAX);
         assert!(!r.contains("Range"));
+        let r = request(&url, "[::1]", 8080, &opts, &state, 0, 4096);
+        assert!(r.contains("\r\nRange: bytes=0-4095\r\n"));
     }
 
     #[test]

@@ -13,7 +13,7 @@
 //! duration (`total_timeout`) are limited separately.
 
 use std::fs::File;
-use std::io::Read;
+use std::io::{Read, Seek, SeekFrom};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -131,11 +131,22 @@ struct Emitter<'a> {
     progress: &'a Progress,
     emit: &'a mut dyn FnMut(Block) -> bool,
     cur: Option<PooledBuf>,
+    /// File offset of the next byte.
     offset: u64,
+    /// File offset to stop at (`u64::MAX`: the end of the file).
+    limit: u64,
 }
 
 impl Emitter<'_> {
-    fn push(&mut self, mut data: &[u8]) -> Result<(), FetchEnd> {
+    /// Whether every byte up to the limit has arrived.
+    fn reached(&self) -> bool {
+        self.offset >= self.limit
+    }
+
+    /// Takes `data` (cut at the limit).
+    fn push(&mut self, data: &[u8]) -> Result<(), FetchEnd> {
+        let room = usize::try_from(self.limit - self.offset).unwrap_or(usize::MAX);
+        let mut data = &data[..data.len().min(room)];
         self.progress.add_downloaded(data.len() as u64);
         self.offset += data.len() as u64;
         while !data.is_empty() {
@@ -149,11 +160,14 @@ impl Emitter<'_> {
         Ok(())
     }
 
-    /// The unfilled part of the current buffer, for reading into directly.
+    /// The unfilled part of the current buffer (up to the limit), for
+    /// reading into directly.
     fn spare(&mut self) -> &mut [u8] {
+        let room = usize::try_from(self.limit - self.offset).unwrap_or(usize::MAX);
         let cur = self.cur.get_or_insert_with(|| self.pool.take());
         let filled = cur.len();
-        &mut cur.spare()[filled..]
+        let end = cur.capacity().min(filled.saturating_add(room));
+        &mut cur.spare()[filled..end]
     }
 
     /// Counts `n` bytes just read into [`Self::spare`]; hands the buffer on
@@ -194,6 +208,22 @@ pub fn fetch(
     progress: &Progress,
     emit: &mut dyn FnMut(Block) -> bool,
 ) -> Result<u64, FetchEnd> {
+    fetch_from(urls, opts, pool, progress, 0..u64::MAX, emit).map(|(end, _)| end)
+}
+
+/// Reads bytes `span` of the image (the end may be `u64::MAX`: to the end
+/// of the file) like [`fetch`], with a Range request over http(s). Returns
+/// the offset reached and whether the server honoured the range: one that
+/// ignored it sent the image from its start, whose bytes before the span
+/// were read and dropped.
+pub fn fetch_from(
+    urls: &[String],
+    opts: &HttpOptions,
+    pool: &Pool,
+    progress: &Progress,
+    span: std::ops::Range<u64>,
+    emit: &mut dyn FnMut(Block) -> bool,
+) -> Result<(u64, bool), FetchEnd> {
     let first = urls
         .first()
         .ok_or_else(|| ImageError::InvalidParams("no image URL given".into()))?;
@@ -202,8 +232,10 @@ pub fn fetch(
         progress,
         emit,
         cur: None,
-        offset: 0,
+        offset: span.start,
+        limit: span.end,
     };
+    let mut range_honoured = true;
     if first.starts_with("http://") || first.starts_with("https://") {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -211,12 +243,12 @@ pub fn fetch(
             .map_err(|e| {
                 ImageError::InvalidParams(format!("starting the download runtime: {e}"))
             })?;
-        rt.block_on(fetch_http(urls, opts, &mut out))?;
+        range_honoured = rt.block_on(fetch_http(urls, opts, &mut out))?;
     } else {
         fetch_file(first, &mut out)?;
     }
     out.flush()?;
-    Ok(out.offset)
+    Ok((out.offset, range_honoured))
 }
 
 /// Reads a small document (a checksum file) completely, at most `limit` bytes.
@@ -258,8 +290,11 @@ fn fetch_file(url: &str, out: &mut Emitter<'_>) -> Result<(), FetchEnd> {
     if let Ok(meta) = file.metadata() {
         out.progress.set_download_total(meta.len());
     }
+    if out.offset > 0 {
+        file.seek(SeekFrom::Start(out.offset)).map_err(fail)?;
+    }
     let mut buf = vec![0u8; 1 << 20];
-    loop {
+    while !out.reached() {
         let n = match file.read(&mut buf) {
             Ok(0) => return Ok(()),
             Ok(n) => n,
@@ -276,6 +311,7 @@ fn fetch_file(url: &str, out: &mut Emitter<'_>) -> Result<(), FetchEnd> {
         };
         out.push(&buf[..n])?;
     }
+    Ok(())
 }
 
 /// One attempt's failure: retried, or final.
@@ -294,18 +330,33 @@ impl From<FetchEnd> for AttemptError {
 struct HttpState {
     total: Option<u64>,
     etag: Option<HeaderValue>,
+    /// A reply came back whole (200) to a Range request.
+    range_ignored: bool,
 }
 
+/// The `Range` header value for a request from byte `offset` that stops at
+/// `limit`, if the request needs one.
+fn range_header(offset: u64, limit: u64) -> Option<String> {
+    match (offset, limit) {
+        (0, u64::MAX) => None,
+        (_, u64::MAX) => Some(format!("bytes={offset}-")),
+        _ => Some(format!("bytes={offset}-{}", limit.saturating_sub(1))),
+    }
+}
+
+/// Downloads into `out` until its limit or the end of the file; returns
+/// whether no reply ignored a Range request.
 async fn fetch_http(
     urls: &[String],
     opts: &HttpOptions,
     out: &mut Emitter<'_>,
-) -> Result<(), FetchEnd> {
+) -> Result<bool, FetchEnd> {
     let client = opts.client()?;
     let started = Instant::now();
     let mut state = HttpState {
         total: None,
         etag: None,
+        range_ignored: false,
     };
     let mut url_idx = 0;
     let mut failures = 0u32;
@@ -346,7 +397,7 @@ async fn fetch_http(
             }
         };
         let reason = match result {
-            Ok(()) => return Ok(()),
+            Ok(()) => return Ok(!state.range_ignored),
             Err(AttemptError::Fatal(e)) => return Err(e),
             Err(AttemptError::Retry(reason)) => reason,
         };
@@ -428,6 +479,7 @@ fn accept_reply(
             );
             skip = offset;
         }
+        state.range_ignored |= range_header(offset, out.limit).is_some();
         state.total = reply.content_length;
         state.etag = reply.etag;
     }
@@ -455,9 +507,8 @@ async fn attempt_http(
         headers.insert(AUTHORIZATION, v);
     }
     let offset = out.offset;
-    if offset > 0 {
-        let range = HeaderValue::from_str(&format!("bytes={offset}-")).expect("ASCII");
-        headers.insert(RANGE, range);
+    if let Some(range) = range_header(offset, out.limit) {
+        headers.insert(RANGE, HeaderValue::from_str(&range).expect("ASCII"));
         if let Some(etag) = &state.etag {
             headers.insert(IF_RANGE, etag.clone());
         }
@@ -511,6 +562,9 @@ async fn attempt_http(
         }
         if !data.is_empty() {
             out.push(data)?;
+        }
+        if out.reached() {
+            return Ok(());
         }
     }
     match state.total {

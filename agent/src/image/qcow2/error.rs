@@ -6,7 +6,8 @@ use std::io;
 /// Why a qcow2 → raw conversion failed.
 ///
 /// The variants fall into three families, told apart by
-/// [`Qcow2Error::class`]: the input stream failed ([`Qcow2Error::Read`]),
+/// [`Qcow2Error::class`]: the input failed ([`Qcow2Error::Read`],
+/// [`Qcow2Error::Reread`], [`Qcow2Error::RereadMismatch`]),
 /// the sink failed ([`Qcow2Error::Sink`]), or the image itself is bad,
 /// unsupported or not convertible in one sequential pass (everything else).
 #[derive(Debug, thiserror::Error)]
@@ -116,21 +117,28 @@ pub enum Qcow2Error {
         /// Host offset of the first missing host byte.
         host_offset: u64,
     },
-    /// A table entry points backwards to bytes that already left the lookahead window.
-    #[error("qcow2 image is not streamable: {what} for guest offset {guest_offset} is at host offset {host_offset}, but the stream is already at host offset {position} and only keeps bytes from host offset {window_start} on (lookahead {lookahead} bytes); convert it from a seekable file instead")]
-    NotStreamable {
-        /// What was mapped: `an L2 table`, `data`, `a compressed cluster`.
+    /// Reading host bytes of the image again failed (for a download: the
+    /// Range requests, or the fallback download, failed).
+    #[error("reading host bytes {start}..{end} of the qcow2 image again failed (they hold {what} that streamed past before the table mapping them): {source}")]
+    Reread {
+        /// First host byte asked for.
+        start: u64,
+        /// End of the host bytes asked for.
+        end: u64,
+        /// What needed them.
         what: &'static str,
-        /// Guest offset it maps.
-        guest_offset: u64,
-        /// Host offset it lives at.
-        host_offset: u64,
-        /// How far the stream had been read.
-        position: u64,
-        /// Oldest host offset still retained.
-        window_start: u64,
-        /// The effective lookahead (bytes kept behind the read position).
-        lookahead: u64,
+        /// The source's error.
+        source: io::Error,
+    },
+    /// Bytes read again are not the bytes that streamed through the first time.
+    #[error("the qcow2 image changed while it was read: host bytes {offset}..{} read again differ from the ones first downloaded and checksummed ({detail})", offset + len)]
+    RereadMismatch {
+        /// Host offset of the block that differs.
+        offset: u64,
+        /// Its length.
+        len: u64,
+        /// What differs.
+        detail: String,
     },
 }
 
@@ -141,7 +149,7 @@ pub enum ErrorClass {
     Input,
     /// The sink failed (disk write error).
     Output,
-    /// The image is corrupt, unsupported or not streamable.
+    /// The image is corrupt or unsupported.
     Image,
 }
 
@@ -149,7 +157,9 @@ impl Qcow2Error {
     /// Which party this error blames: the reader, the sink, or the image.
     pub fn class(&self) -> ErrorClass {
         match self {
-            Qcow2Error::Read { .. } => ErrorClass::Input,
+            Qcow2Error::Read { .. }
+            | Qcow2Error::Reread { .. }
+            | Qcow2Error::RereadMismatch { .. } => ErrorClass::Input,
             Qcow2Error::Sink { .. } => ErrorClass::Output,
             _ => ErrorClass::Image,
         }

@@ -67,6 +67,10 @@ pub(crate) struct Header {
     pub l1_offset: u64,
     /// Compression of compressed clusters.
     pub compression: Compression,
+    /// Extended L2 entries: 128 bits each, with 32 subclusters per cluster.
+    pub extended_l2: bool,
+    /// Internal snapshots in the image (ignored: the active L1 is converted).
+    pub snapshots: u32,
 }
 
 impl Header {
@@ -75,9 +79,28 @@ impl Header {
         1 << self.cluster_bits
     }
 
+    /// Bytes of one L2 entry: 8, or 16 with extended L2 entries.
+    pub fn l2_entry_size(&self) -> u64 {
+        if self.extended_l2 {
+            16
+        } else {
+            8
+        }
+    }
+
     /// Entries in one L2 table.
     pub fn l2_entries(&self) -> u64 {
-        self.cluster_size() / 8
+        self.cluster_size() / self.l2_entry_size()
+    }
+
+    /// log2 of the smallest guest unit a table can map on its own: the
+    /// subcluster (1/32 cluster) with extended L2 entries, else the cluster.
+    pub fn granule_bits(&self) -> u32 {
+        if self.extended_l2 {
+            self.cluster_bits - 5
+        } else {
+            self.cluster_bits
+        }
     }
 
     /// Guest bytes one L1 entry (one L2 table) maps.
@@ -125,6 +148,7 @@ impl Header {
         let crypt_method = be32(buf, 32);
         let l1_entries = u64::from(be32(buf, 36));
         let l1_offset = be64(buf, 40);
+        let snapshots = be32(buf, 60);
 
         if !(MIN_CLUSTER_BITS..=MAX_CLUSTER_BITS).contains(&cluster_bits) {
             return Err(invalid(format!(
@@ -175,6 +199,13 @@ impl Header {
         }
         check_incompatible(incompat)?;
         let compression = compression_of(incompat, compression_type)?;
+        let extended_l2 = incompat & INCOMPAT_EXTENDED_L2 != 0;
+        if extended_l2 && cluster_bits < MIN_CLUSTER_BITS + 5 {
+            return Err(invalid(format!(
+                "extended L2 entries need clusters of at least {} bytes (subclusters of 512), this image has {cluster_size}",
+                1u64 << (MIN_CLUSTER_BITS + 5)
+            )));
+        }
 
         if virtual_size > limits.max_virtual_size {
             return Err(Qcow2Error::VirtualSizeTooLarge {
@@ -189,6 +220,8 @@ impl Header {
             l1_entries,
             l1_offset,
             compression,
+            extended_l2,
+            snapshots,
         };
         header.check_l1()?;
         check_extensions(buf, header_len, cluster_size)?;
@@ -255,11 +288,6 @@ fn check_incompatible(incompat: u64) -> Result<(), Qcow2Error> {
     if incompat & INCOMPAT_DATA_FILE != 0 {
         return Err(Qcow2Error::Unsupported {
             feature: "external data file (incompatible feature bit 2)".into(),
-        });
-    }
-    if incompat & INCOMPAT_EXTENDED_L2 != 0 {
-        return Err(Qcow2Error::Unsupported {
-            feature: "extended L2 entries / subclusters (incompatible feature bit 4)".into(),
         });
     }
     if incompat & INCOMPAT_CORRUPT != 0 {

@@ -1,28 +1,39 @@
-//! Streaming qcow2 → raw conversion: reads a qcow2 image strictly
-//! sequentially (as it arrives over HTTP, no seeking) and hands the guest
-//! (raw disk) contents to a [`Sink`], in bounded memory.
+//! Streaming qcow2 → raw conversion: reads a qcow2 image sequentially (as
+//! it arrives over HTTP) and hands the guest (raw disk) contents to a
+//! [`Sink`], in bounded memory, for any valid layout.
 //!
 //! Supported: qcow2 versions 2 and 3, cluster sizes 512 B to 2 MiB,
 //! uncompressed, deflate- and zstd-compressed clusters, zero-flag and
-//! unallocated clusters. Refused with a clear [`Qcow2Error`]: backing files,
-//! encryption, external data files, extended L2 entries, images marked
-//! corrupt, unknown incompatible features, and metadata that points outside
-//! the sane part of the file. Refcounts and snapshots are ignored; only the
-//! active L1 table is used.
+//! unallocated clusters, extended L2 entries (subclusters). Internal
+//! snapshots are ignored (the active L1 table is what `qemu-img convert`
+//! converts too) and refcounts are not needed. Refused with a clear
+//! [`Qcow2Error`]: backing files, encryption, external data files (all three
+//! would read outside the image), images marked corrupt, unknown
+//! incompatible features, and metadata that points outside the sane part of
+//! the file.
 //!
-//! The image is read once, front to back. Images written by
-//! `qemu-img convert -O qcow2` place every L2 table before the data it maps,
-//! so each host range is recognised as it arrives. Data that arrives before
-//! the L2 entry mapping it is served from a window of recently read bytes
-//! ([`Limits::lookahead_bytes`]); if an entry points further back, the
-//! conversion fails with [`Qcow2Error::NotStreamable`]. Besides that window,
-//! memory grows with the number of mapped host ranges still to come and the
-//! number of runs of allocated guest clusters, never with the image size.
+//! The image is read once, front to back, and each host range that a table
+//! maps is handled as soon as both its mapping and its bytes are known.
+//! `qemu-img convert` mostly places tables before the data they map, but not
+//! always: compressed images in particular hold clusters before the L2 table
+//! that maps them, and any valid image may put its tables last. Bytes that
+//! arrive before their mapping are kept for a while in a window of recently
+//! read bytes ([`Limits::lookahead_bytes`]); ranges whose mapping turns up
+//! only after they left the window are deferred and, once the stream has
+//! ended, read again through [`Reread`] (HTTP Range requests, or a second
+//! download where the source cannot do that). Every block read again must
+//! match the BLAKE3 digest taken of it as it first streamed through
+//! ([`digests`]), so the checksum of the first stream vouches for every byte
+//! written. Besides the window, memory grows with the number of mapped host
+//! ranges still to come, the runs of allocated guest clusters and one digest
+//! per 1 MiB block, never with the image's data.
 
 mod decompress;
+mod digests;
 mod error;
 mod header;
 mod pending;
+mod reread;
 mod runs;
 mod stream;
 mod table;
@@ -36,6 +47,7 @@ mod tests;
 use std::io;
 
 pub use error::{ErrorClass, Qcow2Error};
+pub use reread::{NoReread, Reread};
 
 /// Where guest bytes go. Offsets are guest (virtual disk) byte offsets.
 pub trait Sink {
@@ -71,8 +83,9 @@ impl<T: Sink + ?Sized> Sink for &mut T {
 #[derive(Debug, Clone)]
 pub struct Limits {
     /// How many already-read bytes are kept for table entries that point
-    /// backwards (data stored before the L2 table that maps it). At least
-    /// two clusters plus one 1 MiB read block are always kept.
+    /// backwards (data stored shortly before the L2 table that maps it);
+    /// what lies further back is read again. At least two clusters plus one
+    /// 1 MiB read block are always kept.
     pub lookahead_bytes: usize,
     /// Largest accepted virtual disk size, in bytes.
     pub max_virtual_size: u64,
@@ -103,21 +116,33 @@ pub struct Summary {
     pub zero_bytes: u64,
     /// Bytes read from the input: all of it, up to its end.
     pub input_bytes: u64,
+    /// Internal snapshots in the image, ignored.
+    pub snapshots: u32,
+    /// Host bytes read again (see [`Reread`]).
+    pub reread_bytes: u64,
+    /// Rounds of reading again.
+    pub reread_rounds: u32,
 }
 
 /// Converts the qcow2 image read from `input` to raw guest contents in `sink`.
 ///
 /// `input` is read sequentially in 1 MiB blocks to its very end (so a
-/// checksum over the stream covers every byte), never seeking. Errors keep
-/// their origin apart: [`Qcow2Error::Read`] for the reader,
-/// [`Qcow2Error::Sink`] for the sink, the other variants for the image.
+/// checksum over the stream covers every byte), never seeking. Ranges that
+/// streamed past before their mapping was known are then read through
+/// `again`, checked against the digests of the first stream. Errors keep
+/// their origin apart: [`Qcow2Error::Read`] and the re-read errors for the
+/// source, [`Qcow2Error::Sink`] for the sink, the other variants for the image.
 pub fn convert<R: io::Read, S: Sink>(
     input: R,
+    again: &mut dyn Reread,
     sink: &mut S,
     limits: &Limits,
 ) -> Result<Summary, Qcow2Error> {
-    stream::run(input, sink, limits, stream::BLOCK_SIZE)
+    stream::run(input, again, sink, limits, stream::BLOCK_SIZE)
 }
+
+/// Size of the blocks the input is read, digested and read again in.
+pub const BLOCK_SIZE: usize = stream::BLOCK_SIZE;
 
 /// Whether `first_bytes` starts with the qcow2 magic `"QFI\xfb"`.
 pub fn is_qcow2(first_bytes: &[u8]) -> bool {

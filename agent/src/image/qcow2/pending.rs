@@ -43,7 +43,10 @@ impl Item {
     /// boundary counts as missing as a whole.
     pub fn first_missing(&self) -> u64 {
         match &self.kind {
-            Kind::L1 { carry } | Kind::L2 { carry, .. } => self.done - carry.len as u64,
+            Kind::L1 { carry } => self.done - carry.len as u64,
+            Kind::L2 { carry, half, .. } => {
+                self.done - carry.len as u64 - if half.is_some() { 8 } else { 0 }
+            }
             _ => self.done,
         }
     }
@@ -63,6 +66,8 @@ pub(crate) enum Kind {
         guest: u64,
         /// A table entry split across two blocks.
         carry: Carry,
+        /// The descriptor word of an extended entry whose bitmap is next.
+        half: Option<u64>,
     },
     /// Host-contiguous data clusters mapping guest-contiguous clusters.
     Data {

@@ -1,16 +1,20 @@
 //! The conversion engine: walks the host file once, front to back, and hands
 //! every host range that something maps (the L1 table, L2 tables, runs of
 //! data clusters, compressed clusters) to its handler as soon as its bytes
-//! have arrived, and emits the zero ranges at the end.
+//! have arrived. Ranges whose bytes streamed past before their mapping was
+//! known are deferred and read again afterwards ([`super::reread`]); the
+//! zero ranges are emitted at the end.
 
 use std::io::Read;
 
 use super::decompress::ClusterDecompressor;
+use super::digests::BlockDigests;
 use super::error::Qcow2Error;
 use super::header::Header;
 use super::pending::{Carry, Item, Kind, Pending};
+use super::reread::Reread;
 use super::runs::ClusterRuns;
-use super::table::{decode_l1, decode_l2, L2Mapping};
+use super::table::{decode_l1, decode_l2, decode_l2_extended, L2Mapping};
 use super::window::Window;
 use super::{Limits, Sink, Summary};
 
@@ -23,13 +27,15 @@ const HEADER_READ: u64 = 2 << 20;
 /// Converts like [`super::convert`], reading the input in `block_size` blocks.
 pub(crate) fn run<R: Read, S: Sink + ?Sized>(
     mut input: R,
+    again: &mut dyn Reread,
     sink: &mut S,
     limits: &Limits,
     block_size: usize,
 ) -> Result<Summary, Qcow2Error> {
     let mut window = Window::new(block_size, u64::MAX);
+    let mut digests = BlockDigests::default();
     while window.end() < HEADER_READ && !window.at_eof() {
-        read(&mut window, &mut input)?;
+        read(&mut window, &mut input, &mut digests)?;
     }
     let header = parse_header(&window, limits)?;
     // Compressed clusters span up to two clusters and are decompressed once
@@ -44,7 +50,7 @@ pub(crate) fn run<R: Read, S: Sink + ?Sized>(
             source,
         })?;
 
-    let mut engine = Engine::new(header, sink, window.keep());
+    let mut engine = Engine::new(header, sink);
     engine.schedule_l1(&window)?;
     loop {
         engine.process(&window)?;
@@ -52,17 +58,31 @@ pub(crate) fn run<R: Read, S: Sink + ?Sized>(
             break;
         }
         window.evict();
-        read(&mut window, &mut input)?;
+        read(&mut window, &mut input, &mut digests)?;
     }
-    engine.finish(&window)
+    engine.end_of_stream(&window)?;
+    engine.read_deferred(again, &mut window, &digests)?;
+    engine.finish()
 }
 
-/// Reads the next block, blaming the reader for errors.
-fn read<R: Read>(window: &mut Window, input: &mut R) -> Result<usize, Qcow2Error> {
-    window.read_block(input).map_err(|source| Qcow2Error::Read {
-        offset: window.end(),
-        source,
-    })
+/// Reads the next block and records its digest, blaming the reader for errors.
+fn read<R: Read>(
+    window: &mut Window,
+    input: &mut R,
+    digests: &mut BlockDigests,
+) -> Result<usize, Qcow2Error> {
+    let n = window
+        .read_block(input)
+        .map_err(|source| Qcow2Error::Read {
+            offset: window.end(),
+            source,
+        })?;
+    if n > 0 {
+        if let Some((at, bytes)) = window.last_block() {
+            digests.record((at / window.block_size() as u64) as usize, bytes);
+        }
+    }
+    Ok(n)
 }
 
 /// Parses the header from the bytes read so far.
@@ -90,14 +110,17 @@ struct OpenRun {
 }
 
 /// State of one conversion after the header.
-struct Engine<'a, S: ?Sized> {
+pub(super) struct Engine<'a, S: ?Sized> {
     /// The validated header.
-    header: Header,
+    pub(super) header: Header,
     /// Where guest bytes go.
     sink: &'a mut S,
     /// Mapped host ranges waiting for their bytes: the host → guest map.
-    pending: Pending,
-    /// Guest clusters that hold data; the rest reads as zeros.
+    pub(super) pending: Pending,
+    /// Mapped host ranges whose bytes had streamed past: read again later.
+    pub(super) deferred: Vec<Item>,
+    /// Guest granules (clusters, or subclusters with extended L2 entries)
+    /// that hold data; the rest reads as zeros.
     mapped: ClusterRuns,
     /// Data run being collected while an L2 table is parsed.
     open_run: Option<OpenRun>,
@@ -111,21 +134,26 @@ struct Engine<'a, S: ?Sized> {
     window_start: u64,
     /// Stream position, while processing a block.
     position: u64,
-    /// Bytes the window keeps behind the position.
-    keep: u64,
     /// Uncompressed data clusters mapped.
     data_clusters: u64,
     /// Compressed clusters mapped.
     compressed_clusters: u64,
+    /// Host bytes read again, and in how many rounds.
+    pub(super) reread_bytes: u64,
+    /// Rounds of reading again.
+    pub(super) reread_rounds: u32,
+    /// Where the stream ended.
+    pub(super) eof: u64,
 }
 
 impl<'a, S: Sink + ?Sized> Engine<'a, S> {
     /// A fresh engine for `header`.
-    fn new(header: Header, sink: &'a mut S, keep: u64) -> Self {
+    fn new(header: Header, sink: &'a mut S) -> Self {
         Engine {
             header,
             sink,
             pending: Pending::default(),
+            deferred: Vec::new(),
             mapped: ClusterRuns::default(),
             open_run: None,
             decompressor: None,
@@ -133,9 +161,11 @@ impl<'a, S: Sink + ?Sized> Engine<'a, S> {
             scratch: Vec::new(),
             window_start: 0,
             position: 0,
-            keep,
             data_clusters: 0,
             compressed_clusters: 0,
+            reread_bytes: 0,
+            reread_rounds: 0,
+            eof: 0,
         }
     }
 
@@ -158,7 +188,7 @@ impl<'a, S: Sink + ?Sized> Engine<'a, S> {
     }
 
     /// Handles every queued range whose next byte has arrived.
-    fn process(&mut self, window: &Window) -> Result<(), Qcow2Error> {
+    pub(super) fn process(&mut self, window: &Window) -> Result<(), Qcow2Error> {
         self.window_start = window.start();
         self.position = window.end();
         while let Some(item) = self.pending.pop_ready(self.position) {
@@ -173,7 +203,8 @@ impl<'a, S: Sink + ?Sized> Engine<'a, S> {
             return self.decompress(item.start, item.end, guest, window);
         }
         if item.done < window.start() {
-            return Err(self.not_streamable(&item));
+            self.defer(item, window.start());
+            return Ok(());
         }
         let to = item.end.min(window.end());
         for (at, bytes) in window.pieces(item.done, to) {
@@ -190,6 +221,7 @@ impl<'a, S: Sink + ?Sized> Engine<'a, S> {
         debug_assert_eq!(at, item.done);
         let index = (at - item.start) / 8;
         let start = item.start;
+        let extended = self.header.extended_l2;
         match &mut item.kind {
             Kind::Data { guest } => {
                 let offset = *guest + (at - start);
@@ -204,9 +236,23 @@ impl<'a, S: Sink + ?Sized> Engine<'a, S> {
             Kind::L1 { carry } => {
                 carry.entries(index, bytes, |i, raw| self.l1_entry(start, i, raw))?;
             }
-            Kind::L2 { guest, carry } => {
+            Kind::L2 { guest, carry, half } => {
                 let guest = *guest;
-                carry.entries(index, bytes, |i, raw| self.l2_entry(start, guest, i, raw))?;
+                carry.entries(index, bytes, |i, raw| {
+                    if !extended {
+                        return self.l2_entry(start, guest, i, raw, None);
+                    }
+                    // Extended entries: the descriptor word, then the bitmap.
+                    match half.take() {
+                        None => {
+                            *half = Some(raw);
+                            Ok(())
+                        }
+                        Some(descriptor) => {
+                            self.l2_entry(start, guest, i / 2, descriptor, Some(raw))
+                        }
+                    }
+                })?;
                 self.flush_run()?;
             }
             Kind::Compressed { .. } => unreachable!("compressed clusters are not fed"),
@@ -230,48 +276,89 @@ impl<'a, S: Sink + ?Sized> Engine<'a, S> {
         let entries = (self.header.guest_clusters() - first_cluster).min(self.header.l2_entries());
         self.schedule(Item::new(
             host,
-            host + entries * 8,
+            host + entries * self.header.l2_entry_size(),
             Kind::L2 {
                 guest,
                 carry: Carry::default(),
+                half: None,
             },
         ))
     }
 
     /// Handles entry `index` of the L2 table at host offset `table` that maps
-    /// guest offsets from `base`.
-    fn l2_entry(&mut self, table: u64, base: u64, index: u64, raw: u64) -> Result<(), Qcow2Error> {
+    /// guest offsets from `base`; `bitmap` is the subcluster bitmap of an
+    /// extended entry.
+    fn l2_entry(
+        &mut self,
+        table: u64,
+        base: u64,
+        index: u64,
+        raw: u64,
+        bitmap: Option<u64>,
+    ) -> Result<(), Qcow2Error> {
         let cluster_size = self.header.cluster_size();
         let guest = base + index * cluster_size;
-        let mapping = decode_l2(raw, &self.header).map_err(|d| {
+        let decoded = match bitmap {
+            None => decode_l2(raw, &self.header),
+            Some(bitmap) => decode_l2_extended(raw, bitmap, &self.header),
+        };
+        let mapping = decoded.map_err(|d| {
             metadata(format!(
                 "L2 entry {index} (guest offset {guest}) of the L2 table at host offset {table}: {d}"
             ))
         })?;
+        let size = self.header.virtual_size;
         match mapping {
             L2Mapping::Zero => {}
             L2Mapping::Data { host } => {
-                self.mapped.insert(guest >> self.header.cluster_bits);
+                self.mark_mapped(guest, cluster_size);
                 self.data_clusters += 1;
-                let len = cluster_size.min(self.header.virtual_size - guest);
-                match &mut self.open_run {
-                    Some(run) if run.host_end == host && run.guest + (host - run.host) == guest => {
-                        run.host_end += len;
+                self.add_data(host, guest, cluster_size.min(size - guest))?;
+            }
+            L2Mapping::Subclusters { host, allocated } => {
+                let sub = cluster_size / 32;
+                self.data_clusters += 1;
+                for i in (0..32u64).filter(|i| allocated & (1 << i) != 0) {
+                    let at = guest + i * sub;
+                    if at >= size {
+                        break;
                     }
-                    _ => {
-                        self.flush_run()?;
-                        self.open_run = Some(OpenRun {
-                            host,
-                            host_end: host + len,
-                            guest,
-                        });
-                    }
+                    self.mark_mapped(at, sub);
+                    self.add_data(host + i * sub, at, sub.min(size - at))?;
                 }
             }
             L2Mapping::Compressed { host, end } => {
-                self.mapped.insert(guest >> self.header.cluster_bits);
+                self.mark_mapped(guest, cluster_size);
                 self.compressed_clusters += 1;
                 self.schedule(Item::new(host, end, Kind::Compressed { guest }))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Records guest bytes `[guest, guest + len)` (whole granules) as data.
+    fn mark_mapped(&mut self, guest: u64, len: u64) {
+        let bits = self.header.granule_bits();
+        let first = guest >> bits;
+        for granule in first..first + (len >> bits).max(1) {
+            self.mapped.insert(granule);
+        }
+    }
+
+    /// Adds host bytes `[host, host + len)` holding guest bytes from `guest`
+    /// to the data run being collected, or starts a new one.
+    fn add_data(&mut self, host: u64, guest: u64, len: u64) -> Result<(), Qcow2Error> {
+        match &mut self.open_run {
+            Some(run) if run.host_end == host && run.guest + (host - run.host) == guest => {
+                run.host_end += len;
+            }
+            _ => {
+                self.flush_run()?;
+                self.open_run = Some(OpenRun {
+                    host,
+                    host_end: host + len,
+                    guest,
+                });
             }
         }
         Ok(())
@@ -289,13 +376,33 @@ impl<'a, S: Sink + ?Sized> Engine<'a, S> {
         }
     }
 
-    /// Queues a newly mapped range, unless its start has left the window.
+    /// Queues a newly mapped range; what has left the window is deferred.
     fn schedule(&mut self, item: Item) -> Result<(), Qcow2Error> {
         if item.start < self.window_start {
-            return Err(self.not_streamable(&item));
+            self.defer(item, self.window_start);
+        } else {
+            self.pending.push(item);
         }
-        self.pending.push(item);
         Ok(())
+    }
+
+    /// Defers `item`, whose next byte lies before `window_start`, to be read
+    /// again. A data run keeps its part that is still ahead in the stream.
+    fn defer(&mut self, mut item: Item, window_start: u64) {
+        if let Kind::Data { guest } = item.kind {
+            if item.end > window_start {
+                let ahead = Item::new(
+                    window_start,
+                    item.end,
+                    Kind::Data {
+                        guest: guest + (window_start - item.start),
+                    },
+                );
+                self.pending.push(ahead);
+                item.end = window_start;
+            }
+        }
+        self.deferred.push(item);
     }
 
     /// Decompresses the cluster for `guest` from host bytes `[start, end)`
@@ -309,7 +416,11 @@ impl<'a, S: Sink + ?Sized> Engine<'a, S> {
     ) -> Result<(), Qcow2Error> {
         let to = end.min(window.end());
         if start < window.start() {
-            return Err(self.not_streamable(&Item::new(start, end, Kind::Compressed { guest })));
+            self.defer(
+                Item::new(start, end, Kind::Compressed { guest }),
+                window.start(),
+            );
+            return Ok(());
         }
         if to <= start {
             return Err(Qcow2Error::Truncated {
@@ -377,10 +488,10 @@ impl<'a, S: Sink + ?Sized> Engine<'a, S> {
     }
 
     /// At the end of the input: handles compressed clusters whose last sector
-    /// was cut off, fails on anything else still missing, then emits the
-    /// zero ranges and the summary.
-    fn finish(mut self, window: &Window) -> Result<Summary, Qcow2Error> {
+    /// was cut off, and fails on anything else still missing.
+    fn end_of_stream(&mut self, window: &Window) -> Result<(), Qcow2Error> {
         let eof = window.end();
+        self.eof = eof;
         for item in std::mem::take(&mut self.pending).into_items() {
             match item.kind {
                 Kind::Compressed { guest } if item.start < eof => {
@@ -389,6 +500,12 @@ impl<'a, S: Sink + ?Sized> Engine<'a, S> {
                 _ => return Err(self.truncated(&item, eof)),
             }
         }
+        Ok(())
+    }
+
+    /// Once everything is mapped and read: emits the zero ranges and the
+    /// summary.
+    fn finish(mut self) -> Result<Summary, Qcow2Error> {
         let zero_bytes = self.emit_zeros()?;
         Ok(Summary {
             virtual_size: self.header.virtual_size,
@@ -396,14 +513,17 @@ impl<'a, S: Sink + ?Sized> Engine<'a, S> {
             data_clusters: self.data_clusters,
             compressed_clusters: self.compressed_clusters,
             zero_bytes,
-            input_bytes: eof,
+            input_bytes: self.eof,
+            snapshots: self.header.snapshots,
+            reread_bytes: self.reread_bytes,
+            reread_rounds: self.reread_rounds,
         })
     }
 
     /// Emits every guest range without data as coalesced zero calls; returns
     /// their total length.
     fn emit_zeros(&mut self) -> Result<u64, Qcow2Error> {
-        let bits = self.header.cluster_bits;
+        let bits = self.header.granule_bits();
         let size = self.header.virtual_size;
         let mut total = 0;
         let mut cursor = 0;
@@ -428,20 +548,8 @@ impl<'a, S: Sink + ?Sized> Engine<'a, S> {
         Ok(total)
     }
 
-    /// The error for a mapped range that begins before the window.
-    fn not_streamable(&self, item: &Item) -> Qcow2Error {
-        Qcow2Error::NotStreamable {
-            what: item.kind.what(),
-            guest_offset: self.guest_at(item, item.start),
-            host_offset: item.start,
-            position: self.position,
-            window_start: self.window_start,
-            lookahead: self.keep,
-        }
-    }
-
     /// The error for a mapped range the input ended before.
-    fn truncated(&self, item: &Item, eof: u64) -> Qcow2Error {
+    pub(super) fn truncated(&self, item: &Item, eof: u64) -> Qcow2Error {
         let host_offset = item.first_missing();
         Qcow2Error::Truncated {
             eof,
@@ -453,11 +561,13 @@ impl<'a, S: Sink + ?Sized> Engine<'a, S> {
 
     /// The guest offset that host offset `host` inside `item` maps (for
     /// tables: the first guest offset its entry maps).
-    fn guest_at(&self, item: &Item, host: u64) -> u64 {
+    pub(super) fn guest_at(&self, item: &Item, host: u64) -> u64 {
         let delta = host - item.start;
         match item.kind {
             Kind::L1 { .. } => (delta / 8) * self.header.l2_coverage(),
-            Kind::L2 { guest, .. } => guest + (delta / 8) * self.header.cluster_size(),
+            Kind::L2 { guest, .. } => {
+                guest + (delta / self.header.l2_entry_size()) * self.header.cluster_size()
+            }
             Kind::Data { guest } => guest + delta,
             Kind::Compressed { guest } => guest,
         }

@@ -26,6 +26,14 @@ pub(crate) enum L2Mapping {
         /// Cluster-aligned host offset.
         host: u64,
     },
+    /// Some subclusters (extended L2 entries) hold data in the host cluster
+    /// at `host`; the others read as zeros.
+    Subclusters {
+        /// Cluster-aligned host offset.
+        host: u64,
+        /// Bit `i` set: subcluster `i` is at `host + i × subcluster size`.
+        allocated: u32,
+    },
     /// Compressed data in host bytes `[host, end)`; decompression may stop
     /// before `end`, which is rounded up to a sector.
     Compressed {
@@ -119,4 +127,53 @@ fn check_cluster_offset(host: u64, header: &Header, what: &str) -> Result<(), St
         ));
     }
     Ok(())
+}
+
+/// Decodes an extended L2 entry: the standard descriptor `raw` and the
+/// subcluster bitmap (bits 0..32 allocated, 32..64 reads as zeros).
+///
+/// The error is a detail message (without the entry's position).
+pub(crate) fn decode_l2_extended(
+    raw: u64,
+    bitmap: u64,
+    header: &Header,
+) -> Result<L2Mapping, String> {
+    if raw & L2_COMPRESSED != 0 {
+        // The bitmap of a compressed cluster is reserved; qemu ignores it too.
+        return decode_compressed(raw, header);
+    }
+    if raw & L2_ZERO != 0 {
+        return Err(format!(
+            "entry {raw:#018x} has the zero flag (bit 0) set, which extended L2 entries keep in the subcluster bitmap instead"
+        ));
+    }
+    if raw & L2_RESERVED != 0 {
+        return Err(format!(
+            "entry {raw:#018x} has reserved bits {:#x} set",
+            raw & L2_RESERVED
+        ));
+    }
+    let allocated = bitmap as u32;
+    let zero = (bitmap >> 32) as u32;
+    if allocated & zero != 0 {
+        return Err(format!(
+            "subcluster bitmap {bitmap:#018x} marks subclusters {:#010x} both allocated and zero",
+            allocated & zero
+        ));
+    }
+    let host = raw & OFFSET_MASK;
+    if host == 0 {
+        if allocated != 0 {
+            return Err(format!(
+                "subcluster bitmap {bitmap:#018x} marks subclusters allocated, but the entry has no host cluster"
+            ));
+        }
+        return Ok(L2Mapping::Zero);
+    }
+    check_cluster_offset(host, header, "data cluster")?;
+    Ok(match allocated {
+        0 => L2Mapping::Zero,
+        u32::MAX => L2Mapping::Data { host },
+        allocated => L2Mapping::Subclusters { host, allocated },
+    })
 }

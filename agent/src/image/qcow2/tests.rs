@@ -163,10 +163,62 @@ impl CheckSink {
     }
 }
 
+/// Reads host ranges of an image in memory again, in pieces of `piece`
+/// bytes, counting what it served; can serve one byte altered.
+struct MemReread<'a> {
+    /// The image.
+    img: &'a [u8],
+    /// Largest piece delivered at once.
+    piece: usize,
+    /// Host offset whose byte is served flipped.
+    tamper: Option<u64>,
+    /// Bytes served.
+    served: u64,
+}
+
+impl<'a> MemReread<'a> {
+    /// Serves `img` faithfully in 64 KiB pieces.
+    fn new(img: &'a [u8]) -> Self {
+        MemReread {
+            img,
+            piece: 65536,
+            tamper: None,
+            served: 0,
+        }
+    }
+}
+
+impl Reread for MemReread<'_> {
+    fn reread(
+        &mut self,
+        runs: &[std::ops::Range<u64>],
+        deliver: &mut dyn FnMut(u64, &[u8]) -> bool,
+    ) -> io::Result<()> {
+        for run in runs {
+            let mut at = run.start;
+            while at < run.end {
+                let end = run.end.min(at + self.piece as u64);
+                let mut piece = self.img[at as usize..end as usize].to_vec();
+                if let Some(t) = self.tamper.filter(|t| (at..end).contains(t)) {
+                    piece[(t - at) as usize] ^= 0x01;
+                }
+                self.served += piece.len() as u64;
+                if !deliver(at, &piece) {
+                    return Ok(());
+                }
+                at = end;
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Converts `img` through `convert` and checks the calls.
 fn convert_checked(img: &[u8], limits: &Limits) -> Result<(Summary, Vec<u8>), Qcow2Error> {
     let mut sink = CheckSink::default();
-    let summary = convert(img, &mut sink, limits)?;
+    let mut again = MemReread::new(img);
+    let summary = convert(img, &mut again, &mut sink, limits)?;
+    assert_eq!(summary.reread_bytes, again.served, "bytes read again");
     let (disk, zero_bytes) = sink.verify();
     assert_eq!(summary.zero_bytes, zero_bytes, "summary zero_bytes");
     assert_eq!(summary.virtual_size, disk.len() as u64);
@@ -271,9 +323,21 @@ fn convert_blocks(img: &[u8], block_size: usize, tiny: bool) -> Result<Vec<u8>, 
             data: img,
             rng: fastrand::Rng::with_seed(block_size as u64),
         };
-        stream::run(reader, &mut sink, &limits, block_size)?;
+        stream::run(
+            reader,
+            &mut MemReread::new(img),
+            &mut sink,
+            &limits,
+            block_size,
+        )?;
     } else {
-        stream::run(img, &mut sink, &limits, block_size)?;
+        stream::run(
+            img,
+            &mut MemReread::new(img),
+            &mut sink,
+            &limits,
+            block_size,
+        )?;
     }
     Ok(sink.verify().0)
 }
@@ -315,7 +379,12 @@ fn created(args: &[&str]) -> Vec<u8> {
 
 /// Converts and returns the error, failing if it succeeds.
 fn convert_err(img: &[u8], limits: &Limits) -> Qcow2Error {
-    match convert(img, &mut CheckSink::default(), limits) {
+    match convert(
+        img,
+        &mut MemReread::new(img),
+        &mut CheckSink::default(),
+        limits,
+    ) {
         Ok(s) => panic!("conversion succeeded unexpectedly: {s:?}"),
         Err(e) => e,
     }
@@ -383,7 +452,13 @@ fn tiny_reads_compressed() {
         rng: fastrand::Rng::with_seed(7),
     };
     let mut sink = CheckSink::default();
-    let summary = convert(reader, &mut sink, &Limits::default()).expect("tiny reads");
+    let summary = convert(
+        reader,
+        &mut NoReread("not needed"),
+        &mut sink,
+        &Limits::default(),
+    )
+    .expect("tiny reads");
     assert_eq!(summary.input_bytes, v.qcow2.len() as u64);
     assert_same(&sink.verify().0, &v.reference, "tiny reads");
 }

@@ -46,11 +46,6 @@ impl Window {
         self.keep = keep;
     }
 
-    /// The number of bytes kept behind the read position.
-    pub fn keep(&self) -> u64 {
-        self.keep
-    }
-
     /// Oldest host offset still held.
     pub fn start(&self) -> u64 {
         self.first
@@ -98,6 +93,46 @@ impl Window {
         self.blocks.push_back((buf, filled));
         self.end += filled as u64;
         Ok(filled)
+    }
+
+    /// Size of a full block.
+    pub fn block_size(&self) -> usize {
+        self.block_size
+    }
+
+    /// The newest block: its host offset and bytes.
+    pub fn last_block(&self) -> Option<(u64, &[u8])> {
+        let (buf, filled) = self.blocks.back()?;
+        Some((self.end - *filled as u64, &buf[..*filled]))
+    }
+
+    /// Empties the window and moves it to host offset `at` (a block
+    /// boundary), for bytes read again from there on.
+    pub fn restart(&mut self, at: u64) {
+        debug_assert_eq!(
+            at % self.block_size as u64,
+            0,
+            "restart at a block boundary"
+        );
+        while let Some((buf, _)) = self.blocks.pop_front() {
+            self.spare.push(buf);
+        }
+        self.first = at;
+        self.end = at;
+        self.eof = false;
+    }
+
+    /// A buffer of the block size, for filling by the caller.
+    pub fn take_buffer(&mut self) -> Vec<u8> {
+        self.spare.pop().unwrap_or_else(|| vec![0; self.block_size])
+    }
+
+    /// Appends a block the caller filled (`filled` bytes of `buf`, a full
+    /// block unless it is the last one of the file).
+    pub fn push_block(&mut self, buf: Vec<u8>, filled: usize) {
+        debug_assert!(filled <= buf.len() && buf.len() == self.block_size);
+        self.blocks.push_back((buf, filled));
+        self.end += filled as u64;
     }
 
     /// Drops the oldest blocks while more than `keep` bytes are held, always

@@ -235,7 +235,7 @@ fn bad_magic() {
 }
 
 #[test]
-fn l2_after_its_data_beyond_lookahead() {
+fn l2_after_its_data_beyond_lookahead_is_read_again_and_checked() {
     let cs = 4096usize;
     let mut rng = fastrand::Rng::with_seed(11);
     let clusters: Vec<_> = (0..600u64)
@@ -246,36 +246,51 @@ fn l2_after_its_data_beyond_lookahead() {
         })
         .collect();
     let img = test_image::build(12, 4 * MIB as u64, &clusters, Order::DataFirst);
-    // Within the default 16 MiB lookahead: fine.
-    convert_checked(&img, &Limits::default()).expect("default lookahead");
+    // Within the default 16 MiB lookahead: one pass.
+    let (summary, _) = convert_checked(&img, &Limits::default()).expect("default lookahead");
+    assert_eq!((summary.reread_bytes, summary.reread_rounds), (0, 0));
     // With no lookahead, only a block plus two clusters are kept: the L2
-    // table comes ~2.4 MiB after its first data cluster.
+    // table comes ~2.4 MiB after its first data cluster, so the data that
+    // left the window is read again, in one round.
     let limits = Limits {
         lookahead_bytes: 0,
         ..Limits::default()
     };
-    let err = convert_err(&img, &limits);
+    let (summary, disk) = convert_checked(&img, &limits).expect("read again");
+    assert_eq!(summary.reread_rounds, 1);
+    assert!(summary.reread_bytes >= MIB as u64, "{summary:?}");
+    for (g, c) in &clusters {
+        let Cluster::Data(data) = c else {
+            unreachable!()
+        };
+        assert_eq!(&disk[*g as usize * cs..][..cs], &data[..], "cluster {g}");
+    }
+
+    // A source that cannot read again fails naming what it needed.
+    let mut sink = CheckSink::default();
+    let err = convert(&img[..], &mut NoReread("a pipe"), &mut sink, &limits).unwrap_err();
     let first_data = 4 * cs as u64; // header, refcount table, refcount block, L1
     match &err {
-        Qcow2Error::NotStreamable {
-            what,
-            guest_offset,
-            host_offset,
-            position,
-            ..
-        } => {
-            assert_eq!(*what, "data");
-            assert_eq!(*guest_offset, 0);
-            assert_eq!(*host_offset, first_data);
-            assert!(*position > 600 * cs as u64);
+        Qcow2Error::Reread { start, what, .. } => {
+            assert_eq!(
+                (*start, *what),
+                (first_data / MIB as u64 * MIB as u64, "data")
+            );
         }
-        other => panic!("expected NotStreamable, got {other:?}"),
+        other => panic!("expected Reread, got {other:?}"),
     }
-    let msg = err.to_string();
+    assert_eq!(err.class(), ErrorClass::Input);
+    assert!(err.to_string().contains("a pipe"), "{err}");
+
+    // A source that serves one byte differently the second time is caught.
+    let mut again = MemReread::new(&img);
+    again.tamper = Some(first_data + 100);
+    let err = convert(&img[..], &mut again, &mut CheckSink::default(), &limits).unwrap_err();
     assert!(
-        msg.contains("not streamable") && msg.contains(&format!("host offset {first_data}")),
-        "{msg}"
+        matches!(err, Qcow2Error::RereadMismatch { offset: 0, .. }),
+        "{err:?}"
     );
+    assert!(err.to_string().contains("changed"), "{err}");
 }
 
 #[test]
@@ -316,8 +331,16 @@ fn unsupported_features_are_refused() {
         "{err}"
     );
 
-    let err = convert_err(&created(&["-o", "extended_l2=on"]), &Limits::default());
-    assert!(err.to_string().contains("extended L2"), "{err}");
+    // Extended L2 entries convert (see the corpus), but not with
+    // subclusters below 512 bytes.
+    let mut small = created(&["-o", "extended_l2=on"]);
+    small[20..24].copy_from_slice(&13u32.to_be_bytes());
+    let err = convert_err(&small, &Limits::default());
+    assert!(
+        err.to_string()
+            .contains("extended L2 entries need clusters of at least 16384 bytes"),
+        "{err}"
+    );
 
     let dir = scratch();
     let data_file = path(&dir, "data.raw");
@@ -430,14 +453,26 @@ fn reader_and_sink_errors_stay_apart() {
         data: &v.qcow2,
         left: 3 * MIB + 5,
     };
-    let err = convert(reader, &mut CheckSink::default(), &Limits::default()).unwrap_err();
+    let err = convert(
+        reader,
+        &mut NoReread("unused"),
+        &mut CheckSink::default(),
+        &Limits::default(),
+    )
+    .unwrap_err();
     assert!(
         matches!(&err, Qcow2Error::Read { offset, source } if *offset == (3 * MIB + 5) as u64 && source.kind() == io::ErrorKind::ConnectionReset),
         "{err:?}"
     );
     assert_eq!(err.class(), ErrorClass::Input);
 
-    let err = convert(&v.qcow2[..], &mut FailingSink, &Limits::default()).unwrap_err();
+    let err = convert(
+        &v.qcow2[..],
+        &mut NoReread("unused"),
+        &mut FailingSink,
+        &Limits::default(),
+    )
+    .unwrap_err();
     assert!(
         matches!(&err, Qcow2Error::Sink { op: "data", .. }),
         "{err:?}"
