@@ -42,6 +42,8 @@ mod window;
 #[cfg(test)]
 mod test_image;
 #[cfg(test)]
+mod test_layout;
+#[cfg(test)]
 mod tests;
 
 use std::io;

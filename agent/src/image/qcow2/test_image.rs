@@ -1,6 +1,8 @@
-//! Test support: writes small, valid qcow2 v3 images by hand with a chosen
-//! host layout (tables before or after their data), and reads the L1/L2
-//! tables of existing images so tests can patch them.
+//! Test support: small, valid qcow2 v3 images with the tables before or
+//! after their data (built by [`super::test_layout`]), and a reader of the
+//! L1/L2 tables of existing images so tests can patch them.
+
+use super::test_layout::{Content, Layout, Piece};
 
 /// Contents of one guest cluster in a hand-made image.
 #[derive(Debug, Clone)]
@@ -30,84 +32,30 @@ pub(super) fn build(
     clusters: &[(u64, Cluster)],
     order: Order,
 ) -> Vec<u8> {
-    let cs = 1u64 << cluster_bits;
-    let l2_entries = cs / 8;
-    let guest_clusters = virtual_size.div_ceil(cs);
-    let l1_entries = guest_clusters.div_ceil(l2_entries).max(1);
-    assert!(
-        l1_entries * 8 <= cs,
-        "test images keep the L1 table in one cluster"
-    );
-    let mut l2_used: Vec<u64> = clusters.iter().map(|(g, _)| g / l2_entries).collect();
-    l2_used.sort_unstable();
-    l2_used.dedup();
-
-    // Host clusters: header, refcount table, refcount blocks, L1, then the rest.
-    let tables = l2_used.len() as u64;
-    let payload = clusters.len() as u64;
-    let per_block = cs / 2;
-    let mut rc_blocks = 1;
-    while (4 + rc_blocks + tables + payload).div_ceil(per_block) > rc_blocks {
-        rc_blocks += 1;
-    }
-    let l1_cluster = 2 + rc_blocks;
-    let first_free = l1_cluster + 1;
-    let (l2_base, data_base) = match order {
-        Order::TablesFirst => (first_free, first_free + tables),
-        Order::DataFirst => (first_free + payload, first_free),
-    };
-    let total = first_free + tables + payload;
-    let mut img = vec![0u8; (total * cs) as usize];
-
-    // Header.
-    put32(&mut img, 0, 0x5146_49fb);
-    put32(&mut img, 4, 3);
-    put32(&mut img, 20, cluster_bits);
-    put64(&mut img, 24, virtual_size);
-    put32(&mut img, 36, l1_entries as u32);
-    put64(&mut img, 40, l1_cluster * cs);
-    put64(&mut img, 48, cs);
-    put32(&mut img, 56, 1);
-    put32(&mut img, 96, 4);
-    put32(&mut img, 100, 112);
-
-    // Refcounts: every cluster of the file is used once.
-    for b in 0..rc_blocks {
-        put64(&mut img, (cs + b * 8) as usize, (2 + b) * cs);
-    }
-    for c in 0..total {
-        let at = 2 * cs + c * 2;
-        img[at as usize..at as usize + 2].copy_from_slice(&1u16.to_be_bytes());
-    }
-
-    // L1 and L2 tables, data.
-    const COPIED: u64 = 1 << 63;
-    for (i, l1_index) in l2_used.iter().enumerate() {
-        let at = l1_cluster * cs + l1_index * 8;
-        put64(&mut img, at as usize, ((l2_base + i as u64) * cs) | COPIED);
-    }
-    for (n, (guest_cluster, content)) in clusters.iter().enumerate() {
-        let host = (data_base + n as u64) * cs;
-        let table = l2_used
+    let layout = Layout {
+        cluster_bits,
+        virtual_size,
+        extended_l2: false,
+        clusters: clusters
             .iter()
-            .position(|&t| t == guest_cluster / l2_entries)
-            .expect("table listed") as u64;
-        let entry_at = (l2_base + table) * cs + (guest_cluster % l2_entries) * 8;
-        let range = host as usize..(host + cs) as usize;
-        let entry = match content {
-            Cluster::Data(bytes) => {
-                assert_eq!(bytes.len() as u64, cs, "data must be one cluster");
-                img[range].copy_from_slice(bytes);
-                host | COPIED
-            }
-            Cluster::PreallocatedZero => {
-                img[range].fill(0xee);
-                host | COPIED | 1
-            }
-        };
-        put64(&mut img, entry_at as usize, entry);
+            .map(|(g, c)| {
+                let content = match c {
+                    Cluster::Data(d) => Content::Data(d.clone()),
+                    Cluster::PreallocatedZero => Content::PreallocatedZero,
+                };
+                (*g, content)
+            })
+            .collect(),
+    };
+    let mut pieces = layout.pieces();
+    if order == Order::DataFirst {
+        // Refcount table and blocks, L1, then the clusters before the L2 tables.
+        let (tables, mut rest): (Vec<Piece>, Vec<Piece>) =
+            pieces.into_iter().partition(|p| matches!(p, Piece::L2(_)));
+        rest.extend(tables);
+        pieces = rest;
     }
-    img
+    layout.build(&pieces)
 }
 
 /// One L2 entry of an existing image.

@@ -12,6 +12,7 @@ use super::stream;
 use super::test_image::{self, Cluster, Order};
 use super::*;
 
+mod layouts;
 mod refusals;
 
 const MIB: usize = 1 << 20;
@@ -409,6 +410,46 @@ fn zstd_compressed() {
         v.qcow2[104], 1,
         "qemu-img did not write compression_type zstd"
     );
+}
+
+#[test]
+fn compressed_by_one_coroutine_and_by_sixteen_out_of_order() {
+    check_variant(&["-c", "-m", "1"], 65536, true);
+    check_variant(&["-c", "-m", "16", "-W"], 65536, true);
+}
+
+#[test]
+fn extended_l2_entries() {
+    let v = check_variant(&["-o", "extended_l2=on"], 65536, false);
+    assert_ne!(v.qcow2[79] & 0x10, 0, "qemu-img did not set extended L2");
+    check_variant(
+        &["-c", "-o", "extended_l2=on,cluster_size=128k"],
+        128 << 10,
+        true,
+    );
+}
+
+#[test]
+fn internal_snapshots_are_ignored_and_the_active_state_written() {
+    let dir = scratch();
+    let raw = raw_image();
+    let (src, q, back) = (
+        path(&dir, "disk.raw"),
+        path(&dir, "disk.qcow2"),
+        path(&dir, "back.raw"),
+    );
+    std::fs::write(&src, &raw).expect("write raw");
+    qemu_img(&["convert", "-f", "raw", "-O", "qcow2", &src, &q]);
+    qemu_img(&["snapshot", "-c", "before", &q]);
+    // Change the active state after the snapshot: its clusters are copied.
+    run_tool("qemu-io", &["-f", "qcow2", "-c", "write -P 0x5a 1M 2M", &q]);
+    qemu_img(&["snapshot", "-c", "after", &q]);
+    qemu_img(&["convert", "-f", "qcow2", "-O", "raw", &q, &back]);
+    let img = std::fs::read(&q).expect("read qcow2");
+    let (summary, disk) = convert_checked(&img, &Limits::default()).expect("convert");
+    assert_same(&disk, &std::fs::read(&back).expect("read"), "snapshots");
+    assert!(disk[MIB..3 * MIB].iter().all(|&b| b == 0x5a));
+    assert_eq!(summary.snapshots, 2);
 }
 
 #[test]
