@@ -406,6 +406,21 @@ fn run_qcow2(
                 reason: format!("at decompressed byte {offset}: {source}"),
             }))
         }
+        // Reading again failed, or the server's bytes changed: the source's
+        // fault, not the image's.
+        Err(e @ (qcow2::Qcow2Error::Reread { .. } | qcow2::Qcow2Error::RereadMismatch { .. })) => {
+            let offset = match &e {
+                qcow2::Qcow2Error::Reread { start, .. } => *start,
+                qcow2::Qcow2Error::RereadMismatch { offset, .. } => *offset,
+                _ => 0,
+            };
+            Err(DecodeEnd::Failed(ImageError::Download {
+                url: url.to_string(),
+                attempts: 1,
+                offset,
+                reason: e.to_string(),
+            }))
+        }
         Err(e) => Err(DecodeEnd::Failed(ImageError::Corrupt {
             format: "qcow2",
             url: url.to_string(),
