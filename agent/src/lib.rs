@@ -1,19 +1,28 @@
 //! A bare-metal deploy agent that an unmodified Ironic conductor drives
 //! exactly as it drives ironic-python-agent.
 //!
-//! Map: [`config`] (kernel command line and flags) → [`agent`] (lookup,
-//! command API, heartbeats) → [`api`] (HTTP routes) → [`commands`] (the
-//! command table, history and steps) → [`disk`] (device policy and erase).
-//! [`discovery`] finds the conductor by mDNS; [`conductor`] is the client of Ironic's ramdisk endpoints;
-//! [`testconductor`] a stand-in conductor for tests and the demo.
-//! [`inventory`] (what the machine is) → [`hints`] (which disk is the root
-//! device) and [`lldp`] (which switch port each NIC sees) → [`inspect`]
-//! (the inspection document posted before lookup). [`configdrive`] places
-//! config drives after an image write, [`ignition`] injects Ignition into
-//! CoreOS-like images, [`uefi`] writes boot entries; [`logs`] keeps the agent's log in
-//! memory and bundles the system logs for the conductor.
-//! In the ramdisk, [`init`] is PID 1 (mounts, module coldplug, supervision)
-//! and [`netconf`] brings the NICs up by DHCP before the agent starts.
+//! The modules form layers that point one way (checked by
+//! `tests/layers.rs`), lowest first:
+//!
+//! 1. Foundations: [`config`] (kernel command line and flags), [`tls`],
+//!    [`net`], [`discovery`] (finding the conductor by mDNS), [`errfmt`].
+//! 2. Hardware and devices: [`inventory`] (what the machine is) with its
+//!    [`collectors`], [`hints`] (which disk is the root device), [`lldp`]
+//!    (which switch port each NIC sees), [`disk`] (device policy, partition
+//!    tables, erasing), [`logs`] (the agent's log and the system log
+//!    bundle), [`netconf`] (NICs up by DHCP in the ramdisk).
+//! 3. Disk contents: [`image`] (the streaming image write), [`configdrive`]
+//!    (config drives after an image write), [`ignition`] (Ignition for
+//!    CoreOS-like images), [`uefi`] (boot entries).
+//! 4. [`conductor`]: the client of Ironic's ramdisk endpoints.
+//! 5. The agent's core: [`commands`] (every command and step handler, and
+//!    the mapping of errors to IPA error classes), [`state`] (the shared
+//!    state, which owns the command history: the one documented cycle),
+//!    [`power`].
+//! 6. Serving and driving: [`agent`] (lookup, heartbeats), [`api`] and
+//!    [`server`] (the command API), [`inspect`] (the inspection document
+//!    posted before lookup), [`init`] (PID 1 in the ramdisk), [`cli`], and
+//!    [`testconductor`], a stand-in conductor for tests and the demo.
 
 pub mod agent;
 pub mod api;
@@ -25,6 +34,7 @@ pub mod config;
 pub mod configdrive;
 pub mod discovery;
 pub mod disk;
+pub mod errfmt;
 pub mod hints;
 pub mod ignition;
 pub mod image;
@@ -41,3 +51,6 @@ pub mod state;
 pub mod testconductor;
 pub mod tls;
 pub mod uefi;
+
+/// The agent's version, as reported to the conductor and on `GET /v1`.
+pub const AGENT_VERSION: &str = env!("CARGO_PKG_VERSION");

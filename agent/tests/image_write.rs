@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use agent::commands::image::error_kind;
 use agent::config::{Config, RunMode};
 use agent::disk::WritePolicy;
 use agent::image::checksum::{Algo, ChecksumSpec};
@@ -366,7 +367,7 @@ fn a_stalled_server_ends_in_a_precise_error_and_a_wiped_disk() {
         msg.contains("stalled: no data for 0.5 s at byte 2097152"),
         "{msg}"
     );
-    assert_eq!(err.kind().type_name(), "ImageDownloadError");
+    assert_eq!(error_kind(&err).type_name(), "ImageDownloadError");
     assert_wiped(&target);
 }
 
@@ -389,7 +390,7 @@ fn a_wrong_checksum_leaves_no_partition_table() {
         )),
         "{msg}"
     );
-    assert_eq!(err.kind().type_name(), "ImageChecksumError");
+    assert_eq!(error_kind(&err).type_name(), "ImageChecksumError");
     assert_wiped(&target);
 }
 
@@ -446,7 +447,7 @@ fn corrupt_and_trailing_compressed_data_are_refused() {
         "{msg}"
     );
     assert!(msg.contains("at compressed byte"), "{msg}");
-    assert_eq!(err.kind().type_name(), "ImageWriteError");
+    assert_eq!(error_kind(&err).type_name(), "ImageWriteError");
     assert_wiped(&target);
 
     let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
@@ -523,7 +524,7 @@ fn an_image_larger_than_the_disk_or_a_disallowed_disk_is_refused() {
     )
     .unwrap_err();
     assert!(matches!(err, ImageError::Refused(_)), "{err}");
-    assert_eq!(err.kind().type_name(), "ProtectedDeviceError");
+    assert_eq!(error_kind(&err).type_name(), "ProtectedDeviceError");
     assert_eq!(
         std::fs::read(&target).unwrap(),
         b.raw,

@@ -144,7 +144,7 @@ async fn real_ironic_deploys_with_config_drive_undeploys_and_reports_bad_checksu
     let body = (2 * MIB) as usize..(31 * MIB) as usize;
     assert!(data[body.clone()] == img[body]);
     let f = std::fs::File::open(&disk.path).unwrap();
-    let table = agent::configdrive::table::read(&f, 512).unwrap().unwrap();
+    let table = agent::disk::table::read(&f, 512).unwrap().unwrap();
     let names: Vec<&str> = table.parts.iter().map(|p| p.name.as_str()).collect();
     assert_eq!(names, ["root", "config-2"]);
     let cd_part = &table.parts[1];

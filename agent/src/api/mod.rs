@@ -26,7 +26,7 @@ use crate::commands::registry::{self, LookupError};
 use crate::state::AgentState;
 
 /// The agent's version string, sent as `agent_version` and served on `/v1/status`.
-pub const AGENT_VERSION: &str = env!("CARGO_PKG_VERSION");
+pub use crate::AGENT_VERSION;
 
 type Params = Query<HashMap<String, String>>;
 

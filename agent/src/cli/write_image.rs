@@ -122,11 +122,14 @@ pub async fn run(args: WriteImageArgs) -> Result<()> {
             Ok(())
         }
         Err(e) if e.before_write() => {
-            bail!("{e} ({}); the device was not touched", e.kind().type_name())
+            bail!(
+                "{e} ({}); the device was not touched",
+                crate::commands::image::error_kind(&e).type_name()
+            )
         }
         Err(e) => bail!(
             "{e} ({}); the device was left without a partition table",
-            e.kind().type_name()
+            crate::commands::image::error_kind(&e).type_name()
         ),
     }
 }

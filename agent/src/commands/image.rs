@@ -18,8 +18,25 @@ use crate::image::progress::Progress;
 use crate::image::{info, ImageError};
 use crate::state::AgentState;
 
+/// The IPA error class of an image write failure, for `command_error`.
+pub fn error_kind(e: &ImageError) -> ErrorKind {
+    match e {
+        ImageError::InvalidParams(_) => ErrorKind::InvalidCommandParams,
+        ImageError::Refused(_) => ErrorKind::ProtectedDevice,
+        ImageError::HttpStatus { .. }
+        | ImageError::Download { .. }
+        | ImageError::TotalTimeout { .. }
+        | ImageError::ChecksumFile { .. } => ErrorKind::ImageDownload,
+        ImageError::ChecksumMismatch { .. } => ErrorKind::ImageChecksum,
+        ImageError::Corrupt { .. }
+        | ImageError::Unsupported { .. }
+        | ImageError::TooLarge { .. }
+        | ImageError::Write { .. } => ErrorKind::ImageWrite,
+    }
+}
+
 fn image_error(e: ImageError) -> CommandError {
-    CommandError::new(e.kind(), e.to_string())
+    CommandError::new(error_kind(&e), e.to_string())
 }
 
 fn crashed(what: &str, e: tokio::task::JoinError) -> CommandError {

@@ -127,7 +127,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         method: "collect_system_logs",
         mode: Mode::Sync,
         validate: any_params,
-        run: |s, p| Box::pin(crate::logs::collect_system_logs(s, p)),
+        run: |s, p| Box::pin(super::logs::collect_system_logs(s, p)),
     },
     CommandSpec {
         extension: "system",

@@ -13,7 +13,6 @@ use std::sync::Arc;
 use serde_json::{json, Map, Value};
 
 use super::{CommandError, ErrorKind, Outcome};
-use crate::disk;
 use crate::state::AgentState;
 
 /// Name under which steps are grouped (Ironic flattens the groups).
@@ -153,7 +152,7 @@ pub static STEPS: &[Step] = &[
         abortable: true,
         reboot_requested: false,
         argsinfo: &[],
-        run: |s, c| Box::pin(disk::erase::erase_devices_metadata_step(s, c)),
+        run: |s, c| Box::pin(super::erase::erase_devices_metadata_step(s, c)),
     },
     Step {
         name: "erase_devices",
@@ -163,7 +162,7 @@ pub static STEPS: &[Step] = &[
         abortable: true,
         reboot_requested: false,
         argsinfo: &[],
-        run: |s, c| Box::pin(disk::fullerase::erase_devices_step(s, c)),
+        run: |s, c| Box::pin(super::erase::erase_devices_step(s, c)),
     },
     Step {
         name: "erase_devices_express",
@@ -173,7 +172,7 @@ pub static STEPS: &[Step] = &[
         abortable: true,
         reboot_requested: false,
         argsinfo: &[],
-        run: |s, c| Box::pin(disk::fullerase::erase_devices_express_step(s, c)),
+        run: |s, c| Box::pin(super::erase::erase_devices_express_step(s, c)),
     },
 ];
 

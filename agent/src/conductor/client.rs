@@ -204,7 +204,7 @@ impl ConductorClient {
         let mut body = json!({
             "callback_url": hb.callback_url,
             "agent_token": hb.agent_token,
-            "agent_version": crate::api::AGENT_VERSION,
+            "agent_version": crate::AGENT_VERSION,
         });
         if let Some(ca) = hb.agent_verify_ca {
             body["agent_verify_ca"] = json!(ca);
@@ -230,17 +230,4 @@ impl ConductorClient {
     }
 }
 
-/// Formats an error with all its sources.
-pub fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        let t = c.to_string();
-        if !s.contains(&t) {
-            s.push_str(": ");
-            s.push_str(&t);
-        }
-        cur = c.source();
-    }
-    s
-}
+pub use crate::errfmt::error_chain;

@@ -14,7 +14,22 @@ use std::time::Duration;
 
 pub use cmdline::{KernelParams, ParamError};
 
+/// How long the LLDP collector listens by default: 5 s, where IPA waits 30 s.
+///
+/// Why this is enough in the common case: switches repeat LLDP every 30 s
+/// (802.1AB `msgTxInterval`), but they also send at once when a port's link
+/// comes up (the transmit state machine restarts, and most switches add a
+/// few fast 1 s frames), and in the ramdisk the NIC drivers bring every link
+/// up afresh only seconds before the agent listens, DHCP included. The wait
+/// is shared by all NICs and each NIC stops at its first frame, so a
+/// machine whose switches do answer pays well under 5 s, and one without
+/// LLDP pays 5 s instead of 30. The cost: a switch that sends only on its
+/// 30 s timer is heard with probability ~5/30 per run; set
+/// `ipa-lldp-timeout=35` there.
+pub const LLDP_DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Where the conductor's API is.
+
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum ApiUrls {
     /// No conductor configured (inspection only, or standalone debugging).
@@ -69,7 +84,7 @@ pub struct Config {
     /// Collect LLDP for the inventory (`ipa-collect-lldp`).
     pub collect_lldp: bool,
     /// How long to listen for LLDP on all NICs at once (`ipa-lldp-timeout`;
-    /// default 5 s instead of IPA's 30 s, see [`crate::lldp::DEFAULT_TIMEOUT`]).
+    /// default 5 s instead of IPA's 30 s, see [`LLDP_DEFAULT_TIMEOUT`]).
     pub lldp_timeout: Duration,
     /// Total lookup budget (`ipa-lookup-timeout`); zero means no limit.
     pub lookup_timeout: Duration,
@@ -124,7 +139,7 @@ impl Default for Config {
             global_request_id: None,
             debug: false,
             collect_lldp: false,
-            lldp_timeout: crate::lldp::DEFAULT_TIMEOUT,
+            lldp_timeout: LLDP_DEFAULT_TIMEOUT,
             lookup_timeout: Duration::from_secs(600),
             image_download_max_duration: None,
             lookup_interval: Duration::from_secs(1),

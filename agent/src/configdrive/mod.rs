@@ -10,18 +10,13 @@
 //! one partition ([`check_partitioned`]).
 
 pub mod source;
-pub mod table;
 pub mod vfat;
 
 use std::fs::{File, OpenOptions};
-use std::os::fd::AsRawFd;
 use std::path::Path;
 
-use blkid::prober::{ProbeState, Prober};
-use blkid::SuperblocksFlags;
-
 use crate::disk::ioctl;
-use table::{Disk, Part};
+use crate::disk::table::{self, Disk, Part};
 
 /// Why a config drive could not be used or placed.
 #[derive(Debug, thiserror::Error)]
@@ -176,22 +171,7 @@ fn find_existing(f: &File, parts: &[Part]) -> Result<Option<Part>, String> {
 
 /// The filesystem label libblkid reads in `[offset, offset+len)`.
 pub fn probe_label(f: &File, offset: u64, len: u64) -> Option<String> {
-    probe_value(f, offset, len, "LABEL")
-}
-
-/// A superblock value (`LABEL`, `TYPE`) libblkid reads in `[offset, offset+len)`.
-pub fn probe_value(f: &File, offset: u64, len: u64, key: &str) -> Option<String> {
-    let mut pr = Prober::new().ok()?;
-    pr.set_device(f.as_raw_fd(), offset as i64, Some(len as i64))
-        .ok()?;
-    pr.enable_superblocks(true).ok()?;
-    pr.set_superblocks_flags(SuperblocksFlags::LABEL | SuperblocksFlags::TYPE)
-        .ok()?;
-    pr.enable_partitions(false).ok()?;
-    match pr.do_safe_probe() {
-        Ok(ProbeState::Success) => pr.lookup_value(key).ok(),
-        _ => None,
-    }
+    crate::disk::probe::probe_value(f, offset, len, "LABEL")
 }
 
 /// Makes `len` bytes at `offset` read as zeros.

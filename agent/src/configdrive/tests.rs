@@ -3,7 +3,7 @@
 //! label `config-2` afterwards.
 
 use super::*;
-use crate::configdrive::table::tests::sparse_disk;
+use crate::disk::table::tests::sparse_disk;
 use std::path::PathBuf;
 
 /// A config-2 ISO as Ironic renders it (`genisoimage -V config-2 -J -r`).

@@ -1,4 +1,5 @@
-//! Metadata erase (`erase_devices_metadata`, spec §7.3): remove every
+//! Metadata erase (the mechanics of `erase_devices_metadata`, spec §7.3;
+//! the step is [`crate::commands::erase`]): remove every
 //! partition table (MBR, both GPT copies) and every filesystem, RAID or other
 //! signature libblkid knows, on each device and its partitions.
 //!
@@ -11,17 +12,12 @@
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
-use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use blkid::prober::{ProbeState, Prober};
 use blkid::{PartitionsFlags, SuperblocksFlags};
-use serde_json::Value;
 
 use super::{erase_candidates, Device, WritePolicy};
-use crate::commands::steps::StepCall;
-use crate::commands::{CommandError, ErrorKind};
-use crate::state::AgentState;
 
 /// Bytes of GPT partition entries (128 entries × 128 bytes).
 const GPT_ENTRIES_BYTES: u64 = 16 * 1024;
@@ -35,23 +31,10 @@ pub struct Wiped {
     pub signatures: Vec<String>,
 }
 
-/// The `erase_devices_metadata` step.
-pub async fn erase_devices_metadata_step(
-    state: Arc<AgentState>,
-    _call: StepCall,
-) -> Result<Value, CommandError> {
-    let policy = WritePolicy::from_config(&state.config);
-    tokio::task::spawn_blocking(move || erase_devices_metadata(&policy))
-        .await
-        .map_err(|e| CommandError::new(ErrorKind::CommandExecution, e.to_string()))??;
-    Ok(Value::Null)
-}
-
 /// Erases the metadata of every candidate device; all failures are reported
 /// together, naming each device.
-pub fn erase_devices_metadata(policy: &WritePolicy) -> Result<(), CommandError> {
-    let devices = erase_candidates(policy)
-        .map_err(|e| CommandError::from_anyhow(ErrorKind::BlockDeviceErase, &e))?;
+pub fn erase_all_metadata(policy: &WritePolicy) -> Result<()> {
+    let devices = erase_candidates(policy)?;
     if devices.is_empty() {
         tracing::warn!("erase_devices_metadata: no devices to erase");
     }
@@ -68,17 +51,13 @@ pub fn erase_devices_metadata(policy: &WritePolicy) -> Result<(), CommandError> 
             Err(e) => failures.push(format!("{}: {e:#}", dev.path.display())),
         }
     }
-    if failures.is_empty() {
-        Ok(())
-    } else {
-        Err(CommandError::new(
-            ErrorKind::BlockDeviceErase,
-            format!(
-                "Failed to erase the metadata on the device(s): {}",
-                failures.join("; ")
-            ),
-        ))
+    if !failures.is_empty() {
+        bail!(
+            "Failed to erase the metadata on the device(s): {}",
+            failures.join("; ")
+        );
     }
+    Ok(())
 }
 
 /// Erases all metadata on one device (already checked against the policy).
@@ -258,7 +237,7 @@ mod tests {
         make_image(&img);
         let config = crate::config::Config::default();
         // Nothing allowed: nothing is a candidate, nothing is touched.
-        erase_devices_metadata(&WritePolicy::from_config(&config)).unwrap();
+        erase_all_metadata(&WritePolicy::from_config(&config)).unwrap();
         assert!(!probe_signatures(&File::open(&img).unwrap())
             .unwrap()
             .is_empty());

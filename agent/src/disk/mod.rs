@@ -7,7 +7,10 @@
 
 pub mod erase;
 pub mod fullerase;
+pub mod gpt;
 pub mod ioctl;
+pub mod probe;
+pub mod table;
 
 use std::fs;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
@@ -230,14 +233,20 @@ pub fn whole_disks(sys_root: &Path) -> Result<Vec<PathBuf>> {
     Ok(out)
 }
 
-/// Devices the erase steps consider: in host mode the allowed devices, in the
-/// ramdisk every whole disk; each followed by its partitions. Sorted by name
-/// descending so partitions come before their disk (as IPA does).
+/// Whole disks the erase steps may touch: the allowed devices in host mode,
+/// every whole disk in the ramdisk.
+pub fn erasable_disks(policy: &WritePolicy) -> Result<Vec<PathBuf>> {
+    match policy.mode {
+        RunMode::Host => Ok(policy.allowed.clone()),
+        RunMode::Ramdisk => whole_disks(Path::new("/sys")),
+    }
+}
+
+/// Devices the erase steps consider: [`erasable_disks`], each followed by its
+/// partitions. Sorted by name descending so partitions come before their
+/// disk (as IPA does).
 pub fn erase_candidates(policy: &WritePolicy) -> Result<Vec<Device>> {
-    let disks: Vec<PathBuf> = match policy.mode {
-        RunMode::Host => policy.allowed.clone(),
-        RunMode::Ramdisk => whole_disks(Path::new("/sys"))?,
-    };
+    let disks = erasable_disks(policy)?;
     let mut out = Vec::new();
     for d in disks {
         let dev = Device::open(&d).with_context(|| format!("examining {}", d.display()))?;

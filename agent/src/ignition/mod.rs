@@ -31,7 +31,7 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::Path;
 
 use crate::configdrive::probe_label;
-use crate::configdrive::table::{self, Part};
+use crate::disk::table::{self, Part};
 
 /// Where the config drive keeps user data.
 const USER_DATA: &str = "openstack/latest/user_data";

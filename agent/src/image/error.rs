@@ -1,7 +1,7 @@
 //! Typed errors of an image write: each names the input (URL, device,
-//! format) and the reason, and maps to the IPA error class Ironic shows.
+//! format) and the reason. [`crate::commands::image::error_kind`] maps them
+//! to the IPA error class Ironic shows.
 
-use crate::commands::ErrorKind;
 use crate::disk::Refusal;
 
 /// Why an image write failed. The target never boots after any of these.
@@ -110,22 +110,5 @@ impl ImageError {
             self,
             Self::InvalidParams(_) | Self::Refused(_) | Self::ChecksumFile { .. }
         )
-    }
-
-    /// The IPA error class for `command_error`.
-    pub fn kind(&self) -> ErrorKind {
-        match self {
-            Self::InvalidParams(_) => ErrorKind::InvalidCommandParams,
-            Self::Refused(_) => ErrorKind::ProtectedDevice,
-            Self::HttpStatus { .. }
-            | Self::Download { .. }
-            | Self::TotalTimeout { .. }
-            | Self::ChecksumFile { .. } => ErrorKind::ImageDownload,
-            Self::ChecksumMismatch { .. } => ErrorKind::ImageChecksum,
-            Self::Corrupt { .. }
-            | Self::Unsupported { .. }
-            | Self::TooLarge { .. }
-            | Self::Write { .. } => ErrorKind::ImageWrite,
-        }
     }
 }

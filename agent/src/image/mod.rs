@@ -12,8 +12,8 @@
 //!
 //! [`fetch`] owns sources and resumption, [`checksum`] the digests,
 //! [`format`] and [`decode`] the formats, [`target`] the fail-closed device
-//! protocol (first MiB held back until verified), [`gpt`] the backup-GPT
-//! move, [`progress`] the counters shown by the API and the CLI, [`info`]
+//! protocol (first MiB held back until verified, the backup GPT moved by
+//! [`crate::disk::gpt`]), [`progress`] the counters shown by the API and the CLI, [`info`]
 //! the conductor's `image_info`.
 
 pub mod buffers;
@@ -22,7 +22,6 @@ pub mod decode;
 pub mod error;
 pub mod fetch;
 pub mod format;
-pub mod gpt;
 pub mod info;
 pub mod progress;
 pub mod qcow2;

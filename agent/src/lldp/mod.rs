@@ -16,23 +16,10 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+pub use crate::config::LLDP_DEFAULT_TIMEOUT as DEFAULT_TIMEOUT;
 use crate::inventory::Inventory;
 pub use listen::Heard;
 pub use tlv::Neighbor;
-
-/// Default listening time: 5 s, where IPA waits 30 s.
-///
-/// Why this is enough in the common case: switches repeat LLDP every 30 s
-/// (802.1AB `msgTxInterval`), but they also send at once when a port's link
-/// comes up (the transmit state machine restarts, and most switches add a
-/// few fast 1 s frames), and in the ramdisk the NIC drivers bring every link
-/// up afresh only seconds before the agent listens, DHCP included. The wait
-/// is shared by all NICs and each NIC stops at its first frame, so a
-/// machine whose switches do answer pays well under 5 s, and one without
-/// LLDP pays 5 s instead of 30. The cost: a switch that sends only on its
-/// 30 s timer is heard with probability ~5/30 per run; set
-/// `ipa-lldp-timeout=35` there.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// LLDP results per interface.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]

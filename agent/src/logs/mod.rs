@@ -1,4 +1,5 @@
-//! `log.collect_system_logs` (spec §1.7): a base64 `tar.gz` of the agent's
+//! The bundle `log.collect_system_logs` returns (spec §1.7; the command is
+//! [`crate::commands::logs`]): a base64 `tar.gz` of the agent's
 //! own log ([`memlog`]), the kernel log, the inventory, mounts, block
 //! devices and network state. Ironic only decodes and stores it (on deploy
 //! failure by default). Each part that cannot be read is replaced by a file
@@ -9,14 +10,9 @@ pub mod tar;
 
 use std::io::Write;
 use std::process::Command;
-use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use base64::Engine;
-use serde_json::{json, Value};
-
-use crate::commands::{CommandError, ErrorKind, Outcome};
-use crate::state::AgentState;
 
 /// Tools whose output goes into the bundle: (file name, argv).
 const TOOLS: &[(&str, &[&str])] = &[
@@ -34,21 +30,6 @@ const FILES: &[(&str, &str)] = &[
     ("mdstat", "/proc/mdstat"),
     ("cmdline", "/proc/cmdline"),
 ];
-
-/// `log.collect_system_logs` (sync).
-pub async fn collect_system_logs(_state: Arc<AgentState>, _params: Value) -> Outcome {
-    match tokio::task::spawn_blocking(bundle).await {
-        Ok(Ok(b64)) => Outcome::Done(json!({ "system_logs": b64 })),
-        Ok(Err(e)) => Outcome::Failed(CommandError::new(
-            ErrorKind::CommandExecution,
-            format!("collecting the system logs: {e}"),
-        )),
-        Err(e) => Outcome::Failed(CommandError::new(
-            ErrorKind::CommandExecution,
-            format!("log collector crashed: {e}"),
-        )),
-    }
-}
 
 /// Builds the base64 tar.gz.
 pub fn bundle() -> std::io::Result<String> {

@@ -10,7 +10,7 @@ pub mod loadopt;
 
 use std::path::Path;
 
-use crate::configdrive::table::{self, Part};
+use crate::disk::table::{self, Part};
 use crate::ignition::mount::Mounted;
 
 /// `C12A7328-F81F-11D2-BA4B-00A0C93EC93B`, on-disk byte order.
@@ -75,18 +75,15 @@ mod tests {
     #[test]
     fn finds_the_esp_by_type_and_refuses_images_without_one() {
         let dir = tempfile::tempdir().unwrap();
-        let disk = crate::configdrive::table::tests::sparse_disk(
+        let disk = crate::disk::table::tests::sparse_disk(
             dir.path(),
             64,
             "label: gpt\nsize=16MiB, type=U\nname=root\n",
         );
         let (p, sector) = esp(&disk).unwrap();
         assert_eq!((p.number, p.start, sector), (1, 1 << 20, 512));
-        let disk = crate::configdrive::table::tests::sparse_disk(
-            dir.path(),
-            64,
-            "label: gpt\nname=root\n",
-        );
+        let disk =
+            crate::disk::table::tests::sparse_disk(dir.path(), 64, "label: gpt\nname=root\n");
         assert!(esp(&disk).unwrap_err().contains("UEFI-compatible"));
     }
 }

@@ -10,7 +10,8 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use crate::configdrive::{probe_value, table};
+use crate::disk::probe::probe_value;
+use crate::disk::table;
 
 /// Label of the virtual-media device Ironic attaches.
 const VIRTUAL_MEDIA: &str = "/dev/disk/by-label/ir-vfd-dev";
@@ -67,7 +68,7 @@ pub fn special_filesystem(file: &File, size: u64, sector: u64) -> Option<String>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::configdrive::table::tests::sparse_disk;
+    use crate::disk::table::tests::sparse_disk;
     use serde_json::json;
 
     #[test]

@@ -1,5 +1,6 @@
-//! Full disk erase: the `erase_devices` and `erase_devices_express` clean
-//! steps (spec §7.2, §7.3).
+//! Full disk erase: the mechanics of the `erase_devices` and
+//! `erase_devices_express` clean steps (spec §7.2, §7.3; the steps are
+//! [`crate::commands::erase`]).
 //!
 //! Per disk, the best method this agent has: NVMe Format NVM with secure
 //! erase ([`nvme`], when enabled), ATA security erase through SG_IO
@@ -31,13 +32,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, Result};
-use serde_json::{Map, Value};
 
-use super::{ioctl, whole_disks, Device, WritePolicy};
-use crate::commands::steps::StepCall;
-use crate::commands::{CommandError, ErrorKind};
-use crate::config::RunMode;
-use crate::state::AgentState;
+use super::{ioctl, Device, WritePolicy};
 pub use knobs::Knobs;
 
 /// How one disk was erased.
@@ -85,88 +81,19 @@ impl Erased {
     }
 }
 
-/// The `erase_devices` step.
-pub async fn erase_devices_step(
-    state: Arc<AgentState>,
-    call: StepCall,
-) -> Result<Value, CommandError> {
-    let knobs = Knobs::from_node(&call.node);
-    let policy = WritePolicy::from_config(&state.config);
-    // Raised when the operation ends under the step (Ironic aborted the
-    // clean and powered the node off, or wiped the token).
-    let cancel = state.abort_flag();
-    let node = call.node.clone();
-    let results = tokio::task::spawn_blocking(move || {
-        let disks = disks(&policy, &node)?;
-        erase_disks(&disks, &policy, &knobs, &cancel)
-    })
-    .await
-    .map_err(|e| CommandError::new(ErrorKind::BlockDeviceErase, e.to_string()))?
-    .map_err(|e| CommandError::from_anyhow(ErrorKind::BlockDeviceErase, &e))?;
-    let mut out = Map::new();
-    for (dev, erased) in results {
-        out.insert(dev.display().to_string(), Value::String(erased.describe()));
-    }
-    Ok(Value::Object(out))
-}
-
-/// The `erase_devices_express` step: NVMe disks get a secure format when
-/// enabled and supported; then every device gets the metadata wipe (for
-/// the others it is the whole erase, as in IPA's fallback).
-pub async fn erase_devices_express_step(
-    state: Arc<AgentState>,
-    call: StepCall,
-) -> Result<Value, CommandError> {
-    let knobs = Knobs::from_node(&call.node);
-    let policy = WritePolicy::from_config(&state.config);
-    let node = call.node.clone();
-    tokio::task::spawn_blocking(move || -> Result<()> {
-        for disk in disks(&policy, &node)? {
-            let dev = Device::open(&disk)?;
-            policy.check(&dev)?;
-            let file = open(&disk, dev.devno.is_some())?;
-            if let Some(e) = try_nvme(&dev, &file, &knobs)? {
-                tracing::info!(device = %disk.display(), method = %e.describe(), "express erase");
-            }
+/// The NVMe half of `erase_devices_express`: a secure format of each of
+/// `disks` that supports it, when the knobs enable it (the metadata wipe of
+/// every device follows in the step).
+pub fn express_erase(disks: &[PathBuf], policy: &WritePolicy, knobs: &Knobs) -> Result<()> {
+    for disk in disks {
+        let dev = Device::open(disk)?;
+        policy.check(&dev)?;
+        let file = open(disk, dev.devno.is_some())?;
+        if let Some(e) = try_nvme(&dev, &file, knobs)? {
+            tracing::info!(device = %disk.display(), method = %e.describe(), "express erase");
         }
-        Ok(())
-    })
-    .await
-    .map_err(|e| CommandError::new(ErrorKind::BlockDeviceErase, e.to_string()))?
-    .map_err(|e| CommandError::from_anyhow(ErrorKind::BlockDeviceErase, &e))?;
-    super::erase::erase_devices_metadata_step(state, call).await
-}
-
-/// Whole disks to erase: the allowed devices in host mode, every disk in
-/// the ramdisk; minus the node's `properties.skip_block_devices` names.
-fn disks(policy: &WritePolicy, node: &Value) -> Result<Vec<PathBuf>> {
-    let all = match policy.mode {
-        RunMode::Host => policy.allowed.clone(),
-        RunMode::Ramdisk => whole_disks(Path::new("/sys"))?,
-    };
-    let skip = skip_list(node);
-    Ok(all
-        .into_iter()
-        .filter(|d| {
-            let skipped = skip.iter().any(|s| Path::new(s) == d.as_path());
-            if skipped {
-                tracing::info!(device = %d.display(), "skipped: in properties.skip_block_devices");
-            }
-            !skipped
-        })
-        .collect())
-}
-
-/// Device names in `properties.skip_block_devices` (`[{"name": "/dev/sda"}]`).
-fn skip_list(node: &Value) -> Vec<String> {
-    node["properties"]["skip_block_devices"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|e| e["name"].as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default()
+    }
+    Ok(())
 }
 
 /// Erases `disks` in parallel (at most `knobs.concurrency` at once); all

@@ -112,53 +112,9 @@ fn devices_not_allowed_fail_and_are_named() {
 }
 
 #[test]
-fn a_reboot_or_wiped_token_aborts_a_running_erase() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = filled(dir.path(), "d", 1);
-    let state = AgentState::new(Config::default(), None);
-    let flag = state.abort_flag();
-    state.reset_as_after_reboot();
-    assert!(flag.load(Ordering::Relaxed));
-    assert!(
-        !state.abort_flag().load(Ordering::Relaxed),
-        "the next operation starts clean"
-    );
-    let e = erase_disks(
-        std::slice::from_ref(&d),
-        &policy(std::slice::from_ref(&d)),
-        &Knobs::default(),
-        &flag,
-    )
-    .unwrap_err();
-    assert!(format!("{e:#}").contains("aborted"), "{e:#}");
-}
-
-#[tokio::test]
-async fn express_erase_wipes_metadata_of_non_nvme_disks() {
-    let dir = tempfile::tempdir().unwrap();
-    let img = dir.path().join("disk.img");
-    crate::testconductor::demo::write_demo_image(&img).unwrap();
-    let state = Arc::new(AgentState::new(
-        Config {
-            allowed_devices: vec![img.clone()],
-            ..Config::default()
-        },
-        None,
-    ));
-    let call = StepCall {
-        node: serde_json::json!({}),
-        ports: serde_json::json!([]),
-        args: serde_json::Map::new(),
-    };
-    erase_devices_express_step(state, call).await.unwrap();
-    let left = super::super::erase::probe_signatures(&File::open(&img).unwrap()).unwrap();
-    assert!(left.is_empty(), "{left:?}");
-}
-
-#[test]
 fn a_vmfs_disk_is_protected_unless_wiping_special_filesystems_is_allowed() {
     let dir = tempfile::tempdir().unwrap();
-    let d = crate::configdrive::table::tests::sparse_disk(
+    let d = crate::disk::table::tests::sparse_disk(
         dir.path(),
         32,
         "label: gpt\ntype=AA31E02A-400F-11DB-9590-000C2911D1B8\n",
@@ -184,13 +140,4 @@ fn a_vmfs_disk_is_protected_unless_wiping_special_filesystems_is_allowed() {
     )
     .unwrap();
     assert_eq!(out[0].1, Erased::Discard);
-}
-
-#[test]
-fn skip_block_devices_are_left_alone() {
-    let dir = tempfile::tempdir().unwrap();
-    let (a, b) = (filled(dir.path(), "a", 1), filled(dir.path(), "b", 1));
-    let p = policy(&[a.clone(), b.clone()]);
-    let node = serde_json::json!({"properties": {"skip_block_devices": [{"name": a.display().to_string()}]}});
-    assert_eq!(disks(&p, &node).unwrap(), [b]);
 }

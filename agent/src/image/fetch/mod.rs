@@ -516,11 +516,7 @@ async fn attempt_http(
     let stall = opts.stall_timeout;
     let resp = match tokio::time::timeout(stall, client.get(url).headers(headers).send()).await {
         Err(_) => return Err(AttemptError::Retry(format!("no response within {stall:?}"))),
-        Ok(Err(e)) => {
-            return Err(AttemptError::Retry(crate::conductor::client::error_chain(
-                &e,
-            )))
-        }
+        Ok(Err(e)) => return Err(AttemptError::Retry(crate::errfmt::error_chain(&e))),
         Ok(Ok(r)) => r,
     };
     let range = resp
@@ -546,11 +542,7 @@ async fn attempt_http(
                     started.elapsed().as_secs_f64()
                 )))
             }
-            Ok(Err(e)) => {
-                return Err(AttemptError::Retry(crate::conductor::client::error_chain(
-                    &e,
-                )))
-            }
+            Ok(Err(e)) => return Err(AttemptError::Retry(crate::errfmt::error_chain(&e))),
             Ok(Ok(None)) => break,
             Ok(Ok(Some(c))) => c,
         };

@@ -15,9 +15,9 @@ use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-use super::gpt;
 use super::progress::Progress;
 use super::ImageError;
+use crate::disk::gpt;
 use crate::disk::{ioctl, Device};
 
 /// Bytes held back until the checksum is verified.

@@ -8,7 +8,7 @@
 
 use std::os::unix::fs::FileExt;
 
-use crate::image::gpt::{header_crc, put_u32, put_u64, u32_at, u64_at};
+use super::gpt::{header_crc, put_u32, put_u64, u32_at, u64_at};
 
 /// Size of a new config-drive partition.
 pub const PART_BYTES: u64 = 64 << 20;

@@ -1,0 +1,174 @@
+//! The erase steps: `erase_devices_metadata`, `erase_devices` and
+//! `erase_devices_express` (spec §7.2, §7.3): which disks the node's
+//! properties leave to erase, and the step results. The erasing itself is
+//! [`crate::disk::erase`] and [`crate::disk::fullerase`].
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::Result;
+use serde_json::{Map, Value};
+
+use super::steps::StepCall;
+use super::{CommandError, ErrorKind};
+use crate::disk::fullerase::{self, Knobs};
+use crate::disk::{erasable_disks, erase, WritePolicy};
+use crate::state::AgentState;
+
+/// The `erase_devices_metadata` step.
+pub async fn erase_devices_metadata_step(
+    state: Arc<AgentState>,
+    _call: StepCall,
+) -> Result<Value, CommandError> {
+    let policy = WritePolicy::from_config(&state.config);
+    tokio::task::spawn_blocking(move || erase::erase_all_metadata(&policy))
+        .await
+        .map_err(|e| CommandError::new(ErrorKind::CommandExecution, e.to_string()))?
+        .map_err(|e| CommandError::from_anyhow(ErrorKind::BlockDeviceErase, &e))?;
+    Ok(Value::Null)
+}
+
+/// The `erase_devices` step.
+pub async fn erase_devices_step(
+    state: Arc<AgentState>,
+    call: StepCall,
+) -> Result<Value, CommandError> {
+    let knobs = Knobs::from_node(&call.node);
+    let policy = WritePolicy::from_config(&state.config);
+    // Raised when the operation ends under the step (Ironic aborted the
+    // clean and powered the node off, or wiped the token).
+    let cancel = state.abort_flag();
+    let node = call.node.clone();
+    let results = tokio::task::spawn_blocking(move || {
+        let disks = disks(&policy, &node)?;
+        fullerase::erase_disks(&disks, &policy, &knobs, &cancel)
+    })
+    .await
+    .map_err(|e| CommandError::new(ErrorKind::BlockDeviceErase, e.to_string()))?
+    .map_err(|e| CommandError::from_anyhow(ErrorKind::BlockDeviceErase, &e))?;
+    let mut out = Map::new();
+    for (dev, erased) in results {
+        out.insert(dev.display().to_string(), Value::String(erased.describe()));
+    }
+    Ok(Value::Object(out))
+}
+
+/// The `erase_devices_express` step: NVMe disks get a secure format when
+/// enabled and supported; then every device gets the metadata wipe (for
+/// the others it is the whole erase, as in IPA's fallback).
+pub async fn erase_devices_express_step(
+    state: Arc<AgentState>,
+    call: StepCall,
+) -> Result<Value, CommandError> {
+    let knobs = Knobs::from_node(&call.node);
+    let policy = WritePolicy::from_config(&state.config);
+    let node = call.node.clone();
+    tokio::task::spawn_blocking(move || {
+        fullerase::express_erase(&disks(&policy, &node)?, &policy, &knobs)
+    })
+    .await
+    .map_err(|e| CommandError::new(ErrorKind::BlockDeviceErase, e.to_string()))?
+    .map_err(|e| CommandError::from_anyhow(ErrorKind::BlockDeviceErase, &e))?;
+    erase_devices_metadata_step(state, call).await
+}
+
+/// Whole disks to erase: the allowed devices in host mode, every disk in
+/// the ramdisk; minus the node's `properties.skip_block_devices` names.
+fn disks(policy: &WritePolicy, node: &Value) -> Result<Vec<PathBuf>> {
+    let skip = skip_list(node);
+    Ok(erasable_disks(policy)?
+        .into_iter()
+        .filter(|d| {
+            let skipped = skip.iter().any(|s| Path::new(s) == d.as_path());
+            if skipped {
+                tracing::info!(device = %d.display(), "skipped: in properties.skip_block_devices");
+            }
+            !skipped
+        })
+        .collect())
+}
+
+/// Device names in `properties.skip_block_devices` (`[{"name": "/dev/sda"}]`).
+fn skip_list(node: &Value) -> Vec<String> {
+    node["properties"]["skip_block_devices"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|e| e["name"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    //! Which disks the node leaves to erase, and the express step on a
+    //! regular file standing in for a disk.
+
+    use std::fs::File;
+    use std::sync::atomic::Ordering;
+
+    use super::*;
+    use crate::config::Config;
+
+    fn policy(allowed: &[PathBuf]) -> WritePolicy {
+        WritePolicy::from_config(&Config {
+            allowed_devices: allowed.to_vec(),
+            ..Config::default()
+        })
+    }
+
+    #[tokio::test]
+    async fn express_erase_wipes_metadata_of_non_nvme_disks() {
+        let dir = tempfile::tempdir().unwrap();
+        let img = dir.path().join("disk.img");
+        crate::testconductor::demo::write_demo_image(&img).unwrap();
+        let state = Arc::new(AgentState::new(
+            Config {
+                allowed_devices: vec![img.clone()],
+                ..Config::default()
+            },
+            None,
+        ));
+        let call = StepCall {
+            node: serde_json::json!({}),
+            ports: serde_json::json!([]),
+            args: serde_json::Map::new(),
+        };
+        erase_devices_express_step(state, call).await.unwrap();
+        let left = crate::disk::erase::probe_signatures(&File::open(&img).unwrap()).unwrap();
+        assert!(left.is_empty(), "{left:?}");
+    }
+
+    #[test]
+    fn skip_block_devices_are_left_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+        let p = policy(&[a.clone(), b.clone()]);
+        let node = serde_json::json!({"properties": {"skip_block_devices": [{"name": a.display().to_string()}]}});
+        assert_eq!(disks(&p, &node).unwrap(), [b]);
+    }
+
+    #[test]
+    fn a_reboot_or_wiped_token_aborts_a_running_erase() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().join("d");
+        std::fs::write(&d, vec![0x5a; 1 << 20]).unwrap();
+        let state = AgentState::new(Config::default(), None);
+        let flag = state.abort_flag();
+        state.reset_as_after_reboot();
+        assert!(flag.load(Ordering::Relaxed));
+        assert!(
+            !state.abort_flag().load(Ordering::Relaxed),
+            "the next operation starts clean"
+        );
+        let e = fullerase::erase_disks(
+            std::slice::from_ref(&d),
+            &policy(std::slice::from_ref(&d)),
+            &Knobs::default(),
+            &flag,
+        )
+        .unwrap_err();
+        assert!(format!("{e:#}").contains("aborted"), "{e:#}");
+    }
+}
