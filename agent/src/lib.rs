@@ -22,7 +22,9 @@
 //! 6. Serving and driving: [`agent`] (lookup, heartbeats), [`api`] and
 //!    [`server`] (the command API), [`inspect`] (the inspection document
 //!    posted before lookup), [`init`] (PID 1 in the ramdisk), [`cli`], and
-//!    [`testconductor`], a stand-in conductor for tests and the demo.
+//!    `testconductor`, a stand-in conductor for tests and the demo, built
+//!    only with the `test-conductor` feature (the agent's own tests and
+//!    `hardware-tests` turn it on; the ramdisk's agent never has it).
 
 pub mod agent;
 pub mod api;
@@ -48,6 +50,7 @@ pub mod netconf;
 pub mod power;
 pub mod server;
 pub mod state;
+#[cfg(feature = "test-conductor")]
 pub mod testconductor;
 pub mod tls;
 pub mod uefi;

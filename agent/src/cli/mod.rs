@@ -37,7 +37,9 @@ pub enum Command {
     /// with --allow-device are written; power actions are simulated.
     Serve(ServeArgs),
     /// Show the agent being driven by the built-in test conductor: a manual
-    /// clean with erase_devices_metadata on a scratch disk image.
+    /// clean with erase_devices_metadata on a scratch disk image (only in
+    /// builds with the `test-conductor` feature, never in the ramdisk).
+    #[cfg(feature = "test-conductor")]
     Demo(DemoArgs),
     /// Write a disk image to a device: streamed, decompressed or converted
     /// (raw, qcow2, zstd, gzip, xz), checksum-verified, fail-closed.
@@ -168,6 +170,7 @@ pub async fn run(cli: Cli) -> Result<()> {
             let config = host_config(&args, cli.debug)?;
             crate::agent::run(config).await
         }
+        #[cfg(feature = "test-conductor")]
         Command::Demo(args) => crate::testconductor::demo::run(args.workdir).await,
         Command::WriteImage(args) => write_image::run(args).await,
         Command::Erase(args) => tokio::task::spawn_blocking(move || erase::run(&args))
