@@ -9,7 +9,6 @@
 //! false) and a node that has none keeps having none for the real agent.
 //! No token is printed.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -17,7 +16,7 @@ use clap::Args;
 use serde_json::Value;
 
 use crate::conductor::{ApiVersion, ConductorClient};
-use crate::config::{self, ApiUrls, Config, KernelParams};
+use crate::config::ApiUrls;
 
 /// The lookup version: the newest without token issuing.
 const NO_TOKEN_VERSION: ApiVersion = ApiVersion(1, 61);
@@ -28,51 +27,20 @@ const LOCKED_RETRIES: u32 = 30;
 /// Flags of `agent lookup`.
 #[derive(Debug, Args)]
 pub struct LookupArgs {
-    /// Conductor API URL (repeatable or comma-separated; `mdns` browses);
-    /// default: ipa-api-url from the kernel command line.
-    #[arg(long = "api-url", value_delimiter = ',')]
-    pub api_url: Vec<String>,
-    /// Also look the node up by this MAC (repeatable).
-    #[arg(long = "mac")]
-    pub mac: Vec<String>,
+    /// How to reach the conductor.
+    #[command(flatten)]
+    pub conductor: super::ConductorArgs,
     /// Look up by node UUID as well.
     #[arg(long)]
     pub node_uuid: Option<String>,
-    /// Read kernel parameters from this file instead of /proc/cmdline.
-    #[arg(long)]
-    pub cmdline_file: Option<PathBuf>,
-    /// Do not verify the conductor's TLS certificate.
-    #[arg(long)]
-    pub insecure: bool,
-    /// CA bundle for the conductor.
-    #[arg(long)]
-    pub cafile: Option<PathBuf>,
     /// Print the whole answer's node (JSON) instead of a summary.
     #[arg(long)]
     pub json: bool,
 }
 
-fn config(args: &LookupArgs) -> Result<Config> {
-    let path = args
-        .cmdline_file
-        .clone()
-        .unwrap_or_else(|| PathBuf::from("/proc/cmdline"));
-    let text = std::fs::read_to_string(&path).unwrap_or_default();
-    let (mut c, _) = Config::from_kernel_params(&KernelParams::parse(&text));
-    if !args.api_url.is_empty() {
-        c.api_urls = config::parse_api_urls(&args.api_url.join(","))
-            .map_err(|e| anyhow::anyhow!("--api-url: {e}"))?;
-    }
-    c.insecure |= args.insecure;
-    if let Some(f) = &args.cafile {
-        c.cafile = Some(f.clone());
-    }
-    Ok(c)
-}
-
 /// Runs `agent lookup`.
 pub async fn run(args: &LookupArgs) -> Result<()> {
-    let c = config(args)?;
+    let c = args.conductor.config()?;
     let urls = match &c.api_urls {
         ApiUrls::Urls(u) => u.clone(),
         ApiUrls::Mdns => vec![
@@ -92,7 +60,7 @@ pub async fn run(args: &LookupArgs) -> Result<()> {
         .context("reading the conductor's API version")?
         .min(NO_TOKEN_VERSION);
     let mut macs = crate::net::mac_addresses(std::path::Path::new("/sys"));
-    macs.extend(args.mac.iter().map(|m| m.to_ascii_lowercase()));
+    macs.extend(c.extra_macs.iter().map(|m| m.to_ascii_lowercase()));
     macs.sort();
     macs.dedup();
     // 409: the node is locked by a conductor task for a moment (e.g. the

@@ -16,7 +16,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 
-use crate::config::{self, Config, KernelParams, RunMode};
+use crate::config::{self, Config, RunMode};
 
 /// Bare-metal deploy agent, compatible with Ironic's ironic-python-agent.
 #[derive(Debug, Parser)]
@@ -98,9 +98,9 @@ pub struct RootDiskArgs {
 /// Flags of `agent serve`.
 #[derive(Debug, Args)]
 pub struct ServeArgs {
-    /// Conductor API URL (repeatable or comma-separated); overrides ipa-api-url.
-    #[arg(long = "api-url", value_delimiter = ',')]
-    pub api_url: Vec<String>,
+    /// How to reach the conductor.
+    #[command(flatten)]
+    pub conductor: ConductorArgs,
     /// Address put in the callback URL (default: the one routing to the conductor).
     #[arg(long)]
     pub advertise_host: Option<std::net::IpAddr>,
@@ -116,18 +116,6 @@ pub struct ServeArgs {
     /// A device the agent may write (repeatable). Nothing else is touched.
     #[arg(long = "allow-device")]
     pub allow_device: Vec<PathBuf>,
-    /// Also look the node up by this MAC (repeatable).
-    #[arg(long = "mac")]
-    pub mac: Vec<String>,
-    /// Read kernel parameters from this file instead of /proc/cmdline.
-    #[arg(long)]
-    pub cmdline_file: Option<PathBuf>,
-    /// Do not verify the conductor's TLS certificate.
-    #[arg(long)]
-    pub insecure: bool,
-    /// CA bundle for the conductor and image servers.
-    #[arg(long)]
-    pub cafile: Option<PathBuf>,
     /// Serve plain HTTP even when the conductor supports auto-TLS.
     #[arg(long)]
     pub no_tls: bool,
@@ -140,6 +128,51 @@ pub struct ServeArgs {
     /// Minimum gap between a heartbeat and the next forced one, in seconds.
     #[arg(long)]
     pub min_heartbeat_interval: Option<f64>,
+}
+
+/// The conductor flags `agent serve` and `agent lookup` share; they
+/// override what the kernel command line says.
+#[derive(Debug, Clone, Default, Args)]
+pub struct ConductorArgs {
+    /// Conductor API URL (repeatable or comma-separated; `mdns` browses);
+    /// overrides ipa-api-url.
+    #[arg(long = "api-url", value_delimiter = ',')]
+    pub api_url: Vec<String>,
+    /// Also look the node up by this MAC (repeatable).
+    #[arg(long = "mac")]
+    pub mac: Vec<String>,
+    /// Read kernel parameters from this file instead of /proc/cmdline.
+    #[arg(long)]
+    pub cmdline_file: Option<PathBuf>,
+    /// Do not verify the conductor's (and image servers') TLS certificates.
+    #[arg(long)]
+    pub insecure: bool,
+    /// CA bundle for the conductor and image servers.
+    #[arg(long)]
+    pub cafile: Option<PathBuf>,
+}
+
+impl ConductorArgs {
+    /// The configuration: kernel parameters (from `--cmdline-file` or
+    /// /proc/cmdline), then these flags.
+    pub fn config(&self) -> Result<Config> {
+        let mut c = config::from_cmdline(self.cmdline_file.as_deref())?;
+        if !self.api_url.is_empty() {
+            c.api_urls = config::parse_api_urls(&self.api_url.join(","))
+                .map_err(|e| anyhow::anyhow!("--api-url: {e}"))?;
+        }
+        for m in &self.mac {
+            if !crate::net::is_valid_mac(&m.to_ascii_lowercase()) {
+                anyhow::bail!("--mac {m:?}: expected six colon-separated hex bytes");
+            }
+        }
+        c.extra_macs = self.mac.clone();
+        c.insecure |= self.insecure;
+        if let Some(f) = &self.cafile {
+            c.cafile = Some(f.clone());
+        }
+        Ok(c)
+    }
 }
 
 /// Flags of `agent demo`.
@@ -191,10 +224,8 @@ fn inventory_options(root: Option<&std::path::Path>) -> Result<crate::inventory:
     Ok(match root {
         Some(r) => crate::inventory::Options::fixture(r),
         None => {
-            let cmdline = std::fs::read_to_string("/proc/cmdline").unwrap_or_default();
-            let bootif = KernelParams::parse(&cmdline)
-                .get("BOOTIF")
-                .map(String::from);
+            let params = config::read_kernel_params(None)?;
+            let bootif = params.get("BOOTIF").map(String::from);
             crate::inventory::Options::live(bootif.filter(|b| !b.is_empty()))
         }
     })
@@ -254,11 +285,7 @@ fn signature_lines(disks: &[crate::inventory::Disk]) -> String {
 /// Builds the ramdisk configuration: kernel parameters, ramdisk mode, the
 /// address DHCP gave the preferred NIC.
 pub fn ramdisk_config(args: &RamdiskArgs, debug: bool) -> Result<Config> {
-    let text = std::fs::read_to_string("/proc/cmdline").context("reading /proc/cmdline")?;
-    let (mut c, errors) = Config::from_kernel_params(&KernelParams::parse(&text));
-    for e in errors {
-        tracing::warn!("{e}");
-    }
+    let mut c = config::from_cmdline(None)?;
     c.mode = RunMode::Ramdisk;
     c.debug |= debug;
     if c.advertise_host.is_none() {
@@ -293,24 +320,11 @@ pub fn init_ramdisk_tracing(debug: bool) {
 
 /// Builds the host-mode configuration: kernel parameters, then flags.
 pub fn host_config(args: &ServeArgs, debug: bool) -> Result<Config> {
-    let path = args
-        .cmdline_file
-        .clone()
-        .unwrap_or_else(|| PathBuf::from("/proc/cmdline"));
-    let text = std::fs::read_to_string(&path)
-        .with_context(|| format!("reading kernel parameters from {}", path.display()))?;
-    let (mut c, errors) = Config::from_kernel_params(&KernelParams::parse(&text));
-    for e in errors {
-        tracing::warn!("{e}");
-    }
+    let mut c = args.conductor.config()?;
     c.mode = RunMode::Host;
     c.debug |= debug;
     // Host mode waits for the conductor as long as it takes.
     c.lookup_timeout = Duration::ZERO;
-    if !args.api_url.is_empty() {
-        c.api_urls = config::parse_api_urls(&args.api_url.join(","))
-            .map_err(|e| anyhow::anyhow!("--api-url: {e}"))?;
-    }
     if let Some(h) = args.advertise_host {
         c.advertise_host = Some(h);
     }
@@ -326,16 +340,6 @@ pub fn host_config(args: &ServeArgs, debug: bool) -> Result<Config> {
         c.listen_port = p;
     }
     c.allowed_devices = args.allow_device.clone();
-    for m in &args.mac {
-        if !crate::net::is_valid_mac(&m.to_ascii_lowercase()) {
-            anyhow::bail!("--mac {m:?}: expected six colon-separated hex bytes");
-        }
-    }
-    c.extra_macs = args.mac.clone();
-    c.insecure |= args.insecure;
-    if let Some(f) = &args.cafile {
-        c.cafile = Some(f.clone());
-    }
     if args.no_tls {
         c.auto_tls = false;
     }
@@ -349,4 +353,83 @@ pub fn host_config(args: &ServeArgs, debug: bool) -> Result<Config> {
         c.min_heartbeat_interval = Duration::from_secs_f64(t.max(0.0));
     }
     Ok(c)
+}
+
+#[cfg(test)]
+mod tests {
+    //! One configuration path: kernel parameters, then the shared flags.
+
+    use clap::Parser;
+
+    use super::*;
+
+    fn serve(args: &[&str]) -> ServeArgs {
+        let cli = Cli::try_parse_from([&["agent", "serve"], args].concat()).expect("parses");
+        match cli.command {
+            Command::Serve(a) => a,
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn flags_override_the_kernel_parameters_in_serve_and_lookup_alike() {
+        let dir = tempfile::tempdir().unwrap();
+        let cmdline = dir.path().join("cmdline");
+        std::fs::write(
+            &cmdline,
+            "ipa-api-url=http://10.0.0.1:6385 ipa-insecure=0 ipa-lookup-timeout=7\n",
+        )
+        .unwrap();
+        let file = cmdline.to_str().unwrap();
+        let args = serve(&[
+            "--cmdline-file",
+            file,
+            "--api-url",
+            "http://127.0.0.1:6385",
+            "--mac",
+            "52:54:00:12:34:56",
+            "--insecure",
+        ]);
+        let c = host_config(&args, false).unwrap();
+        assert_eq!(
+            c.api_urls,
+            config::ApiUrls::Urls(vec!["http://127.0.0.1:6385".into()])
+        );
+        assert!(c.insecure);
+        assert_eq!(c.extra_macs, ["52:54:00:12:34:56"]);
+        assert_eq!(c.mode, RunMode::Host);
+        assert_eq!(c.lookup_timeout, Duration::ZERO, "host mode waits for ever");
+
+        let cli = Cli::try_parse_from(["agent", "lookup", "--cmdline-file", file]).unwrap();
+        let Command::Lookup(l) = cli.command else {
+            panic!("not lookup")
+        };
+        let c = l.conductor.config().unwrap();
+        assert_eq!(
+            c.api_urls,
+            config::ApiUrls::Urls(vec!["http://10.0.0.1:6385".into()])
+        );
+        assert_eq!(c.lookup_timeout, Duration::from_secs(7));
+    }
+
+    #[test]
+    fn an_unreadable_command_line_or_a_bad_mac_is_an_error_naming_it() {
+        let args = serve(&["--cmdline-file", "/nonexistent/cmdline"]);
+        let e = host_config(&args, false).unwrap_err();
+        assert!(format!("{e:#}").contains("/nonexistent/cmdline"), "{e:#}");
+        let cli =
+            Cli::try_parse_from(["agent", "lookup", "--cmdline-file", "/nonexistent/cmdline"])
+                .unwrap();
+        let Command::Lookup(l) = cli.command else {
+            panic!("not lookup")
+        };
+        assert!(l.conductor.config().is_err(), "no silent defaults");
+
+        let dir = tempfile::tempdir().unwrap();
+        let cmdline = dir.path().join("cmdline");
+        std::fs::write(&cmdline, "").unwrap();
+        let args = serve(&["--cmdline-file", cmdline.to_str().unwrap(), "--mac", "nope"]);
+        let e = host_config(&args, false).unwrap_err();
+        assert!(e.to_string().contains("--mac \"nope\""), "{e}");
+    }
 }

@@ -297,6 +297,33 @@ fn bad(key: &str, value: &str, reason: &str) -> ParamError {
 /// Parses `ipa-api-url`: `mdns`, or a comma list of `http(s)://` URLs.
 /// Entries with another scheme are an error for the whole value, as silently
 /// dropping one would hide a typo that sends the agent to the wrong place.
+/// Where the kernel command line is read from unless a file is named.
+pub const CMDLINE: &str = "/proc/cmdline";
+
+/// The kernel command line from `path` (default [`CMDLINE`]): the one
+/// reader of it. An unreadable file is an error naming it.
+pub fn read_cmdline(path: Option<&std::path::Path>) -> anyhow::Result<String> {
+    let path = path.unwrap_or(std::path::Path::new(CMDLINE));
+    std::fs::read_to_string(path)
+        .map_err(|e| anyhow::anyhow!("reading kernel parameters from {}: {e}", path.display()))
+}
+
+/// The kernel parameters from `path` (see [`read_cmdline`]).
+pub fn read_kernel_params(path: Option<&std::path::Path>) -> anyhow::Result<KernelParams> {
+    Ok(KernelParams::parse(&read_cmdline(path)?))
+}
+
+/// The configuration the kernel parameters at `path` give (see
+/// [`read_kernel_params`]); parameters that do not parse are logged and
+/// left at their defaults, as IPA does.
+pub fn from_cmdline(path: Option<&std::path::Path>) -> anyhow::Result<Config> {
+    let (config, errors) = Config::from_kernel_params(&read_kernel_params(path)?);
+    for e in errors {
+        tracing::warn!("{e}");
+    }
+    Ok(config)
+}
+
 pub fn parse_api_urls(raw: &str) -> Result<ApiUrls, String> {
     let raw = raw.trim();
     if raw.eq_ignore_ascii_case("mdns") {

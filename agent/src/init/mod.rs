@@ -41,7 +41,10 @@ pub fn main() -> ! {
     std::env::set_var("PATH", "/bin:/sbin:/usr/bin:/usr/sbin");
     say("phase mounts done");
 
-    let cmdline = std::fs::read_to_string("/proc/cmdline").unwrap_or_default();
+    let cmdline = crate::config::read_cmdline(None).unwrap_or_else(|e| {
+        say(&format!("{e}; using the defaults"));
+        String::new()
+    });
     let params = KernelParams::parse(&cmdline);
     let secs = |key: &str, default: f64| {
         params

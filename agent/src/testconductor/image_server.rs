@@ -2,8 +2,8 @@
 //! GET and HEAD on loopback (or any address, e.g. inside a test's network
 //! namespace), files sent with sendfile(2), byte ranges, keep-alive, and
 //! scripted faults per request (drop the connection after N bytes, stall,
-//! ignore Range, answer an error status) to exercise resumption and the
-//! error paths of the image pipeline.
+//! ignore Range, answer an error status, serve one byte changed) to
+//! exercise resumption and the error paths of the image pipeline.
 
 use std::collections::{HashMap, VecDeque};
 use std::fs::File;
@@ -31,6 +31,10 @@ pub enum Fault {
     Status(u16),
     /// Answer `302 Found` with this `Location`.
     Redirect(&'static str),
+    /// Serve normally (ranges honoured), but with the byte at this file
+    /// offset XORed with 0x01 whenever the response covers it: a server
+    /// whose file changed between two requests.
+    FlipByteAt(u64),
 }
 
 #[derive(Debug)]
@@ -261,7 +265,25 @@ fn respond(
     let mut offset = start as i64;
     let end = start + limit;
     while (offset as u64) < end {
-        let count = ((end - offset as u64) as usize).min(4 << 20);
+        if let Fault::FlipByteAt(at) = fault {
+            if at == offset as u64 {
+                let mut byte = [0u8; 1];
+                if std::os::unix::fs::FileExt::read_exact_at(&file, &mut byte, at).is_err()
+                    || conn.write_all(&[byte[0] ^ 0x01]).is_err()
+                {
+                    return false;
+                }
+                offset += 1;
+                continue;
+            }
+        }
+        let mut count = ((end - offset as u64) as usize).min(4 << 20);
+        if let Fault::FlipByteAt(at) = fault {
+            if at > offset as u64 && at < end {
+                // Stop just before the byte to change.
+                count = count.min((at - offset as u64) as usize);
+            }
+        }
         match nix::sys::sendfile::sendfile64(conn.as_fd(), file.as_fd(), Some(&mut offset), count) {
             Ok(0) | Err(_) => return false,
             Ok(_) => {}
