@@ -16,9 +16,10 @@ use anyhow::{bail, Context, Result};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use crate::conductor::client::Heartbeat;
 use crate::conductor::lookup::{decide_token, TokenDecision};
-use crate::conductor::{ApiVersion, ConductorClient, ConductorError, LookupResult};
+use crate::conductor::{
+    ApiVersion, Conductor, ConductorClient, ConductorError, Heartbeat, LookupResult,
+};
 use crate::config::{ApiUrls, Config, RunMode};
 use crate::state::{AgentEvent, AgentState};
 use crate::{api, inspect, net, power, server, tls};
@@ -144,7 +145,7 @@ pub async fn start(config: Config) -> Result<RunningAgent> {
         callback_url: callback_url.clone(),
         verify_ca: cert.map(|c| c.pem),
         lookup: session,
-        server,
+        server: Some(server),
     };
     state.update_session(|s| s.callback_url = Some(callback_url.clone()));
     let task = tokio::spawn(session_loop.heartbeat_loop(events));
@@ -180,7 +181,7 @@ fn hostname() -> String {
         .unwrap_or_else(|| "localhost".into())
 }
 
-async fn negotiate_version(client: &ConductorClient, config: &Config) -> Result<ApiVersion> {
+async fn negotiate_version(client: &impl Conductor, config: &Config) -> Result<ApiVersion> {
     if let Some((a, b)) = config.ironic_api_version {
         return Ok(ApiVersion(a, b));
     }
@@ -203,7 +204,7 @@ async fn negotiate_version(client: &ConductorClient, config: &Config) -> Result<
     }
 }
 
-async fn advertise_address(client: &ConductorClient, config: &Config) -> Result<IpAddr> {
+async fn advertise_address(client: &impl Conductor, config: &Config) -> Result<IpAddr> {
     if let Some(h) = config.advertise_host {
         return Ok(h);
     }
@@ -238,7 +239,7 @@ fn jitter(base: Duration, lo: f64, hi: f64) -> Duration {
 /// Looks the node up with capped, randomised exponential back-off until the
 /// conductor answers with a usable token, or the lookup budget runs out.
 async fn lookup_until_found(
-    client: &ConductorClient,
+    client: &impl Conductor,
     state: &AgentState,
     version: ApiVersion,
     macs: &[String],
@@ -312,18 +313,21 @@ async fn lookup_until_found(
     }
 }
 
-struct Session {
-    client: ConductorClient,
+/// The conductor session after the first lookup: heartbeats, and the
+/// reactions to the agent's events.
+struct Session<C> {
+    client: C,
     state: Arc<AgentState>,
     version: ApiVersion,
     macs: Vec<String>,
     callback_url: String,
     verify_ca: Option<String>,
     lookup: LookupResult,
-    server: server::Server,
+    /// The command API (none in unit tests of the session).
+    server: Option<server::Server>,
 }
 
-impl Session {
+impl<C: Conductor> Session<C> {
     async fn heartbeat_loop(
         mut self,
         mut events: mpsc::UnboundedReceiver<AgentEvent>,
@@ -370,7 +374,9 @@ impl Session {
                     }
                     AgentEvent::Power(action) => {
                         if self.state.config.mode == RunMode::Ramdisk {
-                            self.server.stop();
+                            if let Some(server) = &self.server {
+                                server.stop();
+                            }
                             power::act(action);
                         }
                         self.state.reset_as_after_reboot();
@@ -379,7 +385,9 @@ impl Session {
                         next = Instant::now();
                     }
                     AgentEvent::Lockdown => {
-                        self.server.stop();
+                        if let Some(server) = &self.server {
+                            server.stop();
+                        }
                         tracing::warn!("locked down: API stopped, no more heartbeats");
                         crate::commands::system::lock_down_and_idle(self.state.config.mode).await;
                     }
@@ -458,3 +466,6 @@ impl LogThrottle {
         self.repeats = 0;
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -6,6 +6,11 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+/// Largest `heartbeat_timeout` accepted, in seconds (a day; Ironic's
+/// default is 300): anything larger, infinite or NaN is refused rather than
+/// turned into a duration that cannot exist.
+const MAX_HEARTBEAT_TIMEOUT: f64 = 86_400.0;
+
 /// Settings from the lookup `config` that the agent honours.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LookupConfig {
@@ -47,8 +52,13 @@ pub fn parse_lookup(doc: &Value) -> Result<LookupResult, String> {
     let heartbeat_timeout = config
         .get("heartbeat_timeout")
         .and_then(Value::as_f64)
-        .filter(|t| *t > 0.0)
-        .ok_or("no positive 'config.heartbeat_timeout' in the answer")?;
+        .filter(|t| *t > 0.0 && *t <= MAX_HEARTBEAT_TIMEOUT)
+        .ok_or_else(|| {
+            format!(
+                "no 'config.heartbeat_timeout' between 0 and {MAX_HEARTBEAT_TIMEOUT} s in the answer (got {})",
+                config.get("heartbeat_timeout").unwrap_or(&Value::Null)
+            )
+        })?;
     Ok(LookupResult {
         node_uuid,
         node: node.clone(),
@@ -134,6 +144,12 @@ mod tests {
         assert!(parse_lookup(&json!({"node": {"uuid": "u"}, "config": {}}))
             .unwrap_err()
             .contains("heartbeat_timeout"));
+        // Out of range: refused, never a panic on a duration that cannot exist.
+        for t in [json!(1e300), json!(-5), json!(0), json!(86_401)] {
+            let doc = json!({"node": {"uuid": "u"}, "config": {"heartbeat_timeout": t}});
+            let e = parse_lookup(&doc).unwrap_err();
+            assert!(e.contains("between 0 and 86400 s"), "{e}");
+        }
     }
 
     #[test]

@@ -3,10 +3,95 @@
 //! can tell "look up again" (token wiped) from "retry later".
 
 pub mod client;
+#[cfg(test)]
+pub mod fake;
 pub mod lookup;
 
-pub use client::{ApiVersion, ConductorClient};
+use std::future::Future;
+
+pub use client::{ApiVersion, ConductorClient, Heartbeat};
 pub use lookup::{LookupConfig, LookupResult};
+
+/// What the agent's session needs from the conductor: the seam between the
+/// lookup/heartbeat logic ([`crate::agent`]) and HTTP. [`ConductorClient`]
+/// is the real one; tests script a fake (`fake::ScriptedConductor`).
+pub trait Conductor: Send + Sync + 'static {
+    /// The conductor URLs, in the order they are tried.
+    fn urls(&self) -> &[String];
+    /// The highest API version the conductor supports.
+    fn max_version(&self) -> impl Future<Output = Result<ApiVersion, ConductorError>> + Send;
+    /// `GET /v1/lookup` by MACs (and node UUID).
+    fn lookup(
+        &self,
+        version: ApiVersion,
+        macs: &[String],
+        node_uuid: Option<&str>,
+    ) -> impl Future<Output = Result<LookupResult, ConductorError>> + Send;
+    /// `POST /v1/heartbeat/{node_uuid}`.
+    fn heartbeat(
+        &self,
+        version: ApiVersion,
+        node_uuid: &str,
+        hb: &Heartbeat<'_>,
+    ) -> impl Future<Output = Result<(), ConductorError>> + Send;
+}
+
+/// A shared conductor (the session owns one; tests keep a handle on it).
+impl<T: Conductor> Conductor for std::sync::Arc<T> {
+    fn urls(&self) -> &[String] {
+        (**self).urls()
+    }
+
+    fn max_version(&self) -> impl Future<Output = Result<ApiVersion, ConductorError>> + Send {
+        (**self).max_version()
+    }
+
+    fn lookup(
+        &self,
+        version: ApiVersion,
+        macs: &[String],
+        node_uuid: Option<&str>,
+    ) -> impl Future<Output = Result<LookupResult, ConductorError>> + Send {
+        (**self).lookup(version, macs, node_uuid)
+    }
+
+    fn heartbeat(
+        &self,
+        version: ApiVersion,
+        node_uuid: &str,
+        hb: &Heartbeat<'_>,
+    ) -> impl Future<Output = Result<(), ConductorError>> + Send {
+        (**self).heartbeat(version, node_uuid, hb)
+    }
+}
+
+impl Conductor for ConductorClient {
+    fn urls(&self) -> &[String] {
+        ConductorClient::urls(self)
+    }
+
+    fn max_version(&self) -> impl Future<Output = Result<ApiVersion, ConductorError>> + Send {
+        ConductorClient::max_version(self)
+    }
+
+    fn lookup(
+        &self,
+        version: ApiVersion,
+        macs: &[String],
+        node_uuid: Option<&str>,
+    ) -> impl Future<Output = Result<LookupResult, ConductorError>> + Send {
+        ConductorClient::lookup(self, version, macs, node_uuid)
+    }
+
+    fn heartbeat(
+        &self,
+        version: ApiVersion,
+        node_uuid: &str,
+        hb: &Heartbeat<'_>,
+    ) -> impl Future<Output = Result<(), ConductorError>> + Send {
+        ConductorClient::heartbeat(self, version, node_uuid, hb)
+    }
+}
 
 /// A failed conductor call.
 #[derive(Debug, thiserror::Error)]
