@@ -22,13 +22,14 @@
 //! boot filesystem is mounted by byte range ([`mount`]); nothing here needs
 //! the kernel's partition devices.
 
+pub mod beneath;
 pub mod iso;
 pub mod mount;
 
 use std::fs;
-use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::Path;
+
+use beneath::Beneath;
 
 use crate::configdrive::probe_label;
 use crate::disk::table::{self, Part};
@@ -95,60 +96,42 @@ pub fn inject(
     Ok(())
 }
 
+/// Writes the config, the first-boot stamp and the kernel arguments into the
+/// boot filesystem mounted at `root`, never following a link and never
+/// leaving `root` ([`beneath`]).
 fn write_files(root: &Path, config: Option<&[u8]>, kargs: &[String]) -> Result<(), String> {
+    let root = Beneath::open(root).map_err(|e| format!("{e:#}"))?;
     if let Some(config) = config {
-        write_config(root, config)?;
+        root.ensure_dir("ignition", 0o700)
+            .and_then(|()| root.dir("ignition"))
+            .and_then(|dir| dir.write_file("config.ign", config, 0o600))
+            .map_err(|e| format!("{e:#}"))?;
     }
-    let stamp = root.join("ignition.firstboot");
-    if !stamp.exists() {
-        fs::write(&stamp, b"").map_err(|e| format!("creating {}: {e}", stamp.display()))?;
-    }
+    root.create_if_missing("ignition.firstboot", 0o644)
+        .map_err(|e| format!("{e:#}"))?;
     if !kargs.is_empty() {
-        append_kargs(&root.join("loader/entries"), kargs)?;
+        append_kargs(&root, kargs).map_err(|e| format!("{e:#}"))?;
     }
     Ok(())
 }
 
-fn write_config(root: &Path, config: &[u8]) -> Result<(), String> {
-    let dir = root.join("ignition");
-    if !dir.is_dir() {
-        fs::DirBuilder::new()
-            .mode(0o700)
-            .create(&dir)
-            .map_err(|e| format!("creating {}: {e}", dir.display()))?;
-    }
-    let dest = dir.join("config.ign");
-    let mut f = fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&dest)
-        .map_err(|e| format!("creating {}: {e}", dest.display()))?;
-    f.write_all(config)
-        .and_then(|()| f.sync_all())
-        .map_err(|e| format!("writing {}: {e}", dest.display()))
-}
-
-/// Appends `kargs` to the `options` line of every BLS entry in `dir`.
-fn append_kargs(dir: &Path, kargs: &[String]) -> Result<(), String> {
-    let entries = fs::read_dir(dir).map_err(|e| format!("reading {}: {e}", dir.display()))?;
+/// Appends `kargs` to the `options` line of every BLS entry in
+/// `loader/entries`.
+fn append_kargs(root: &Beneath, kargs: &[String]) -> anyhow::Result<()> {
+    let dir = root.dir("loader/entries")?;
     let mut edited = 0;
-    for e in entries.flatten() {
-        let p = e.path();
-        if p.extension().is_none_or(|x| x != "conf") {
+    for name in dir.names()? {
+        if !name.ends_with(".conf") {
             continue;
         }
-        let text = fs::read_to_string(&p).map_err(|e| format!("reading {}: {e}", p.display()))?;
-        fs::write(&p, bls_append(&text, kargs))
-            .map_err(|e| format!("writing {}: {e}", p.display()))?;
+        dir.edit_file(&name, |text| bls_append(text, kargs))?;
         edited += 1;
     }
     if edited == 0 {
-        return Err(format!(
+        anyhow::bail!(
             "no BLS entries in {} for the kernel arguments",
-            dir.display()
-        ));
+            root.display("loader/entries")
+        );
     }
     Ok(())
 }
@@ -226,5 +209,100 @@ mod tests {
             fs::read_to_string(dir.path().join("ignition.firstboot")).unwrap(),
             "set x=1\n"
         );
+    }
+
+    /// A boot filesystem tree in `root` with one BLS entry.
+    fn boot_tree(root: &Path) {
+        fs::create_dir_all(root.join("loader/entries")).unwrap();
+        fs::write(root.join("loader/entries/a.conf"), "options rw\n").unwrap();
+    }
+
+    #[test]
+    fn writes_config_stamp_and_kernel_arguments() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        boot_tree(root);
+        let config = br#"{"ignition": {"version": "3.4.0"}}"#;
+        write_files(root, Some(config), &["quiet".into()]).unwrap();
+        assert_eq!(fs::read(root.join("ignition/config.ign")).unwrap(), config);
+        let mode = |p: &str| fs::metadata(root.join(p)).unwrap().permissions().mode() & 0o777;
+        assert_eq!(
+            (mode("ignition"), mode("ignition/config.ign")),
+            (0o700, 0o600)
+        );
+        assert!(root.join("ignition.firstboot").is_file());
+        assert_eq!(
+            fs::read_to_string(root.join("loader/entries/a.conf")).unwrap(),
+            "options rw quiet\n"
+        );
+        // Again: the config is replaced, the stamp and arguments not repeated.
+        write_files(root, Some(b"{}"), &["quiet".into()]).unwrap();
+        assert_eq!(fs::read(root.join("ignition/config.ign")).unwrap(), b"{}");
+    }
+
+    #[test]
+    fn links_in_the_tenant_filesystem_are_never_followed() {
+        use std::os::unix::fs::symlink;
+        let config = br#"{"ignition": {"version": "3.4.0"}}"#;
+        let karg = ["quiet".to_string()];
+        let dir = tempfile::tempdir().unwrap();
+        let outside = dir.path().join("host");
+        fs::create_dir_all(outside.join("entries")).unwrap();
+        fs::write(outside.join("entries/x.conf"), "options host\n").unwrap();
+        let fresh = |name: &str| {
+            let root = dir.path().join(name);
+            boot_tree(&root);
+            root
+        };
+
+        // ignition -> a host directory: the config is not written there.
+        let root = fresh("a");
+        symlink(&outside, root.join("ignition")).unwrap();
+        let e = write_files(&root, Some(config), &[]).unwrap_err();
+        assert!(e.contains("symbolic link"), "{e}");
+        assert!(!outside.join("config.ign").exists());
+
+        // ignition.firstboot -> a host path: it exists, so it is left alone,
+        // and nothing is created where it points.
+        let root = fresh("b");
+        symlink(outside.join("stamp"), root.join("ignition.firstboot")).unwrap();
+        write_files(&root, None, &[]).unwrap();
+        assert!(!outside.join("stamp").exists());
+
+        // A BLS entry that links to a host file: refused, the file unchanged.
+        let root = fresh("c");
+        symlink(
+            outside.join("entries/x.conf"),
+            root.join("loader/entries/b.conf"),
+        )
+        .unwrap();
+        let e = write_files(&root, None, &karg).unwrap_err();
+        assert!(e.contains("b.conf") && e.contains("symbolic link"), "{e}");
+        assert_eq!(
+            fs::read_to_string(outside.join("entries/x.conf")).unwrap(),
+            "options host\n"
+        );
+
+        // loader -> a host directory holding entries/: refused.
+        let root = dir.path().join("d");
+        fs::create_dir_all(&root).unwrap();
+        symlink(&outside, root.join("loader")).unwrap();
+        let e = write_files(&root, None, &karg).unwrap_err();
+        assert!(e.contains("symbolic link"), "{e}");
+        assert_eq!(
+            fs::read_to_string(outside.join("entries/x.conf")).unwrap(),
+            "options host\n"
+        );
+
+        // A FIFO as a BLS entry: refused at once, not waited on.
+        let root = fresh("e");
+        nix::unistd::mkfifo(
+            &root.join("loader/entries/f.conf"),
+            nix::sys::stat::Mode::from_bits_truncate(0o644),
+        )
+        .unwrap();
+        let e = write_files(&root, None, &karg).unwrap_err();
+        assert!(e.contains("not a regular file"), "{e}");
     }
 }

@@ -50,7 +50,13 @@ impl Mounted {
         ro: bool,
     ) -> Result<Self, String> {
         let dir = mount_point()?;
-        let ro_opt = if ro { "ro" } else { "rw" };
+        // A tenant's filesystem: no device nodes, set-id bits or programs
+        // from it take effect; links in it are not followed ([`super::beneath`]).
+        let ro_opt = if ro {
+            "ro,nodev,nosuid,noexec"
+        } else {
+            "rw,nodev,nosuid,noexec"
+        };
         let (source, opts) =
             match partition_device(Path::new("/sys/class/block"), device, offset, len) {
                 Some(part) => (Path::new("/dev").join(part), ro_opt.to_string()),
