@@ -185,7 +185,7 @@ async fn negotiate_version(client: &impl Conductor, config: &Config) -> Result<A
     if let Some((a, b)) = config.ironic_api_version {
         return Ok(ApiVersion(a, b));
     }
-    let mut delay = config.lookup_interval;
+    let mut delay = config.lookup_interval.min(config.lookup_max_interval);
     let deadline = deadline(config.lookup_timeout);
     let mut throttle = LogThrottle::default();
     loop {
@@ -200,7 +200,7 @@ async fn negotiate_version(client: &impl Conductor, config: &Config) -> Result<A
             }
         }
         tokio::time::sleep(jitter(delay, 0.5, 1.5)).await;
-        delay = (delay * 2).min(config.lookup_max_interval);
+        delay = delay.saturating_mul(2).min(config.lookup_max_interval);
     }
 }
 
@@ -227,13 +227,18 @@ fn is_link_local(ip: IpAddr) -> bool {
     }
 }
 
+/// When a budget of `timeout` ends (`None`: zero means no limit, and so
+/// does a budget beyond what the clock can represent).
 fn deadline(timeout: Duration) -> Option<Instant> {
-    (!timeout.is_zero()).then(|| Instant::now() + timeout)
+    (!timeout.is_zero())
+        .then(|| Instant::now().checked_add(timeout))
+        .flatten()
 }
 
-/// `base × U(lo, hi)`.
+/// `base × U(lo, hi)`, saturating instead of overflowing.
 fn jitter(base: Duration, lo: f64, hi: f64) -> Duration {
-    base.mul_f64(lo + fastrand::f64() * (hi - lo))
+    let factor = lo + fastrand::f64() * (hi - lo);
+    Duration::try_from_secs_f64(base.as_secs_f64() * factor).unwrap_or(Duration::MAX)
 }
 
 /// Looks the node up with capped, randomised exponential back-off until the
@@ -247,7 +252,7 @@ async fn lookup_until_found(
 ) -> Result<LookupResult> {
     let config = &state.config;
     let deadline = deadline(config.lookup_timeout);
-    let mut delay = config.lookup_interval;
+    let mut delay = config.lookup_interval.min(config.lookup_max_interval);
     let mut conflicts = 0usize;
     let mut throttle = LogThrottle::default();
     state.update_session(|s| {
@@ -309,7 +314,7 @@ async fn lookup_until_found(
             );
         }
         tokio::time::sleep(jitter(delay, 0.5, 1.5)).await;
-        delay = (delay * 2).min(config.lookup_max_interval);
+        delay = delay.saturating_mul(2).min(config.lookup_max_interval);
     }
 }
 

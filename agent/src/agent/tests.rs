@@ -218,3 +218,24 @@ async fn a_lost_token_ends_the_operation_and_the_agent_looks_up_again() {
     );
     assert_eq!(state.token(), Some(token('b')));
 }
+
+#[tokio::test(start_paused = true)]
+async fn huge_lookup_intervals_and_budgets_neither_overflow_nor_panic() {
+    let c = ScriptedConductor::new();
+    c.then_lookup(Err(http(500, "down")));
+    c.then_lookup(Ok(found("node-1", Duration::from_secs(300), &token('a'))));
+    let config = Config {
+        lookup_interval: Duration::from_secs(u64::MAX),
+        lookup_max_interval: Duration::from_secs(3),
+        lookup_timeout: Duration::from_secs(u64::MAX),
+        ..Config::default()
+    };
+    let state = Arc::new(AgentState::new(config, None));
+    lookup_until_found(&c, &state, ApiVersion::AUTO_TLS, &[], None)
+        .await
+        .unwrap();
+    let g = gaps(&c.times(is_lookup));
+    within(g[0], 1.5, 4.5, "capped first gap");
+    assert_eq!(jitter(Duration::MAX, 1.0, 2.0), Duration::MAX);
+    assert_eq!(deadline(Duration::MAX), None);
+}

@@ -86,7 +86,7 @@ pub fn relocate_backup(
         .ok()
         .and_then(|l| l.checked_mul(sector))
         .ok_or("GPT entries LBA too large")?;
-    if entry_size < 128 || bytes == 0 || start + bytes > first.len() {
+    if entry_size < 128 || bytes == 0 || start.checked_add(bytes).is_none_or(|e| e > first.len()) {
         return Err(format!(
             "GPT entry array ({count} × {entry_size} bytes at LBA {entries_lba}) is not within the first {} bytes",
             first.len()
@@ -96,8 +96,13 @@ pub fn relocate_backup(
         return Err("GPT partition entry array CRC does not match".into());
     }
     let entry_sectors = bytes.div_ceil(sector) as u64;
-    let new_entries_lba = disk_last - entry_sectors;
-    let new_last_usable = new_entries_lba - 1;
+    let too_small = || {
+        format!(
+            "the disk ({disk_sectors} sectors) is smaller than the image's GPT expects (backup header at LBA {alternate})"
+        )
+    };
+    let new_entries_lba = disk_last.checked_sub(entry_sectors).ok_or_else(too_small)?;
+    let new_last_usable = new_entries_lba.checked_sub(1).ok_or_else(too_small)?;
     let last_usable = u64_at(header, 48);
     if new_last_usable < last_usable || alternate > disk_last {
         return Err(format!(
@@ -228,5 +233,22 @@ mod tests {
         assert!(relocate_backup(&mut small, 512, 1024)
             .unwrap_err()
             .contains("smaller"));
+    }
+
+    #[test]
+    fn a_disk_too_small_for_the_entries_or_huge_header_values_are_errors_not_panics() {
+        // A GPT made for 100 sectors relocated onto 20: fewer sectors than
+        // the entry array needs.
+        let mut img = tiny_gpt(100);
+        let e = relocate_backup(&mut img, 512, 20).unwrap_err();
+        assert!(e.contains("smaller than the image's GPT expects"), "{e}");
+        // Entry LBA and sizes chosen to overflow offsets: refused.
+        for (at, v) in [(72usize, u64::MAX / 256), (72, u64::MAX)] {
+            let mut img = tiny_gpt(100);
+            put_u64(&mut img, 512 + at, v);
+            let crc = header_crc(&img[512..512 + 92]);
+            put_u32(&mut img, 512 + 16, crc);
+            assert!(relocate_backup(&mut img, 512, 1 << 30).is_err());
+        }
     }
 }

@@ -97,9 +97,11 @@ fn find(
             continue;
         }
         let rec = dir.get(at..at + rec_len)?;
-        let name_len = rec[32] as usize;
+        // A record shorter than its fixed part is malformed: stop looking.
+        let name_len = *rec.get(32)? as usize;
         let raw = rec.get(33..33 + name_len)?;
-        if name_len > 1 || raw[0] > 1 {
+        // One byte 0 or 1 names the directory itself or its parent.
+        if name_len > 1 || raw.first().is_some_and(|b| *b > 1) {
             let name = if joliet {
                 name_of(raw, true)
             } else {
@@ -156,5 +158,24 @@ mod tests {
             );
         }
         assert_eq!(read_file(b"not an iso", "x"), None);
+    }
+
+    #[test]
+    fn short_records_and_empty_names_are_not_found_not_panics() {
+        let good = iso(true);
+        let (root, joliet) = root_record(&good).unwrap();
+        let at = root.0 * SECTOR;
+        // A record length of 20: shorter than the fixed 33 bytes.
+        let mut short = good.clone();
+        short[at] = 20;
+        assert_eq!(find(&short, root, "openstack", joliet), None);
+        // A record with a zero-length name.
+        let mut empty = good.clone();
+        empty[at + 32] = 0;
+        let _ = find(&empty, root, "openstack", joliet);
+        // Truncated images anywhere: no panic.
+        for cut in [0, 100, 16 * SECTOR + 10, good.len() / 2, good.len() - 1] {
+            let _ = read_file(&good[..cut], "openstack/latest/user_data");
+        }
     }
 }

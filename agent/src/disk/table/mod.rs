@@ -14,6 +14,8 @@ use super::gpt::{header_crc, put_u32, put_u64, u32_at, u64_at};
 pub const PART_BYTES: u64 = 64 << 20;
 /// Partition start alignment.
 const ALIGN_BYTES: u64 = 1 << 20;
+/// Largest GPT partition entry array read (1024 entries of 1 KiB).
+const MAX_ENTRY_ARRAY: u64 = 1 << 20;
 /// GPT name of the partition.
 pub const GPT_NAME: &str = "config-2";
 /// "Linux filesystem data" (sgdisk's default type 8300), on-disk byte order.
@@ -169,9 +171,17 @@ fn read_gpt(disk: &dyn Disk, sector: u64) -> Result<Option<Table>, String> {
         alternate: u64_at(&raw, 32),
         raw,
     };
-    if h.entry_size < 128 || h.count == 0 || h.count > 1024 {
+    // The UEFI sizes: 128 × 2^n bytes per entry; at most 1 MiB in all, so a
+    // header (CRC valid or not) can never make the agent allocate more.
+    let array = u64::from(h.count) * u64::from(h.entry_size);
+    if h.entry_size < 128
+        || !h.entry_size.is_power_of_two()
+        || h.count == 0
+        || h.count > 1024
+        || array > MAX_ENTRY_ARRAY
+    {
         return Err(format!(
-            "unsupported GPT entry array ({} × {} bytes)",
+            "unsupported GPT entry array ({} × {} bytes; entries must be 128 × 2^n bytes, at most {MAX_ENTRY_ARRAY} bytes in all)",
             h.count, h.entry_size
         ));
     }
@@ -185,6 +195,15 @@ fn read_gpt(disk: &dyn Disk, sector: u64) -> Result<Option<Table>, String> {
             continue;
         }
         let (first, last) = (u64_at(e, 32), u64_at(e, 40));
+        let (Some(start), Some(end)) = (
+            first.checked_mul(sector),
+            last.checked_add(1).and_then(|l| l.checked_mul(sector)),
+        ) else {
+            return Err(format!(
+                "GPT partition {} has an impossible range (LBA {first} to {last})",
+                i + 1
+            ));
+        };
         let name: Vec<u16> = e[56..128]
             .chunks(2)
             .map(|c| u16::from_le_bytes([c[0], c[1]]))
@@ -192,8 +211,8 @@ fn read_gpt(disk: &dyn Disk, sector: u64) -> Result<Option<Table>, String> {
             .collect();
         parts.push(Part {
             number: i as u32 + 1,
-            start: first * sector,
-            len: (last + 1).saturating_sub(first) * sector,
+            start,
+            len: end.saturating_sub(start),
             name: String::from_utf16_lossy(&name),
             type_guid: e[..16].try_into().expect("16 bytes"),
             guid: e[16..32].try_into().expect("16 bytes"),
@@ -209,8 +228,11 @@ fn read_gpt(disk: &dyn Disk, sector: u64) -> Result<Option<Table>, String> {
 }
 
 fn read_entries(disk: &dyn Disk, h: &GptHeader, lba: u64, sector: u64) -> Result<Vec<u8>, String> {
+    let at = lba
+        .checked_mul(sector)
+        .ok_or_else(|| format!("the GPT entry array's LBA {lba} lies beyond any disk"))?;
     let mut entries = vec![0u8; h.count as usize * h.entry_size as usize];
-    disk.read_at(&mut entries, lba * sector)
+    disk.read_at(&mut entries, at)
         .map_err(io("reading the GPT entries"))?;
     Ok(entries)
 }
@@ -253,7 +275,11 @@ fn place(table: &Table, end: u64, floor: u64) -> Result<u64, String> {
 fn add_gpt(disk: &mut dyn Disk, table: &Table) -> Result<Part, String> {
     let h = table.gpt.as_ref().expect("a GPT table has a header");
     let s = table.sector;
-    let end = (h.last_usable + 1) * s;
+    let lba_bytes = |lba: u64, what: &str| {
+        lba.checked_mul(s)
+            .ok_or_else(|| format!("the GPT's {what} (LBA {lba}) lies beyond any disk"))
+    };
+    let end = lba_bytes(h.last_usable.saturating_add(1), "last usable sector")?;
     let start = place(table, end, h.first_usable * s)?;
     let mut entries = read_entries(&*disk, h, h.entries_lba, s)?;
     let esz = h.entry_size as usize;
@@ -276,25 +302,29 @@ fn add_gpt(disk: &mut dyn Disk, table: &Table) -> Result<Part, String> {
     // Backup copy first, then the primary: a crash in between leaves a
     // valid primary that simply lacks the new partition.
     let mut backup = vec![0u8; s as usize];
-    disk.read_at(&mut backup, h.alternate * s)
+    let alternate = lba_bytes(h.alternate, "backup header")?;
+    disk.read_at(&mut backup, alternate)
         .map_err(io("reading the backup GPT header"))?;
-    if &backup[..8] == b"EFI PART" {
-        let size = u32_at(&backup, 12) as usize;
-        let backup_entries = u64_at(&backup, 72);
-        disk.write_at(&entries, backup_entries * s)
+    let size = u32_at(&backup, 12) as usize;
+    let backup_ok = &backup[..8] == b"EFI PART"
+        && (92..=backup.len()).contains(&size)
+        && header_crc(&backup[..size]) == u32_at(&backup, 16);
+    if backup_ok {
+        let backup_entries = lba_bytes(u64_at(&backup, 72), "backup entries")?;
+        disk.write_at(&entries, backup_entries)
             .map_err(io("writing the backup GPT entries"))?;
         put_u32(&mut backup, 88, crc);
         let hc = header_crc(&backup[..size]);
         put_u32(&mut backup, 16, hc);
-        disk.write_at(&backup, h.alternate * s)
+        disk.write_at(&backup, alternate)
             .map_err(io("writing the backup GPT header"))?;
     } else {
         tracing::warn!(
             lba = h.alternate,
-            "no backup GPT header where the primary says; only the primary is updated"
+            "no valid backup GPT header (signature, size, CRC) where the primary says; only the primary is updated"
         );
     }
-    disk.write_at(&entries, h.entries_lba * s)
+    disk.write_at(&entries, lba_bytes(h.entries_lba, "entry array")?)
         .map_err(io("writing the GPT entries"))?;
     let mut primary = h.raw.clone();
     let size = u32_at(&primary, 12) as usize;

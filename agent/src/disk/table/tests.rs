@@ -125,3 +125,93 @@ fn no_table_and_damaged_gpt_are_told_apart() {
     put_u32(&mut blank, 512 + 12, 92);
     assert!(read(&blank, 512).unwrap_err().contains("damaged"));
 }
+
+/// Rewrites the primary GPT header of the file at `path` with `edit`, then
+/// fixes its CRC: a header a hostile image could carry.
+fn patch_primary(path: &Path, edit: impl FnOnce(&mut [u8])) {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap();
+    let mut h = vec![0u8; 512];
+    f.read_exact_at(&mut h, 512).unwrap();
+    edit(&mut h);
+    let size = u32_at(&h, 12) as usize;
+    let crc = header_crc(&h[..size]);
+    put_u32(&mut h, 16, crc);
+    f.write_all_at(&h, 512).unwrap();
+}
+
+#[test]
+fn a_valid_crc_header_asking_for_terabytes_of_entries_is_refused_not_allocated() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = sparse_disk(dir.path(), 16, "label: gpt\nsize=4MiB, name=root\n");
+    // 1024 entries of 0xFFFFFF00 bytes: 4 TiB if believed.
+    patch_primary(&path, |h| {
+        put_u32(h, 80, 1024);
+        put_u32(h, 84, 0xFFFF_FF00);
+    });
+    let f = std::fs::File::open(&path).unwrap();
+    let e = read(&f, 512).unwrap_err();
+    assert!(e.contains("unsupported GPT entry array"), "{e}");
+    // An entry size that is not 128 × 2^n is refused too.
+    patch_primary(&path, |h| {
+        put_u32(h, 80, 128);
+        put_u32(h, 84, 200);
+    });
+    assert!(read(&f, 512).is_err());
+}
+
+#[test]
+fn impossible_lbas_and_a_damaged_backup_header_are_errors_or_skipped_never_panics() {
+    use std::os::unix::fs::FileExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = sparse_disk(dir.path(), 256, "label: gpt\nsize=100MiB, name=root\n");
+    // The backup header claims a size larger than a sector: the backup is
+    // skipped with a warning, the primary still gets the partition.
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .unwrap();
+    let mut backup = vec![0u8; 512];
+    let last = (256u64 << 20) - 512;
+    f.read_exact_at(&mut backup, last).unwrap();
+    put_u32(&mut backup, 12, 4096);
+    f.write_all_at(&backup, last).unwrap();
+    let mut f2 = f.try_clone().unwrap();
+    let t = read(&f, 512).unwrap().unwrap();
+    add_config_partition(&mut f2, &t, 256 << 20).expect("primary updated");
+    assert_eq!(read(&f, 512).unwrap().unwrap().parts.len(), 2);
+
+    // Header LBAs so large that bytes would overflow: errors.
+    for (field, value) in [(32, u64::MAX / 2), (48, u64::MAX), (72, u64::MAX / 4)] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = sparse_disk(dir.path(), 256, "label: gpt\nsize=100MiB, name=root\n");
+        let t = {
+            let f = std::fs::File::open(&path).unwrap();
+            read(&f, 512).unwrap().unwrap()
+        };
+        patch_primary(&path, |h| put_u64(h, field, value));
+        let mut f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
+        let mut t2 = t.clone();
+        if let Some(g) = t2.gpt.as_mut() {
+            *g = match read(&f, 512) {
+                Ok(Some(t)) => t.gpt.unwrap(),
+                // A header the reader refuses is fine too: no panic.
+                _ => continue,
+            };
+        }
+        let e = add_config_partition(&mut f, &t2, 256 << 20).unwrap_err();
+        assert!(
+            e.contains("beyond any disk") || e.contains("free space"),
+            "field {field}: {e}"
+        );
+    }
+}
