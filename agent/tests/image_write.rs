@@ -796,3 +796,23 @@ fn a_qcow2_whose_l1_table_comes_last_is_read_again_by_range_or_by_a_second_downl
     assert_eq!(zst_requests.len(), 3, "{zst_requests:?}");
     assert!(zst_requests.iter().all(|s| s.range.is_none()));
 }
+
+#[test]
+fn an_authorization_value_with_cr_lf_is_refused_before_any_request() {
+    let b = bed();
+    let url = b.serve("/auth.img", &b.raw, &[], Fault::None);
+    let mut req = b.request(url, &sha256_hex(&b.raw));
+    req.http.authorization = Some("Basic dTpw\r\nX-Injected: 1".into());
+    let target = b.target("t-auth", 24 * MIB);
+    let err = write(&req, &target).0.unwrap_err();
+    assert_eq!(
+        error_kind(&err).type_name(),
+        "InvalidCommandParamsError",
+        "{err}"
+    );
+    assert!(err.to_string().contains("Authorization"), "{err}");
+    assert!(
+        b.server.seen().iter().all(|s| s.path != "/auth.img"),
+        "a request went out"
+    );
+}

@@ -95,6 +95,16 @@ pub(super) fn attempt(
     if let Err(e) = conn.set_read_timeout(Some(timeout(deadline))) {
         return AttemptError::Retry(format!("socket: {e}")).into();
     }
+    // The same rule as reqwest's: a header value with CR, LF or other
+    // control bytes would inject headers into the request.
+    if let Some(auth) = &opts.authorization {
+        if HeaderValue::from_str(auth).is_err() {
+            return AttemptError::Fatal(FetchEnd::Failed(ImageError::InvalidParams(
+                "the Authorization value is not a valid header".into(),
+            )))
+            .into();
+        }
+    }
     let request = request(&parsed, &host, port, opts, state, out.offset, out.limit);
     if let Err(e) = conn.write_all(request.as_bytes()) {
         return AttemptError::Retry(format!("sending the request: {e}")).into();
