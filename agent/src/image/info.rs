@@ -33,6 +33,12 @@ fn opt_str<'a>(info: &'a Value, key: &str) -> Result<Option<&'a str>, ImageError
     }
 }
 
+/// Whether `url` is http(s), the only image sources the API accepts.
+fn is_remote(url: &str) -> bool {
+    let lower = url.get(..8).unwrap_or(url).to_ascii_lowercase();
+    lower.starts_with("http://") || lower.starts_with("https://")
+}
+
 /// Validates `image_info`. `http` carries the agent's TLS settings;
 /// `md5_allowed` the conductor's `agent_md5_checksum_enable`.
 pub fn parse(
@@ -57,6 +63,13 @@ pub fn parse(
             .collect::<Result<_, _>>()?,
         _ => return Err(invalid("image_info.urls must be a non-empty list")),
     };
+    // The conductor hands out image servers; a path or file:// URL from the
+    // API would write (and checksum) this machine's own files.
+    if let Some(u) = urls.iter().find(|u| !is_remote(u)) {
+        return Err(invalid(format!(
+            "image_info.urls: {u:?} is not an http:// or https:// URL"
+        )));
+    }
     if opt_str(info, "image_type")? == Some("partition") {
         return Err(invalid(
             "partition images are not supported yet; use a whole-disk image",
@@ -76,6 +89,11 @@ pub fn parse(
         return Err(invalid(
             "image_info.os_hash_algo and os_hash_value must both be given, non-empty",
         ));
+    }
+    if let Some(c) = checksum.filter(|c| c.starts_with("file://")) {
+        return Err(invalid(format!(
+            "image_info.checksum: {c:?} is a local file; only http(s) checksum URLs are fetched"
+        )));
     }
     let source = |v: &str| {
         if is_url(v) {
@@ -183,34 +201,49 @@ mod tests {
     #[test]
     fn invalid_image_info_is_refused_with_the_reason() {
         let cases = [
-            (json!({"urls": ["u"], "checksum": SHA}), "id is missing"),
+            (
+                json!({"urls": ["http://h/u"], "checksum": SHA}),
+                "id is missing",
+            ),
+            (
+                json!({"id": "a", "urls": ["/etc/shadow"], "checksum": SHA}),
+                "is not an http:// or https:// URL",
+            ),
+            (
+                json!({"id": "a", "urls": ["http://h/a", "file:///etc/shadow"], "checksum": SHA}),
+                "\"file:///etc/shadow\" is not an http",
+            ),
+            (
+                json!({"id": "a", "urls": ["http://h/a"], "checksum": "file:///etc/SHA256SUMS"}),
+                "is a local file",
+            ),
             (
                 json!({"id": "a", "urls": [], "checksum": SHA}),
                 "non-empty list",
             ),
-            (json!({"id": "a", "urls": ["u"]}), "no checksum"),
+            (json!({"id": "a", "urls": ["http://h/u"]}), "no checksum"),
             (
-                json!({"id": "a", "urls": ["u"], "checksum": ""}),
+                json!({"id": "a", "urls": ["http://h/u"], "checksum": ""}),
                 "checksum is empty",
             ),
             (
-                json!({"id": "a", "urls": ["u"], "os_hash_algo": "sha256"}),
+                json!({"id": "a", "urls": ["http://h/u"], "os_hash_algo": "sha256"}),
                 "both be given",
             ),
             (
-                json!({"id": "a", "urls": ["u"], "os_hash_algo": "sha3_256", "os_hash_value": SHA}),
+                json!({"id": "a", "urls": ["http://h/u"], "os_hash_algo": "sha3_256", "os_hash_value": SHA}),
                 "not supported",
             ),
             (
-                json!({"id": "a", "urls": ["u"], "checksum": "0".repeat(32)}),
+                json!({"id": "a", "urls": ["http://h/u"], "checksum": "0".repeat(32)}),
                 "MD5",
             ),
             (
-                json!({"id": "a", "urls": ["u"], "checksum": SHA, "image_type": "partition"}),
+                json!({"id": "a", "urls": ["http://h/u"], "checksum": SHA, "image_type": "partition"}),
                 "partition images",
             ),
             (
-                json!({"id": "a", "urls": ["u"], "checksum": SHA, "image_server_auth_strategy": "http_basic"}),
+                json!({"id": "a", "urls": ["http://h/u"], "checksum": SHA, "image_server_auth_strategy": "http_basic"}),
                 "image_server_user",
             ),
         ];
@@ -243,7 +276,7 @@ mod tests {
             Some("Bearer abc")
         );
         // Unknown os_hash_algo falls back to `checksum`.
-        let info = p(json!({"id": "a", "urls": ["u"], "os_hash_algo": "blake2b", "os_hash_value": "x", "checksum": SHA}))
+        let info = p(json!({"id": "a", "urls": ["http://h/u"], "os_hash_algo": "blake2b", "os_hash_value": "x", "checksum": SHA}))
             .unwrap();
         assert_eq!(info.request.checksum.algo, None);
     }
