@@ -285,6 +285,13 @@ fn signature_lines(disks: &[crate::inventory::Disk]) -> String {
 /// Builds the ramdisk configuration: kernel parameters, ramdisk mode, the
 /// address DHCP gave the preferred NIC.
 pub fn ramdisk_config(args: &RamdiskArgs, debug: bool) -> Result<Config> {
+    // Ramdisk mode may write any unmounted disk: never outside the ramdisk.
+    if !crate::power::in_ramdisk() {
+        anyhow::bail!(
+            "`agent ramdisk` runs only inside the deploy ramdisk (its root is the initramfs and {} exists); use `agent serve` on other machines",
+            crate::power::RAMDISK_MARKER
+        );
+    }
     let mut c = config::from_cmdline(None)?;
     c.mode = RunMode::Ramdisk;
     c.debug |= debug;
@@ -410,6 +417,21 @@ mod tests {
             config::ApiUrls::Urls(vec!["http://10.0.0.1:6385".into()])
         );
         assert_eq!(c.lookup_timeout, Duration::from_secs(7));
+    }
+
+    #[test]
+    fn the_ramdisk_service_refuses_to_run_outside_the_ramdisk() {
+        let e = ramdisk_config(
+            &RamdiskArgs {
+                advertise_host: None,
+            },
+            false,
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string().contains("only inside the deploy ramdisk"),
+            "{e}"
+        );
     }
 
     #[test]

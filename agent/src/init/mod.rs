@@ -26,7 +26,18 @@ use crate::config::KernelParams;
 
 /// Whether this process should act as init: it is PID 1 or was started as `/init`.
 pub fn is_init() -> bool {
-    std::process::id() == 1 || std::env::args_os().next().is_some_and(|a| a == "/init")
+    is_init_for(
+        std::env::args_os().next().as_deref(),
+        std::path::Path::new(crate::power::RAMDISK_MARKER).exists(),
+    )
+}
+
+/// [`is_init`] for a given `argv[0]` and whether the ramdisk's marker file
+/// exists: only the ramdisk's `/init` is PID 1's code. Being PID 1 alone
+/// (`agent serve` as a container's entrypoint) is not enough: ramdisk mode
+/// may write any unmounted disk.
+fn is_init_for(argv0: Option<&std::ffi::OsStr>, marker: bool) -> bool {
+    argv0.is_some_and(|a| a == "/init") && marker
 }
 
 /// Modules no device asks for but the agent needs (one name per line).
@@ -132,4 +143,25 @@ pub fn main() -> ! {
         ssh,
     };
     supervise::run(&services)
+}
+
+#[cfg(test)]
+mod tests {
+    //! When the binary is PID 1's code.
+
+    use std::ffi::OsStr;
+
+    use super::is_init_for;
+
+    #[test]
+    fn only_the_ramdisks_init_with_its_marker_is_init() {
+        assert!(is_init_for(Some(OsStr::new("/init")), true));
+        assert!(!is_init_for(Some(OsStr::new("/init")), false), "no marker");
+        assert!(
+            !is_init_for(Some(OsStr::new("agent")), true),
+            "agent serve as PID 1"
+        );
+        assert!(!is_init_for(Some(OsStr::new("/usr/bin/agent")), true));
+        assert!(!is_init_for(None, true));
+    }
 }
