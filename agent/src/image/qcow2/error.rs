@@ -117,6 +117,15 @@ pub enum Qcow2Error {
         /// Host offset of the first missing host byte.
         host_offset: u64,
     },
+    /// More mapped host ranges wait at once than [`super::Limits::max_ranges`]
+    /// allows: tables that map many clusters far from where they lie.
+    #[error("qcow2 image is not streamable within the memory bound: {held} mapped host ranges would wait at once (limit {limit}; the tables map many clusters far ahead of or behind where the tables lie); convert it with qemu-img convert -O qcow2 to get an ordinary layout")]
+    TooManyRanges {
+        /// Ranges that would be held.
+        held: usize,
+        /// The limit.
+        limit: usize,
+    },
     /// Reading host bytes of the image again failed (for a download: the
     /// Range requests, or the fallback download, failed).
     #[error("reading host bytes {start}..{end} of the qcow2 image again failed (they hold {what} that streamed past before the table mapping them): {source}")]

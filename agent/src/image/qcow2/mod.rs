@@ -91,14 +91,20 @@ pub struct Limits {
     pub lookahead_bytes: usize,
     /// Largest accepted virtual disk size, in bytes.
     pub max_virtual_size: u64,
+    /// Most mapped host ranges held at once (waiting for their bytes, or to
+    /// be read again): what bounds the converter's bookkeeping before the
+    /// checksum can vouch for the image. About 130 bytes each.
+    pub max_ranges: usize,
 }
 
 impl Default for Limits {
-    /// 16 MiB of lookahead, virtual disks up to 64 TiB.
+    /// 16 MiB of lookahead, virtual disks up to 64 TiB, 256 Ki ranges
+    /// (about 32 MiB of bookkeeping).
     fn default() -> Self {
         Limits {
             lookahead_bytes: 16 << 20,
             max_virtual_size: 64 << 40,
+            max_ranges: 256 << 10,
         }
     }
 }

@@ -154,6 +154,11 @@ impl Pending {
         self.seq += 1;
     }
 
+    /// Number of items waiting.
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
     /// Takes the item waiting for the lowest host offset, if that is below
     /// `position` (the stream has reached it).
     pub fn pop_ready(&mut self, position: u64) -> Option<Item> {

@@ -50,7 +50,7 @@ pub(crate) fn run<R: Read, S: Sink + ?Sized>(
             source,
         })?;
 
-    let mut engine = Engine::new(header, sink);
+    let mut engine = Engine::new(header, sink, limits.max_ranges);
     engine.schedule_l1(&window)?;
     loop {
         engine.process(&window)?;
@@ -144,11 +144,13 @@ pub(super) struct Engine<'a, S: ?Sized> {
     pub(super) reread_rounds: u32,
     /// Where the stream ended.
     pub(super) eof: u64,
+    /// [`Limits::max_ranges`].
+    max_ranges: usize,
 }
 
 impl<'a, S: Sink + ?Sized> Engine<'a, S> {
     /// A fresh engine for `header`.
-    fn new(header: Header, sink: &'a mut S) -> Self {
+    fn new(header: Header, sink: &'a mut S, max_ranges: usize) -> Self {
         Engine {
             header,
             sink,
@@ -166,6 +168,7 @@ impl<'a, S: Sink + ?Sized> Engine<'a, S> {
             reread_bytes: 0,
             reread_rounds: 0,
             eof: 0,
+            max_ranges,
         }
     }
 
@@ -376,8 +379,21 @@ impl<'a, S: Sink + ?Sized> Engine<'a, S> {
         }
     }
 
+    /// Fails when one more held range would pass the limit.
+    fn check_ranges(&self) -> Result<(), Qcow2Error> {
+        let held = self.pending.len() + self.deferred.len() + 1;
+        if held > self.max_ranges {
+            return Err(Qcow2Error::TooManyRanges {
+                held,
+                limit: self.max_ranges,
+            });
+        }
+        Ok(())
+    }
+
     /// Queues a newly mapped range; what has left the window is deferred.
     fn schedule(&mut self, item: Item) -> Result<(), Qcow2Error> {
+        self.check_ranges()?;
         if item.start < self.window_start {
             self.defer(item, self.window_start);
         } else {

@@ -254,3 +254,42 @@ fn random_layouts_match_qemu() {
         "{rounds} re-read, {two_rounds} twice"
     );
 }
+
+#[test]
+fn too_many_ranges_waiting_at_once_fail_within_the_bound() {
+    // Tables first, then 1000 compressed clusters: each waits for its bytes.
+    let mut rng = fastrand::Rng::with_seed(9);
+    let layout = Layout {
+        cluster_bits: 12,
+        virtual_size: 8 << 20,
+        extended_l2: false,
+        clusters: (0..1000u64)
+            .map(|g| (g * 2, Content::Compressed(fill(&mut rng, 4096, true))))
+            .collect(),
+    };
+    let img = layout.build(&layout.pieces());
+    let tight = Limits {
+        max_ranges: 300,
+        ..Limits::default()
+    };
+    let err = convert_err(&img, &tight);
+    assert!(
+        matches!(
+            err,
+            Qcow2Error::TooManyRanges {
+                held: 301,
+                limit: 300
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string()
+            .contains("not streamable within the memory bound"),
+        "{err}"
+    );
+    // The same image within the default bound converts.
+    let reference = qemu_reference(&img, "1000 compressed clusters");
+    let (_, disk) = convert_checked(&img, &Limits::default()).unwrap();
+    assert_same(&disk, &reference, "default bound");
+}
