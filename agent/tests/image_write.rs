@@ -816,3 +816,22 @@ fn an_authorization_value_with_cr_lf_is_refused_before_any_request() {
         "a request went out"
     );
 }
+
+#[test]
+fn bad_tls_settings_are_found_before_the_disk_is_touched() {
+    let b = bed();
+    let mut req = b.request("https://127.0.0.1:9/disk.img".into(), &sha256_hex(&b.raw));
+    req.http.cafile = Some("/nonexistent/ca.pem".into());
+    let target = b.target("t-tls", 24 * MIB);
+    let err = write(&req, &target).0.unwrap_err();
+    assert_eq!(
+        error_kind(&err).type_name(),
+        "InvalidCommandParamsError",
+        "{err}"
+    );
+    assert!(err.before_write(), "{err}");
+    // The old disk is as it was: its partition table is still there.
+    let f = std::fs::File::open(&target).unwrap();
+    let sigs = agent::disk::erase::probe_signatures(&f).unwrap();
+    assert!(sigs.iter().any(|s| s == "gpt"), "{sigs:?}");
+}

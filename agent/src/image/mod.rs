@@ -131,6 +131,17 @@ pub fn write_image(
         .cloned()
         .ok_or_else(|| ImageError::InvalidParams("no image URL given".into()))?;
     policy.check(&Device::open(device)?)?;
+    // Every setting that can be wrong (TLS, CA file, proxies, credentials)
+    // is checked before the device is touched: such errors then truly leave
+    // it as it was.
+    if req
+        .urls
+        .iter()
+        .any(|u| u.starts_with("http://") || u.starts_with("https://"))
+    {
+        req.http.client()?;
+        req.http.check_authorization()?;
+    }
     let expected = resolve_checksum(req)?;
     progress.set_phase(Phase::Preparing);
     let mut target = Target::open(device)?;

@@ -79,6 +79,17 @@ impl HttpOptions {
         self.authorization = Some(format!("Basic {token}"));
     }
 
+    /// Checks that the `Authorization` value can be sent as a header (no
+    /// CR, LF or other control bytes).
+    pub fn check_authorization(&self) -> Result<(), ImageError> {
+        match &self.authorization {
+            Some(a) if HeaderValue::from_str(a).is_err() => Err(ImageError::InvalidParams(
+                "the Authorization value is not a valid header".into(),
+            )),
+            _ => Ok(()),
+        }
+    }
+
     /// Builds the HTTP client.
     pub fn client(&self) -> Result<reqwest::Client, ImageError> {
         let tls = crate::tls::client_config(self.insecure, self.cafile.as_deref())
