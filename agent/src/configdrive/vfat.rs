@@ -64,7 +64,11 @@ pub fn adapt(data: &[u8], sector: u64, room: u64) -> Result<Option<Vec<u8>>, Str
     {
         let dst = FileSystem::new(&mut image, FsOptions::new())
             .map_err(|e| format!("opening the rebuilt config drive: {e}"))?;
-        copy_dir(&src.root_dir(), &dst.root_dir(), "")?;
+        let mut budget = Budget {
+            bytes: data.len() as u64,
+            entries: 10_000,
+        };
+        copy_dir(&src.root_dir(), &dst.root_dir(), "", 0, &mut budget)?;
         dst.unmount()
             .map_err(|e| format!("closing the rebuilt config drive: {e}"))?;
     }
@@ -156,29 +160,57 @@ fn fix_dot_entries(img: &mut [u8]) -> Result<(), String> {
     Ok(())
 }
 
+/// Deepest directory nesting copied: config drives are two or three deep;
+/// a directory whose clusters loop back into an ancestor is not followed
+/// for ever.
+const MAX_DEPTH: usize = 16;
+
+/// What a copy may still take: bytes (the whole source image: its files
+/// cannot hold more, unless their cluster chains lie) and entries.
+struct Budget {
+    bytes: u64,
+    entries: usize,
+}
+
 fn copy_dir<S: ReadWriteSeek, D: ReadWriteSeek>(
     src: &Dir<'_, S>,
     dst: &Dir<'_, D>,
     path: &str,
+    depth: usize,
+    budget: &mut Budget,
 ) -> Result<(), String> {
+    if depth > MAX_DEPTH {
+        return Err(format!(
+            "the vfat config drive nests directories deeper than {MAX_DEPTH} at {path}/ (a directory loop?)"
+        ));
+    }
     for entry in src.iter() {
         let entry = entry.map_err(|e| format!("listing {path}/: {e}"))?;
         let name = entry.file_name();
         if name == "." || name == ".." {
             continue;
         }
+        budget.entries = budget.entries.checked_sub(1).ok_or_else(|| {
+            format!("the vfat config drive has too many entries (at {path}/{name})")
+        })?;
         let here = format!("{path}/{name}");
         if entry.is_dir() {
             let d = dst
                 .create_dir(&name)
                 .map_err(|e| format!("creating {here}: {e}"))?;
-            copy_dir(&entry.to_dir(), &d, &here)?;
+            copy_dir(&entry.to_dir(), &d, &here, depth + 1, budget)?;
         } else {
             let mut bytes = Vec::new();
             entry
                 .to_file()
+                .take(budget.bytes + 1)
                 .read_to_end(&mut bytes)
                 .map_err(|e| format!("reading {here}: {e}"))?;
+            budget.bytes = budget.bytes.checked_sub(bytes.len() as u64).ok_or_else(|| {
+                format!(
+                    "{here}: the vfat config drive's files hold more than the image itself (a looping cluster chain?)"
+                )
+            })?;
             let mut f = dst
                 .create_file(&name)
                 .map_err(|e| format!("creating {here}: {e}"))?;
@@ -219,6 +251,21 @@ mod tests {
                 .unwrap();
         }
         img.into_inner()
+    }
+
+    #[test]
+    fn directories_nested_past_the_limit_are_refused_not_followed_for_ever() {
+        let mut img = Cursor::new(vec![0u8; 2 << 20]);
+        fatfs::format_volume(&mut img, FormatVolumeOptions::new()).unwrap();
+        {
+            let fs = FileSystem::new(&mut img, FsOptions::new()).unwrap();
+            let mut d = fs.root_dir();
+            for _ in 0..=MAX_DEPTH + 1 {
+                d = d.create_dir("d").unwrap();
+            }
+        }
+        let e = adapt(&img.into_inner(), 4096, 64 << 20).unwrap_err();
+        assert!(e.contains("deeper than 16"), "{e}");
     }
 
     #[test]
