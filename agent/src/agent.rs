@@ -75,6 +75,7 @@ pub fn start_detached(config: Config) -> tokio::task::JoinHandle<Result<()>> {
 /// Inspects (when `ipa-inspection-callback-url` is set), looks up the
 /// node, starts the API and returns once the heartbeat loop runs.
 pub async fn start(config: Config) -> Result<RunningAgent> {
+    server::raise_open_file_limit();
     let urls = match &config.api_urls {
         ApiUrls::Urls(u) => u.clone(),
         ApiUrls::Mdns => vec![discover_conductor(&config).await?],
