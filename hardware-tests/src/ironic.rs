@@ -3,6 +3,7 @@
 //! in its state directory, and a client of its admin API (`noauth`, API
 //! 1.95) for enrolling nodes and moving them through states.
 
+use std::future::Future;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -185,20 +186,8 @@ impl Ironic {
         state: &str,
         timeout: Duration,
     ) -> Result<Value> {
-        let start = Instant::now();
-        loop {
-            let node = self.node(uuid).await?;
-            if node["provision_state"] == state {
-                return Ok(node);
-            }
-            if start.elapsed() > timeout {
-                bail!(
-                    "node still {} after {timeout:?}, waiting for {state:?}",
-                    node["provision_state"]
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(300)).await;
-        }
+        self.poll_node(uuid, POLL_ANY, timeout, &mut (), reached(state))
+            .await
     }
 
     /// Asks for `target` and waits until the node is in `state`.
@@ -230,30 +219,131 @@ impl Ironic {
     /// Polls until the node's provision state is `state`; fails early on a
     /// `* failed` state with Ironic's `last_error`.
     pub async fn wait_for(&self, uuid: &str, state: &str, timeout: Duration) -> Result<Value> {
+        self.poll_node(uuid, POLL_SETTLED, timeout, &mut (), settled_in(state))
+            .await
+    }
+
+    /// Polls the node every `every` until `done` says the wait is over (an
+    /// error from `done` ends it too), showing each document to `watch`
+    /// first. Fails at the timeout, naming the state the node was in and
+    /// what `done` waited for.
+    pub async fn poll_node(
+        &self,
+        uuid: &str,
+        every: Duration,
+        timeout: Duration,
+        watch: &mut impl Watch,
+        done: Until,
+    ) -> Result<Value> {
         let start = Instant::now();
         loop {
             let node = self.node(uuid).await?;
-            let current = node["provision_state"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string();
-            if current == state && node["target_provision_state"].is_null() {
+            watch.seen(self, &node).await;
+            if done.check(&node)? {
                 return Ok(node);
-            }
-            if current.ends_with("failed") && !state.ends_with("failed") {
-                bail!("node went to {current:?}: {}", node["last_error"]);
             }
             if start.elapsed() > timeout {
                 bail!(
-                    "node still {current:?} (target {}) after {timeout:?}, waiting for {state:?}; last_error {}; log: {}",
+                    "node still {} (target {}) after {timeout:?}, waiting for {}; last_error {}; log: {}",
+                    node["provision_state"],
                     node["target_provision_state"],
+                    done.what(),
                     node["last_error"],
                     self.log_path().display()
                 );
             }
-            tokio::time::sleep(Duration::from_millis(500)).await;
+            tokio::time::sleep(every).await;
         }
     }
+
+    /// The node's `driver_internal_info` as Ironic stored it, unmasked (its
+    /// API shows `agent_secret_token` as `******`): read from its sqlite
+    /// database with the venv's Python, so an observer can call the agent's
+    /// command API as the conductor does (`agent_url`, the token,
+    /// `agent_verify_ca`). `Null` when the node is not there.
+    pub fn stored_driver_internal_info(&self, uuid: &str) -> Result<Value> {
+        const READ: &str = "import sqlite3, sys\n\
+            db = sqlite3.connect('file:' + sys.argv[1] + '?mode=ro', uri=True, timeout=5)\n\
+            row = db.execute('SELECT driver_internal_info FROM nodes WHERE uuid = ?', (sys.argv[2],)).fetchone()\n\
+            print(row[0] if row and row[0] else '')\n";
+        let venv = std::env::var_os("IRONIC_VENV")
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|| crate::repo_root().join("target/ironic-venv"));
+        let out = crate::run(
+            Command::new(venv.join("bin/python"))
+                .args(["-c", READ])
+                .arg(self.state.path().join("ironic.sqlite"))
+                .arg(uuid),
+        )?;
+        Ok(if out.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&out).context("driver_internal_info is not JSON")?
+        })
+    }
+}
+
+/// How often [`Ironic::wait_for`] polls.
+pub const POLL_SETTLED: Duration = Duration::from_millis(500);
+/// How often [`Ironic::wait_for_any_target`] polls (wait states are short
+/// steps the caller must react to quickly).
+pub const POLL_ANY: Duration = Duration::from_millis(300);
+
+/// What a node document must show to end a [`Ironic::poll_node`] wait.
+#[derive(Debug, Clone)]
+pub enum Until {
+    /// The provision state is this one and no target is left; a `* failed`
+    /// state (unless waited for) is an error carrying `last_error`.
+    Settled(String),
+    /// The provision state is this one, whatever the target.
+    Reached(String),
+    /// Ironic reports the node's power off (fake power: Ironic decided so).
+    PowerOff,
+}
+
+/// [`Until::Settled`].
+pub fn settled_in(state: &str) -> Until {
+    Until::Settled(state.to_string())
+}
+
+/// [`Until::Reached`].
+pub fn reached(state: &str) -> Until {
+    Until::Reached(state.to_string())
+}
+
+impl Until {
+    fn check(&self, node: &Value) -> Result<bool> {
+        let current = node["provision_state"].as_str().unwrap_or_default();
+        Ok(match self {
+            Until::Settled(state) => {
+                if current.ends_with("failed") && !state.ends_with("failed") {
+                    bail!("node went to {current:?}: {}", node["last_error"]);
+                }
+                current == state.as_str() && node["target_provision_state"].is_null()
+            }
+            Until::Reached(state) => current == state.as_str(),
+            Until::PowerOff => node["power_state"] == "power off",
+        })
+    }
+
+    fn what(&self) -> String {
+        match self {
+            Until::Settled(s) | Until::Reached(s) => format!("{s:?}"),
+            Until::PowerOff => "power off".into(),
+        }
+    }
+}
+
+/// Looks at every node document a [`Ironic::poll_node`] wait reads (the
+/// demo prints transitions and the agent's progress with one); `()` looks
+/// at nothing.
+pub trait Watch: Send {
+    /// Called with each polled node document, before the wait checks it.
+    fn seen(&mut self, ironic: &Ironic, node: &Value) -> impl Future<Output = ()> + Send;
+}
+
+impl Watch for () {
+    async fn seen(&mut self, _: &Ironic, _: &Value) {}
 }
 
 impl Drop for Ironic {

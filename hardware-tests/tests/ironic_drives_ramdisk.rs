@@ -26,8 +26,9 @@
 //! Ironic has powered the node off without telling the agent (end of
 //! inspection and cleaning, deploy failure, undeploy) it stops the VM; after
 //! a deploy Ironic's `standby.power_off` makes the ramdisk power the VM off
-//! itself (checked), and the test boots it from disk. Each flow's wall time
-//! is printed.
+//! itself (checked), and the test boots it from disk
+//! (`hardware_tests::bed::ironic_flow`, shared with the demo). Each flow's
+//! wall time is printed.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -36,7 +37,8 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use agent::testconductor::image_server::{Fault, ImageServer};
-use hardware_tests::bed::{self, Boot, Bus, Disk, Net, NetOptions, Nic, Vm, VmSpec, BRIDGE_IP};
+use hardware_tests::bed::ironic_flow::{Flow, Machine};
+use hardware_tests::bed::{self, Bus, Disk, Net, NetOptions, Nic, VmSpec, BRIDGE_IP};
 use hardware_tests::ironic::Ironic;
 use hardware_tests::{require_root, testimage};
 use serde_json::{json, Value};
@@ -74,100 +76,6 @@ macro_rules! timing {
 
 /// What one `wait` may take: a PXE boot under TCG plus the flow.
 const FLOW_TIMEOUT: Duration = Duration::from_secs(300);
-
-/// The machine's power and boot device, as the test plays them.
-struct Machine<'n> {
-    net: &'n Net,
-    disk: std::path::PathBuf,
-    vm: Option<Vm<'n>>,
-    /// Whether `vm` runs the ramdisk (else the deployed system).
-    ramdisk: bool,
-    boots: usize,
-}
-
-impl<'n> Machine<'n> {
-    fn spec(&self, boot: Boot) -> VmSpec {
-        VmSpec {
-            disks: vec![Disk {
-                path: self.disk.clone(),
-                size: DISK_GIB << 30,
-                bus: Bus::Virtio,
-                serial: "ironicvm-disk0".into(),
-                model: None,
-            }],
-            nics: vec![Nic { mac: MAC.into() }],
-            boot,
-            ..VmSpec::new(&format!("node-boot{}", self.boots))
-        }
-    }
-
-    /// PXE-boots the ramdisk with `args` (Ironic's kernel parameters).
-    fn pxe_boot(&mut self, args: &str) {
-        assert!(self.vm.is_none(), "the VM is already running");
-        self.boots += 1;
-        self.net
-            .set_kernel_args(&format!(
-                "console=ttyS0 panic=-1 ipa-api-url=http://{BRIDGE_IP}:{PORT} {args}"
-            ))
-            .unwrap();
-        self.vm = Some(Vm::start(self.net, &self.spec(Boot::Network)).unwrap());
-        self.ramdisk = true;
-    }
-
-    /// Boots from the disk; the deployed system prints its marker and its
-    /// config drive's `meta_data.json`, then powers off. Returns that
-    /// document and the time from starting QEMU to the marker.
-    fn boot_disk(&mut self) -> (Value, Duration) {
-        assert!(self.vm.is_none(), "the VM is already running");
-        self.boots += 1;
-        let mut vm = Vm::start(self.net, &self.spec(Boot::Disk)).unwrap();
-        let seen = vm
-            .wait_console(&testimage::marker_line(MARKER), Duration::from_secs(180))
-            .unwrap_or_else(|e| panic!("the deployed system: {e:#}"));
-        vm.wait_exit(Duration::from_secs(60))
-            .unwrap_or_else(|e| panic!("the deployed system: {e:#}"));
-        let console = vm.console();
-        let meta = testimage::meta_data(&console).unwrap_or_else(|| {
-            panic!(
-                "the deployed system printed no config drive; console: {}",
-                vm.console_path().display()
-            )
-        });
-        let meta =
-            serde_json::from_str(&meta).unwrap_or_else(|e| panic!("meta_data.json {meta:?}: {e}"));
-        self.vm = Some(vm);
-        self.ramdisk = false;
-        (meta, seen)
-    }
-
-    /// Ironic powered the node off without telling the agent: stop the VM.
-    /// A ramdisk must still be running then (the deployed system may have
-    /// halted by itself).
-    fn power_off(&mut self) {
-        if let Some(mut vm) = self.vm.take() {
-            assert!(
-                !self.ramdisk || vm.exited().unwrap().is_none(),
-                "the ramdisk stopped by itself; console: {}",
-                vm.console_path().display()
-            );
-            vm.kill();
-        }
-    }
-
-    /// The ramdisk was told to power off: the VM must exit by itself.
-    fn wait_powered_off_by_agent(&mut self) {
-        let mut vm = self.vm.take().expect("a running VM");
-        let status = vm
-            .wait_exit(Duration::from_secs(60))
-            .unwrap_or_else(|e| panic!("the ramdisk did not power the VM off: {e:#}"));
-        assert!(status.success(), "QEMU: {status}");
-        assert!(
-            vm.console().contains("reboot: Power down"),
-            "no power-off on the console: {}",
-            vm.console_path().display()
-        );
-    }
-}
 
 fn sha(alg: &'static ring::digest::Algorithm, path: &Path) -> String {
     let data = std::fs::read(path).unwrap();
@@ -245,27 +153,32 @@ fn ironic_inspects_cleans_deploys_and_undeploys_the_pxe_booted_ramdisk() {
         .expect("starting Ironic 39.0.0 in the namespace");
     timing!("Ironic up in {}", elapsed(t));
 
-    let mut machine = Machine {
-        net: &net,
-        disk: work.path().join("disk0.img"),
-        vm: None,
-        ramdisk: false,
-        boots: 0,
+    let template = VmSpec {
+        disks: vec![Disk {
+            path: work.path().join("disk0.img"),
+            size: DISK_GIB << 30,
+            bus: Bus::Virtio,
+            serial: "ironicvm-disk0".into(),
+            model: None,
+        }],
+        nics: vec![Nic { mac: MAC.into() }],
+        ..VmSpec::new("node")
     };
+    let machine = Machine::new(&net, template, &ironic.url);
     // A partition table that cleaning must remove.
-    std::fs::File::create(&machine.disk)
+    std::fs::File::create(machine.disk())
         .and_then(|f| f.set_len(DISK_GIB << 30))
         .unwrap();
     hardware_tests::run(
         Command::new("sh")
             .arg("-c")
             .arg("echo 'label: gpt\nname=old' | sfdisk --quiet \"$0\"")
-            .arg(&machine.disk),
+            .arg(machine.disk()),
     )
     .unwrap();
-    assert!(!disk_signatures(&machine.disk).is_empty());
+    assert!(!disk_signatures(machine.disk()).is_empty());
 
-    net.block_on(async {
+    let boots = net.block_on(async {
         let uuid = ironic.enroll_ready("ironicvm", MAC, false).await.unwrap();
         ironic
             .patch(
@@ -274,9 +187,10 @@ fn ironic_inspects_cleans_deploys_and_undeploys_the_pxe_booted_ramdisk() {
             )
             .await
             .unwrap();
+        let mut flow = Flow::new(&ironic, &uuid, machine, FLOW_TIMEOUT);
 
-        inspect(&ironic, &uuid, &mut machine).await;
-        provide(&ironic, &uuid, &mut machine).await;
+        inspect(&mut flow).await;
+        provide(&mut flow).await;
 
         let raw_info = json!([
             {"op": "add", "path": "/instance_info/image_source", "value": images.url("/disk.raw")},
@@ -284,8 +198,8 @@ fn ironic_inspects_cleans_deploys_and_undeploys_the_pxe_booted_ramdisk() {
             {"op": "add", "path": "/instance_info/image_os_hash_value", "value": raw_sha256},
             {"op": "add", "path": "/instance_info/image_disk_format", "value": "raw"},
         ]);
-        deploy(&ironic, &uuid, &mut machine, raw_info, "raw, sha256 inline", "ironicvm-cd-raw").await;
-        undeploy(&ironic, &uuid, &mut machine).await;
+        deploy(&mut flow, raw_info, "raw, sha256 inline", "ironicvm-cd-raw").await;
+        undeploy(&mut flow).await;
 
         // (Undeploying emptied instance_info.)
         let qcow2_info = json!([
@@ -293,10 +207,10 @@ fn ironic_inspects_cleans_deploys_and_undeploys_the_pxe_booted_ramdisk() {
             {"op": "add", "path": "/instance_info/image_checksum", "value": images.url("/SHA512SUMS")},
             {"op": "add", "path": "/instance_info/image_disk_format", "value": "qcow2"},
         ]);
-        deploy(&ironic, &uuid, &mut machine, qcow2_info, "qcow2, sha512 file URL", "ironicvm-cd-qcow2").await;
-        undeploy(&ironic, &uuid, &mut machine).await;
+        deploy(&mut flow, qcow2_info, "qcow2, sha512 file URL", "ironicvm-cd-qcow2").await;
+        undeploy(&mut flow).await;
 
-        bad_checksum(&ironic, &uuid, &mut machine, &images.url("/disk.raw")).await;
+        bad_checksum(&mut flow, &images.url("/disk.raw")).await;
 
         // Who fetched what: the qcow2 flow's checksum came from the file.
         let seen: Vec<String> = images.seen().into_iter().map(|s| s.path).collect();
@@ -304,34 +218,18 @@ fn ironic_inspects_cleans_deploys_and_undeploys_the_pxe_booted_ramdisk() {
         for path in ["/disk.raw", "/disk.qcow2", "/SHA512SUMS"] {
             assert!(seen.iter().any(|p| p == path), "{path} never requested: {seen:?}");
         }
+        flow.machine.boots()
     })
     .unwrap();
-    timing!(
-        "all flows: {} ({} boots of the VM)",
-        elapsed(total),
-        machine.boots
-    );
+    timing!("all flows: {} ({boots} boots of the VM)", elapsed(total));
 }
 
-async fn inspect(ironic: &Ironic, uuid: &str, machine: &mut Machine<'_>) {
+async fn inspect(flow: &mut Flow<'_, '_>) {
     let t = Instant::now();
-    ironic
-        .provision(uuid, json!({"target": "inspect"}))
-        .await
-        .unwrap();
-    ironic
-        .wait_for_any_target(uuid, "inspect wait", Duration::from_secs(60))
-        .await
-        .unwrap();
-    machine.pxe_boot(&format!(
-        "ipa-inspection-callback-url={}/v1/continue_inspection ipa-collect-lldp=1",
-        ironic.url
-    ));
-    let node = ironic
-        .wait_for(uuid, "manageable", FLOW_TIMEOUT)
+    let node = flow
+        .inspect("ipa-collect-lldp=1")
         .await
         .unwrap_or_else(|e| panic!("inspection: {e:#}"));
-    follow_power_off(ironic, uuid, machine).await;
     timing!("flow inspect: manageable after {}", elapsed(t));
     assert!(node["last_error"].is_null(), "{}", node["last_error"]);
 
@@ -348,7 +246,7 @@ async fn inspect(ironic: &Ironic, uuid: &str, machine: &mut Machine<'_>) {
         "{p}"
     );
 
-    let stored = ironic.inventory(uuid).await.unwrap();
+    let stored = flow.ironic.inventory(&flow.uuid).await.unwrap();
     let nic = stored["inventory"]["interfaces"]
         .as_array()
         .and_then(|l| l.iter().find(|i| i["mac_address"] == MAC))
@@ -367,146 +265,75 @@ async fn inspect(ironic: &Ironic, uuid: &str, machine: &mut Machine<'_>) {
     );
 }
 
-/// Waits until Ironic has powered the node off (fake power), then stops
-/// the VM, as a BMC would.
-async fn follow_power_off(ironic: &Ironic, uuid: &str, machine: &mut Machine<'_>) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let node = ironic.node(uuid).await.unwrap();
-        if node["power_state"] == "power off" {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "Ironic did not power the node off: {}",
-            node["power_state"]
-        );
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
-    machine.power_off();
-}
-
-/// Waits for `state`, then boots the ramdisk as Ironic's PXE would.
-async fn boot_when(ironic: &Ironic, uuid: &str, machine: &mut Machine<'_>, state: &str) {
-    ironic
-        .wait_for_any_target(uuid, state, Duration::from_secs(120))
-        .await
-        .unwrap();
-    machine.pxe_boot("");
-}
-
-/// Automated cleaning until `available`; the disk is left without any
-/// signature.
-async fn cleaned(ironic: &Ironic, uuid: &str, machine: &mut Machine<'_>, what: &str, t: Instant) {
-    boot_when(ironic, uuid, machine, "clean wait").await;
-    let node = ironic
-        .wait_for(uuid, "available", FLOW_TIMEOUT)
-        .await
-        .unwrap_or_else(|e| panic!("{what}: {e:#}"));
-    follow_power_off(ironic, uuid, machine).await;
+/// Checks a cleaning that ended `available` (`node`, or the error that
+/// ended it): the disk is left without any signature.
+fn cleaned(flow: &Flow<'_, '_>, node: anyhow::Result<Value>, what: &str, t: Instant) {
+    let node = node.unwrap_or_else(|e| panic!("{what}: {e:#}"));
     timing!("flow {what}: available after {}", elapsed(t));
     assert!(node["last_error"].is_null(), "{}", node["last_error"]);
-    let left = disk_signatures(&machine.disk);
+    let left = disk_signatures(flow.machine.disk());
     assert!(left.is_empty(), "{what} left signatures: {left}");
 }
 
-async fn provide(ironic: &Ironic, uuid: &str, machine: &mut Machine<'_>) {
-    ironic
-        .patch(
-            uuid,
-            json!([{"op": "replace", "path": "/automated_clean", "value": true}]),
-        )
-        .await
-        .unwrap();
+async fn provide(flow: &mut Flow<'_, '_>) {
     let t = Instant::now();
-    ironic
-        .provision(uuid, json!({"target": "provide"}))
-        .await
-        .unwrap();
-    cleaned(ironic, uuid, machine, "provide (automated cleaning)", t).await;
+    let node = flow.provide().await;
+    cleaned(flow, node, "provide (automated cleaning)", t);
 }
 
-async fn undeploy(ironic: &Ironic, uuid: &str, machine: &mut Machine<'_>) {
+async fn undeploy(flow: &mut Flow<'_, '_>) {
     let t = Instant::now();
-    ironic
-        .provision(uuid, json!({"target": "deleted"}))
-        .await
-        .unwrap();
-    // Tear-down powers the deployed system off before cleaning boots the ramdisk.
-    ironic
-        .wait_for_any_target(uuid, "clean wait", Duration::from_secs(120))
-        .await
-        .unwrap();
-    machine.power_off();
-    cleaned(ironic, uuid, machine, "undeploy", t).await;
+    let node = flow.undeploy().await;
+    cleaned(flow, node, "undeploy", t);
 }
 
-async fn deploy(
-    ironic: &Ironic,
-    uuid: &str,
-    machine: &mut Machine<'_>,
-    instance_info: Value,
-    what: &str,
-    cd_uuid: &str,
-) {
-    ironic.patch(uuid, instance_info).await.unwrap();
+async fn deploy(flow: &mut Flow<'_, '_>, instance_info: Value, what: &str, cd_uuid: &str) {
     let configdrive = json!({
         "meta_data": {"uuid": cd_uuid, "name": "ironicvm", "hostname": "ironicvm"},
         "user_data": "#cloud-config\n",
     });
     let t = Instant::now();
-    ironic
-        .provision(
-            uuid,
-            json!({"target": "active", "configdrive": configdrive}),
-        )
-        .await
-        .unwrap();
-    boot_when(ironic, uuid, machine, "wait call-back").await;
-    let node = ironic
-        .wait_for(uuid, "active", FLOW_TIMEOUT)
+    let node = flow
+        .deploy(instance_info, configdrive)
         .await
         .unwrap_or_else(|e| panic!("deploy ({what}): {e:#}"));
-    machine.wait_powered_off_by_agent();
     timing!("flow deploy ({what}): active after {}", elapsed(t));
     assert!(node["last_error"].is_null(), "{}", node["last_error"]);
-    let (meta, seen) = machine.boot_disk();
+    let booted = flow
+        .boot_disk(MARKER, Duration::from_secs(180))
+        .await
+        .unwrap_or_else(|e| panic!("{e:#}"));
+    let meta = booted.meta;
     timing!(
         "flow deploy ({what}): booted from disk, marker after {:.1} s, meta_data {meta}",
-        seen.as_secs_f64()
+        booted.marker_after.as_secs_f64()
     );
     assert_eq!(meta["uuid"], json!(cd_uuid), "{meta}");
     assert_eq!(meta["hostname"], json!("ironicvm"), "{meta}");
 }
 
-async fn bad_checksum(ironic: &Ironic, uuid: &str, machine: &mut Machine<'_>, raw_url: &str) {
-    ironic
-        .patch(
-            uuid,
-            json!([
-                {"op": "add", "path": "/instance_info/image_source", "value": raw_url},
-                {"op": "add", "path": "/instance_info/image_os_hash_algo", "value": "sha256"},
-                {"op": "add", "path": "/instance_info/image_os_hash_value", "value": "0".repeat(64)},
-                {"op": "add", "path": "/instance_info/image_disk_format", "value": "raw"},
-            ]),
-        )
-        .await
-        .unwrap();
+async fn bad_checksum(flow: &mut Flow<'_, '_>, raw_url: &str) {
     let t = Instant::now();
-    ironic
-        .provision(uuid, json!({"target": "active"}))
-        .await
-        .unwrap();
-    boot_when(ironic, uuid, machine, "wait call-back").await;
-    let node = ironic
-        .wait_for_any_target(uuid, "deploy failed", FLOW_TIMEOUT)
+    flow.start_deploy(
+        json!([
+            {"op": "add", "path": "/instance_info/image_source", "value": raw_url},
+            {"op": "add", "path": "/instance_info/image_os_hash_algo", "value": "sha256"},
+            {"op": "add", "path": "/instance_info/image_os_hash_value", "value": "0".repeat(64)},
+            {"op": "add", "path": "/instance_info/image_disk_format", "value": "raw"},
+        ]),
+        None,
+    )
+    .await
+    .unwrap();
+    let node = flow
+        .wait_for_any_target("deploy failed", FLOW_TIMEOUT)
         .await
         .unwrap_or_else(|e| panic!("bad-checksum deploy: {e:#}"));
     // Ironic 39 ends a failed deploy step without a power action (its
     // deploying_error_handler only cleans up), so the ramdisk still runs
     // and looks the node up in vain; stop it as an operator would.
     println!("bad checksum: node power state {}", node["power_state"]);
-    machine.power_off();
+    flow.machine.power_off().unwrap();
     timing!("flow bad checksum: deploy failed after {}", elapsed(t));
     let err = node["last_error"].as_str().unwrap_or_default();
     println!("bad checksum: last_error = {err}");
@@ -514,7 +341,7 @@ async fn bad_checksum(ironic: &Ironic, uuid: &str, machine: &mut Machine<'_>, ra
         err.contains("write_image") && err.contains(&"0".repeat(64)),
         "{err}"
     );
-    let logs = ironic.deploy_logs();
+    let logs = flow.ironic.deploy_logs();
     assert_eq!(logs.len(), 1, "{logs:?}");
     let listing = hardware_tests::run(Command::new("tar").arg("-tzf").arg(&logs[0])).unwrap();
     assert!(listing.lines().any(|l| l == "agent.log"), "{listing}");

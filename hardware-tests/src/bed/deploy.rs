@@ -8,8 +8,10 @@
 //! progress), then boots from its disk ([`Target::disk_boot`]) so the
 //! console shows what the deployed system printed. [`config_drive`] makes
 //! the gzip+base64 config-2 ISO Ironic would send; [`uefi_boot_entry`]
-//! reads from OVMF's console which boot entry it started.
+//! reads from OVMF's console which boot entry it started. [`Printer`] is
+//! the demo's timed output, with heartbeats while a long step runs.
 
+use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -64,7 +66,8 @@ impl Target {
         })
     }
 
-    fn spec(&self, suffix: &str, boot: Boot) -> VmSpec {
+    /// The machine booting `boot`, its console named `<name>-<suffix>`.
+    pub fn spec(&self, suffix: &str, boot: Boot) -> VmSpec {
         let mut spec = VmSpec::new(&format!("{}-{suffix}", self.name));
         spec.firmware = if self.uefi {
             Firmware::Uefi {
@@ -169,11 +172,8 @@ pub async fn watch_deploy(
             // The conductor's own view of the agent; errors (agent not up
             // yet, token just wiped) only mean no progress to show now.
             if let Ok(Some(commands)) = conductor.agent_commands(uuid).await {
-                let running = commands.iter().rev().find(|c| {
-                    c["command_name"] == "execute_deploy_step" && c["command_status"] == "RUNNING"
-                });
-                if let Some(p) = running.and_then(|c| c["command_result"].get("progress")) {
-                    on(Event::Progress(p.clone()));
+                if let Some(p) = write_progress(&commands) {
+                    on(Event::Progress(p));
                 }
             }
         }
@@ -182,6 +182,17 @@ pub async fn watch_deploy(
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+}
+
+/// The progress of the deploy step the agent is running (`write_image`'s
+/// `command_result.progress`), from its command list.
+pub fn write_progress(commands: &[Value]) -> Option<Value> {
+    commands
+        .iter()
+        .rev()
+        .find(|c| c["command_name"] == "execute_deploy_step" && c["command_status"] == "RUNNING")
+        .and_then(|c| c["command_result"].get("progress"))
+        .cloned()
 }
 
 /// One line for a progress value: `writing 40.0 / 64.0 MiB (62%) 21.5 MB/s`.
@@ -226,4 +237,156 @@ pub fn wait_booted(vm: &mut Vm<'_>, needle: &str, timeout: Duration) -> Result<D
     let at = vm.wait_console(needle, timeout)?;
     vm.wait_exit(Duration::from_secs(60))?;
     Ok(at)
+}
+
+/// The demo's output: each line stamped with the time since the demo
+/// started; progress shown in place on a terminal (a line per change
+/// otherwise); and [`Printer::meanwhile`], which runs a long blocking step
+/// while saying every [`HEARTBEAT`] that it is still running, so the demo
+/// is never silent for long. A clone keeps the same clock.
+#[derive(Debug, Clone)]
+pub struct Printer {
+    t0: Instant,
+    tty: bool,
+    /// A progress line is shown in place and wants a newline first.
+    open_status: bool,
+    last_status: String,
+    last_output: Instant,
+}
+
+/// How long [`Printer::meanwhile`] (and the demo's waits) may stay silent.
+pub const HEARTBEAT: Duration = Duration::from_secs(10);
+
+impl Printer {
+    /// Times lines from `t0`.
+    pub fn new(t0: Instant) -> Self {
+        Self {
+            t0,
+            tty: std::io::stdout().is_terminal(),
+            open_status: false,
+            last_status: String::new(),
+            last_output: Instant::now(),
+        }
+    }
+
+    /// Time since `t0`.
+    pub fn elapsed(&self) -> Duration {
+        self.t0.elapsed()
+    }
+
+    /// Time since the last line (or progress update) was printed.
+    pub fn quiet_for(&self) -> Duration {
+        self.last_output.elapsed()
+    }
+
+    fn stamp(&self) -> String {
+        format!("[{:>6.1}s]", self.elapsed().as_secs_f64())
+    }
+
+    /// Prints `text` as a line of its own.
+    pub fn line(&mut self, text: impl std::fmt::Display) {
+        if std::mem::take(&mut self.open_status) {
+            println!();
+        }
+        println!("{} {text}", self.stamp());
+        self.last_output = Instant::now();
+    }
+
+    /// Shows a progress line: in place on a terminal, else as a line;
+    /// nothing when it did not change.
+    pub fn status(&mut self, text: &str) {
+        if text == self.last_status {
+            return;
+        }
+        self.last_status = text.to_string();
+        if self.tty {
+            print!("\r\x1b[K{} {text}", self.stamp());
+            let _ = std::io::stdout().flush();
+            self.open_status = true;
+            self.last_output = Instant::now();
+        } else {
+            self.line(text);
+        }
+    }
+
+    /// Runs the blocking `f` on a thread of its own; meanwhile, every
+    /// [`HEARTBEAT`], prints that it is still `what`, with the last line of
+    /// `log` (a console or a build log) when there is one.
+    pub fn meanwhile<T: Send>(
+        &mut self,
+        what: &str,
+        log: Option<&Path>,
+        f: impl FnOnce() -> T + Send,
+    ) -> T {
+        std::thread::scope(|s| {
+            let job = s.spawn(f);
+            let start = Instant::now();
+            while !job.is_finished() {
+                std::thread::sleep(Duration::from_millis(100));
+                if self.quiet_for() >= HEARTBEAT && !job.is_finished() {
+                    let tail = log
+                        .and_then(last_line)
+                        .map(|l| format!(" | {l}"))
+                        .unwrap_or_default();
+                    self.line(format!(
+                        "… still {what} ({:.0} s){tail}",
+                        start.elapsed().as_secs_f64()
+                    ));
+                }
+            }
+            job.join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+        })
+    }
+}
+
+/// The last non-empty line of a console or log file, without terminal
+/// escapes or control characters, cut to 100 characters.
+pub fn last_line(path: &Path) -> Option<String> {
+    let bytes = std::fs::read(path).ok()?;
+    let text = String::from_utf8_lossy(&bytes[bytes.len().saturating_sub(16 << 10)..]);
+    plain_lines(&text)
+        .into_iter()
+        .rev()
+        .find(|l| !l.is_empty())
+        .map(|l| l.chars().take(100).collect())
+}
+
+/// `text` split into lines (at `\n` and `\r`), trimmed, with ANSI escape
+/// sequences (firmware consoles draw with them) and other control
+/// characters removed.
+pub fn plain_lines(text: &str) -> Vec<String> {
+    let mut lines = vec![String::new()];
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\n' | '\r' => lines.push(String::new()),
+            '\x1b' => {
+                // CSI: ESC [ parameters, then one final byte in @..~.
+                if chars.next_if_eq(&'[').is_some() {
+                    for p in chars.by_ref() {
+                        if ('@'..='~').contains(&p) {
+                            break;
+                        }
+                    }
+                }
+            }
+            c if c.is_control() => {}
+            c => lines.last_mut().expect("never empty").push(c),
+        }
+    }
+    lines.iter().map(|l| l.trim().to_string()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::plain_lines;
+
+    #[test]
+    fn console_lines_lose_escapes_and_split_at_carriage_returns() {
+        assert_eq!(
+            plain_lines("\x1b[2J\x1b[01;01HBdsDxe: starting\r\n  next \x07line\n"),
+            ["BdsDxe: starting", "", "next line", ""]
+        );
+    }
 }

@@ -16,11 +16,15 @@
 //! * [`lldp::Switch`]: LLDP frames sent into the bridge, as a switch port would.
 //! * [`deploy`]: a machine to deploy to through the test conductor, then
 //!   booted from its disk (the deploy suite and the demo).
+//! * [`ironic_flow`]: real Ironic taking a machine through inspection,
+//!   cleaning, deploy and undeploy, the bed playing its BMC (the
+//!   Ironic-drives-the-ramdisk test and the demo).
 //!
 //! Everything is removed on drop, also when a test fails: QEMU, dnsmasq and
 //! other processes are killed by PID, taps and the namespace deleted.
 
 pub mod deploy;
+pub mod ironic_flow;
 pub mod lldp;
 pub mod net;
 pub mod vm;
@@ -28,7 +32,7 @@ pub mod vm;
 pub use net::{Net, NetOptions, Proc, BRIDGE_IP};
 pub use vm::{Boot, Bus, Disk, Firmware, Nic, Vm, VmSpec};
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, Result};
@@ -38,14 +42,48 @@ use crate::{repo_root, run};
 /// The deploy ramdisk to boot: `$RAMDISK_DIR`, else `target/ramdisk`,
 /// built by `image-builder/build.sh` when it is missing.
 pub fn ramdisk_dir() -> Result<PathBuf> {
-    let dir = std::env::var_os("RAMDISK_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo_root().join("target/ramdisk"));
-    if !dir.join("deploy.initramfs").exists() {
-        run(Command::new(repo_root().join("image-builder/build.sh")).arg(&dir))
-            .context("building the deploy ramdisk")?;
+    let dir = ramdisk_location();
+    if !ramdisk_built(&dir) {
+        build_ramdisk(&dir, None)?;
     }
     Ok(dir)
+}
+
+/// Where [`ramdisk_dir`] looks: `$RAMDISK_DIR`, else `target/ramdisk`.
+pub fn ramdisk_location() -> PathBuf {
+    std::env::var_os("RAMDISK_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("target/ramdisk"))
+}
+
+/// Whether `dir` holds a built ramdisk.
+pub fn ramdisk_built(dir: &Path) -> bool {
+    dir.join("deploy.initramfs").exists()
+}
+
+/// Builds the deploy ramdisk into `dir` with `image-builder/build.sh`;
+/// with `log`, the build's output goes there as it is made (the demo shows
+/// its last line while it waits), else it is kept for the error.
+pub fn build_ramdisk(dir: &Path, log: Option<&Path>) -> Result<()> {
+    let mut cmd = Command::new(repo_root().join("image-builder/build.sh"));
+    cmd.arg(dir);
+    let Some(log) = log else {
+        return run(&mut cmd)
+            .map(drop)
+            .context("building the deploy ramdisk");
+    };
+    let out = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
+    let status = cmd
+        .stdout(out.try_clone()?)
+        .stderr(out)
+        .status()
+        .with_context(|| format!("running {cmd:?}"))?;
+    anyhow::ensure!(
+        status.success(),
+        "building the deploy ramdisk failed ({status}); its output: {}",
+        log.display()
+    );
+    Ok(())
 }
 
 /// Where consoles and server logs of a test are kept (not deleted, so a

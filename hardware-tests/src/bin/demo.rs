@@ -1,58 +1,346 @@
-//! The demo (`ci/demo`): a QEMU machine on the test bed PXE-boots the deploy
-//! ramdisk; the agent inspects it (the test conductor prints the inventory
-//! it received), then the conductor deploys the bootable test image with a
-//! config drive as Ironic 39's `direct` deploy does, showing the agent's
-//! write progress live; the agent powers the machine off, the machine boots
-//! from its disk, and the deployed system prints its marker and config
-//! drive. Built from the same pieces as `tests/bed_deploy.rs`
-//! (`hardware_tests::bed::deploy`).
+//! The demo (`ci/demo`): real, unmodified Ironic 39.0.0 (sqlite, its
+//! default `require_tls = true`, on the bed's namespace) is the conductor
+//! of a QEMU machine on the test bed. The machine PXE-boots the deploy
+//! ramdisk whenever Ironic waits for the agent (the demo plays its BMC, as
+//! `tests/ironic_drives_ramdisk.rs` does: `hardware_tests::bed::ironic_flow`);
+//! Ironic inspects it, cleans it (`provide` with automated cleaning) and
+//! deploys the bootable test image with a config drive. Every provision
+//! state Ironic reports is printed with the time, with the agent's log
+//! lines from the console and its write progress; the agent powers the
+//! machine off, the machine boots from its disk and the deployed system
+//! prints its marker and config drive.
 //!
-//! Usage (root): `demo [--bios]` (default UEFI, Ironic's default boot mode).
+//! `--test-conductor`: the earlier, quicker demo with the stand-in
+//! conductor (`agent::testconductor`, Ironic 39's `direct` deploy as the
+//! agent sees it; the pieces of `tests/bed_deploy.rs`,
+//! `hardware_tests::bed::deploy`): inspection and deploy, no cleaning.
+//!
+//! Usage (root): `demo [--bios] [--test-conductor]` (default UEFI,
+//! Ironic's default boot mode). Lines are stamped with the time since
+//! `$DEMO_STARTED_AT` (seconds since the epoch; `ci/demo` sets it), else
+//! since the demo started.
 
-use std::io::{IsTerminal, Write};
-use std::time::{Duration, Instant};
+use std::path::PathBuf;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use agent::testconductor::image_server::{Fault, ImageServer};
 use agent::testconductor::{BootMode, DeployRequest, ImageInfo, Settings, TestConductor};
 use anyhow::{bail, Context, Result};
-use hardware_tests::bed::deploy::{self, Event, Target};
-use hardware_tests::bed::{self, Net, NetOptions, BRIDGE_IP};
-use hardware_tests::testimage;
+use hardware_tests::bed::deploy::{self, Event, Printer, Target, HEARTBEAT};
+use hardware_tests::bed::ironic_flow::{Flow, Machine};
+use hardware_tests::bed::{self, Boot, Net, NetOptions, BRIDGE_IP};
+use hardware_tests::ironic::Ironic;
+use hardware_tests::testimage::{self, TestImage};
 use serde_json::{json, Value};
 
 const MAC: &str = "52:54:00:de:00:07";
+const PORT: u16 = 6385;
+/// Each of Ironic's flows (a PXE boot under TCG plus the flow); Ironic's
+/// own callback timeouts are 300 s (`ci/ironic/ironic.conf`).
+const FLOW_TIMEOUT: Duration = Duration::from_secs(360);
+/// The deployed system's boot (OVMF under TCG is slow).
+const DISK_BOOT_TIMEOUT: Duration = Duration::from_secs(300);
+const USAGE: &str = "usage: demo [--bios|--uefi] [--test-conductor]";
 
 fn main() -> Result<()> {
-    let uefi = match std::env::args().nth(1).as_deref() {
-        None => true,
-        Some("--bios") => false,
-        Some("--uefi") => true,
-        Some(other) => bail!("usage: demo [--bios|--uefi] (got {other:?})"),
-    };
+    let mut uefi = true;
+    let mut test_conductor = false;
+    for arg in std::env::args().skip(1) {
+        match arg.as_str() {
+            "--bios" => uefi = false,
+            "--uefi" => uefi = true,
+            "--test-conductor" => test_conductor = true,
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                return Ok(());
+            }
+            other => bail!("{USAGE} (got {other:?})"),
+        }
+    }
     if !hardware_tests::is_root() {
         bail!("the demo needs root (network namespace, taps, QEMU); run ci/demo as root");
     }
-    let t0 = Instant::now();
-    println!("== preparing: deploy ramdisk, test image");
-    let ramdisk = bed::ramdisk_dir()?;
-    println!("deploy ramdisk: {}", ramdisk.display());
+    let mut out = Printer::new(started_at());
+    let prepared = prepare(&mut out)?;
+    if test_conductor {
+        with_test_conductor(&mut out, &prepared, uefi)?;
+    } else {
+        with_ironic(out.clone(), &prepared, uefi)?;
+    }
+    out.line("demo done");
+    Ok(())
+}
+
+/// `$DEMO_STARTED_AT` as an instant, so the binary's times continue
+/// `ci/demo`'s; now when unset or implausible.
+fn started_at() -> Instant {
+    let now = Instant::now();
+    std::env::var("DEMO_STARTED_AT")
+        .ok()
+        .and_then(|s| s.trim().parse::<f64>().ok())
+        .and_then(|at| {
+            let since = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .ok()?
+                .as_secs_f64()
+                - at;
+            (0.0..86400.0)
+                .contains(&since)
+                .then(|| now.checked_sub(Duration::from_secs_f64(since)))
+                .flatten()
+        })
+        .unwrap_or(now)
+}
+
+/// What both demos need before the machine powers on.
+struct Prepared {
+    ramdisk: PathBuf,
+    img: TestImage,
+    sha: String,
+    marker: String,
+    instance: String,
+}
+
+/// The deploy ramdisk (built when missing, its build log's last line shown
+/// while it runs) and the test image, each step timed.
+fn prepare(out: &mut Printer) -> Result<Prepared> {
+    let ramdisk = bed::ramdisk_location();
+    if bed::ramdisk_built(&ramdisk) {
+        out.line(format!(
+            "deploy ramdisk: {} (built before)",
+            ramdisk.display()
+        ));
+    } else {
+        let log = bed::logs_dir("demo")?.join("ramdisk-build.log");
+        out.line(format!(
+            "building the deploy ramdisk into {} (image-builder/build.sh: the static agent, \
+             Debian's kernel; minutes on a fresh machine; log {})",
+            ramdisk.display(),
+            log.display()
+        ));
+        let t = Instant::now();
+        out.meanwhile("building the deploy ramdisk", Some(&log), || {
+            bed::build_ramdisk(&ramdisk, Some(&log))
+        })?;
+        out.line(format!(
+            "deploy ramdisk built in {:.1} s",
+            t.elapsed().as_secs_f64()
+        ));
+    }
+
     let marker = format!("demo-{:08x}", fastrand::u32(..));
-    let img = testimage::build(
-        &hardware_tests::repo_root().join("target/demo-image"),
-        &marker,
-    )
-    .context("building the demo image")?;
+    out.line(format!(
+        "building the test image (its system prints {marker})"
+    ));
+    let t = Instant::now();
+    let dir = hardware_tests::repo_root().join("target/demo-image");
+    let img = out
+        .meanwhile("building the test image", None, || {
+            testimage::build(&dir, &marker)
+        })
+        .context("building the demo image")?;
     let sha = deploy::sha256_file(&img.raw)?;
-    println!(
-        "demo image: {} ({} MiB, sha256 {}…), its system prints marker {marker}",
+    out.line(format!(
+        "test image built in {:.1} s: {} ({} MiB, sha256 {}…)",
+        t.elapsed().as_secs_f64(),
         img.raw.display(),
         img.size >> 20,
         &sha[..16]
-    );
-    let api = format!("http://{BRIDGE_IP}:6385");
+    ));
+    Ok(Prepared {
+        ramdisk,
+        img,
+        sha,
+        marker,
+        instance: deploy::random_uuid(),
+    })
+}
+
+/// The demo with real Ironic.
+fn with_ironic(mut out: Printer, p: &Prepared, uefi: bool) -> Result<()> {
+    out.line("starting the bed's network (a namespace, bridge 10.99.0.1, dnsmasq with PXE)");
+    let net = Net::start(NetOptions::pxe("demo", &p.ramdisk, ""))?;
+    let target = Target::new(&net.logs, "demo", uefi, MAC)?;
+    let addr = format!("{BRIDGE_IP}:0").parse()?;
+    let images = net.ns.enter(|| ImageServer::start_on(addr))??;
+    images.route("/demo.raw", &p.img.raw, &[], Fault::None);
+
+    out.line(format!(
+        "starting Ironic 39.0.0 in the namespace on {BRIDGE_IP}:{PORT} \
+         (sqlite, fake power and boot, direct deploy, agent inspect, require_tls = true)"
+    ));
+    let t = Instant::now();
+    let ironic = out
+        .meanwhile("starting Ironic", None, || {
+            Ironic::start_in(&net.ns, BRIDGE_IP, PORT, None)
+        })
+        .context("starting Ironic 39.0.0 in the namespace")?;
+    out.line(format!(
+        "Ironic up at {} in {:.1} s; its log: {}; consoles: {}",
+        ironic.url,
+        t.elapsed().as_secs_f64(),
+        ironic.log_path().display(),
+        net.logs.display()
+    ));
+
+    let machine = Machine::new(&net, target.spec("ironic", Boot::Network), &ironic.url);
+    net.block_on(async {
+        let uuid = ironic.enroll_ready("demo", MAC, false).await?;
+        if !uefi {
+            ironic
+                .patch(
+                    &uuid,
+                    json!([{"op": "replace", "path": "/properties/capabilities", "value": "boot_mode:bios"}]),
+                )
+                .await?;
+        }
+        out.line(format!(
+            "enrolled node demo ({uuid}): fake-hardware, port {MAC}, {} boot",
+            if uefi { "UEFI" } else { "BIOS" }
+        ));
+        let mut flow = Flow::new(&ironic, &uuid, machine, FLOW_TIMEOUT).reporting(out);
+        flow.wait_for("manageable", FLOW_TIMEOUT).await?;
+        let result = drive(&mut flow, &images, p).await;
+        if let Err(e) = &result {
+            flow.say(format!("failed: {e:#}"));
+            flow.say(format!("Ironic's log: {}", ironic.log_path().display()));
+        }
+        result
+    })?
+}
+
+/// Inspect, provide (cleaning), deploy, boot from disk.
+async fn drive(flow: &mut Flow<'_, '_>, images: &ImageServer, p: &Prepared) -> Result<()> {
+    flow.say("");
+    flow.say("== inspection: Ironic's agent inspect interface (1 vCPU, QEMU TCG)");
+    let t = Instant::now();
+    let node = flow.inspect("").await?;
+    let stored = flow.ironic.inventory(&flow.uuid).await?;
+    let props = &node["properties"];
+    flow.say(format!(
+        "inspected in {:.1} s; Ironic set cpus {} memory_mb {} local_gb {} cpu_arch {} capabilities {}",
+        t.elapsed().as_secs_f64(),
+        props["cpus"],
+        props["memory_mb"],
+        props["local_gb"],
+        props["cpu_arch"],
+        props["capabilities"]
+    ));
+    for line in inventory_lines(&stored["inventory"], &stored["plugin_data"]["root_disk"]) {
+        flow.say(line);
+    }
+
+    flow.say("");
+    flow.say("== provide: automated cleaning (erase_devices_metadata)");
+    let t = Instant::now();
+    flow.provide().await?;
+    flow.say(format!(
+        "available after {:.1} s",
+        t.elapsed().as_secs_f64()
+    ));
+
+    flow.say("");
+    let url = images.url("/demo.raw");
+    flow.say(format!(
+        "== deploy: {url} (raw, sha256) with a config drive (instance uuid {})",
+        p.instance
+    ));
+    let t = Instant::now();
+    let node = flow
+        .deploy(
+            json!([
+                {"op": "add", "path": "/instance_info/image_source", "value": url},
+                {"op": "add", "path": "/instance_info/image_os_hash_algo", "value": "sha256"},
+                {"op": "add", "path": "/instance_info/image_os_hash_value", "value": p.sha},
+                {"op": "add", "path": "/instance_info/image_disk_format", "value": "raw"},
+            ]),
+            json!({"meta_data": {"uuid": p.instance, "name": "demo", "hostname": "demo"}}),
+        )
+        .await?;
+    flow.say(format!(
+        "active after {:.1} s (last_error {})",
+        t.elapsed().as_secs_f64(),
+        node["last_error"]
+    ));
+    let commands = flow
+        .reporter()
+        .map(|r| r.commands.clone())
+        .unwrap_or_default();
+    if !commands.is_empty() {
+        flow.say(format!(
+            "what Ironic ran on the agent (its command list): {}",
+            command_names(&commands)
+        ));
+    }
+
+    flow.say("");
+    flow.say("== boot from disk");
+    let booted = flow.boot_disk(&p.marker, DISK_BOOT_TIMEOUT).await?;
+    show_deployed(
+        flow.reporter().map(|r| &mut r.out),
+        &booted.console,
+        booted.marker_after,
+        p,
+    )
+}
+
+/// `get_deploy_steps, execute_deploy_step(write_image), …`.
+fn command_names(commands: &[Value]) -> String {
+    commands
+        .iter()
+        .map(|c| {
+            let name = c["command_name"].as_str().unwrap_or("?");
+            let step = c["command_result"]["deploy_step"]["step"]
+                .as_str()
+                .or(c["command_result"]["clean_step"]["step"].as_str());
+            match step {
+                Some(s) => format!("{name}({s})"),
+                None => name.to_string(),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The deployed system's console: the UEFI entry OVMF started, the marker
+/// line, the config drive (which must carry the instance uuid).
+fn show_deployed(
+    out: Option<&mut Printer>,
+    console: &str,
+    marker_after: Duration,
+    p: &Prepared,
+) -> Result<()> {
+    let out = out.context("no printer")?;
+    if let Some(entry) = deploy::uefi_boot_entry(console) {
+        out.line(format!("firmware: {entry}"));
+    }
+    let line = console
+        .lines()
+        .find(|l| l.contains(&testimage::marker_line(&p.marker)))
+        .unwrap_or_default();
+    out.line(format!(
+        "deployed system, {:.1} s after power-on: {}",
+        marker_after.as_secs_f64(),
+        line.trim()
+    ));
+    let meta =
+        testimage::meta_data(console).context("the deployed system printed no config drive")?;
+    out.line(format!("its config drive's meta_data.json: {meta}"));
+    if !meta.contains(&p.instance) {
+        bail!(
+            "the config drive does not carry instance uuid {}",
+            p.instance
+        );
+    }
+    Ok(())
+}
+
+/// The demo with the stand-in conductor.
+fn with_test_conductor(out: &mut Printer, p: &Prepared, uefi: bool) -> Result<()> {
+    let api = format!("http://{BRIDGE_IP}:{PORT}");
     let net = Net::start(NetOptions::pxe(
         "demo",
-        &ramdisk,
+        &p.ramdisk,
         &format!(
             "console=ttyS0 quiet panic=-1 ipa-api-url={api} \
              ipa-inspection-callback-url={api}/v1/continue_inspection"
@@ -60,16 +348,11 @@ fn main() -> Result<()> {
     ))?;
     let target = Target::new(&net.logs, "demo", uefi, MAC)?;
     let work = tempfile::tempdir()?;
-    let instance = deploy::random_uuid();
     let configdrive = deploy::config_drive(
         work.path(),
-        &json!({"uuid": instance, "name": "demo", "hostname": "demo"}),
+        &json!({"uuid": p.instance, "name": "demo", "hostname": "demo"}),
     )?;
-    println!(
-        "prepared in {:.1} s; consoles in {}",
-        t0.elapsed().as_secs_f64(),
-        net.logs.display()
-    );
+    out.line(format!("consoles in {}", net.logs.display()));
 
     net.block_on(async {
         let conductor = TestConductor::start_on(
@@ -77,73 +360,72 @@ fn main() -> Result<()> {
                 command_poll_interval: Duration::from_secs(2),
                 ..Settings::default()
             },
-            format!("{BRIDGE_IP}:6385").parse()?,
+            format!("{BRIDGE_IP}:{PORT}").parse()?,
         )
         .await?;
         let server = ImageServer::start_on(format!("{BRIDGE_IP}:0").parse()?)?;
-        server.route("/images/demo.raw", &img.raw, &[], Fault::None);
+        server.route("/images/demo.raw", &p.img.raw, &[], Fault::None);
         let uuid = conductor.enroll(&[MAC]);
 
         let t = Instant::now();
-        println!(
-            "\n== inspection: the machine ({}, 1 vCPU, QEMU TCG) PXE-boots the ramdisk",
+        out.line(format!(
+            "== inspection: the machine ({}, 1 vCPU, QEMU TCG) PXE-boots the ramdisk",
             if uefi { "UEFI" } else { "BIOS" }
-        );
+        ));
         conductor.start_inspect(&uuid)?;
         let mut vm = target.pxe(&net)?;
-        let node = conductor
-            .wait_for_state(&uuid, "manageable", Duration::from_secs(300))
-            .await
-            .with_context(|| format!("inspection; console: {}", vm.console_path().display()))?;
-        println!(
+        let deadline = Instant::now() + Duration::from_secs(300);
+        let node = loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let wait = conductor.wait_for_state(&uuid, "manageable", left);
+            match tokio::time::timeout(HEARTBEAT, wait).await {
+                Ok(node) => {
+                    break node.with_context(|| {
+                        format!("inspection; console: {}", vm.console_path().display())
+                    })?
+                }
+                Err(_) => out.line(format!(
+                    "… still inspecting ({:.0} s) | console: {}",
+                    t.elapsed().as_secs_f64(),
+                    deploy::last_line(vm.console_path()).unwrap_or_default()
+                )),
+            }
+        };
+        out.line(format!(
             "inspected {:.1} s after power-on:",
             t.elapsed().as_secs_f64()
-        );
-        print_inventory(
-            node.inspection_data
-                .as_ref()
-                .context("no inspection data")?,
-        );
+        ));
+        let doc = node
+            .inspection_data
+            .as_ref()
+            .context("no inspection data")?;
+        for line in inventory_lines(&doc["inventory"], &doc["root_disk"]) {
+            out.line(line);
+        }
 
-        println!(
-            "\n== deploy: {} with a config drive (instance uuid {instance})",
-            img.raw.display()
-        );
-        let t = Instant::now();
+        out.line(format!(
+            "== deploy: {} with a config drive (instance uuid {})",
+            p.img.raw.display(),
+            p.instance
+        ));
         conductor.make_available(&uuid)?;
         conductor.start_deploy(
             &uuid,
             DeployRequest {
-                image_info: ImageInfo::raw_sha256(&server.url("/images/demo.raw"), &sha),
+                image_info: ImageInfo::raw_sha256(&server.url("/images/demo.raw"), &p.sha),
                 configdrive: Some(configdrive),
                 boot_mode: if uefi { BootMode::Uefi } else { BootMode::Bios },
                 root_device: None,
             },
         )?;
-        let tty = std::io::stdout().is_terminal();
-        let mut last = String::new();
         let node = deploy::watch_deploy(
             &conductor,
             &uuid,
             &["active"],
             Duration::from_secs(420),
-            |e| {
-                let line = match e {
-                    Event::State(s) => format!("node: {s}"),
-                    Event::Progress(p) => format!("agent: {}", deploy::progress_line(&p)),
-                };
-                if line != last {
-                    if tty {
-                        print!("\r\x1b[K{:>5.1} s  {line}", t.elapsed().as_secs_f64());
-                        if !line.starts_with("agent:") {
-                            println!();
-                        }
-                        let _ = std::io::stdout().flush();
-                    } else {
-                        println!("{:>5.1} s  {line}", t.elapsed().as_secs_f64());
-                    }
-                    last = line;
-                }
+            |e| match e {
+                Event::State(s) => out.line(format!("node: {s}")),
+                Event::Progress(p) => out.status(&format!("agent: {}", deploy::progress_line(&p))),
             },
         )
         .await?;
@@ -154,108 +436,87 @@ fn main() -> Result<()> {
                 node.last_error.unwrap_or_default()
             );
         }
-        println!("\nthe conductor's calls to the agent:");
+        out.line("the conductor's calls to the agent:");
         for l in conductor
             .transcript()
             .iter()
             .filter(|l| l.starts_with("C->A POST"))
         {
-            println!("  {l}");
+            out.line(format!("  {l}"));
         }
-        println!(
+        out.line(format!(
             "root uuid reported: {}",
             node.partition_uuids
                 .map(|p| p["root uuid"].to_string())
                 .unwrap_or_default()
-        );
+        ));
         tokio::task::block_in_place(|| vm.wait_exit(Duration::from_secs(120)))?;
-        println!(
-            "the agent powered the machine off {:.1} s after the deploy started",
-            t.elapsed().as_secs_f64()
-        );
+        out.line("the agent powered the machine off");
         drop(vm);
 
-        println!("\n== boot from disk");
+        out.line("== boot from disk");
         let mut disk = target.disk_boot(&net)?;
+        let console = disk.console_path().to_path_buf();
+        let needle = testimage::marker_line(&p.marker);
         let at = tokio::task::block_in_place(|| {
-            deploy::wait_booted(
-                &mut disk,
-                &testimage::marker_line(&marker),
-                Duration::from_secs(300),
-            )
+            out.meanwhile("booting from disk", Some(&console), || {
+                deploy::wait_booted(&mut disk, &needle, DISK_BOOT_TIMEOUT)
+            })
         })?;
-        let console = disk.console();
-        if uefi {
-            if let Some(entry) = deploy::uefi_boot_entry(&console) {
-                println!("firmware: {entry}");
-            }
-        }
-        let line = console
-            .lines()
-            .find(|l| l.contains(&testimage::marker_line(&marker)))
-            .unwrap_or_default();
-        println!(
-            "deployed system, {:.1} s after power-on: {}",
-            at.as_secs_f64(),
-            line.trim()
-        );
-        let meta = testimage::meta_data(&console)
-            .context("the deployed system printed no config drive")?;
-        println!("its config drive's meta_data.json: {meta}");
-        if !meta.contains(&instance) {
-            bail!("the config drive does not carry instance uuid {instance}");
-        }
-        anyhow::Ok(())
-    })??;
-    println!("\ndemo done in {:.1} s", t0.elapsed().as_secs_f64());
-    Ok(())
+        show_deployed(Some(out), &disk.console(), at, p)
+    })?
 }
 
-/// A few lines about the machine from the inspection document.
-fn print_inventory(doc: &Value) {
-    let inv = &doc["inventory"];
+/// A few lines about the machine from an inspection inventory and the
+/// agent's root disk choice.
+fn inventory_lines(inv: &Value, root_disk: &Value) -> Vec<String> {
     let gib = |v: &Value| v.as_u64().unwrap_or(0) as f64 / (1u64 << 30) as f64;
     let sv = &inv["system_vendor"];
-    println!(
-        "  system    {} {} (serial {})",
-        sv["manufacturer"].as_str().unwrap_or("?"),
-        sv["product_name"].as_str().unwrap_or("?"),
-        sv["serial_number"]
-            .as_str()
-            .filter(|s| !s.is_empty())
-            .unwrap_or("-")
-    );
     let cpu = &inv["cpu"];
-    println!(
-        "  cpu       {} × {} ({})",
-        cpu["count"],
-        cpu["model_name"].as_str().unwrap_or("?"),
-        cpu["architecture"].as_str().unwrap_or("?")
-    );
-    println!("  memory    {} MiB", inv["memory"]["physical_mb"]);
+    let mut lines = vec![
+        format!(
+            "  system    {} {} (serial {})",
+            sv["manufacturer"].as_str().unwrap_or("?"),
+            sv["product_name"].as_str().unwrap_or("?"),
+            sv["serial_number"]
+                .as_str()
+                .filter(|s| !s.is_empty())
+                .unwrap_or("-")
+        ),
+        format!(
+            "  cpu       {} × {} ({})",
+            cpu["count"],
+            cpu["model_name"].as_str().unwrap_or("?"),
+            cpu["architecture"].as_str().unwrap_or("?")
+        ),
+        format!("  memory    {} MiB", inv["memory"]["physical_mb"]),
+    ];
     for d in inv["disks"].as_array().into_iter().flatten() {
-        println!(
+        lines.push(format!(
             "  disk      {} {:.1} GiB serial {} rotational {}",
             d["name"].as_str().unwrap_or("?"),
             gib(&d["size"]),
             d["serial"].as_str().unwrap_or("-"),
             d["rotational"]
-        );
+        ));
     }
     for i in inv["interfaces"].as_array().into_iter().flatten() {
-        println!(
+        lines.push(format!(
             "  nic       {} {} {}",
             i["name"].as_str().unwrap_or("?"),
             i["mac_address"].as_str().unwrap_or("?"),
             i["ipv4_address"].as_str().unwrap_or("-")
-        );
+        ));
     }
-    println!(
+    lines.push(format!(
         "  boot      {} from {}",
         inv["boot"]["current_boot_mode"].as_str().unwrap_or("?"),
         inv["boot"]["pxe_interface"].as_str().unwrap_or("?")
-    );
-    if let Some(root) = doc["root_disk"]["name"].as_str() {
-        println!("  root disk {root} (the agent's choice without hints)");
+    ));
+    if let Some(root) = root_disk["name"].as_str() {
+        lines.push(format!(
+            "  root disk {root} (the agent's choice without hints)"
+        ));
     }
+    lines
 }
