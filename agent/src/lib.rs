@@ -5,7 +5,8 @@
 //! `tests/layers.rs`), lowest first:
 //!
 //! 1. Foundations: [`config`] (kernel command line and flags), [`tls`],
-//!    [`net`], [`discovery`] (finding the conductor by mDNS), [`errfmt`].
+//!    [`net`], [`discovery`] (finding the conductor by mDNS), [`errfmt`],
+//!    [`tool`] (running external tools).
 //! 2. Hardware and devices: [`inventory`] (what the machine is) with its
 //!    [`collectors`], [`hints`] (which disk is the root device), [`lldp`]
 //!    (which switch port each NIC sees), [`disk`] (device policy, partition
@@ -53,6 +54,7 @@ pub mod state;
 #[cfg(feature = "test-conductor")]
 pub mod testconductor;
 pub mod tls;
+pub mod tool;
 pub mod uefi;
 
 /// The agent's version, as reported to the conductor and on `GET /v1`.

@@ -13,7 +13,7 @@ use std::path::Path;
 const LAYERS: &[(&str, &[&str])] = &[
     (
         "foundations",
-        &["config", "discovery", "errfmt", "net", "tls"],
+        &["config", "discovery", "errfmt", "net", "tls", "tool"],
     ),
     (
         "hardware and devices",

@@ -34,10 +34,13 @@ pub async fn lock_down_and_idle(mode: RunMode) -> ! {
         RunMode::Ramdisk => {
             let _ = tokio::task::spawn_blocking(|| {
                 for name in interfaces() {
-                    let r = std::process::Command::new("ip")
-                        .args(["link", "set", "dev", &name, "down"])
-                        .status();
-                    tracing::info!(interface = %name, result = ?r, "interface down (lockdown)");
+                    match crate::tool::run(
+                        std::process::Command::new("ip")
+                            .args(["link", "set", "dev", &name, "down"]),
+                    ) {
+                        Ok(_) => tracing::info!(interface = %name, "interface down (lockdown)"),
+                        Err(e) => tracing::warn!(interface = %name, "lockdown: {e}"),
+                    }
                 }
             })
             .await;

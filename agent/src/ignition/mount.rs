@@ -65,18 +65,17 @@ impl Mounted {
                     format!("loop,offset={offset},sizelimit={len},{ro_opt}"),
                 ),
             };
-        let out = Command::new("mount")
-            .args(["-t", fstype, "-o", &opts])
-            .arg(&source)
-            .arg(&dir)
-            .output()
-            .map_err(|e| format!("running mount: {e}"))?;
-        if !out.status.success() {
+        let mounted = crate::tool::run(
+            Command::new("mount")
+                .args(["-t", fstype, "-o", &opts])
+                .arg(&source)
+                .arg(&dir),
+        );
+        if let Err(e) = mounted {
             let _ = std::fs::remove_dir(&dir);
             return Err(format!(
-                "mounting {fstype} at byte {offset} of {}: {}",
-                device.display(),
-                String::from_utf8_lossy(&out.stderr).trim()
+                "mounting {fstype} at byte {offset} of {}: {e}",
+                device.display()
             ));
         }
         let loop_name = mount_source(&dir)
@@ -97,7 +96,7 @@ impl Mounted {
     /// Unmounts, reporting failure.
     pub fn unmount(mut self) -> Result<(), String> {
         self.active = false;
-        umount(&self.dir)?;
+        umount(&self.dir).map_err(|e| e.to_string())?;
         let _ = std::fs::remove_dir(&self.dir);
         self.wait_loop_released();
         Ok(())
@@ -159,20 +158,8 @@ fn mount_source(dir: &Path) -> Option<String> {
     })
 }
 
-fn umount(dir: &Path) -> Result<(), String> {
-    let out = Command::new("umount")
-        .arg(dir)
-        .output()
-        .map_err(|e| format!("running umount: {e}"))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "unmounting {}: {}",
-            dir.display(),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
-    }
+fn umount(dir: &Path) -> Result<(), crate::tool::ToolError> {
+    crate::tool::run(Command::new("umount").arg(dir)).map(drop)
 }
 
 impl Drop for Mounted {

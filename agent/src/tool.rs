@@ -1,0 +1,113 @@
+//! Running external tools (`mount`, `umount`, `ip`, …): the one place that
+//! starts them, so every failure says the same things: the command line,
+//! how it ended, and the tail of what it wrote to stderr.
+
+use std::fmt;
+use std::io;
+use std::process::{Command, ExitStatus, Output};
+
+/// How much of a failed tool's stderr an error keeps (its end).
+const STDERR_TAIL: usize = 1000;
+
+/// Why a tool run failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ToolError {
+    /// It could not be started (missing, not executable).
+    #[error("running `{cmdline}`: {source}")]
+    Spawn {
+        /// The command line.
+        cmdline: String,
+        /// Why it could not start.
+        source: io::Error,
+    },
+    /// It ran and failed.
+    #[error("`{cmdline}` failed ({status}){}", Tail(stderr))]
+    Failed {
+        /// The command line.
+        cmdline: String,
+        /// How it ended.
+        status: ExitStatus,
+        /// The end of its stderr, trimmed.
+        stderr: String,
+    },
+}
+
+/// `: <stderr>` when there is any.
+struct Tail<'a>(&'a str);
+
+impl fmt::Display for Tail<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.is_empty() {
+            Ok(())
+        } else {
+            write!(f, ": {}", self.0)
+        }
+    }
+}
+
+/// `cmd` as a shell-like line, for messages.
+pub fn cmdline(cmd: &Command) -> String {
+    std::iter::once(cmd.get_program())
+        .chain(cmd.get_args())
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Runs `cmd` to its end, capturing its output; a non-zero exit is an error
+/// with the tail of its stderr.
+pub fn run(cmd: &mut Command) -> Result<Output, ToolError> {
+    let line = cmdline(cmd);
+    let out = cmd.output().map_err(|source| ToolError::Spawn {
+        cmdline: line.clone(),
+        source,
+    })?;
+    if out.status.success() {
+        return Ok(out);
+    }
+    let text = String::from_utf8_lossy(&out.stderr);
+    let text = text.trim();
+    let start = text
+        .char_indices()
+        .rev()
+        .nth(STDERR_TAIL - 1)
+        .map_or(0, |(i, _)| i);
+    Err(ToolError::Failed {
+        cmdline: line,
+        status: out.status,
+        stderr: text[start..].to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    //! Errors that name the command and keep the end of stderr.
+
+    use super::*;
+
+    #[test]
+    fn failures_name_the_command_line_and_the_end_of_stderr() {
+        let e =
+            run(Command::new("sh")
+                .args(["-c", "echo starting >&2; echo no such thing >&2; exit 3"]))
+            .unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.starts_with("`sh -c echo starting"), "{msg}");
+        assert!(msg.contains("exit status: 3"), "{msg}");
+        assert!(msg.ends_with("starting\nno such thing"), "{msg}");
+
+        let long = format!("printf '%s' {} >&2; exit 1", "x".repeat(5000));
+        let e = run(Command::new("sh").args(["-c", &long])).unwrap_err();
+        let ToolError::Failed { stderr, .. } = e else {
+            panic!("expected Failed")
+        };
+        assert_eq!(stderr.len(), STDERR_TAIL);
+
+        let e = run(&mut Command::new("/nonexistent/tool")).unwrap_err();
+        assert!(matches!(e, ToolError::Spawn { .. }), "{e}");
+        assert!(e.to_string().contains("/nonexistent/tool"), "{e}");
+
+        let out = run(Command::new("sh").args(["-c", "echo fine"])).unwrap();
+        assert_eq!(out.stdout, b"fine\n");
+    }
+}
