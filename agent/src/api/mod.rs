@@ -214,7 +214,7 @@ async fn run_command(
             ApiError::InvalidCommand(e.to_string())
         }
     })?;
-    (spec.validate)(&params).map_err(ApiError::InvalidParams)?;
+    (spec.validate)(&params).map_err(|e| ApiError::InvalidParams(e.to_string()))?;
     let result = state
         .commands
         .execute(&state, spec, params, wants_wait(&q))

@@ -9,17 +9,25 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
+use super::params::InstallBootloader;
 use super::{CommandError, ErrorKind, Outcome};
 use crate::config::RunMode;
 use crate::state::AgentState;
 
 /// `image.install_bootloader` (async).
 pub async fn install_bootloader(state: Arc<AgentState>, params: Value) -> Outcome {
-    let mode = params["target_boot_mode"].as_str().unwrap_or("bios");
-    let root_uuid = params["root_uuid"].as_str().unwrap_or_default();
-    let ignore = params["ignore_bootloader_failure"]
-        .as_bool()
-        .unwrap_or(false);
+    let p: InstallBootloader = match super::params::parse(&params) {
+        Ok(p) => p,
+        Err(e) => {
+            return Outcome::Failed(CommandError::new(
+                ErrorKind::InvalidCommandParams,
+                e.to_string(),
+            ))
+        }
+    };
+    let mode = p.target_boot_mode.as_deref().unwrap_or("bios");
+    let root_uuid = p.root_uuid.as_deref().unwrap_or_default();
+    let ignore = p.ignore_bootloader_failure.unwrap_or(false);
     if state.config.mode == RunMode::Host {
         tracing::warn!(
             target_boot_mode = mode,

@@ -13,11 +13,6 @@ pub async fn get_clean_steps(state: Arc<AgentState>, params: Value) -> Outcome {
     steps::get_steps(state, params, StepKind::Clean).await
 }
 
-/// Parameter check of `clean.execute_clean_step`.
-pub fn validate_execute(params: &Value) -> Result<(), String> {
-    steps::validate_execute(params)
-}
-
 /// `clean.execute_clean_step` (async).
 pub async fn execute_clean_step(state: Arc<AgentState>, params: Value) -> Outcome {
     steps::execute_step(state, params, StepKind::Clean).await

@@ -13,11 +13,6 @@ pub async fn get_deploy_steps(state: Arc<AgentState>, params: Value) -> Outcome 
     steps::get_steps(state, params, StepKind::Deploy).await
 }
 
-/// Parameter check of `deploy.execute_deploy_step`.
-pub fn validate_execute(params: &Value) -> Result<(), String> {
-    steps::validate_execute(params)
-}
-
 /// `deploy.execute_deploy_step` (async).
 pub async fn execute_deploy_step(state: Arc<AgentState>, params: Value) -> Outcome {
     steps::execute_step(state, params, StepKind::Deploy).await

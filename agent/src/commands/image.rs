@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use serde_json::{json, Value};
 
+use super::params::{ParamsError, PrepareImage};
 use super::steps::StepCall;
 use super::{CommandError, ErrorKind, Outcome};
 use crate::config::RunMode;
@@ -86,18 +87,27 @@ fn md5_allowed(state: &AgentState) -> bool {
 }
 
 /// Parameter check of `standby.prepare_image` (HTTP 400 on failure).
-pub fn validate_prepare_image(params: &Value) -> Result<(), String> {
-    let image_info = params.get("image_info").ok_or("image_info is missing")?;
-    info::parse(image_info, HttpOptions::default(), true)
-        .map(|_| ())
-        .map_err(|e| e.to_string())
+pub fn validate_prepare_image(params: &Value) -> Result<(), ParamsError> {
+    let p: PrepareImage = super::params::parse(params)?;
+    info::parse(&p.image_info, HttpOptions::default(), true)
+        .map(drop)
+        .map_err(|e| ParamsError::at("image_info", e.to_string()))
 }
 
 /// `standby.prepare_image` (async).
 pub async fn prepare_image(state: Arc<AgentState>, params: Value) -> Outcome {
-    let image_info = params.get("image_info").cloned().unwrap_or(Value::Null);
-    let configdrive = params.get("configdrive").cloned().unwrap_or(Value::Null);
-    write(state, image_info, configdrive).await.into()
+    let p: PrepareImage = match super::params::parse(&params) {
+        Ok(p) => p,
+        Err(e) => {
+            return Outcome::Failed(CommandError::new(
+                ErrorKind::InvalidCommandParams,
+                e.to_string(),
+            ))
+        }
+    };
+    write(state, p.image_info, p.configdrive.unwrap_or(Value::Null))
+        .await
+        .into()
 }
 
 /// The `write_image` deploy step.

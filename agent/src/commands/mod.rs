@@ -15,6 +15,7 @@ pub mod error;
 pub mod history;
 pub mod image;
 pub mod logs;
+pub mod params;
 pub mod registry;
 pub mod standby;
 pub mod steps;

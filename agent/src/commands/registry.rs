@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
+use super::params::{self, InstallBootloader, ParamsError};
 use super::{bootloader, clean, deploy, standby, Outcome};
 use crate::state::AgentState;
 
@@ -34,12 +35,13 @@ pub struct CommandSpec {
     /// Sync or async.
     pub mode: Mode,
     /// Parameter check run before the command is recorded (HTTP 400 on error).
-    pub validate: fn(&Value) -> Result<(), String>,
+    pub validate: fn(&Value) -> Result<(), ParamsError>,
     /// The handler.
     pub run: fn(Arc<AgentState>, Value) -> CommandFuture,
 }
 
-fn any_params(_: &Value) -> Result<(), String> {
+/// Commands without parameters accept any (IPA ignores extra ones).
+fn any_params(_: &Value) -> Result<(), ParamsError> {
     Ok(())
 }
 
@@ -56,7 +58,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         extension: "clean",
         method: "execute_clean_step",
         mode: Mode::Async,
-        validate: clean::validate_execute,
+        validate: params::check_execute_step,
         run: |s, p| Box::pin(clean::execute_clean_step(s, p)),
     },
     CommandSpec {
@@ -70,7 +72,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         extension: "deploy",
         method: "execute_deploy_step",
         mode: Mode::Async,
-        validate: deploy::validate_execute,
+        validate: params::check_execute_step,
         run: |s, p| Box::pin(deploy::execute_deploy_step(s, p)),
     },
     CommandSpec {
@@ -119,7 +121,7 @@ pub static COMMANDS: &[CommandSpec] = &[
         extension: "image",
         method: "install_bootloader",
         mode: Mode::Async,
-        validate: any_params,
+        validate: params::check::<InstallBootloader>,
         run: |s, p| Box::pin(bootloader::install_bootloader(s, p)),
     },
     CommandSpec {

@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use serde_json::{json, Map, Value};
 
+use super::params::ExecuteStep;
 use super::{CommandError, ErrorKind, Outcome};
 use crate::state::AgentState;
 
@@ -224,29 +225,27 @@ pub async fn get_steps(state: Arc<AgentState>, params: Value, kind: StepKind) ->
     }))
 }
 
-/// Parameter check of `execute_*_step`: `step` must be an object naming a step.
-pub fn validate_execute(params: &Value) -> Result<(), String> {
-    let step = params
-        .get("step")
-        .ok_or("the 'step' parameter is required")?;
-    match step.get("step") {
-        Some(Value::String(s)) if !s.is_empty() => {}
-        _ => return Err("'step' must be an object with a 'step' name".into()),
-    }
-    match step.get("args") {
-        None | Some(Value::Null) | Some(Value::Object(_)) => Ok(()),
-        Some(_) => Err("'step.args' must be an object".into()),
-    }
-}
-
 /// `execute_clean_step` / `execute_deploy_step`: version check, dispatch, and
 /// the result echoing the step as Ironic requires (spec §1.9).
 pub async fn execute_step(state: Arc<AgentState>, params: Value, kind: StepKind) -> Outcome {
     let word = kind.word();
+    let request: ExecuteStep = match super::params::parse(&params) {
+        Ok(r) => r,
+        Err(e) => {
+            return Outcome::Failed(CommandError::new(
+                ErrorKind::InvalidCommandParams,
+                e.to_string(),
+            ))
+        }
+    };
+    // The step as sent, echoed in the result.
     let step = params.get("step").cloned().unwrap_or(Value::Null);
-    let name = step.get("step").and_then(Value::as_str).unwrap_or_default();
-    let version_key = format!("{word}_version");
-    if let Some(theirs) = params.get(&version_key).filter(|v| !v.is_null()) {
+    let name = request.step.step.as_str();
+    let theirs = match kind {
+        StepKind::Clean => request.clean_version.as_ref(),
+        StepKind::Deploy => request.deploy_version.as_ref(),
+    };
+    if let Some(theirs) = theirs.filter(|v| !v.is_null()) {
         let ours = hardware_manager_version();
         if *theirs != ours {
             return Outcome::VersionMismatch(CommandError::new(
@@ -255,8 +254,8 @@ pub async fn execute_step(state: Arc<AgentState>, params: Value, kind: StepKind)
             ));
         }
     }
-    if let Some(node) = params.get("node").filter(|n| n.is_object()) {
-        state.cache_node(node.clone());
+    if request.node.is_object() {
+        state.cache_node(request.node.clone());
     }
     let Some(def) = STEPS
         .iter()
@@ -268,13 +267,9 @@ pub async fn execute_step(state: Arc<AgentState>, params: Value, kind: StepKind)
         ));
     };
     let call = StepCall {
-        node: params.get("node").cloned().unwrap_or(Value::Null),
-        ports: params.get("ports").cloned().unwrap_or(Value::Null),
-        args: step
-            .get("args")
-            .and_then(Value::as_object)
-            .cloned()
-            .unwrap_or_default(),
+        node: request.node.clone(),
+        ports: request.ports.clone(),
+        args: request.step.args.clone().unwrap_or_default(),
     };
     tracing::info!(step = name, kind = word, "running step");
     match (def.run)(state, call).await {
