@@ -16,14 +16,9 @@ use crate::state::AgentState;
 
 /// `image.install_bootloader` (async).
 pub async fn install_bootloader(state: Arc<AgentState>, params: Value) -> Outcome {
-    let p: InstallBootloader = match super::params::parse(&params) {
+    let p: InstallBootloader = match super::params::for_command(&params) {
         Ok(p) => p,
-        Err(e) => {
-            return Outcome::Failed(CommandError::new(
-                ErrorKind::InvalidCommandParams,
-                e.to_string(),
-            ))
-        }
+        Err(e) => return Outcome::Failed(e),
     };
     let mode = p.target_boot_mode.as_deref().unwrap_or("bios");
     let root_uuid = p.root_uuid.as_deref().unwrap_or_default();

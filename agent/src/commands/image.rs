@@ -96,14 +96,9 @@ pub fn validate_prepare_image(params: &Value) -> Result<(), ParamsError> {
 
 /// `standby.prepare_image` (async).
 pub async fn prepare_image(state: Arc<AgentState>, params: Value) -> Outcome {
-    let p: PrepareImage = match super::params::parse(&params) {
+    let p: PrepareImage = match super::params::for_command(&params) {
         Ok(p) => p,
-        Err(e) => {
-            return Outcome::Failed(CommandError::new(
-                ErrorKind::InvalidCommandParams,
-                e.to_string(),
-            ))
-        }
+        Err(e) => return Outcome::Failed(e),
     };
     write(state, p.image_info, p.configdrive.unwrap_or(Value::Null))
         .await

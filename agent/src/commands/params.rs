@@ -9,6 +9,8 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
+use super::{CommandError, ErrorKind};
+
 /// A parameter that does not fit its command.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{path}: {reason}")]
@@ -36,6 +38,12 @@ pub fn parse<T: DeserializeOwned>(params: &Value) -> Result<T, ParamsError> {
         let reason = e.into_inner().to_string();
         ParamsError { path, reason }
     })
+}
+
+/// [`parse`] for a handler: a bad parameter is the command's
+/// `InvalidCommandParams` failure.
+pub fn for_command<T: DeserializeOwned>(params: &Value) -> Result<T, CommandError> {
+    parse(params).map_err(|e| CommandError::new(ErrorKind::InvalidCommandParams, e.to_string()))
 }
 
 /// Checks that `params` fit a `T` (the command table's validation).

@@ -229,14 +229,9 @@ pub async fn get_steps(state: Arc<AgentState>, params: Value, kind: StepKind) ->
 /// the result echoing the step as Ironic requires (spec §1.9).
 pub async fn execute_step(state: Arc<AgentState>, params: Value, kind: StepKind) -> Outcome {
     let word = kind.word();
-    let request: ExecuteStep = match super::params::parse(&params) {
+    let request: ExecuteStep = match super::params::for_command(&params) {
         Ok(r) => r,
-        Err(e) => {
-            return Outcome::Failed(CommandError::new(
-                ErrorKind::InvalidCommandParams,
-                e.to_string(),
-            ))
-        }
+        Err(e) => return Outcome::Failed(e),
     };
     // The step as sent, echoed in the result.
     let step = params.get("step").cloned().unwrap_or(Value::Null);
