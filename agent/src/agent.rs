@@ -24,7 +24,7 @@ use crate::config::{ApiUrls, Config, RunMode};
 use crate::state::{AgentEvent, AgentState};
 use crate::{api, inspect, net, power, server, tls};
 
-/// Gap after a failed heartbeat: `ERROR_RETRY × U(1, 2)` (spec §2.4).
+/// Gap after a failed heartbeat: `ERROR_RETRY × U(1, 2)` (PROTOCOL.md §2.4).
 const ERROR_RETRY: Duration = Duration::from_secs(5);
 /// Repeated identical warnings are logged at most this often.
 const LOG_REPEAT: Duration = Duration::from_secs(60);

@@ -1,4 +1,4 @@
-//! Conductor discovery by mDNS (`ipa-api-url=mdns`, spec §3.2): browse
+//! Conductor discovery by mDNS (`ipa-api-url=mdns`, PROTOCOL.md §3.2): browse
 //! `_openstack._tcp.local.` for the instance `baremetal` (or
 //! `baremetal-introspection`), then build the URL as IPA does: TXT
 //! `protocol` (absent ⇒ `http` on port 80, else `https`) and `path`; the
@@ -30,7 +30,7 @@ pub struct Advert {
     pub txt: HashMap<String, String>,
 }
 
-/// The base URL an advertisement names (IPA's rules, spec §3.2).
+/// The base URL an advertisement names (IPA's rules, PROTOCOL.md §3.2).
 pub fn url_of(a: &Advert) -> Result<String> {
     let protocol = a
         .txt

@@ -1,4 +1,4 @@
-//! In-band inspection (spec §4.3–4.5): run the collectors, POST the
+//! In-band inspection (PROTOCOL.md §4.3–4.5): run the collectors, POST the
 //! document to `ipa-inspection-callback-url` (Ironic's
 //! `/v1/continue_inspection`, or ironic-inspector's `/v1/continue`), retry
 //! as IPA does, and hand the node UUID and token of the answer to lookup.
@@ -145,7 +145,7 @@ pub fn add_host_mode_macs(inv: &mut Inventory, config: &Config) {
     }
 }
 
-/// Runs the collectors and builds the document (spec §4.3).
+/// Runs the collectors and builds the document (PROTOCOL.md §4.3).
 pub async fn collect(config: &Config, opts: &Options) -> Value {
     let collectors = &config.inspection_collectors;
     let wants = |c: &str| collectors.iter().any(|x| x == c);

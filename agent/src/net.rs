@@ -1,6 +1,6 @@
 //! Network facts the agent core needs before the full inventory exists: the
 //! MAC addresses to look the node up by, and the local address that routes
-//! to the conductor (the advertised callback address, spec §2.6).
+//! to the conductor (the advertised callback address, PROTOCOL.md §2.6).
 
 use std::fs;
 use std::net::{IpAddr, SocketAddr};

@@ -1,6 +1,6 @@
 //! TLS for both directions.
 //!
-//! * Auto-TLS (spec §8): at start the agent makes an EC P-384 key and a
+//! * Auto-TLS (PROTOCOL.md §8): at start the agent makes an EC P-384 key and a
 //!   self-signed certificate whose SubjectAltName is the advertised IP, valid
 //!   from one hour ago (clock skew) for 30 days, serves HTTPS with it at the
 //!   TLS minimum the conductor asks for, and sends the PEM as

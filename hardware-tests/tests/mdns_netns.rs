@@ -1,4 +1,4 @@
-//! mDNS discovery (spec §3.2) in a network namespace the test creates: an
+//! mDNS discovery (PROTOCOL.md §3.2) in a network namespace the test creates: an
 //! announcer (mdns-sd, as Ironic's zeroconf would) registers
 //! `baremetal._openstack._tcp.local.` on one end of a veth pair, and the
 //! agent's browser finds it and builds the URL from the TXT `protocol` and

@@ -1,6 +1,6 @@
 //! `standby.get_partition_uuids` through the command API after
 //! `standby.prepare_image` wrote whole-disk images to a loop device: exactly
-//! the keys and values IPA reports (spec §5.7): `{}` before any write,
+//! the keys and values IPA reports (PROTOCOL.md §5.7): `{}` before any write,
 //! `{"root uuid": "0x1a2b3c4d"}` for an MBR image whose disk signature
 //! sfdisk set to 0x1a2b3c4d, `"0x00000000"` for a GPT image (whose
 //! protective MBR has no signature), and `{}` again after a failed write.

@@ -1,5 +1,5 @@
 //! Errors of the command API. Every error reply is JSON with a string
-//! `faultstring` (Ironic does substring tests on it, spec §1.6) and a
+//! `faultstring` (Ironic does substring tests on it, PROTOCOL.md §1.6) and a
 //! `faultcode` of `Client` (< 500) or `Server`.
 
 use axum::http::StatusCode;

@@ -1,4 +1,4 @@
-//! The IPA-compatible command API (spec §1): routes, token check, body
+//! The IPA-compatible command API (PROTOCOL.md §1): routes, token check, body
 //! limits, and the mapping of command outcomes to HTTP replies. Handlers only
 //! parse and validate; running commands belongs to
 //! [`crate::commands::history::CommandHistory`].

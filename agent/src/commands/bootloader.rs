@@ -1,4 +1,4 @@
-//! `image.install_bootloader` (spec §5.8), called by Ironic after a UEFI
+//! `image.install_bootloader` (PROTOCOL.md §5.8), called by Ironic after a UEFI
 //! whole-disk deploy. Host mode never touches this machine's NVRAM: the
 //! command succeeds and says so. In the ramdisk, BIOS whole-disk images
 //! need nothing; for UEFI the loaders on the image's EFI system partition

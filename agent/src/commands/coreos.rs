@@ -1,4 +1,4 @@
-//! The `install_coreos` custom deploy step of Metal3/OpenShift (spec §6.3):
+//! The `install_coreos` custom deploy step of Metal3/OpenShift (PROTOCOL.md §6.3):
 //! what `openshift/ironic-agent-image`'s hardware manager does by running
 //! `coreos-installer install` in a chroot, done natively on top of the
 //! whole-disk pipeline: write the CoreOS image to the root device, then put

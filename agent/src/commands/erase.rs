@@ -1,5 +1,5 @@
 //! The erase steps: `erase_devices_metadata`, `erase_devices` and
-//! `erase_devices_express` (spec §7.2, §7.3): which disks the node's
+//! `erase_devices_express` (PROTOCOL.md §7.2, §7.3): which disks the node's
 //! properties leave to erase, and the step results. The erasing itself is
 //! [`crate::disk::erase`] and [`crate::disk::fullerase`].
 

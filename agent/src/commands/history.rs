@@ -1,7 +1,7 @@
 //! The per-boot, append-only list of commands and the rules for running them:
 //! one agent-wide lock serialises command starts (a sync command holds it while
 //! it runs), a second command while an async one runs is refused as busy, and
-//! every async command that ends asks for an early heartbeat (spec §1.4).
+//! every async command that ends asks for an early heartbeat (PROTOCOL.md §1.4).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

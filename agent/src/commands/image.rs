@@ -56,7 +56,7 @@ fn configdrive_error(e: ConfigDriveError) -> CommandError {
 }
 
 /// After a verified whole-disk write: IPA's "at least one partition" check,
-/// then the config drive (spec §5.5, §6.2).
+/// then the config drive (PROTOCOL.md §5.5, §6.2).
 fn finish_whole_disk(device: &Path, configdrive: Option<&[u8]>) -> Result<(), CommandError> {
     let parts = configdrive::check_partitioned(device)
         .map_err(|e| CommandError::new(ErrorKind::Deployment, e))?;
@@ -66,7 +66,7 @@ fn finish_whole_disk(device: &Path, configdrive: Option<&[u8]>) -> Result<(), Co
         tracing::info!(device = %device.display(), partition = placed.part.number,
             reused = placed.reused, label = ?placed.label, "config drive written");
         // CoreOS-like images get the config drive's Ignition config in
-        // their boot filesystem (spec §6.3).
+        // their boot filesystem (PROTOCOL.md §6.3).
         crate::ignition::from_config_drive(device, data)
             .map_err(|e| CommandError::new(ErrorKind::Deployment, format!("Ignition: {e}")))?;
     }
@@ -190,7 +190,7 @@ where
     }))
 }
 
-/// `standby.get_partition_uuids` for a whole-disk image (spec §5.7), read
+/// `standby.get_partition_uuids` for a whole-disk image (PROTOCOL.md §5.7), read
 /// from the device after everything was written: `root uuid` is the MBR
 /// disk signature (bytes 440..444, little-endian, `0x%08x`, IPA's
 /// `hexdump -s 440 -n 4 -e '"0x%08x"'`; `0x00000000` on GPT-only images).

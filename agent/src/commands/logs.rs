@@ -1,4 +1,4 @@
-//! `log.collect_system_logs` (spec §1.7): the bundle of [`crate::logs`],
+//! `log.collect_system_logs` (PROTOCOL.md §1.7): the bundle of [`crate::logs`],
 //! built off the async runtime. Ironic only decodes and stores it (on
 //! deploy failure by default).
 

@@ -1,5 +1,5 @@
 //! The IPA-compatible command model: command results as Ironic reads them
-//! (spec §1.5), the typed errors a command can end with, and the registry
+//! (PROTOCOL.md §1.5), the typed errors a command can end with, and the registry
 //! that maps `extension.method` names to handlers.
 //!
 //! Design: a command handler is plain data in a table ([`registry`]); the
@@ -43,7 +43,7 @@ pub enum CommandStatus {
     CleanVersionMismatch,
 }
 
-/// The five keys IPA serialises for a command (spec §1.5).
+/// The five keys IPA serialises for a command (PROTOCOL.md §1.5).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CommandResult {
     /// Random UUID4.

@@ -1,6 +1,6 @@
 //! The in-band steps as a static table of data (name, interface, priorities,
 //! flags, arguments) plus the shared logic of `get_*_steps` and
-//! `execute_*_step` for cleaning and deployment (spec §1.7, §7.1).
+//! `execute_*_step` for cleaning and deployment (PROTOCOL.md §1.7, §7.1).
 //!
 //! Only steps this agent really implements are listed: Ironic runs every
 //! step reported with a priority above zero during automated cleaning, so
@@ -118,7 +118,7 @@ pub static STEPS: &[Step] = &[
         run: |s, c| Box::pin(super::image::write_image_step(s, c)),
     },
     Step {
-        // Metal3/OpenShift's custom deploy step (spec §6.3), never run
+        // Metal3/OpenShift's custom deploy step (PROTOCOL.md §6.3), never run
         // unless asked for (priority 0).
         name: "install_coreos",
         interface: "deploy",
@@ -226,7 +226,7 @@ pub async fn get_steps(state: Arc<AgentState>, params: Value, kind: StepKind) ->
 }
 
 /// `execute_clean_step` / `execute_deploy_step`: version check, dispatch, and
-/// the result echoing the step as Ironic requires (spec §1.9).
+/// the result echoing the step as Ironic requires (PROTOCOL.md §1.9).
 pub async fn execute_step(state: Arc<AgentState>, params: Value, kind: StepKind) -> Outcome {
     let word = kind.word();
     let request: ExecuteStep = match super::params::for_command(&params) {

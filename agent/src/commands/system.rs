@@ -1,4 +1,4 @@
-//! `system.lockdown` (spec §1.7, §1.8(e)): for nodes whose power may not be
+//! `system.lockdown` (PROTOCOL.md §1.7, §1.8(e)): for nodes whose power may not be
 //! switched off (`disable_power_off`), Ironic asks the agent to make itself
 //! unreachable: stop serving the API (open connections closed), stop
 //! heartbeating, bring every network interface down and idle forever.

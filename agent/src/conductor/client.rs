@@ -1,6 +1,6 @@
 //! HTTP client of the conductor's ramdisk endpoints. Several base URLs may be
 //! configured: each request tries them in order, starting with the last one
-//! that answered, and promotes the first that answers (spec §2).
+//! that answered, and promotes the first that answers (PROTOCOL.md §2).
 
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -32,7 +32,7 @@ impl ApiVersion {
     pub const INSPECTION: ApiVersion = ApiVersion(1, 84);
 }
 
-/// The heartbeat document (spec §2.3).
+/// The heartbeat document (PROTOCOL.md §2.3).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Heartbeat<'a> {
     /// `https://<ip>:<port>`, never changing within a boot.

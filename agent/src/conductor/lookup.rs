@@ -1,4 +1,4 @@
-//! The lookup answer (spec §2.2) and the rules for adopting it: node UUID,
+//! The lookup answer (PROTOCOL.md §2.2) and the rules for adopting it: node UUID,
 //! heartbeat timeout, token (≥ 32 characters adopted; `******` keeps a
 //! pre-shared token), TLS minimum version and the other settings Ironic sends.
 
@@ -105,7 +105,7 @@ pub enum TokenDecision {
     Missing,
 }
 
-/// Applies IPA's token rules (spec §2.2).
+/// Applies IPA's token rules (PROTOCOL.md §2.2).
 pub fn decide_token(offered: Option<&str>, known: Option<&str>) -> TokenDecision {
     match offered {
         Some(t) if t.len() >= 32 && t != "******" => TokenDecision::Adopt(t.to_string()),

@@ -1,4 +1,4 @@
-//! Talking to the conductor (Ironic's ramdisk endpoints, spec §2): API
+//! Talking to the conductor (Ironic's ramdisk endpoints, PROTOCOL.md §2): API
 //! version negotiation, lookup, heartbeat. Errors are typed so the main loop
 //! can tell "look up again" (token wiped) from "retry later".
 

@@ -1,5 +1,5 @@
 //! The agent's one configuration type, filled from the kernel command line
-//! (IPA's `ipa-*` parameters, spec §3.1) and then from command-line flags.
+//! (IPA's `ipa-*` parameters, PROTOCOL.md §3.1) and then from command-line flags.
 //!
 //! Rules for adding a setting: give it a field here with its IPA default,
 //! read it in [`Config::from_kernel_params`] under IPA's parameter name, and,

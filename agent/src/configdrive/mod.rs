@@ -1,4 +1,4 @@
-//! Config drives (spec §6): decoding what the conductor sends ([`source`])
+//! Config drives (PROTOCOL.md §6): decoding what the conductor sends ([`source`])
 //! and placing it on the freshly written disk ([`table`], [`write`]):
 //! reuse a partition named or labelled `config-2`, else add one in the last
 //! 64 MiB of the disk; write the image there (a vfat image rebuilt for the

@@ -1,4 +1,4 @@
-//! The config drive as the conductor sends it (spec §6.1): null, an inline
+//! The config drive as the conductor sends it (PROTOCOL.md §6.1): null, an inline
 //! gzip+base64 string, or an `http(s)` URL whose body is either gzip+base64
 //! or the raw image. Decoded here, before any disk is touched, into the
 //! bytes to write (at most [`MAX_SIZE`]).

@@ -1,4 +1,4 @@
-//! Metadata erase (the mechanics of `erase_devices_metadata`, spec §7.3;
+//! Metadata erase (the mechanics of `erase_devices_metadata`, PROTOCOL.md §7.3;
 //! the step is [`crate::commands::erase`]): remove every
 //! partition table (MBR, both GPT copies) and every filesystem, RAID or other
 //! signature libblkid knows, on each device and its partitions.

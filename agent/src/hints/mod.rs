@@ -1,4 +1,4 @@
-//! Choosing the disk the OS image will overwrite (spec §4.2, §5.5).
+//! Choosing the disk the OS image will overwrite (PROTOCOL.md §4.2, §5.5).
 //!
 //! With root device hints, the first disk (in inventory order) that
 //! satisfies every hint wins; when hints are given and none matches, the

@@ -1,4 +1,4 @@
-//! Ignition for CoreOS-like whole-disk images (spec §6.3, issue 6): when the
+//! Ignition for CoreOS-like whole-disk images (PROTOCOL.md §6.3, issue 6): when the
 //! image has a filesystem labelled `boot` and an Ignition config is given
 //! (the config drive's `openstack/latest/user_data`, or the `install_coreos`
 //! step's argument, see [`crate::commands::coreos`]), write it into that

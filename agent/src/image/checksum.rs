@@ -1,4 +1,4 @@
-//! Image checksums (spec §5.3): which algorithm and digest to expect, from
+//! Image checksums (PROTOCOL.md §5.3): which algorithm and digest to expect, from
 //! `os_hash_algo`/`os_hash_value` or `checksum` (a hex digest or the URL of a
 //! checksum file in sha256sum or BSD format), and the running hash over the
 //! bytes exactly as downloaded.

@@ -1,4 +1,4 @@
-//! The conductor's `image_info` (spec §5.1–5.3): validation as IPA does it
+//! The conductor's `image_info` (PROTOCOL.md §5.1–5.3): validation as IPA does it
 //! before anything is touched, and translation into a [`WriteRequest`].
 
 use base64::Engine as _;

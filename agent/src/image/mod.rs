@@ -1,4 +1,4 @@
-//! Streaming image write (spec §5): download, decompress or convert, hash
+//! Streaming image write (PROTOCOL.md §5): download, decompress or convert, hash
 //! and write to the target device at once, in bounded memory, and leave the
 //! disk bootable only when the checksum matched.
 //!

@@ -1,6 +1,6 @@
 //! Processors: model, logical count, sockets, architecture, flags and
 //! frequency, from `/proc/cpuinfo` and `/sys/devices/system/cpu` (what
-//! `lscpu` reads, spec §4.1).
+//! `lscpu` reads, PROTOCOL.md §4.1).
 
 use std::collections::BTreeSet;
 use std::path::Path;

@@ -1,4 +1,4 @@
-//! The hardware inventory Ironic receives (spec §4.1), read directly from the
+//! The hardware inventory Ironic receives (PROTOCOL.md §4.1), read directly from the
 //! kernel's interfaces under a root directory: `/proc`, `/sys`, the SMBIOS
 //! table, `/dev/disk/by-path` and the udev database when present. No external
 //! tools. Production reads `/`; tests read captured fixture trees

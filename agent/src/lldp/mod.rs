@@ -1,4 +1,4 @@
-//! LLDP: which switch port each NIC is plugged into (spec §3.1
+//! LLDP: which switch port each NIC is plugged into (PROTOCOL.md §3.1
 //! `ipa-collect-lldp`, §4.4 `lldp` collector).
 //!
 //! Design: all NICs with link are listened on at the same time, each done

@@ -1,4 +1,4 @@
-//! The bundle `log.collect_system_logs` returns (spec §1.7; the command is
+//! The bundle `log.collect_system_logs` returns (PROTOCOL.md §1.7; the command is
 //! [`crate::commands::logs`]): a base64 `tar.gz` of the agent's
 //! own log ([`memlog`]), the kernel log, the inventory, mounts, block
 //! devices and network state. Ironic only decodes and stores it (on deploy

@@ -1,5 +1,5 @@
 //! The stand-in conductor's `direct` deploy of a whole-disk image, as Ironic
-//! 39.0.0 drives the agent (spec §1.8 (a), §1.9, §5.1, ironic-calls.md
+//! 39.0.0 drives the agent (PROTOCOL.md §1.8 (a), §1.9, §5.1, ironic-calls.md
 //! "deploy" and "deploy failure"):
 //!
 //! * `deploying` (locked): HEAD of the image URL (Ironic's image href
@@ -151,7 +151,7 @@ async fn start(
 }
 
 /// `image_info` as Ironic's `AgentDeploy.write_image` builds it for a
-/// whole-disk HTTP image (spec §5.1).
+/// whole-disk HTTP image (PROTOCOL.md §5.1).
 pub(super) fn image_info(node: &Node, request: &DeployRequest) -> Value {
     let i = &request.image_info;
     let id = i

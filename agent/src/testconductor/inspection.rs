@@ -1,5 +1,5 @@
 //! The stand-in's `POST /v1/continue_inspection`, as Ironic 39 answers it
-//! (spec §4.5, ironic-calls.md "inspect"): body validation, node lookup by
+//! (PROTOCOL.md §4.5, ironic-calls.md "inspect"): body validation, node lookup by
 //! MAC (or `node_uuid` at ≥ 1.84) in `inspect wait`, 202 with `{"uuid"}` at
 //! API 1.1 or the lookup-style document with a fresh token at ≥ 1.84; then
 //! the default hooks (fail on `error`, set `cpus`, `memory_mb`, `local_gb`,

@@ -3,7 +3,7 @@
 //! the node waits, 409 while locked, token issued once then `******`),
 //! heartbeat (token, version, TLS and callback-change checks, 409 while
 //! locked before an agent URL is known), and on heartbeats in a wait state it
-//! drives the agent's commands as Ironic does (spec §1.8, §1.9).
+//! drives the agent's commands as Ironic does (PROTOCOL.md §1.8, §1.9).
 //!
 //! Design: the node table sits behind one mutex; every conductor action runs
 //! in a task holding the node's lock flag, like Ironic's node lock. All calls

@@ -21,7 +21,7 @@ pub enum Operation {
     Deploy(DeployPhase),
 }
 
-/// Where a deploy stands (the conductor's deploy step, spec §1.8 (a)).
+/// Where a deploy stands (the conductor's deploy step, PROTOCOL.md §1.8 (a)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DeployPhase {
     /// Waiting for the agent's first heartbeat (`deploy.deploy` done).
@@ -213,7 +213,7 @@ impl Node {
     }
 
     /// `instance_info` as Ironic holds it for a deploy (the config drive is
-    /// not masked, spec §1.7).
+    /// not masked, PROTOCOL.md §1.7).
     pub fn instance_info(&self) -> Value {
         let Some(d) = &self.deploy else {
             return json!({});

@@ -1,4 +1,4 @@
-//! Which boot loaders an EFI system partition offers (spec §5.8), looked up
+//! Which boot loaders an EFI system partition offers (PROTOCOL.md §5.8), looked up
 //! case-insensitively as FAT does: a `BOOT<ARCH>.CSV` (UTF-16: loader file,
 //! label) in a vendor directory wins; else a vendor's shim, else its grub;
 //! else the removable-media path `\EFI\BOOT\BOOT<ARCH>.EFI` as `ironic1`.

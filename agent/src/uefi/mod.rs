@@ -1,4 +1,4 @@
-//! UEFI boot entries for a deployed disk (spec §5.8, `image.install_bootloader`):
+//! UEFI boot entries for a deployed disk (PROTOCOL.md §5.8, `image.install_bootloader`):
 //! find the EFI system partition in the disk's GPT, mount it read-only,
 //! pick its loaders ([`loaders`]), and write a boot entry for each into
 //! efivarfs natively ([`efivars`], [`loadopt`]), first in `BootOrder`.

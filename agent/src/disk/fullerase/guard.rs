@@ -1,4 +1,4 @@
-//! What `erase_devices` must not erase (spec §7.2, §7.5): the virtual-media
+//! What `erase_devices` must not erase (PROTOCOL.md §7.2, §7.5): the virtual-media
 //! device the ramdisk may have booted from, Linux RAID members (skipped with
 //! a note), and disks holding shared cluster filesystems (GPFS and VMFS
 //! partition types, gfs2), which abort the erase with a protected-device

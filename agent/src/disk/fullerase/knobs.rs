@@ -1,5 +1,5 @@
 //! The erase settings Ironic puts in `node.driver_internal_info` before
-//! cleaning (spec §7.4), with Ironic's defaults when absent.
+//! cleaning (PROTOCOL.md §7.4), with Ironic's defaults when absent.
 
 use serde_json::Value;
 

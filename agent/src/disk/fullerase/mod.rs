@@ -1,5 +1,5 @@
 //! Full disk erase: the mechanics of the `erase_devices` and
-//! `erase_devices_express` clean steps (spec §7.2, §7.3; the steps are
+//! `erase_devices_express` clean steps (PROTOCOL.md §7.2, §7.3; the steps are
 //! [`crate::commands::erase`]).
 //!
 //! Per disk, the best method this agent has: NVMe Format NVM with secure

@@ -1,5 +1,5 @@
 //! NVMe secure erase through the admin passthrough ioctl (as `nvme format
-//! -s 1|2`, spec §7.2): Identify Controller says whether Format NVM is
+//! -s 1|2`, PROTOCOL.md §7.2): Identify Controller says whether Format NVM is
 //! supported (OACS bit 1) and whether it can erase cryptographically (FNA
 //! bit 2); the namespace of the block device is formatted keeping its
 //! current LBA format and protection settings. Parsing is pure and tested;

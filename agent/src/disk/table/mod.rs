@@ -1,5 +1,5 @@
 //! The partition table of a freshly written disk: read it (GPT, else MBR)
-//! and add the config-drive partition at the disk's end (spec §6.2), as
+//! and add the config-drive partition at the disk's end (PROTOCOL.md §6.2), as
 //! `sgdisk -n 0:-64MB:0` (GPT, both copies and their CRCs updated) or
 //! `parted mkpart primary fat32 -64MiB -0` (MBR, below 2 TiB) do.
 //!

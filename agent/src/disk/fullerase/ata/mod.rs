@@ -1,4 +1,4 @@
-//! ATA security erase (issue 6 item 7, spec §7.2; what IPA's `_ata_erase`
+//! ATA security erase (issue 6 item 7, PROTOCOL.md §7.2; what IPA's `_ata_erase`
 //! does with hdparm): IDENTIFY DEVICE through ATA PASS-THROUGH(16) over
 //! SG_IO; refused when the drive sits behind a USB or SAS bridge (whose
 //! translation of security commands cannot be trusted), when it is frozen,
