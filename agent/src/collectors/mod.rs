@@ -1,5 +1,5 @@
 //! The optional inspection collectors beyond `default`, `lldp` and
-//! `pci-devices` (`ipa-inspection-collectors`, PROTOCOL.md §4.3), each a pure read
+//! `pci-devices` (`ipa-inspection-collectors`, PROTOCOL.md §4.4), each a pure read
 //! of a root directory so tests run on the captured fixture trees: `usb-devices`,
 //! `numa-topology`, `dmi-decode`, `extra-hardware` (`logs` reuses
 //! [`crate::logs::bundle`]).
