@@ -13,7 +13,7 @@
 //! stored uncompressed past it, so the first compressible cluster of a new
 //! 512 MiB L2 region after the random file (an ext4 backup superblock, the
 //! backup GPT) lands tens of MiB behind the L2 table allocated for it, more
-//! than the converter's 16 MiB lookahead: it must be read again. The random
+//! than the pipeline's 8 MiB qcow2 lookahead: it must be read again. The random
 //! file is placed (behind fallocated, never written fillers) right after
 //! the last backup superblock before the 1 GiB boundary and across it, so
 //! that no compressible metadata (journal, superblocks) comes in between.
@@ -63,9 +63,10 @@ pub(crate) const MIB: u64 = 1 << 20;
 pub(crate) const GIB: u64 = 1 << 30;
 /// Peak resident memory allowed to `agent write-image` (debug build).
 pub(crate) const RSS_BOUND_MIB: f64 = 200.0;
-/// The converter's default lookahead: data further behind its table than
-/// this is read again.
-pub(crate) const LOOKAHEAD: u64 = 16 * MIB;
+/// The image pipeline's qcow2 lookahead (`QCOW2_LOOKAHEAD` in
+/// agent/src/image/decode.rs): data further behind its table than this is
+/// read again.
+pub(crate) const LOOKAHEAD: u64 = 8 * MIB;
 
 // ---------------------------------------------------------------------------
 // Guards and small helpers
