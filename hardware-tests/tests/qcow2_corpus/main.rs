@@ -13,7 +13,7 @@
 //! stored uncompressed past it, so the first compressible cluster of a new
 //! 512 MiB L2 region after the random file (an ext4 backup superblock, the
 //! backup GPT) lands tens of MiB behind the L2 table allocated for it, more
-//! than the pipeline's 8 MiB qcow2 lookahead: it must be read again. The random
+//! than the image pipeline's window (8 MiB of lookahead): it must be read again. The random
 //! file is placed (behind fallocated, never written fillers) right after
 //! the last backup superblock before the 1 GiB boundary and across it, so
 //! that no compressible metadata (journal, superblocks) comes in between.
@@ -63,10 +63,10 @@ pub(crate) const MIB: u64 = 1 << 20;
 pub(crate) const GIB: u64 = 1 << 30;
 /// Peak resident memory allowed to `agent write-image` (debug build).
 pub(crate) const RSS_BOUND_MIB: f64 = 200.0;
-/// The image pipeline's qcow2 lookahead (`QCOW2_LOOKAHEAD` in
-/// agent/src/image/decode.rs): data further behind its table than this is
-/// read again.
-pub(crate) const LOOKAHEAD: u64 = 8 * MIB;
+/// Safely past the image pipeline's window (`QCOW2_LOOKAHEAD`, 8 MiB in
+/// agent/src/image/decode.rs, plus up to a 1 MiB block and two clusters):
+/// data further behind its table than this must be read again.
+pub(crate) const LOOKAHEAD: u64 = 16 * MIB;
 
 // ---------------------------------------------------------------------------
 // Guards and small helpers
