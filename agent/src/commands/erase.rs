@@ -15,16 +15,20 @@ use crate::disk::fullerase::{self, Knobs};
 use crate::disk::{erasable_disks, erase, WritePolicy};
 use crate::state::AgentState;
 
-/// The `erase_devices_metadata` step.
+/// The `erase_devices_metadata` step (the node's `skip_block_devices` are
+/// left alone, as by `erase_devices`).
 pub async fn erase_devices_metadata_step(
     state: Arc<AgentState>,
-    _call: StepCall,
+    call: StepCall,
 ) -> Result<Value, CommandError> {
     let policy = WritePolicy::from_config(&state.config);
-    tokio::task::spawn_blocking(move || erase::erase_all_metadata(&policy))
-        .await
-        .map_err(|e| CommandError::new(ErrorKind::CommandExecution, e.to_string()))?
-        .map_err(|e| CommandError::from_anyhow(ErrorKind::BlockDeviceErase, &e))?;
+    let node = call.node;
+    tokio::task::spawn_blocking(move || {
+        erase::erase_all_metadata(&disks(&policy, &node)?, &policy)
+    })
+    .await
+    .map_err(|e| CommandError::new(ErrorKind::CommandExecution, e.to_string()))?
+    .map_err(|e| CommandError::from_anyhow(ErrorKind::BlockDeviceErase, &e))?;
     Ok(Value::Null)
 }
 
@@ -170,5 +174,30 @@ mod tests {
         )
         .unwrap_err();
         assert!(format!("{e:#}").contains("aborted"), "{e:#}");
+    }
+
+    #[tokio::test]
+    async fn the_metadata_wipe_leaves_skip_block_devices_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let (keep, wipe) = (dir.path().join("keep.img"), dir.path().join("wipe.img"));
+        crate::testconductor::demo::write_demo_image(&keep).unwrap();
+        crate::testconductor::demo::write_demo_image(&wipe).unwrap();
+        let state = Arc::new(AgentState::new(
+            Config {
+                allowed_devices: vec![keep.clone(), wipe.clone()],
+                ..Config::default()
+            },
+            None,
+        ));
+        let call = StepCall {
+            node: serde_json::json!({"properties": {"skip_block_devices": [{"name": keep.display().to_string()}]}}),
+            ports: serde_json::json!([]),
+            args: serde_json::Map::new(),
+        };
+        erase_devices_metadata_step(state, call).await.unwrap();
+        let sigs =
+            |p: &PathBuf| crate::disk::erase::probe_signatures(&File::open(p).unwrap()).unwrap();
+        assert!(sigs(&wipe).is_empty(), "{:?}", sigs(&wipe));
+        assert!(!sigs(&keep).is_empty(), "the skipped disk was wiped");
     }
 }

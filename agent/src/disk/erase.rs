@@ -31,10 +31,10 @@ pub struct Wiped {
     pub signatures: Vec<String>,
 }
 
-/// Erases the metadata of every candidate device; all failures are reported
-/// together, naming each device.
-pub fn erase_all_metadata(policy: &WritePolicy) -> Result<()> {
-    let devices = erase_candidates(policy)?;
+/// Erases the metadata of `disks` and their partitions (each checked against
+/// `policy`); all failures are reported together, naming each device.
+pub fn erase_all_metadata(disks: &[std::path::PathBuf], policy: &WritePolicy) -> Result<()> {
+    let devices = erase_candidates(disks)?;
     if devices.is_empty() {
         tracing::warn!("erase_devices_metadata: no devices to erase");
     }
@@ -237,7 +237,9 @@ mod tests {
         make_image(&img);
         let config = crate::config::Config::default();
         // Nothing allowed: nothing is a candidate, nothing is touched.
-        erase_all_metadata(&WritePolicy::from_config(&config)).unwrap();
+        let policy = WritePolicy::from_config(&config);
+        let disks = crate::disk::erasable_disks(&policy).unwrap();
+        erase_all_metadata(&disks, &policy).unwrap();
         assert!(!probe_signatures(&File::open(&img).unwrap())
             .unwrap()
             .is_empty());

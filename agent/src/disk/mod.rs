@@ -242,14 +242,14 @@ pub fn erasable_disks(policy: &WritePolicy) -> Result<Vec<PathBuf>> {
     }
 }
 
-/// Devices the erase steps consider: [`erasable_disks`], each followed by its
-/// partitions. Sorted by name descending so partitions come before their
-/// disk (as IPA does).
-pub fn erase_candidates(policy: &WritePolicy) -> Result<Vec<Device>> {
-    let disks = erasable_disks(policy)?;
+/// Devices the erase steps consider: `disks` (from [`erasable_disks`], less
+/// the node's `skip_block_devices`), each followed by its partitions.
+/// Sorted by name descending so partitions come before their disk (as IPA
+/// does).
+pub fn erase_candidates(disks: &[PathBuf]) -> Result<Vec<Device>> {
     let mut out = Vec::new();
     for d in disks {
-        let dev = Device::open(&d).with_context(|| format!("examining {}", d.display()))?;
+        let dev = Device::open(d).with_context(|| format!("examining {}", d.display()))?;
         out.extend(dev.partitions());
         out.push(dev);
     }
