@@ -1,5 +1,5 @@
 //! Metadata erase (the mechanics of `erase_devices_metadata`, PROTOCOL.md §7.3;
-//! the step is [`crate::commands::erase`]): remove every
+//! the step is in `commands/erase.rs`): remove every
 //! partition table (MBR, both GPT copies) and every filesystem, RAID or other
 //! signature libblkid knows, on each device and its partitions.
 //!
@@ -194,8 +194,12 @@ fn zero_gpt_areas(file: &File, size: u64, sector: u64) -> Result<()> {
 mod tests {
     use super::*;
 
+    /// A 64 MiB GPT disk made by sfdisk at `path` (named `disk.img`).
     fn make_image(path: &Path) -> u64 {
-        crate::testconductor::demo::write_demo_image(path).unwrap();
+        let dir = path.parent().unwrap();
+        let made =
+            crate::disk::table::tests::sparse_disk(dir, 64, "label: gpt\nsize=8MiB, name=root\n");
+        assert_eq!(made, path);
         std::fs::metadata(path).unwrap().len()
     }
 

@@ -1,7 +1,7 @@
 //! Ignition for CoreOS-like whole-disk images (PROTOCOL.md §6.3, issue 6): when the
 //! image has a filesystem labelled `boot` and an Ignition config is given
 //! (the config drive's `openstack/latest/user_data`, or the `install_coreos`
-//! step's argument, see [`crate::commands::coreos`]), write it into that
+//! step's argument, see `commands/coreos.rs`), write it into that
 //! filesystem the way `coreos-installer install` does:
 //!
 //! * `ignition/config.ign` (directory 0700, file 0600) holds the config;

@@ -1,5 +1,5 @@
 //! Typed errors of an image write: each names the input (URL, device,
-//! format) and the reason. [`crate::commands::image::error_kind`] maps them
+//! format) and the reason. `commands::image::error_kind` maps them
 //! to the IPA error class Ironic shows.
 
 use crate::disk::Refusal;

@@ -1,6 +1,6 @@
 //! Full disk erase: the mechanics of the `erase_devices` and
 //! `erase_devices_express` clean steps (PROTOCOL.md §7.2, §7.3; the steps are
-//! [`crate::commands::erase`]).
+//! `commands/erase.rs`).
 //!
 //! Per disk, the best method this agent has: NVMe Format NVM with secure
 //! erase ([`nvme`], when enabled), ATA security erase through SG_IO
