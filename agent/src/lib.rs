@@ -56,6 +56,7 @@ pub mod testconductor;
 pub mod tls;
 pub mod tool;
 pub mod uefi;
+pub mod vmedia;
 
 /// The agent's version, as reported to the conductor and on `GET /v1`.
 pub const AGENT_VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -29,7 +29,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     ),
     (
         "disk contents",
-        &["configdrive", "ignition", "image", "uefi"],
+        &["configdrive", "ignition", "image", "uefi", "vmedia"],
     ),
     ("the conductor's client", &["conductor"]),
     ("the agent's core", &["commands", "power", "state"]),

@@ -144,6 +144,10 @@ pub struct ConductorArgs {
     /// Read kernel parameters from this file instead of /proc/cmdline.
     #[arg(long)]
     pub cmdline_file: Option<PathBuf>,
+    /// Also read IPA's configuration files under this directory
+    /// (`etc/ironic-python-agent.d/*.conf`, …; the ramdisk reads them under `/`).
+    #[arg(long)]
+    pub config_root: Option<PathBuf>,
     /// Do not verify the conductor's (and image servers') TLS certificates.
     #[arg(long)]
     pub insecure: bool,
@@ -156,7 +160,7 @@ impl ConductorArgs {
     /// The configuration: kernel parameters (from `--cmdline-file` or
     /// /proc/cmdline), then these flags.
     pub fn config(&self) -> Result<Config> {
-        let mut c = config::from_cmdline(self.cmdline_file.as_deref())?;
+        let mut c = config::load(self.cmdline_file.as_deref(), self.config_root.as_deref())?;
         if !self.api_url.is_empty() {
             c.api_urls = config::parse_api_urls(&self.api_url.join(","))
                 .map_err(|e| anyhow::anyhow!("--api-url: {e}"))?;
@@ -292,7 +296,7 @@ pub fn ramdisk_config(args: &RamdiskArgs, debug: bool) -> Result<Config> {
             crate::power::RAMDISK_MARKER
         );
     }
-    let mut c = config::from_cmdline(None)?;
+    let mut c = config::load(None, Some(std::path::Path::new("/")))?;
     c.mode = RunMode::Ramdisk;
     c.debug |= debug;
     if c.advertise_host.is_none() {

@@ -7,6 +7,7 @@
 //! value is logged once and the default kept.
 
 pub mod cmdline;
+pub mod files;
 
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -317,9 +318,49 @@ pub fn read_kernel_params(path: Option<&std::path::Path>) -> anyhow::Result<Kern
 /// [`read_kernel_params`]); parameters that do not parse are logged and
 /// left at their defaults, as IPA does.
 pub fn from_cmdline(path: Option<&std::path::Path>) -> anyhow::Result<Config> {
-    let (config, errors) = Config::from_kernel_params(&read_kernel_params(path)?);
+    load(path, None)
+}
+
+/// Where the ramdisk keeps the parameters a virtual floppy (`ir-vfd-dev`,
+/// `parameters.txt`) gave, relative to the root.
+pub const VMEDIA_PARAMS: &str = "etc/ironic-python-agent/vmedia-parameters.txt";
+
+/// Lays over `params` what lives under `root`: parameters from a virtual
+/// floppy (they win over the kernel's, as in IPA), then IPA's configuration
+/// files ([`files`]), which win over both.
+pub fn merge_local(params: &mut KernelParams, root: &std::path::Path) -> files::FileOptions {
+    if let Ok(text) = std::fs::read_to_string(root.join(VMEDIA_PARAMS)) {
+        for (k, v) in KernelParams::parse(&text).iter() {
+            params.set(k, v);
+        }
+    }
+    let f = files::read(root);
+    f.apply_to(params);
+    f
+}
+
+/// The configuration: kernel parameters at `cmdline` (see
+/// [`read_kernel_params`]), then, with a `root` (`/` in the ramdisk), the
+/// virtual-media parameters and configuration files under it
+/// ([`merge_local`]). Values that do not parse are logged and left at
+/// their defaults, as IPA does.
+pub fn load(
+    cmdline: Option<&std::path::Path>,
+    root: Option<&std::path::Path>,
+) -> anyhow::Result<Config> {
+    let mut params = read_kernel_params(cmdline)?;
+    let files = root.map(|r| merge_local(&mut params, r));
+    let (mut config, errors) = Config::from_kernel_params(&params);
     for e in errors {
         tracing::warn!("{e}");
+    }
+    if let Some(f) = files {
+        for n in &f.notes {
+            tracing::info!("configuration: {n}");
+        }
+        if let Some(ca) = f.cafile {
+            config.cafile = Some(ca);
+        }
     }
     Ok(config)
 }

@@ -1,45 +1,120 @@
-//! Reading one file out of an ISO9660 image in memory (the config drive),
-//! through the Joliet names when present (Ironic builds config drives with
-//! `-J -r`), else the Rock Ridge names, else the primary names
-//! (case-insensitive, `;1` ignored). No
-//! mount needed, so it works where the kernel lacks iso9660.
+//! Reading files out of an ISO9660 image (a config drive in memory, or the
+//! virtual-media disc on its block device), through the Joliet names when
+//! present (Ironic builds its ISOs with `-J -r`), else the Rock Ridge
+//! names, else the primary names (case-insensitive, `;1` ignored). No mount
+//! needed, so it works where the kernel lacks iso9660. Only the sectors
+//! the lookup needs are read; offsets from the image are checked, so a
+//! hostile image gives "not found", never a panic.
+
+use std::os::unix::fs::FileExt;
 
 const SECTOR: usize = 2048;
 
-fn u32_le(b: &[u8], at: usize) -> usize {
-    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes")) as usize
+/// Largest directory read (a config drive's have a few entries).
+const MAX_DIR_BYTES: usize = 1 << 20;
+
+/// Where the image's bytes come from.
+pub trait Media {
+    /// `len` bytes at `offset`, or `None` when they are not all there.
+    fn read_at(&self, offset: u64, len: usize) -> Option<Vec<u8>>;
 }
 
-/// The content of the file at `path` (`/`-separated), if present.
-pub fn read_file(iso: &[u8], path: &str) -> Option<Vec<u8>> {
-    let (root, joliet) = root_record(iso)?;
-    let mut extent = root;
+impl Media for [u8] {
+    fn read_at(&self, offset: u64, len: usize) -> Option<Vec<u8>> {
+        let start = usize::try_from(offset).ok()?;
+        self.get(start..start.checked_add(len)?).map(<[u8]>::to_vec)
+    }
+}
+
+impl Media for std::fs::File {
+    fn read_at(&self, offset: u64, len: usize) -> Option<Vec<u8>> {
+        let mut buf = vec![0; len];
+        self.read_exact_at(&mut buf, offset).ok()?;
+        Some(buf)
+    }
+}
+
+fn u32_le(b: &[u8], at: usize) -> usize {
+    b.get(at..at + 4)
+        .map_or(0, |b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]) as usize)
+}
+
+/// An extent: (first sector, length in bytes).
+type Extent = (usize, usize);
+
+fn extent(media: &(impl Media + ?Sized), (lba, len): Extent) -> Option<Vec<u8>> {
+    media.read_at((lba as u64).checked_mul(SECTOR as u64)?, len)
+}
+
+/// The content of the file at `path` (`/`-separated), if present; files
+/// longer than `max` bytes count as absent.
+pub fn read_file_from(media: &(impl Media + ?Sized), path: &str, max: usize) -> Option<Vec<u8>> {
+    let (root, joliet) = root_record(media)?;
+    let mut at = root;
     let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
     for (i, want) in parts.iter().enumerate() {
-        let (lba, len, is_dir) = find(iso, extent, want, joliet)?;
+        let entry = list(media, at, joliet)?
+            .into_iter()
+            .find(|e| e.name.eq_ignore_ascii_case(want))?;
         if i + 1 == parts.len() {
-            return (!is_dir).then(|| {
-                iso.get(lba * SECTOR..lba * SECTOR + len)
-                    .map(<[u8]>::to_vec)
-            })?;
+            return (!entry.is_dir && entry.extent.1 <= max)
+                .then(|| extent(media, entry.extent))?;
         }
-        if !is_dir {
+        if !entry.is_dir {
             return None;
         }
-        extent = (lba, len);
+        at = entry.extent;
     }
     None
 }
 
-/// The root directory's (extent, length), preferring the Joliet tree.
-fn root_record(iso: &[u8]) -> Option<((usize, usize), bool)> {
+/// The content of the file at `path` in an image held in memory.
+pub fn read_file(iso: &[u8], path: &str) -> Option<Vec<u8>> {
+    read_file_from(iso, path, iso.len())
+}
+
+/// One directory entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// Its name (Joliet, Rock Ridge or primary).
+    pub name: String,
+    /// A directory.
+    pub is_dir: bool,
+    extent: Extent,
+}
+
+/// The entries of the directory at `path` (`""` for the root), if it is one.
+pub fn list_dir(media: &(impl Media + ?Sized), path: &str) -> Option<Vec<Entry>> {
+    let (root, joliet) = root_record(media)?;
+    let mut at = root;
+    for want in path.split('/').filter(|p| !p.is_empty()) {
+        let e = list(media, at, joliet)?
+            .into_iter()
+            .find(|e| e.name.eq_ignore_ascii_case(want))?;
+        if !e.is_dir {
+            return None;
+        }
+        at = e.extent;
+    }
+    list(media, at, joliet)
+}
+
+/// The volume identifier (the label `blkid` shows), trailing spaces cut.
+pub fn volume_id(media: &(impl Media + ?Sized)) -> Option<String> {
+    let vd = media.read_at(16 * SECTOR as u64, SECTOR)?;
+    (vd[0] == 1 && &vd[1..6] == b"CD001")
+        .then(|| String::from_utf8_lossy(&vd[40..72]).trim_end().to_string())
+}
+
+/// The root directory's extent, preferring the Joliet tree.
+fn root_record(media: &(impl Media + ?Sized)) -> Option<(Extent, bool)> {
     let mut primary = None;
     for n in 16..64 {
-        let vd = iso.get(n * SECTOR..(n + 1) * SECTOR)?;
+        let vd = media.read_at(n * SECTOR as u64, SECTOR)?;
         if &vd[1..6] != b"CD001" {
             return None;
         }
-        let root = (u32_le(vd, 156 + 2), u32_le(vd, 156 + 10));
+        let root = (u32_le(&vd, 156 + 2), u32_le(&vd, 156 + 10));
         match vd[0] {
             1 => primary = Some(root),
             2 if matches!(&vd[88..91], b"%/@" | b"%/C" | b"%/E") => return Some((root, true)),
@@ -81,14 +156,13 @@ fn rock_ridge_name(rec: &[u8], name_len: usize) -> Option<String> {
     (!name.is_empty()).then_some(name)
 }
 
-/// Looks `want` up in the directory at `(lba, len)`: (lba, len, is_dir).
-fn find(
-    iso: &[u8],
-    (lba, len): (usize, usize),
-    want: &str,
-    joliet: bool,
-) -> Option<(usize, usize, bool)> {
-    let dir = iso.get(lba * SECTOR..lba * SECTOR + len)?;
+/// The entries of the directory at `at`; `None` when it cannot be read.
+fn list(media: &(impl Media + ?Sized), at: Extent, joliet: bool) -> Option<Vec<Entry>> {
+    if at.1 > MAX_DIR_BYTES {
+        return None;
+    }
+    let dir = extent(media, at)?;
+    let mut out = Vec::new();
     let mut at = 0;
     while at < dir.len() {
         let rec_len = dir[at] as usize;
@@ -96,10 +170,15 @@ fn find(
             at = (at / SECTOR + 1) * SECTOR;
             continue;
         }
-        let rec = dir.get(at..at + rec_len)?;
-        // A record shorter than its fixed part is malformed: stop looking.
-        let name_len = *rec.get(32)? as usize;
-        let raw = rec.get(33..33 + name_len)?;
+        // A record shorter than its fixed part is malformed: stop here.
+        let Some(rec) = dir.get(at..at + rec_len) else {
+            break;
+        };
+        let Some(&name_len) = rec.get(32) else { break };
+        let name_len = name_len as usize;
+        let Some(raw) = rec.get(33..33 + name_len) else {
+            break;
+        };
         // One byte 0 or 1 names the directory itself or its parent.
         if name_len > 1 || raw.first().is_some_and(|b| *b > 1) {
             let name = if joliet {
@@ -107,13 +186,15 @@ fn find(
             } else {
                 rock_ridge_name(rec, name_len).unwrap_or_else(|| name_of(raw, false))
             };
-            if name.eq_ignore_ascii_case(want) {
-                return Some((u32_le(rec, 2), u32_le(rec, 10), rec[25] & 2 != 0));
-            }
+            out.push(Entry {
+                name,
+                is_dir: rec[25] & 2 != 0,
+                extent: (u32_le(rec, 2), u32_le(rec, 10)),
+            });
         }
         at += rec_len;
     }
-    None
+    Some(out)
 }
 
 #[cfg(test)]
@@ -163,16 +244,16 @@ mod tests {
     #[test]
     fn short_records_and_empty_names_are_not_found_not_panics() {
         let good = iso(true);
-        let (root, joliet) = root_record(&good).unwrap();
+        let (root, joliet) = root_record(&good[..]).unwrap();
         let at = root.0 * SECTOR;
         // A record length of 20: shorter than the fixed 33 bytes.
         let mut short = good.clone();
         short[at] = 20;
-        assert_eq!(find(&short, root, "openstack", joliet), None);
+        assert_eq!(list(&short[..], root, joliet), Some(vec![]));
         // A record with a zero-length name.
         let mut empty = good.clone();
         empty[at + 32] = 0;
-        let _ = find(&empty, root, "openstack", joliet);
+        let _ = list(&empty[..], root, joliet);
         // Truncated images anywhere: no panic.
         for cut in [0, 100, 16 * SECTOR + 10, good.len() / 2, good.len() - 1] {
             let _ = read_file(&good[..cut], "openstack/latest/user_data");

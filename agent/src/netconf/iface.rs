@@ -1,5 +1,6 @@
 //! Interface configuration through the classic ioctls (no netlink crate):
-//! link up, IPv4 address and netmask, default route. Each `unsafe` block is
+//! link up/down, MTU, IPv4 address and netmask, IPv4 and IPv6 routes,
+//! IPv6 addresses. Each `unsafe` block is
 //! one ioctl on a zero-initialised, fully set-up request struct.
 #![allow(unsafe_code)]
 
@@ -76,6 +77,41 @@ pub fn set_up(name: &str) -> Result<()> {
     )
 }
 
+/// Clears IFF_UP on `name` (a NIC must be down to join a bond).
+pub fn set_down(name: &str) -> Result<()> {
+    let fd = ctl_socket()?;
+    let mut req = ifreq(name)?;
+    ioctl(
+        &fd,
+        libc::SIOCGIFFLAGS,
+        (&raw mut req).cast(),
+        "reading interface flags",
+    )?;
+    // SAFETY: SIOCGIFFLAGS filled the flags member of the union.
+    let flags = unsafe { req.ifr_ifru.ifru_flags };
+    req.ifr_ifru.ifru_flags = flags & !(libc::IFF_UP as libc::c_short);
+    ioctl(
+        &fd,
+        libc::SIOCSIFFLAGS,
+        (&raw mut req).cast(),
+        "setting the interface down",
+    )
+}
+
+/// Sets the MTU of `name`.
+pub fn set_mtu(name: &str, mtu: u32) -> Result<()> {
+    let fd = ctl_socket()?;
+    let mut req = ifreq(name)?;
+    req.ifr_ifru.ifru_mtu =
+        libc::c_int::try_from(mtu).with_context(|| format!("MTU {mtu} out of range"))?;
+    ioctl(
+        &fd,
+        libc::SIOCSIFMTU,
+        (&raw mut req).cast(),
+        "setting the MTU",
+    )
+}
+
 /// Assigns `addr/prefix` to `name` (replacing its IPv4 address).
 pub fn set_ipv4(name: &str, addr: Ipv4Addr, prefix: u8) -> Result<()> {
     let fd = ctl_socket()?;
@@ -100,20 +136,84 @@ pub fn set_ipv4(name: &str, addr: Ipv4Addr, prefix: u8) -> Result<()> {
 
 /// Adds a default route via `gateway` on `name`; an existing one is kept.
 pub fn add_default_route(name: &str, gateway: Ipv4Addr) -> Result<()> {
+    add_route4(name, Ipv4Addr::UNSPECIFIED, 0, gateway)
+}
+
+/// Adds a route to `dst/prefix` via `gateway` on `name`; an existing one is kept.
+pub fn add_route4(name: &str, dst: Ipv4Addr, prefix: u8, gateway: Ipv4Addr) -> Result<()> {
     let fd = ctl_socket()?;
     let mut dev: Vec<u8> = name.bytes().chain([0]).collect();
+    let mask = Ipv4Addr::from(
+        u32::MAX
+            .checked_shl(32 - u32::from(prefix.min(32)))
+            .unwrap_or(0),
+    );
     // SAFETY: rtentry is plain old data; all-zero is a valid value.
     let mut rt: libc::rtentry = unsafe { std::mem::zeroed() };
-    rt.rt_dst = sockaddr_in(Ipv4Addr::UNSPECIFIED);
-    rt.rt_genmask = sockaddr_in(Ipv4Addr::UNSPECIFIED);
+    rt.rt_dst = sockaddr_in(dst);
+    rt.rt_genmask = sockaddr_in(mask);
     rt.rt_gateway = sockaddr_in(gateway);
     rt.rt_flags = libc::RTF_UP | libc::RTF_GATEWAY;
     rt.rt_dev = dev.as_mut_ptr().cast();
+    let what = if prefix == 0 {
+        "adding the default route".to_string()
+    } else {
+        format!("adding the route to {dst}/{prefix} via {gateway}")
+    };
+    exists_is_fine(ioctl(&fd, libc::SIOCADDRT, (&raw mut rt).cast(), &what))
+}
+
+/// `struct in6_rtmsg` (linux/ipv6_route.h); libc's has private fields.
+#[repr(C)]
+struct In6Rtmsg {
+    dst: libc::in6_addr,
+    src: libc::in6_addr,
+    gateway: libc::in6_addr,
+    kind: u32,
+    dst_len: u16,
+    src_len: u16,
+    metric: u32,
+    info: libc::c_ulong,
+    flags: u32,
+    ifindex: libc::c_int,
+}
+
+/// Adds an IPv6 route to `dst/prefix` via `gateway` on `name`.
+pub fn add_route6(
+    name: &str,
+    dst: std::net::Ipv6Addr,
+    prefix: u8,
+    gateway: std::net::Ipv6Addr,
+) -> Result<()> {
+    let fd = socket(
+        AddressFamily::Inet6,
+        SockType::Datagram,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+    .context("opening an IPv6 control socket")?;
+    let index = nix::net::if_::if_nametoindex(name).context("interface index")?;
+    let mut rt = In6Rtmsg {
+        dst: libc::in6_addr {
+            s6_addr: dst.octets(),
+        },
+        src: libc::in6_addr { s6_addr: [0; 16] },
+        gateway: libc::in6_addr {
+            s6_addr: gateway.octets(),
+        },
+        kind: 0,
+        dst_len: u16::from(prefix.min(128)),
+        src_len: 0,
+        metric: 1,
+        info: 0,
+        flags: (libc::RTF_UP | libc::RTF_GATEWAY) as u32,
+        ifindex: index as libc::c_int,
+    };
     exists_is_fine(ioctl(
         &fd,
         libc::SIOCADDRT,
         (&raw mut rt).cast(),
-        "adding the default route",
+        &format!("adding the IPv6 route to {dst}/{prefix} via {gateway}"),
     ))
 }
 

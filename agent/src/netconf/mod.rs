@@ -13,10 +13,12 @@
 //! line; with no IPv4 address anywhere, the agent advertises an IPv6 one.
 //! The orchestration is in [`bringup`].
 
+pub mod bond;
 pub mod bringup;
 pub mod dhcp;
 pub mod dhcp6;
 pub mod iface;
+pub mod network_data;
 pub mod static_ip;
 pub mod vlan;
 

@@ -1,0 +1,148 @@
+//! Finding and reading virtual media on fixtures: a sysfs tree, an ISO made
+//! by genisoimage the way Ironic makes it (`-r -J -V <label>`), a FAT floppy.
+
+use super::*;
+
+fn ironic_iso(label: &str, dir: &Path) -> PathBuf {
+    let tree = dir.join("cd");
+    for (path, text) in [
+        (
+            "etc/ironic-python-agent/ironic.crt",
+            "-----BEGIN CERTIFICATE-----\n",
+        ),
+        (
+            "etc/ironic-python-agent.d/ironic-tls.conf",
+            "[DEFAULT]\ncafile = /etc/ironic-python-agent/ironic.crt\n",
+        ),
+        ("openstack/latest/network_data.json", "{\"links\": []}"),
+        ("vmlinuz", "kernel"),
+    ] {
+        let p = tree.join(path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+    let out = dir.join(format!("{label}.iso"));
+    let ok = std::process::Command::new("genisoimage")
+        .args(["-quiet", "-r", "-J", "-l", "-V", label, "-o"])
+        .arg(&out)
+        .arg(&tree)
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "genisoimage");
+    out
+}
+
+#[test]
+fn only_whole_cd_drives_and_small_usb_disks_are_candidates() {
+    let dir = tempfile::tempdir().unwrap();
+    let sys = dir.path().join("sys");
+    let devices = dir.path().join("devices");
+    let block = sys.join("class/block");
+    std::fs::create_dir_all(&block).unwrap();
+    let mk = |name: &str, real: &str, files: &[(&str, &str)]| {
+        let d = devices.join(real).join(name);
+        std::fs::create_dir_all(d.join("device")).unwrap();
+        for (f, v) in files {
+            std::fs::write(d.join(f), v).unwrap();
+        }
+        std::os::unix::fs::symlink(&d, block.join(name)).unwrap();
+    };
+    mk(
+        "sr0",
+        "pci0000:00/ata1",
+        &[("device/type", "5\n"), ("size", "2048\n")],
+    );
+    mk(
+        "sda",
+        "pci0000:00/ata2",
+        &[("device/type", "0\n"), ("size", "4000000\n")],
+    );
+    mk(
+        "sda1",
+        "pci0000:00/ata2/sda",
+        &[("partition", "1\n"), ("size", "2048\n")],
+    );
+    mk(
+        "sdb",
+        "pci0000:00/usb1/1-1",
+        &[("device/type", "0\n"), ("size", "2880\n")],
+    );
+    mk(
+        "sdc",
+        "pci0000:00/usb1/1-2",
+        &[("device/type", "0\n"), ("size", "16777216\n")],
+    );
+    let c = candidates(&sys);
+    let names: Vec<&str> = c.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["sdb", "sr0"], "{c:?}");
+    assert_eq!(c[0].why, "USB disk of 1474560 bytes");
+}
+
+#[test]
+fn the_boot_iso_is_found_by_label_and_its_config_copied() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = dir.path().join("dev");
+    std::fs::create_dir_all(&dev).unwrap();
+    // sr0 holds some other disc, sr1 Ironic's.
+    std::fs::copy(ironic_iso("OTHER", dir.path()), dev.join("sr0")).unwrap();
+    std::fs::copy(ironic_iso("config-2", dir.path()), dev.join("sr1")).unwrap();
+    let cands = ["sr0", "sr1", "sr9"].map(|n| Candidate {
+        name: n.into(),
+        why: "CD/DVD drive".into(),
+    });
+    let (path, f) = find_iso(&dev, &cands).unwrap();
+    assert_eq!(path, dev.join("sr1"));
+    assert_eq!(
+        iso::read_file_from(&f, crate::netconf::network_data::PATH_ON_MEDIA, 1 << 20).as_deref(),
+        Some(&b"{\"links\": []}"[..])
+    );
+    let root = dir.path().join("root");
+    let mut written = copy_config(&f, &root).unwrap();
+    written.sort();
+    assert_eq!(
+        written,
+        vec![
+            root.join("etc/ironic-python-agent/ironic.crt"),
+            root.join("etc/ironic-python-agent.d/ironic-tls.conf"),
+        ]
+    );
+    // The copied file is what the agent's configuration then reads.
+    let o = crate::config::files::read(&root);
+    assert_eq!(
+        o.cafile.as_deref(),
+        Some(Path::new("/etc/ironic-python-agent/ironic.crt"))
+    );
+    // VMEDIA_BOOT_ISO (no openstack/ files) counts too; no disc: none.
+    std::fs::copy(ironic_iso("VMEDIA_BOOT_ISO", dir.path()), dev.join("sr0")).unwrap();
+    assert_eq!(find_iso(&dev, &cands).unwrap().0, dev.join("sr0"));
+    assert!(find_iso(&dev, &cands[2..]).is_none());
+}
+
+#[test]
+fn the_floppy_gives_parameters_only_with_its_label() {
+    let floppy = |label: &[u8; 11]| {
+        let mut img = std::io::Cursor::new(vec![0u8; 1440 * 1024]);
+        fatfs::format_volume(
+            &mut img,
+            fatfs::FormatVolumeOptions::new().volume_label(*label),
+        )
+        .unwrap();
+        {
+            use std::io::Write;
+            let fs = fatfs::FileSystem::new(&mut img, fatfs::FsOptions::new()).unwrap();
+            let mut f = fs.root_dir().create_file("parameters.txt").unwrap();
+            f.write_all(b"ipa-api-url=http://10.0.0.1:6385 boot_method=vmedia\n")
+                .unwrap();
+        }
+        img.set_position(0);
+        img
+    };
+    assert_eq!(
+        read_floppy(floppy(b"ir-vfd-dev ")).as_deref(),
+        Some("ipa-api-url=http://10.0.0.1:6385 boot_method=vmedia\n")
+    );
+    assert_eq!(read_floppy(floppy(b"OTHER      ")), None);
+    assert_eq!(read_floppy(std::io::Cursor::new(vec![0u8; 4096])), None);
+}
