@@ -60,6 +60,8 @@ pub const WANTED: &[&str] = &[
     "efivarfs",
     "crc32c_generic",
     "8021q",
+    // bonds from network_data.json (loaded by init only when one is planned)
+    "bonding",
     // IPMI: the BMC's LAN settings for the inventory (ipmi_si binds by
     // ACPI IPI0001 / SMBIOS type 38 modalias; ipmi_devintf gives /dev/ipmi0)
     "ipmi_msghandler",

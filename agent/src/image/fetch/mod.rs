@@ -527,7 +527,25 @@ async fn attempt_http(
     let stall = opts.stall_timeout;
     let resp = match tokio::time::timeout(stall, client.get(url).headers(headers).send()).await {
         Err(_) => return Err(AttemptError::Retry(format!("no response within {stall:?}"))),
-        Ok(Err(e)) => return Err(AttemptError::Retry(crate::errfmt::error_chain(&e))),
+        Ok(Err(e)) => {
+            // A refused certificate stays refused: fail at once, saying so.
+            if let Some(why) = crate::tls::certificate_error(&e) {
+                let host = reqwest::Url::parse(url)
+                    .ok()
+                    .and_then(|u| u.host_str().map(String::from))
+                    .unwrap_or_default();
+                return Err(FetchEnd::Failed(ImageError::Download {
+                    url: url.to_string(),
+                    attempts: 1,
+                    offset: out.offset,
+                    reason: format!(
+                        "the TLS certificate of {host} was refused ({why}); not retried: check the CA file (cafile) or the server's certificate"
+                    ),
+                })
+                .into());
+            }
+            return Err(AttemptError::Retry(crate::errfmt::error_chain(&e)));
+        }
         Ok(Ok(r)) => r,
     };
     let range = resp

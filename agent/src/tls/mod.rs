@@ -6,7 +6,12 @@
 //!   TLS minimum the conductor asks for, and sends the PEM as
 //!   `agent_verify_ca`. Ironic pins that certificate and checks the IP.
 //! * Outbound (conductor, images): the CA bundle given (`cafile`), else the
-//!   system bundle, else none; `ipa-insecure` disables verification.
+//!   system bundle, else none; `ipa-insecure` disables verification. A
+//!   server certificate that is itself in the `cafile` is accepted even when
+//!   it is marked as a CA, as OpenSSL does ([`pinned`]). [`certificate_error`]
+//!   tells a refused certificate (permanent) from other connection errors.
+
+pub mod pinned;
 
 use std::net::IpAddr;
 use std::path::Path;
@@ -103,35 +108,81 @@ pub fn client_config(insecure: bool, cafile: Option<&Path>) -> Result<rustls::Cl
             .with_no_client_auth());
     }
     let mut roots = rustls::RootCertStore::empty();
-    let bundle = match cafile {
-        Some(p) => Some(p.to_path_buf()),
-        None => SYSTEM_BUNDLES
-            .iter()
-            .map(Path::new)
-            .find(|p| p.exists())
-            .map(Path::to_path_buf),
-    };
+    if let Some(path) = cafile {
+        let pem =
+            std::fs::read(path).with_context(|| format!("reading CA bundle {}", path.display()))?;
+        let certs = pem_certificates(&pem)
+            .with_context(|| format!("loading CA bundle {}", path.display()))?;
+        for c in &certs {
+            roots
+                .add(c.clone())
+                .with_context(|| format!("loading CA bundle {}", path.display()))?;
+        }
+        let webpki = rustls::client::WebPkiServerVerifier::builder_with_provider(
+            Arc::new(roots),
+            provider(),
+        )
+        .build()
+        .with_context(|| format!("using CA bundle {}", path.display()))?;
+        return Ok(builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(pinned::PinnedOrWebPki::new(webpki, certs)))
+            .with_no_client_auth());
+    }
+    let bundle = SYSTEM_BUNDLES.iter().map(Path::new).find(|p| p.exists());
     if let Some(path) = bundle {
-        let pem = std::fs::read(&path)
-            .with_context(|| format!("reading CA bundle {}", path.display()))?;
+        let pem =
+            std::fs::read(path).with_context(|| format!("reading CA bundle {}", path.display()))?;
         add_pem_roots(&mut roots, &pem)
             .with_context(|| format!("loading CA bundle {}", path.display()))?;
     }
     Ok(builder.with_root_certificates(roots).with_no_client_auth())
 }
 
-/// Adds every certificate of a PEM bundle to `roots`.
-pub fn add_pem_roots(roots: &mut rustls::RootCertStore, pem: &[u8]) -> Result<usize> {
+/// Every certificate of a PEM bundle (at least one).
+pub fn pem_certificates(pem: &[u8]) -> Result<Vec<CertificateDer<'static>>> {
     use rustls::pki_types::pem::PemObject;
-    let mut n = 0;
-    for cert in CertificateDer::pem_slice_iter(pem) {
-        roots.add(cert.context("parsing a certificate")?)?;
-        n += 1;
-    }
-    if n == 0 {
+    let certs = CertificateDer::pem_slice_iter(pem)
+        .collect::<Result<Vec<_>, _>>()
+        .context("parsing a certificate")?;
+    if certs.is_empty() {
         bail!("no certificate found");
     }
+    Ok(certs)
+}
+
+/// Adds every certificate of a PEM bundle to `roots`.
+pub fn add_pem_roots(roots: &mut rustls::RootCertStore, pem: &[u8]) -> Result<usize> {
+    let certs = pem_certificates(pem)?;
+    let n = certs.len();
+    for cert in certs {
+        roots.add(cert)?;
+    }
     Ok(n)
+}
+
+/// When `e` (or an error it wraps) is a refused server certificate, why:
+/// a permanent failure, not worth a retry.
+pub fn certificate_error(e: &(dyn std::error::Error + 'static)) -> Option<String> {
+    let mut cur = Some(e);
+    while let Some(err) = cur {
+        if let Some(r) = err.downcast_ref::<rustls::Error>() {
+            return matches!(
+                r,
+                rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented
+            )
+            .then(|| r.to_string());
+        }
+        // io::Error::source skips the error it wraps: step into it instead.
+        cur = match err
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+        {
+            Some(inner) => Some(inner as &(dyn std::error::Error + 'static)),
+            None => err.source(),
+        };
+    }
+    None
 }
 
 /// `ipa-insecure`: accept any server certificate (signatures are still checked
