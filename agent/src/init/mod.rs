@@ -1,10 +1,13 @@
 //! PID 1 of the deploy ramdisk: `/init` is the agent binary itself. It
 //! mounts the kernel filesystems, loads drivers by modalias coldplug, brings
-//! the network up by DHCP, then supervises the agent service (and the debug
-//! shell) forever, reaping orphans. Every phase prints a console line with
-//! the seconds since boot.
+//! the network up (static from `network_data.json` on Ironic's virtual
+//! media, [`vmedia`], else by DHCP), then supervises the agent service (and
+//! the debug shell) forever, reaping orphans. Every phase prints a console
+//! line with the seconds since boot.
 //!
-//! Kernel arguments read here: `BOOTIF` (preferred NIC), `ip=` (static address),
+//! Kernel arguments read here (overridden by IPA's configuration files and
+//! a virtual floppy's parameters, as the agent reads them):
+//! `boot_method=vmedia` (read the virtual media), `BOOTIF` (preferred NIC), `ip=` (static address),
 //! `ipa-enable-vlan-interfaces` (VLANs, explicit or from LLDP within
 //! `ipa-lldp-timeout`), `ipa-debug=1` or
 //! `agent.shell=1` (debug shell), `sshkey=` (SSH access, [`ssh`]), `agent.settle=SECONDS` (coldplug quiet
@@ -16,6 +19,7 @@ pub mod modules;
 pub mod mounts;
 pub mod ssh;
 pub mod supervise;
+pub mod vmedia;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -56,14 +60,7 @@ pub fn main() -> ! {
         say(&format!("{e}; using the defaults"));
         String::new()
     });
-    let params = KernelParams::parse(&cmdline);
-    let secs = |key: &str, default: f64| {
-        params
-            .get(key)
-            .and_then(|v| v.parse::<f64>().ok())
-            .filter(|v| v.is_finite() && *v >= 0.0)
-            .map_or(Duration::from_secs_f64(default), Duration::from_secs_f64)
-    };
+    let mut params = KernelParams::parse(&cmdline);
 
     let release = nix::sys::utsname::uname()
         .map(|u| u.release().to_string_lossy().into_owned())
@@ -81,7 +78,7 @@ pub fn main() -> ! {
         &mut loader,
         Path::new("/sys"),
         &always,
-        secs("agent.settle", 1.0),
+        secs(&params, "agent.settle", 1.0),
         Duration::from_secs(20),
     );
     say(&format!(
@@ -94,20 +91,37 @@ pub fn main() -> ! {
         say(&format!("mount failed: {failure}"));
     }
 
+    let network_data = if vmedia::booted_from_vmedia(&params) {
+        vmedia::read(&mut params)
+    } else {
+        None
+    };
+    say("phase vmedia done");
+    for note in crate::config::merge_local(&mut params, Path::new("/")).notes {
+        say(&format!("config: {note}"));
+    }
+    let plan = network_data.as_deref().and_then(vmedia::plan);
+    if plan.as_ref().is_some_and(|p| p.has_bonds()) {
+        // No bond0 of the driver's own: the plan names its bonds.
+        loader.load_with("bonding", "max_bonds=0");
+    }
+
     let bootif = params.get("BOOTIF").map(String::from);
     let fixed = params.get("ip").and_then(crate::netconf::static_ip::parse);
     let (nics, advertise) = crate::netconf::bring_up(
         bootif.as_deref(),
         fixed.as_ref(),
+        plan.as_ref(),
         &crate::netconf::vlan::VlanPlan::parse(
             params.get("ipa-enable-vlan-interfaces").unwrap_or_default(),
         ),
         secs(
+            &params,
             "ipa-lldp-timeout",
             crate::lldp::DEFAULT_TIMEOUT.as_secs_f64(),
         ),
         Duration::from_secs(5),
-        secs("agent.dhcp-timeout", 30.0),
+        secs(&params, "agent.dhcp-timeout", 30.0),
     );
     for n in &nics {
         say(&format!("net: {}", crate::netconf::describe(n)));
@@ -145,6 +159,15 @@ pub fn main() -> ! {
     supervise::run(&services)
 }
 
+/// A duration parameter in seconds (fractions allowed), else `default`.
+fn secs(params: &KernelParams, key: &str, default: f64) -> Duration {
+    params
+        .get(key)
+        .and_then(|v| v.parse::<f64>().ok())
+        .and_then(|v| Duration::try_from_secs_f64(v).ok())
+        .unwrap_or(Duration::from_secs_f64(default))
+}
+
 #[cfg(test)]
 mod tests {
     //! When the binary is PID 1's code.
@@ -152,6 +175,16 @@ mod tests {
     use std::ffi::OsStr;
 
     use super::is_init_for;
+
+    #[test]
+    fn durations_in_seconds_never_panic() {
+        use super::{secs, KernelParams};
+        let p = KernelParams::parse("a=1.5 b=-1 c=1e300 d=NaN e=x");
+        assert_eq!(secs(&p, "a", 9.0).as_millis(), 1500);
+        for k in ["b", "c", "d", "e", "missing"] {
+            assert_eq!(secs(&p, k, 9.0).as_secs(), 9, "{k}");
+        }
+    }
 
     #[test]
     fn only_the_ramdisks_init_with_its_marker_is_init() {

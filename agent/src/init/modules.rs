@@ -221,13 +221,24 @@ impl Loader {
     /// newly loaded. Failures are logged, not fatal (one missing driver must
     /// not keep the machine from reaching the conductor).
     pub fn load(&mut self, module: &str) -> usize {
+        self.load_with(module, "")
+    }
+
+    /// [`Loader::load`] with `options` (`max_bonds=0`) for `module` itself.
+    pub fn load_with(&mut self, module: &str, options: &str) -> usize {
         let mut n = 0;
+        let want = normalise(module);
         for file in self.index.load_order(module) {
             let name = name_of(&file);
             if !self.loaded.insert(name.clone()) {
                 continue;
             }
-            match finit(&self.dir.join(&file)) {
+            let opts = if normalise(&name) == want {
+                options
+            } else {
+                ""
+            };
+            match finit(&self.dir.join(&file), opts) {
                 Ok(()) => n += 1,
                 Err(nix::errno::Errno::EEXIST) => {}
                 Err(e) => eprintln!("init: module {name}: {e}"),
@@ -238,7 +249,7 @@ impl Loader {
 }
 
 /// `finit_module(2)`; `.ko.xz`/`.ko.zst` ask the kernel to decompress.
-fn finit(path: &Path) -> nix::Result<()> {
+fn finit(path: &Path, options: &str) -> nix::Result<()> {
     use nix::kmod::{finit_module, ModuleInitFlags};
     let file = std::fs::File::open(path)
         .map_err(|e| nix::errno::Errno::from_raw(e.raw_os_error().unwrap_or(libc::ENOENT)))?;
@@ -251,7 +262,8 @@ fn finit(path: &Path) -> nix::Result<()> {
     } else {
         ModuleInitFlags::empty()
     };
-    finit_module(&file, c"", flags)
+    let options = std::ffi::CString::new(options).map_err(|_| nix::errno::Errno::EINVAL)?;
+    finit_module(&file, &options, flags)
 }
 
 #[cfg(test)]

@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::{
-    bootif_mac, configure, configure_static, describe, dhcp6, has_carrier, iface, parse_mac,
-    physical_nics, static_ip, vlan, write_resolv_conf, NicResult,
+    bootif_mac, configure, configure_static, describe, dhcp6, has_carrier, iface, network_data,
+    parse_mac, physical_nics, static_ip, vlan, write_resolv_conf, NicResult,
 };
 
 /// What IPv6 gave one interface.
@@ -58,14 +58,48 @@ pub fn describe6(r: &Nic6) -> String {
 
 #[derive(Default)]
 struct Resolv {
+    /// From network_data.json: first.
+    fixed: Vec<IpAddr>,
     v4: Vec<NicResult>,
     dns6: Vec<Ipv6Addr>,
 }
 
 impl Resolv {
     fn write(&self) {
-        write_resolv_conf(&self.v4, &self.dns6);
+        write_resolv_conf(&self.fixed, &self.v4, &self.dns6);
     }
+}
+
+/// Applies network_data.json's plan; prints one line per interface;
+/// returns the address to advertise (an interface with a default route
+/// first, IPv4 before IPv6) if any static address was set.
+fn apply_network_data(plan: &network_data::Plan) -> Option<IpAddr> {
+    let applied = network_data::apply::apply(plan, Path::new("/sys"));
+    for a in &applied {
+        match &a.outcome {
+            Ok(()) => eprintln!("net: {}", network_data::describe(&a.iface)),
+            Err(e) => eprintln!(
+                "net: {} (link {:?}): network_data.json not applied: {e:#}",
+                a.iface.name, a.iface.id
+            ),
+        }
+    }
+    let ok: Vec<&network_data::Iface> = applied
+        .iter()
+        .filter(|a| a.outcome.is_ok())
+        .map(|a| &a.iface)
+        .collect();
+    let mut addrs: Vec<(bool, bool, IpAddr)> = ok
+        .iter()
+        .flat_map(|f| {
+            let routed = f.routes.iter().any(|r| r.prefix == 0);
+            f.addrs
+                .iter()
+                .map(move |(a, _)| (!(routed), !a.is_ipv4(), *a))
+        })
+        .collect();
+    addrs.sort();
+    addrs.first().map(|(_, _, a)| *a)
 }
 
 /// Asks for VLANs from LLDP where the plan says so; prints what was heard.
@@ -126,6 +160,7 @@ fn lldp_vlans(
 pub fn bring_up(
     bootif: Option<&str>,
     fixed: Option<&static_ip::StaticIp>,
+    network_data: Option<&network_data::Plan>,
     vlans: &vlan::VlanPlan,
     lldp_timeout: Duration,
     link_wait: Duration,
@@ -142,6 +177,28 @@ pub fn bring_up(
     while Instant::now() < until && !nics.iter().all(|(n, _)| has_carrier(n)) {
         std::thread::sleep(Duration::from_millis(100));
     }
+    // network_data.json first: NICs it names get no DHCP unless it says so.
+    let static_advertise = network_data.and_then(apply_network_data);
+    let claimed: Vec<String> = network_data.map(|p| p.claimed()).unwrap_or_default();
+    let planned = |name: &str| network_data.and_then(|p| p.ifaces.iter().find(|f| f.name == name));
+    // Planned bonds and VLANs that ask for DHCP join the NICs for it.
+    let mut extra: Vec<(String, String)> = Vec::new();
+    for f in network_data
+        .map(|p| p.ifaces.as_slice())
+        .unwrap_or_default()
+    {
+        if !matches!(f.kind, network_data::LinkKind::Phy) && (f.dhcp4 || f.dhcp6) {
+            let mac = std::fs::read_to_string(format!("/sys/class/net/{}/address", f.name))
+                .map(|m| m.trim().to_ascii_lowercase())
+                .unwrap_or_default();
+            extra.push((f.name.clone(), mac));
+        }
+    }
+    let nics: Vec<(String, String)> = nics
+        .into_iter()
+        .filter(|(n, _)| !claimed.contains(n) || planned(n).is_some_and(|f| f.dhcp4 || f.dhcp6))
+        .chain(extra)
+        .collect();
     let mut wanted = vlans.explicit.clone();
     if vlans.needs_lldp() {
         for v in lldp_vlans(vlans, &nics, lldp_timeout) {
@@ -186,6 +243,7 @@ pub fn bring_up(
     let mut with_link = 0;
     for (name, mac) in nics.iter().cloned() {
         let carrier = has_carrier(&name);
+        let (want4, want6) = planned(&name).map_or((true, true), |f| (f.dhcp4, f.dhcp6));
         // The default route goes through the PXE NIC when it is known.
         let route = boot_mac.as_deref().is_none_or(|b| b == mac);
         let fixed = fixed
@@ -196,7 +254,8 @@ pub fn bring_up(
         std::thread::spawn(move || {
             let outcome = match (fixed, carrier) {
                 (Some(f), _) => configure_static(&name4, &f),
-                (None, true) => configure(&name4, &mac4, dhcp_timeout, route),
+                (None, true) if want4 => configure(&name4, &mac4, dhcp_timeout, route),
+                (None, true) => Err("IPv4 left alone (network_data.json)".to_string()),
                 (None, false) => Err("no link".to_string()),
             };
             let _ = tx.send(NicResult {
@@ -205,7 +264,7 @@ pub fn bring_up(
                 outcome,
             });
         });
-        if carrier {
+        if carrier && want6 {
             with_link += 1;
             let tx6 = tx6.clone();
             std::thread::spawn(move || {
@@ -218,8 +277,12 @@ pub fn bring_up(
     // IPv4 first: stop waiting once the PXE NIC (without BOOTIF: any NIC,
     // VLANs aside) has an address.
     let mut results = Vec::new();
-    let mut advertise = None;
-    while let Ok(r) = rx.recv() {
+    let mut advertise = static_advertise;
+    if let Some(p) = network_data {
+        resolv.lock().unwrap_or_else(|p| p.into_inner()).fixed = p.dns.clone();
+    }
+    // With a static address from network_data.json, nothing waits for DHCP.
+    while let (None, Ok(r)) = (advertise, rx.recv()) {
         let is_vlan = r.name.contains('.');
         let enough =
             r.outcome.is_ok() && !is_vlan && boot_mac.as_deref().is_none_or(|b| b == r.mac);
@@ -228,11 +291,13 @@ pub fn bring_up(
             break;
         }
     }
-    if let Some(r) = results
-        .iter()
-        .filter(|r| r.outcome.is_ok())
-        .max_by_key(|r| boot_mac.as_deref() == Some(r.mac.as_str()))
-    {
+    if let (None, Some(r)) = (
+        advertise,
+        results
+            .iter()
+            .filter(|r| r.outcome.is_ok())
+            .max_by_key(|r| boot_mac.as_deref() == Some(r.mac.as_str())),
+    ) {
         advertise = r.outcome.as_ref().ok().map(|l| IpAddr::V4(l.addr));
     }
     {

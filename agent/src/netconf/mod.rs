@@ -138,10 +138,15 @@ pub fn describe(r: &NicResult) -> String {
     }
 }
 
-/// The resolv.conf text for these leases and DHCPv6 servers (deduplicated,
-/// IPv4 first, in NIC order; at most three, as the resolver reads).
-pub fn resolv_conf(results: &[NicResult], dns6: &[std::net::Ipv6Addr]) -> String {
-    let mut servers: Vec<std::net::IpAddr> = Vec::new();
+/// The resolv.conf text for static servers (network_data.json), these
+/// leases and DHCPv6 servers (deduplicated, static first, then IPv4 in NIC
+/// order; at most three, as the resolver reads).
+pub fn resolv_conf(
+    fixed: &[std::net::IpAddr],
+    results: &[NicResult],
+    dns6: &[std::net::Ipv6Addr],
+) -> String {
+    let mut servers: Vec<std::net::IpAddr> = fixed.to_vec();
     let mut search: Vec<String> = Vec::new();
     for l in results.iter().filter_map(|r| r.outcome.as_ref().ok()) {
         for d in &l.dns {
@@ -170,8 +175,12 @@ pub fn resolv_conf(results: &[NicResult], dns6: &[std::net::Ipv6Addr]) -> String
     out
 }
 
-fn write_resolv_conf(results: &[NicResult], dns6: &[std::net::Ipv6Addr]) {
-    let text = resolv_conf(results, dns6);
+fn write_resolv_conf(
+    fixed: &[std::net::IpAddr],
+    results: &[NicResult],
+    dns6: &[std::net::Ipv6Addr],
+) {
+    let text = resolv_conf(fixed, results, dns6);
     if !text.is_empty() {
         let _ = std::fs::create_dir_all("/etc");
         if let Err(e) = std::fs::write("/etc/resolv.conf", text) {
@@ -212,6 +221,7 @@ mod tests {
             outcome: l,
         };
         let text = resolv_conf(
+            &[],
             &[
                 r("eth0", Ok(lease([10, 0, 0, 1], Some("rd.test")))),
                 r("eth1", Err("no link".into())),
@@ -222,6 +232,16 @@ mod tests {
         assert_eq!(
             text,
             "search rd.test\nnameserver 10.0.0.1\nnameserver fd99::1\n"
+        );
+        // network_data.json's servers come first; three at most.
+        let text = resolv_conf(
+            &["192.0.2.53".parse().unwrap(), "10.0.0.1".parse().unwrap()],
+            &[r("eth0", Ok(lease([10, 0, 0, 1], None)))],
+            &["fd99::1".parse().unwrap(), "fd99::2".parse().unwrap()],
+        );
+        assert_eq!(
+            text,
+            "nameserver 192.0.2.53\nnameserver 10.0.0.1\nnameserver fd99::1\n"
         );
     }
 }

@@ -1,0 +1,106 @@
+//! The ramdisk's virtual-media step, before the network: when Ironic booted
+//! it from virtual media (`boot_method=vmedia`), take the floppy's
+//! parameters, copy the ISO's agent configuration into `/etc`, and read
+//! `network_data.json` into a network plan. Everything is reported on the
+//! console; a failure leaves the network to DHCP.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::config::KernelParams;
+use crate::netconf::network_data;
+use crate::vmedia;
+
+use super::say;
+
+/// How long to wait for the virtual CD drive to appear after coldplug.
+const MEDIA_WAIT: Duration = Duration::from_secs(10);
+
+/// Whether Ironic says the ramdisk came from virtual media.
+pub fn booted_from_vmedia(params: &KernelParams) -> bool {
+    params.get("boot_method") == Some("vmedia")
+}
+
+/// Reads the virtual media; returns `network_data.json`'s bytes if the ISO
+/// has it. Floppy parameters are written where the agent's configuration
+/// reads them ([`crate::config::VMEDIA_PARAMS`]) and merged into `params`.
+pub fn read(params: &mut KernelParams) -> Option<Vec<u8>> {
+    let (sys, dev, root) = (Path::new("/sys"), Path::new("/dev"), Path::new("/"));
+    let until = Instant::now() + MEDIA_WAIT;
+    let (candidates, iso) = loop {
+        let c = vmedia::candidates(sys);
+        match vmedia::find_iso(dev, &c) {
+            Some(found) => break (c, Some(found)),
+            None if Instant::now() >= until => break (c, None),
+            None => std::thread::sleep(Duration::from_millis(250)),
+        }
+    };
+    let names: Vec<String> = candidates
+        .iter()
+        .map(|c| format!("{} ({})", c.name, c.why))
+        .collect();
+    say(&format!("vmedia: candidates: {}", names.join(", ")));
+    if let Some(text) = vmedia::floppy_parameters(dev, &candidates) {
+        let path = root.join(crate::config::VMEDIA_PARAMS);
+        let written = path
+            .parent()
+            .map_or(Ok(()), std::fs::create_dir_all)
+            .and_then(|()| std::fs::write(&path, &text));
+        match written {
+            Ok(()) => say(&format!(
+                "vmedia: parameters from the {} floppy",
+                vmedia::FLOPPY_LABEL
+            )),
+            Err(e) => say(&format!("vmedia: cannot keep the floppy's parameters: {e}")),
+        }
+        for (k, v) in KernelParams::parse(&text).iter() {
+            params.set(k, v);
+        }
+    }
+    let Some((path, disc)) = iso else {
+        say(&format!(
+            "vmedia: no disc labelled {} found; network by DHCP",
+            vmedia::ISO_LABELS.join(" or ")
+        ));
+        return None;
+    };
+    match vmedia::copy_config(&disc, root) {
+        Ok(files) => {
+            let names: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
+            say(&format!(
+                "vmedia: {}: configuration copied: [{}]",
+                path.display(),
+                names.join(", ")
+            ));
+        }
+        Err(e) => say(&format!(
+            "vmedia: {}: copying configuration: {e:#}",
+            path.display()
+        )),
+    }
+    let nd = crate::ignition::iso::read_file_from(
+        &disc,
+        network_data::PATH_ON_MEDIA,
+        network_data::MAX_BYTES,
+    );
+    if nd.is_none() {
+        say(&format!(
+            "vmedia: {}: no {}",
+            path.display(),
+            network_data::PATH_ON_MEDIA
+        ));
+    }
+    nd
+}
+
+/// The plan for this machine from `bytes`, or the reason there is none.
+pub fn plan(bytes: &[u8]) -> Option<network_data::Plan> {
+    let nics = crate::netconf::physical_nics(Path::new("/sys"));
+    match network_data::plan(bytes, &nics) {
+        Ok(p) => Some(p),
+        Err(e) => {
+            say(&format!("vmedia: {e}; network by DHCP"));
+            None
+        }
+    }
+}
