@@ -37,8 +37,8 @@ fn invalid(msg: impl Into<String>) -> CommandError {
     CommandError::new(ErrorKind::InvalidCommandParams, msg.into())
 }
 
-fn deploy_error(msg: impl Into<String>) -> CommandError {
-    CommandError::new(ErrorKind::Deployment, msg.into())
+fn deploy_error(msg: impl std::fmt::Display) -> CommandError {
+    CommandError::new(ErrorKind::Deployment, msg.to_string())
 }
 
 /// The `install_coreos` deploy step.

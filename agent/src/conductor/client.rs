@@ -191,7 +191,10 @@ impl ConductorClient {
             url: url.clone(),
             reason: format!("not JSON: {e}"),
         })?;
-        parse_lookup(&doc).map_err(|reason| ConductorError::Invalid { url, reason })
+        parse_lookup(&doc).map_err(|e| ConductorError::Invalid {
+            url,
+            reason: e.to_string(),
+        })
     }
 
     /// `POST /v1/heartbeat/{uuid}`.
