@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use serde_json::{json, Value};
 
-use super::params::{ParamsError, PrepareImage};
+use super::params::{ParamsError, PrepareImage, WriteImageArgs};
 use super::steps::StepCall;
 use super::{CommandError, ErrorKind, Outcome};
 use crate::config::RunMode;
@@ -110,15 +110,12 @@ pub async fn write_image_step(
     state: Arc<AgentState>,
     call: StepCall,
 ) -> Result<Value, CommandError> {
-    let image_info = call.args.get("image_info").cloned().unwrap_or(Value::Null);
-    let configdrive = call
-        .args
-        .get("configdrive")
-        .filter(|v| !v.is_null())
-        .or_else(|| image_info.get("configdrive"))
-        .cloned()
+    let args: WriteImageArgs = super::params::for_command(&Value::Object(call.args))?;
+    let configdrive = args
+        .configdrive
+        .or_else(|| args.image_info.get("configdrive").cloned())
         .unwrap_or(Value::Null);
-    write(state, image_info, configdrive).await
+    write(state, args.image_info, configdrive).await
 }
 
 async fn write(
