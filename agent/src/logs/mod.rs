@@ -91,14 +91,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("logs.tar.gz");
         std::fs::write(&path, gz).unwrap();
-        let o = Command::new("tar")
-            .arg("-xzf")
-            .arg(&path)
-            .arg("-C")
-            .arg(dir.path())
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        crate::tool::run(
+            Command::new("tar")
+                .arg("-xzf")
+                .arg(&path)
+                .arg("-C")
+                .arg(dir.path()),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
         let log = std::fs::read_to_string(dir.path().join("agent.log")).unwrap();
         assert!(log.contains("a line the bundle must carry"));
         for name in ["dmesg", "ip_addr", "lsblk", "mounts", "inventory.json"] {
