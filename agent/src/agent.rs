@@ -49,7 +49,9 @@ pub async fn run(config: Config) -> Result<()> {
             config.cafile.as_deref(),
             config.http_request_timeout,
         )?;
-        inspect::run_if_configured(&config, &http).await;
+        // No conductor URL: the client serves only the inspection callback.
+        let client = ConductorClient::new(http, Vec::new(), config.global_request_id.clone());
+        inspect::run_if_configured(&config, &client).await;
         tracing::info!("inspection done and no ipa-api-url is set: nothing more to do");
         std::future::pending::<()>().await;
     }
@@ -88,8 +90,8 @@ pub async fn start(config: Config) -> Result<RunningAgent> {
         config.cafile.as_deref(),
         config.http_request_timeout,
     )?;
-    let inspected = inspect::run_if_configured(&config, &http).await;
     let client = ConductorClient::new(http, urls.clone(), config.global_request_id.clone());
+    let inspected = inspect::run_if_configured(&config, &client).await;
     let (tx, events) = mpsc::unbounded_channel();
     let state = Arc::new(AgentState::new(config, Some(tx)));
     state.update_session(|s| s.conductor_urls = urls);

@@ -6,8 +6,10 @@
 //! Design: Ironic URLs are called at API 1.84, so the answer carries the
 //! lookup-style document with a fresh token (adopted, so the later lookup's
 //! `******` is no lock-out); a 406 from an older Ironic is retried without
-//! the version header (IPA's way, answer `{"uuid"}`). Collector failures go
-//! into `error`, which makes Ironic fail the inspection visibly; unknown or
+//! the version header (IPA's way, answer `{"uuid"}`). The HTTP side is the
+//! [`Conductor`] trait's `continue_inspection` (one attempt); the retries
+//! are here, so they are tested against a scripted conductor. Collector
+//! failures go into `error`, which makes Ironic fail the inspection visibly; unknown or
 //! unimplemented collectors are only logged. The optional collectors'
 //! readers live in [`crate::collectors`].
 
@@ -16,21 +18,14 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::{json, Map, Value};
 
-use crate::conductor::client::error_chain;
-use crate::conductor::lookup::parse_lookup;
-use crate::conductor::{ironic_error_message, LookupResult};
+pub use crate::conductor::inspection::parse_answer;
+use crate::conductor::{Conductor, ConductorClient, ConductorError, InspectionAnswer};
 use crate::config::{Config, RunMode};
 use crate::inventory::{self, Inventory, Options};
 use crate::{collectors, hints, lldp};
 
 /// What Ironic's answer told us.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Outcome {
-    /// The node's UUID, if the answer named it.
-    pub node_uuid: Option<String>,
-    /// The 1.84 lookup-style answer (node, config, token).
-    pub lookup: Option<LookupResult>,
-}
+pub type Outcome = InspectionAnswer;
 
 /// Why the document could not be delivered.
 #[derive(Debug, thiserror::Error)]
@@ -260,12 +255,6 @@ pub fn pci_devices(dir: &std::path::Path) -> Vec<Value> {
     out
 }
 
-/// Whether a URL is Ironic's own endpoint (API versions apply).
-fn is_ironic(url: &str) -> bool {
-    url.trim_end_matches('/')
-        .ends_with("/v1/continue_inspection")
-}
-
 /// POSTs the document to each URL of `callback` (comma list) in turn, with
 /// IPA's retries; parses the answer.
 pub async fn post(
@@ -273,6 +262,17 @@ pub async fn post(
     callback: &str,
     doc: &Value,
     request_id: Option<&str>,
+    policy: &RetryPolicy,
+) -> Result<Outcome, InspectError> {
+    let client = ConductorClient::new(http.clone(), Vec::new(), request_id.map(String::from));
+    post_via(&client, callback, doc, policy).await
+}
+
+/// [`post`] through `conductor`.
+pub async fn post_via(
+    conductor: &impl Conductor,
+    callback: &str,
+    doc: &Value,
     policy: &RetryPolicy,
 ) -> Result<Outcome, InspectError> {
     let urls: Vec<&str> = callback
@@ -302,10 +302,12 @@ pub async fn post(
         }
         for url in &urls {
             attempts += 1;
-            match post_once(http, url, &body, request_id).await {
+            match conductor.continue_inspection(url, &body).await {
                 Ok(outcome) => return Ok(outcome),
-                Err(Attempt::Retry(reason)) => last = (url.to_string(), reason),
-                Err(Attempt::Fatal(e)) => return Err(e),
+                Err(e) => match classify(e) {
+                    Attempt::Retry(reason) => last = (url.to_string(), reason),
+                    Attempt::Fatal(e) => return Err(e),
+                },
             }
         }
     }
@@ -321,77 +323,33 @@ enum Attempt {
     Fatal(InspectError),
 }
 
-async fn post_once(
-    http: &reqwest::Client,
-    url: &str,
-    body: &str,
-    request_id: Option<&str>,
-) -> Result<Outcome, Attempt> {
-    let mut version = is_ironic(url).then_some("1.84");
-    loop {
-        let mut req = http
-            .post(url)
-            .header("Content-Type", "application/json")
-            .header("Accept", "application/json")
-            .body(body.to_string());
-        if let Some(v) = version {
-            req = req.header("X-OpenStack-Ironic-API-Version", v);
+/// IPA's rules: no answer, 5xx and 409 are retried, other errors are final.
+fn classify(e: ConductorError) -> Attempt {
+    match e {
+        ConductorError::Unreachable { url, reason } => {
+            Attempt::Retry(format!("cannot reach {url}: {reason}"))
         }
-        if let Some(id) = request_id {
-            req = req.header("X-OpenStack-Request-ID", id);
-        }
-        let resp = req
-            .send()
-            .await
-            .map_err(|e| Attempt::Retry(format!("cannot reach {url}: {}", error_chain(&e))))?;
-        let status = resp.status();
-        let text = resp.text().await.unwrap_or_default();
-        if status == StatusCode::NOT_ACCEPTABLE && version.is_some() {
-            tracing::info!("{url} does not speak API 1.84; posting without a version as IPA does");
-            version = None;
-            continue;
-        }
-        if status.is_success() {
-            return Ok(parse_answer(&text));
-        }
-        let message = ironic_error_message(&text);
-        if status.is_server_error() || status == StatusCode::CONFLICT {
-            return Err(Attempt::Retry(format!(
-                "{url} answered HTTP {status}: {message}"
-            )));
-        }
-        return Err(Attempt::Fatal(InspectError::Refused {
-            url: url.into(),
-            status: status.as_u16(),
+        ConductorError::Http {
+            url,
+            status,
             message,
-        }));
-    }
-}
-
-/// `{"node": ..., "config": ...}` (Ironic ≥ 1.84) or `{"uuid": ...}`.
-pub fn parse_answer(text: &str) -> Outcome {
-    let doc: Value = serde_json::from_str(text).unwrap_or(Value::Null);
-    if doc.get("node").is_some() {
-        if let Ok(l) = parse_lookup(&doc) {
-            return Outcome {
-                node_uuid: Some(l.node_uuid.clone()),
-                lookup: Some(l),
-            };
-        }
-    }
-    Outcome {
-        node_uuid: doc
-            .get("uuid")
-            .or_else(|| doc.pointer("/node/uuid"))
-            .and_then(Value::as_str)
-            .map(String::from),
-        lookup: None,
+        } => match StatusCode::from_u16(status) {
+            Ok(s) if s.is_server_error() || s == StatusCode::CONFLICT => {
+                Attempt::Retry(format!("{url} answered HTTP {s}: {message}"))
+            }
+            _ => Attempt::Fatal(InspectError::Refused {
+                url,
+                status,
+                message,
+            }),
+        },
+        other => Attempt::Retry(other.to_string()),
     }
 }
 
 /// Collects and posts when `ipa-inspection-callback-url` is set. Failures
 /// are logged; the agent then continues to lookup, as IPA does.
-pub async fn run_if_configured(config: &Config, http: &reqwest::Client) -> Option<Outcome> {
+pub async fn run_if_configured(config: &Config, conductor: &impl Conductor) -> Option<Outcome> {
     let url = config.inspection_callback_url.as_deref()?;
     // IPA: `mdns` looks up the inspector's advertisement and appends /v1/continue.
     let discovered;
@@ -417,15 +375,7 @@ pub async fn run_if_configured(config: &Config, http: &reqwest::Client) -> Optio
     let started = std::time::Instant::now();
     let doc = collect(config, &live_options(config)).await;
     tracing::info!(collected_in_s = started.elapsed().as_secs_f64(), %url, "posting inspection data");
-    match post(
-        http,
-        url,
-        &doc,
-        config.global_request_id.as_deref(),
-        &RetryPolicy::default(),
-    )
-    .await
-    {
+    match post_via(conductor, url, &doc, &RetryPolicy::default()).await {
         Ok(o) => {
             tracing::info!(node = ?o.node_uuid, token = o.lookup.is_some(), "inspection data accepted");
             Some(o)
@@ -438,30 +388,4 @@ pub async fn run_if_configured(config: &Config, http: &reqwest::Client) -> Optio
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn answers_at_both_versions() {
-        let o = parse_answer(r#"{"uuid": "abc"}"#);
-        assert_eq!(o.node_uuid.as_deref(), Some("abc"));
-        assert!(o.lookup.is_none());
-        let t = "t".repeat(43);
-        let o = parse_answer(
-            &json!({"node": {"uuid": "u1"}, "config": {"heartbeat_timeout": 300, "agent_token": t}})
-                .to_string(),
-        );
-        assert_eq!(o.node_uuid.as_deref(), Some("u1"));
-        assert_eq!(
-            o.lookup.unwrap().config.agent_token.as_deref(),
-            Some(t.as_str())
-        );
-        assert_eq!(parse_answer("not json").node_uuid, None);
-    }
-
-    #[test]
-    fn ironic_urls() {
-        assert!(is_ironic("http://10.0.0.1:6385/v1/continue_inspection"));
-        assert!(!is_ironic("http://10.0.0.1:5050/v1/continue"));
-    }
-}
+mod tests;

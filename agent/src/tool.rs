@@ -57,14 +57,28 @@ pub fn cmdline(cmd: &Command) -> String {
 /// Runs `cmd` to its end, capturing its output; a non-zero exit is an error
 /// with the tail of its stderr.
 pub fn run(cmd: &mut Command) -> Result<Output, ToolError> {
+    run_allowing(cmd, &[])
+}
+
+/// Runs `cmd` to its end and returns its output however it ended: only a
+/// tool that cannot be started is an error. For tools whose output is
+/// wanted even when they fail (the log bundle records the exit status).
+pub fn output(cmd: &mut Command) -> Result<Output, ToolError> {
     let line = cmdline(cmd);
-    let out = cmd.output().map_err(|source| ToolError::Spawn {
-        cmdline: line.clone(),
+    cmd.output().map_err(|source| ToolError::Spawn {
+        cmdline: line,
         source,
-    })?;
-    if out.status.success() {
+    })
+}
+
+/// [`run`], with the exit codes in `also_ok` counting as success too (tools
+/// that report "nothing to do" with a code of their own).
+pub fn run_allowing(cmd: &mut Command, also_ok: &[i32]) -> Result<Output, ToolError> {
+    let out = output(cmd)?;
+    if out.status.success() || out.status.code().is_some_and(|c| also_ok.contains(&c)) {
         return Ok(out);
     }
+    let line = cmdline(cmd);
     let text = String::from_utf8_lossy(&out.stderr);
     let text = text.trim();
     let start = text
@@ -109,5 +123,35 @@ mod tests {
 
         let out = run(Command::new("sh").args(["-c", "echo fine"])).unwrap();
         assert_eq!(out.stdout, b"fine\n");
+    }
+
+    #[test]
+    fn other_exit_codes_can_count_as_success() {
+        let out = run_allowing(Command::new("sh").args(["-c", "echo some; exit 2"]), &[2]).unwrap();
+        assert_eq!(out.status.code(), Some(2));
+        assert_eq!(out.stdout, b"some\n");
+        let e = run_allowing(
+            Command::new("sh").args(["-c", "echo bad >&2; exit 3"]),
+            &[2],
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("exit status: 3"), "{e}");
+        assert!(e.to_string().ends_with(": bad"), "{e}");
+        // A signal has no exit code: never allowed.
+        let e = run_allowing(Command::new("sh").args(["-c", "kill -9 $$"]), &[0, 9]).unwrap_err();
+        assert!(matches!(e, ToolError::Failed { .. }), "{e}");
+    }
+
+    #[test]
+    fn output_keeps_what_a_failing_tool_wrote() {
+        let out =
+            output(Command::new("sh").args(["-c", "echo out; echo err >&2; exit 4"])).unwrap();
+        assert_eq!(out.status.code(), Some(4));
+        assert_eq!(
+            (&out.stdout[..], &out.stderr[..]),
+            (&b"out\n"[..], &b"err\n"[..])
+        );
+        let e = output(&mut Command::new("/nonexistent/tool")).unwrap_err();
+        assert!(matches!(e, ToolError::Spawn { .. }), "{e}");
     }
 }

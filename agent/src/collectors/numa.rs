@@ -7,17 +7,70 @@
 //! report nothing (the caller logs why); there is no partial topology.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 
 use crate::inventory::{read_attr, under};
 
+/// Why the topology cannot be reported.
+#[derive(Debug, thiserror::Error)]
+pub enum NumaError {
+    /// The node directory cannot be listed.
+    #[error("no NUMA nodes: {}: {source}", .dir.display())]
+    NoNodes {
+        /// The directory.
+        dir: PathBuf,
+        /// The system's error.
+        source: std::io::Error,
+    },
+    /// A node's meminfo cannot be read.
+    #[error("memory of NUMA node {node}: {source}")]
+    Memory {
+        /// The node.
+        node: u32,
+        /// The system's error.
+        source: std::io::Error,
+    },
+    /// A node's meminfo has no total.
+    #[error("no MemTotal for NUMA node {0}")]
+    NoMemTotal(u32),
+    /// A node's directory cannot be listed.
+    #[error("CPUs of NUMA node {node}: {source}")]
+    Cpus {
+        /// The node.
+        node: u32,
+        /// The system's error.
+        source: std::io::Error,
+    },
+    /// A CPU without a readable core id.
+    #[error("no core id for CPU {cpu} of NUMA node {node}")]
+    NoCoreId {
+        /// The CPU.
+        cpu: u32,
+        /// The node.
+        node: u32,
+    },
+    /// The network class directory cannot be listed.
+    #[error("no NICs: {}: {source}", .dir.display())]
+    NoNics {
+        /// The directory.
+        dir: PathBuf,
+        /// The system's error.
+        source: std::io::Error,
+    },
+    /// A NIC whose `numa_node` is not a number.
+    #[error("bad NUMA node for NIC {0}")]
+    BadNicNode(String),
+}
+
 /// `{"ram": [...], "cpus": [...], "nics": [...]}` for the tree under `root`.
-pub fn topology(root: &Path) -> Result<Value, String> {
+pub fn topology(root: &Path) -> Result<Value, NumaError> {
     let node_dir = under(root, "/sys/devices/system/node");
-    let entries = std::fs::read_dir(&node_dir)
-        .map_err(|e| format!("no NUMA nodes: {}: {e}", node_dir.display()))?;
+    let entries = std::fs::read_dir(&node_dir).map_err(|source| NumaError::NoNodes {
+        dir: node_dir.clone(),
+        source,
+    })?;
     let mut nodes: Vec<(u32, std::path::PathBuf)> = entries
         .flatten()
         .filter(|e| e.path().is_dir())
@@ -34,13 +87,13 @@ pub fn topology(root: &Path) -> Result<Value, String> {
     let mut cores: BTreeMap<(u32, u64), Vec<u32>> = BTreeMap::new();
     for (id, dir) in &nodes {
         let meminfo = std::fs::read_to_string(dir.join("meminfo"))
-            .map_err(|e| format!("memory of NUMA node {id}: {e}"))?;
+            .map_err(|source| NumaError::Memory { node: *id, source })?;
         ram.push(
             json!({"numa_node": id, "size_kb": node_mem_total_kb(&meminfo)
-            .ok_or_else(|| format!("no MemTotal for NUMA node {id}"))?}),
+            .ok_or(NumaError::NoMemTotal(*id))?}),
         );
         let mut threads: Vec<u32> = std::fs::read_dir(dir)
-            .map_err(|e| format!("CPUs of NUMA node {id}: {e}"))?
+            .map_err(|source| NumaError::Cpus { node: *id, source })?
             .flatten()
             .filter_map(|e| {
                 e.file_name()
@@ -54,7 +107,7 @@ pub fn topology(root: &Path) -> Result<Value, String> {
         for t in threads {
             let core: u64 = read_attr(&dir.join(format!("cpu{t}/topology/core_id")))
                 .and_then(|v| v.parse().ok())
-                .ok_or_else(|| format!("no core id for CPU {t} of NUMA node {id}"))?;
+                .ok_or(NumaError::NoCoreId { cpu: t, node: *id })?;
             cores.entry((*id, core)).or_default().push(t);
         }
     }
@@ -75,10 +128,12 @@ pub fn node_mem_total_kb(meminfo: &str) -> Option<u64> {
 }
 
 /// Every interface whose device states a NUMA node (`-1`: none, kept as IPA does).
-fn nics(root: &Path) -> Result<Vec<Value>, String> {
+fn nics(root: &Path) -> Result<Vec<Value>, NumaError> {
     let dir = under(root, "/sys/class/net");
-    let entries =
-        std::fs::read_dir(&dir).map_err(|e| format!("no NICs: {}: {e}", dir.display()))?;
+    let entries = std::fs::read_dir(&dir).map_err(|source| NumaError::NoNics {
+        dir: dir.clone(),
+        source,
+    })?;
     let mut names: Vec<String> = entries
         .flatten()
         .map(|e| e.file_name().to_string_lossy().into_owned())
@@ -92,7 +147,7 @@ fn nics(root: &Path) -> Result<Vec<Value>, String> {
         }
         let node: i64 = read_attr(&file)
             .and_then(|v| v.parse().ok())
-            .ok_or_else(|| format!("bad NUMA node for NIC {name}"))?;
+            .ok_or_else(|| NumaError::BadNicNode(name.clone()))?;
         out.push(json!({"name": name, "numa_node": node}));
     }
     Ok(out)
@@ -146,6 +201,9 @@ mod tests {
         );
         // A missing core id voids the whole topology, as in IPA.
         std::fs::remove_file(node.join("node1/cpu3/topology/core_id")).unwrap();
-        assert!(topology(dir.path()).unwrap_err().contains("CPU 3"));
+        assert!(topology(dir.path())
+            .unwrap_err()
+            .to_string()
+            .contains("CPU 3"));
     }
 }

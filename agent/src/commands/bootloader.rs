@@ -48,7 +48,9 @@ pub async fn install_bootloader(state: Arc<AgentState>, params: Value) -> Outcom
         Ok(device) => tokio::task::spawn_blocking(move || crate::uefi::install(&device, efivars))
             .await
             .map_err(|e| CommandError::new(ErrorKind::CommandExecution, e.to_string()))
-            .and_then(|r| r.map_err(|e| CommandError::new(ErrorKind::CommandExecution, e)))
+            .and_then(|r| {
+                r.map_err(|e| CommandError::new(ErrorKind::CommandExecution, e.to_string()))
+            })
             .map(|entries| tracing::info!(?entries, "UEFI boot entries created")),
     };
     let Err(err) = result else {

@@ -26,9 +26,10 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 use super::image::{parse_image_info, write_whole_disk};
+use super::params::{IgnitionText, InstallCoreosArgs, KernelArgs};
 use super::steps::StepCall;
 use super::{CommandError, ErrorKind};
 use crate::state::AgentState;
@@ -37,8 +38,8 @@ fn invalid(msg: impl Into<String>) -> CommandError {
     CommandError::new(ErrorKind::InvalidCommandParams, msg.into())
 }
 
-fn deploy_error(msg: impl Into<String>) -> CommandError {
-    CommandError::new(ErrorKind::Deployment, msg.into())
+fn deploy_error(msg: impl std::fmt::Display) -> CommandError {
+    CommandError::new(ErrorKind::Deployment, msg.to_string())
 }
 
 /// The `install_coreos` deploy step.
@@ -51,13 +52,14 @@ pub async fn install_coreos_step(
         .get("instance_info")
         .cloned()
         .unwrap_or(Value::Null);
-    let image_info = match call.args.get("image_info").filter(|v| !v.is_null()) {
-        Some(v) => v.clone(),
+    let args: InstallCoreosArgs = super::params::for_command(&Value::Object(call.args))?;
+    let image_info = match args.image_info {
+        Some(v) => v,
         None => image_info_from_instance(&instance_info)?,
     };
     let parsed = parse_image_info(&state, &image_info)?;
-    let kargs = kernel_args(&call.args, &instance_info)?;
-    let ignition = ignition_config(&state, &call.args, &instance_info).await?;
+    let kargs = kernel_args(args.append_karg, &instance_info)?;
+    let ignition = ignition_config(&state, args.ignition, &instance_info).await?;
     tracing::info!(
         image = %parsed.id,
         ignition = ignition.is_some(),
@@ -130,56 +132,33 @@ fn image_info_from_instance(ii: &Value) -> Result<Value, CommandError> {
     Ok(info)
 }
 
-/// The kernel arguments to append.
-fn kernel_args(args: &Map<String, Value>, ii: &Value) -> Result<Vec<String>, CommandError> {
+/// The kernel arguments to append: the step argument (already checked),
+/// else the config drive dict's `meta_data.coreos_append_karg`.
+fn kernel_args(arg: Option<KernelArgs>, ii: &Value) -> Result<Vec<String>, CommandError> {
+    if let Some(KernelArgs(list)) = arg {
+        return Ok(list);
+    }
     let from_meta = ii
         .get("configdrive")
         .and_then(|c| c.get("meta_data"))
-        .and_then(|m| m.get("coreos_append_karg"));
-    let (v, what) = match args.get("append_karg").filter(|v| !v.is_null()) {
-        Some(v) => (v, "append_karg"),
-        None => match from_meta.filter(|v| !v.is_null()) {
-            Some(v) => (v, "meta_data.coreos_append_karg"),
-            None => return Ok(Vec::new()),
-        },
-    };
-    let list: Vec<String> = match v {
-        Value::String(s) => s.split(',').map(str::to_string).collect(),
-        Value::Array(a) => a
-            .iter()
-            .map(|x| {
-                x.as_str()
-                    .map(str::to_string)
-                    .ok_or_else(|| invalid(format!("{what} must hold strings, not {x}")))
-            })
-            .collect::<Result<_, _>>()?,
-        other => {
-            return Err(invalid(format!(
-                "{what} must be a list of strings, not {other}"
-            )))
-        }
-    };
-    let list: Vec<String> = list
-        .into_iter()
-        .map(|k| k.trim().to_string())
-        .filter(|k| !k.is_empty())
-        .collect();
-    if let Some(bad) = list.iter().find(|k| k.chars().any(char::is_whitespace)) {
-        return Err(invalid(format!(
-            "{what}: kernel argument {bad:?} contains whitespace"
-        )));
+        .and_then(|m| m.get("coreos_append_karg"))
+        .filter(|v| !v.is_null());
+    match from_meta {
+        Some(v) => KernelArgs::from_value(v)
+            .map(|k| k.0)
+            .map_err(|e| invalid(format!("meta_data.coreos_append_karg: {e}"))),
+        None => Ok(Vec::new()),
     }
-    Ok(list)
 }
 
 /// The Ignition config, as bytes, checked to be Ignition.
 async fn ignition_config(
     state: &AgentState,
-    args: &Map<String, Value>,
+    arg: Option<IgnitionText>,
     ii: &Value,
 ) -> Result<Option<Vec<u8>>, CommandError> {
-    let (bytes, what) = if let Some(v) = args.get("ignition").filter(|v| !v.is_null()) {
-        (json_or_text(v, "ignition")?, "the ignition argument")
+    let (bytes, what) = if let Some(IgnitionText(bytes)) = arg {
+        (bytes, "the ignition argument")
     } else {
         match ii.get("configdrive") {
             None | Some(Value::Null) => return Ok(None),
@@ -221,13 +200,9 @@ async fn ignition_config(
 }
 
 fn json_or_text(v: &Value, what: &str) -> Result<Vec<u8>, CommandError> {
-    match v {
-        Value::String(s) => Ok(s.clone().into_bytes()),
-        Value::Object(_) => Ok(serde_json::to_vec(v).expect("a JSON value serialises")),
-        other => Err(invalid(format!(
-            "{what} must be an Ignition config (object or text), not {other}"
-        ))),
-    }
+    IgnitionText::from_value(v)
+        .map(|t| t.0)
+        .map_err(|e| invalid(format!("{what}: {e}")))
 }
 
 #[cfg(test)]
@@ -251,51 +226,50 @@ mod tests {
 
     #[test]
     fn kernel_args_from_the_argument_or_meta_data() {
-        let args: Map<String, Value> =
-            serde_json::from_value(json!({"append_karg": "console=ttyS0, ip=dhcp"})).unwrap();
+        let args: InstallCoreosArgs =
+            super::super::params::parse(&json!({"append_karg": "console=ttyS0, ip=dhcp"})).unwrap();
         let ii = json!({"configdrive": {"meta_data": {"coreos_append_karg": ["a=1"]}}});
         assert_eq!(
-            kernel_args(&args, &ii).unwrap(),
+            kernel_args(args.append_karg, &ii).unwrap(),
             vec!["console=ttyS0", "ip=dhcp"]
         );
-        assert_eq!(kernel_args(&Map::new(), &ii).unwrap(), vec!["a=1"]);
-        assert!(kernel_args(&Map::new(), &json!({})).unwrap().is_empty());
-        let bad: Map<String, Value> =
-            serde_json::from_value(json!({"append_karg": ["a b"]})).unwrap();
-        assert!(kernel_args(&bad, &ii).is_err());
-        let bad: Map<String, Value> = serde_json::from_value(json!({"append_karg": 3})).unwrap();
-        assert!(kernel_args(&bad, &ii).is_err());
+        assert_eq!(kernel_args(None, &ii).unwrap(), vec!["a=1"]);
+        assert!(kernel_args(None, &json!({})).unwrap().is_empty());
+        let bad = json!({"configdrive": {"meta_data": {"coreos_append_karg": ["a b"]}}});
+        let e = kernel_args(None, &bad).unwrap_err();
+        assert_eq!(
+            e.details,
+            "meta_data.coreos_append_karg: kernel argument \"a b\" contains whitespace"
+        );
+        let bad = json!({"configdrive": {"meta_data": {"coreos_append_karg": 3}}});
+        assert!(kernel_args(None, &bad).is_err());
     }
 
     #[tokio::test]
     async fn ignition_argument_wins_over_user_data_and_must_be_ignition() {
         let state = AgentState::new(crate::config::Config::default(), None);
         let arg = json!({"ignition": {"version": "3.4.0"}, "storage": {}});
-        let args: Map<String, Value> =
-            serde_json::from_value(json!({"ignition": arg.clone()})).unwrap();
+        let args: InstallCoreosArgs =
+            super::super::params::parse(&json!({"ignition": arg.clone()})).unwrap();
         let ii = json!({"configdrive": {"user_data": "{\"ignition\": {\"version\": \"3.2.0\"}}"}});
-        let got = ignition_config(&state, &args, &ii).await.unwrap().unwrap();
-        assert_eq!(serde_json::from_slice::<Value>(&got).unwrap(), arg);
-        let got = ignition_config(&state, &Map::new(), &ii)
+        let got = ignition_config(&state, args.ignition, &ii)
             .await
             .unwrap()
             .unwrap();
+        assert_eq!(serde_json::from_slice::<Value>(&got).unwrap(), arg);
+        let got = ignition_config(&state, None, &ii).await.unwrap().unwrap();
         assert_eq!(got, br#"{"ignition": {"version": "3.2.0"}}"#);
         let cloud = json!({"configdrive": {"user_data": "#cloud-config\n"}});
-        let e = ignition_config(&state, &Map::new(), &cloud)
-            .await
-            .unwrap_err();
+        let e = ignition_config(&state, None, &cloud).await.unwrap_err();
         assert!(
             e.details.contains("not an Ignition config"),
             "{}",
             e.details
         );
         let masked = json!({"configdrive": "******"});
-        let e = ignition_config(&state, &Map::new(), &masked)
-            .await
-            .unwrap_err();
+        let e = ignition_config(&state, None, &masked).await.unwrap_err();
         assert!(e.details.contains("neither a dict"), "{}", e.details);
-        assert!(ignition_config(&state, &Map::new(), &json!({}))
+        assert!(ignition_config(&state, None, &json!({}))
             .await
             .unwrap()
             .is_none());

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use serde_json::{json, Value};
 
-use super::params::{ParamsError, PrepareImage};
+use super::params::{ParamsError, PrepareImage, WriteImageArgs};
 use super::steps::StepCall;
 use super::{CommandError, ErrorKind, Outcome};
 use crate::config::RunMode;
@@ -59,7 +59,7 @@ fn configdrive_error(e: ConfigDriveError) -> CommandError {
 /// then the config drive (PROTOCOL.md §5.5, §6.2).
 fn finish_whole_disk(device: &Path, configdrive: Option<&[u8]>) -> Result<(), CommandError> {
     let parts = configdrive::check_partitioned(device)
-        .map_err(|e| CommandError::new(ErrorKind::Deployment, e))?;
+        .map_err(|e| CommandError::new(ErrorKind::Deployment, e.to_string()))?;
     tracing::info!(device = %device.display(), partitions = parts, "image partition table found");
     if let Some(data) = configdrive {
         let placed = configdrive::write(device, data).map_err(configdrive_error)?;
@@ -110,15 +110,12 @@ pub async fn write_image_step(
     state: Arc<AgentState>,
     call: StepCall,
 ) -> Result<Value, CommandError> {
-    let image_info = call.args.get("image_info").cloned().unwrap_or(Value::Null);
-    let configdrive = call
-        .args
-        .get("configdrive")
-        .filter(|v| !v.is_null())
-        .or_else(|| image_info.get("configdrive"))
-        .cloned()
+    let args: WriteImageArgs = super::params::for_command(&Value::Object(call.args))?;
+    let configdrive = args
+        .configdrive
+        .or_else(|| args.image_info.get("configdrive").cloned())
         .unwrap_or(Value::Null);
-    write(state, image_info, configdrive).await
+    write(state, args.image_info, configdrive).await
 }
 
 async fn write(
@@ -174,7 +171,7 @@ where
     let result = tokio::task::spawn_blocking(move || {
         crate::image::write_image(&req, &dev, &policy, &p).map_err(image_error)?;
         finish(&dev)?;
-        whole_disk_partition_uuids(&dev).map_err(|e| CommandError::new(ErrorKind::ImageWrite, e))
+        whole_disk_partition_uuids(&dev)
     })
     .await;
     state.commands.set_progress(None);
@@ -198,13 +195,18 @@ where
 /// Ironic 39 reads for them (`agent.py` `prepare_instance_boot` stores it as
 /// `root_uuid_or_disk_id` and passes it to `install_bootloader`; the EFI and
 /// PReP keys are read for partition images only).
-pub fn whole_disk_partition_uuids(device: &Path) -> Result<Value, String> {
+pub fn whole_disk_partition_uuids(device: &Path) -> Result<Value, CommandError> {
     use std::os::unix::fs::FileExt;
-    let f =
-        std::fs::File::open(device).map_err(|e| format!("opening {}: {e}", device.display()))?;
+    let fail = |what: &str, e: std::io::Error| {
+        CommandError::new(
+            ErrorKind::ImageWrite,
+            format!("{what} {}: {e}", device.display()),
+        )
+    };
+    let f = std::fs::File::open(device).map_err(|e| fail("opening", e))?;
     let mut sig = [0u8; 4];
     f.read_exact_at(&mut sig, 440)
-        .map_err(|e| format!("reading the disk identifier of {}: {e}", device.display()))?;
+        .map_err(|e| fail("reading the disk identifier of", e))?;
     Ok(json!({"root uuid": format!("0x{:08x}", u32::from_le_bytes(sig))}))
 }
 

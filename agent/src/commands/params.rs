@@ -114,6 +114,128 @@ pub struct InstallBootloader {
     pub ignore_bootloader_failure: Option<bool>,
 }
 
+/// `get_clean_steps` / `get_deploy_steps`.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct GetSteps {
+    /// The node (cached for the steps; anything but an object is ignored).
+    #[serde(default)]
+    pub node: Value,
+    /// The node's ports.
+    #[serde(default)]
+    pub ports: Value,
+}
+
+/// The `write_image` deploy step's arguments (as `prepare_image`'s, but
+/// both may be missing: the image check then names what is wrong).
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct WriteImageArgs {
+    /// The image to write (validated by `image::info::parse`).
+    #[serde(default)]
+    pub image_info: Value,
+    /// A config drive; `null` or missing: `image_info.configdrive`, if any.
+    #[serde(default)]
+    pub configdrive: Option<Value>,
+}
+
+/// The `install_coreos` deploy step's arguments (Metal3's names). Each
+/// one may be missing or `null`; then the node's `instance_info` is used.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct InstallCoreosArgs {
+    /// The image, as for `write_image`.
+    #[serde(default)]
+    pub image_info: Option<Value>,
+    /// The Ignition config.
+    #[serde(default)]
+    pub ignition: Option<IgnitionText>,
+    /// Extra kernel arguments.
+    #[serde(default)]
+    pub append_karg: Option<KernelArgs>,
+}
+
+/// An Ignition config given as a JSON object or as its text: the bytes to
+/// write (whether they are Ignition is checked by the step).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IgnitionText(pub Vec<u8>);
+
+/// A value that is neither an object nor a string.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("must be an Ignition config (object or text), not {0}")]
+pub struct NotIgnitionText(pub Value);
+
+impl IgnitionText {
+    /// From a JSON object (serialised) or a string (its bytes).
+    pub fn from_value(v: &Value) -> Result<Self, NotIgnitionText> {
+        match v {
+            Value::String(s) => Ok(IgnitionText(s.clone().into_bytes())),
+            Value::Object(_) => Ok(IgnitionText(
+                serde_json::to_vec(v).expect("a JSON value serialises"),
+            )),
+            other => Err(NotIgnitionText(other.clone())),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for IgnitionText {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = Value::deserialize(d)?;
+        IgnitionText::from_value(&v).map_err(serde::de::Error::custom)
+    }
+}
+
+/// Kernel arguments, as coreos-installer's `--append-karg` takes them: a
+/// list of strings, or one string split at commas; each trimmed, empty ones
+/// dropped, none may contain whitespace.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KernelArgs(pub Vec<String>);
+
+/// Why a value is not a list of kernel arguments.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KernelArgsError {
+    /// A list with something else than a string in it.
+    #[error("must hold strings, not {0}")]
+    NotString(Value),
+    /// Neither a list nor a string.
+    #[error("must be a list of strings, not {0}")]
+    NotList(Value),
+    /// An argument with blanks inside.
+    #[error("kernel argument {0:?} contains whitespace")]
+    Whitespace(String),
+}
+
+impl KernelArgs {
+    /// From a list of strings or a comma-separated string.
+    pub fn from_value(v: &Value) -> Result<Self, KernelArgsError> {
+        let list: Vec<String> = match v {
+            Value::String(s) => s.split(',').map(str::to_string).collect(),
+            Value::Array(a) => a
+                .iter()
+                .map(|x| {
+                    x.as_str()
+                        .map(str::to_string)
+                        .ok_or_else(|| KernelArgsError::NotString(x.clone()))
+                })
+                .collect::<Result<_, _>>()?,
+            other => return Err(KernelArgsError::NotList(other.clone())),
+        };
+        let list: Vec<String> = list
+            .into_iter()
+            .map(|k| k.trim().to_string())
+            .filter(|k| !k.is_empty())
+            .collect();
+        if let Some(bad) = list.iter().find(|k| k.chars().any(char::is_whitespace)) {
+            return Err(KernelArgsError::Whitespace(bad.clone()));
+        }
+        Ok(KernelArgs(list))
+    }
+}
+
+impl<'de> Deserialize<'de> for KernelArgs {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = Value::deserialize(d)?;
+        KernelArgs::from_value(&v).map_err(serde::de::Error::custom)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     //! Errors that name the field.
@@ -141,5 +263,56 @@ mod tests {
         assert_eq!(e.path, "ignore_bootloader_failure");
         let e = check::<PrepareImage>(&json!({})).unwrap_err();
         assert!(e.reason.contains("image_info"), "{e}");
+    }
+
+    #[test]
+    fn step_arguments_name_the_bad_one() {
+        // write_image: both may be missing (the image check reports it),
+        // a null config drive means "none given".
+        let a: WriteImageArgs = parse(&json!({})).unwrap();
+        assert!(a.image_info.is_null() && a.configdrive.is_none());
+        let a: WriteImageArgs =
+            parse(&json!({"image_info": {"id": "x"}, "configdrive": null})).unwrap();
+        assert_eq!(a.image_info, json!({"id": "x"}));
+        assert!(a.configdrive.is_none());
+        let e = check::<WriteImageArgs>(&json!("not an object")).unwrap_err();
+        assert!(e.reason.contains("expected struct WriteImageArgs"), "{e}");
+
+        // install_coreos: a bad value of each argument names it.
+        let a: InstallCoreosArgs = parse(&json!({"image_info": null, "ignition": null,
+            "append_karg": " console=ttyS0, ,ip=dhcp"}))
+        .unwrap();
+        assert!(a.image_info.is_none() && a.ignition.is_none());
+        assert_eq!(
+            a.append_karg.unwrap().0,
+            vec!["console=ttyS0".to_string(), "ip=dhcp".to_string()]
+        );
+        let a: InstallCoreosArgs =
+            parse(&json!({"ignition": {"ignition": {"version": "3.4.0"}}})).unwrap();
+        assert_eq!(
+            a.ignition.unwrap().0,
+            br#"{"ignition":{"version":"3.4.0"}}"#
+        );
+        let e = check::<InstallCoreosArgs>(&json!({"ignition": 5})).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "ignition: must be an Ignition config (object or text), not 5"
+        );
+        let e = check::<InstallCoreosArgs>(&json!({"append_karg": 3})).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "append_karg: must be a list of strings, not 3"
+        );
+        let e = check::<InstallCoreosArgs>(&json!({"append_karg": ["a", 1]})).unwrap_err();
+        assert_eq!(e.to_string(), "append_karg: must hold strings, not 1");
+        let e = check::<InstallCoreosArgs>(&json!({"append_karg": ["a b"]})).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "append_karg: kernel argument \"a b\" contains whitespace"
+        );
+
+        // get_*_steps: anything goes as the node.
+        let g: GetSteps = parse(&json!({"node": "x"})).unwrap();
+        assert_eq!(g.node, json!("x"));
     }
 }

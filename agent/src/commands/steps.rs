@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use serde_json::{json, Map, Value};
 
-use super::params::ExecuteStep;
+use super::params::{ExecuteStep, GetSteps};
 use super::{CommandError, ErrorKind, Outcome};
 use crate::state::AgentState;
 
@@ -212,8 +212,10 @@ impl Step {
 
 /// `get_clean_steps` / `get_deploy_steps`: caches the node and lists the steps.
 pub async fn get_steps(state: Arc<AgentState>, params: Value, kind: StepKind) -> Outcome {
-    if let Some(node) = params.get("node").filter(|n| n.is_object()) {
-        state.cache_node(node.clone());
+    // Parameters that are not an object carry no node (as before: ignored).
+    let request: GetSteps = super::params::parse(&params).unwrap_or_default();
+    if request.node.is_object() {
+        state.cache_node(request.node);
     }
     let steps: Vec<Value> = STEPS
         .iter()

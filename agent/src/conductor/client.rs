@@ -10,6 +10,7 @@ use reqwest::header::{HeaderMap, HeaderValue, ACCEPT, CONTENT_TYPE};
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 
+use super::inspection::{is_ironic, parse_answer, InspectionAnswer};
 use super::lookup::{parse_lookup, LookupResult};
 use super::{ironic_error_message, ConductorError};
 
@@ -54,6 +55,8 @@ pub struct ConductorClient {
 
 impl ConductorClient {
     /// A client for `urls` using `http` (which carries TLS and timeouts).
+    /// With no URLs it serves only [`Self::continue_inspection`], whose
+    /// callback URLs are given per call.
     pub fn new(http: reqwest::Client, urls: Vec<String>, request_id: Option<String>) -> Self {
         Self {
             http,
@@ -191,7 +194,10 @@ impl ConductorClient {
             url: url.clone(),
             reason: format!("not JSON: {e}"),
         })?;
-        parse_lookup(&doc).map_err(|reason| ConductorError::Invalid { url, reason })
+        parse_lookup(&doc).map_err(|e| ConductorError::Invalid {
+            url,
+            reason: e.to_string(),
+        })
     }
 
     /// `POST /v1/heartbeat/{uuid}`.
@@ -214,6 +220,41 @@ impl ConductorClient {
             .send(Method::POST, &path, Some(version), Some(&body))
             .await?;
         Self::check(url, status, &text)
+    }
+
+    /// `POST` of the inspection document to the callback `url` (not one of
+    /// the conductor URLs): at API 1.84 for Ironic's own endpoint, again
+    /// without a version when it answers 406 (IPA's way).
+    pub async fn continue_inspection(
+        &self,
+        url: &str,
+        body: &str,
+    ) -> Result<InspectionAnswer, ConductorError> {
+        let mut version = is_ironic(url).then_some(ApiVersion::INSPECTION);
+        loop {
+            let resp = self
+                .http
+                .post(url)
+                .headers(self.headers(version))
+                .body(body.to_string())
+                .send()
+                .await
+                .map_err(|e| ConductorError::Unreachable {
+                    url: url.to_string(),
+                    reason: error_chain(&e),
+                })?;
+            let status = resp.status();
+            let text = resp.text().await.unwrap_or_default();
+            if status == StatusCode::NOT_ACCEPTABLE && version.is_some() {
+                tracing::info!(
+                    "{url} does not speak API 1.84; posting without a version as IPA does"
+                );
+                version = None;
+                continue;
+            }
+            Self::check(url.to_string(), status, &text)?;
+            return Ok(parse_answer(&text));
+        }
     }
 
     /// Probes each URL until one answers at all (for the advertised address).

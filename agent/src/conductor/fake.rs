@@ -1,7 +1,8 @@
-//! A scripted conductor for unit tests of the agent's session: answers
-//! lookups and heartbeats from queues and records every call with the
-//! (tokio) time it came, so back-off and heartbeat timing are tested without
-//! sockets, on paused time.
+//! A scripted conductor for unit tests of the agent's session and of the
+//! inspection's retries: answers lookups, heartbeats and inspection
+//! callbacks from queues and records every call with the (tokio) time it
+//! came, so back-off and heartbeat timing are tested without sockets, on
+//! paused time.
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
@@ -11,7 +12,7 @@ use serde_json::json;
 use tokio::time::Instant;
 
 use super::lookup::parse_lookup;
-use super::{ApiVersion, Conductor, ConductorError, Heartbeat, LookupResult};
+use super::{ApiVersion, Conductor, ConductorError, Heartbeat, InspectionAnswer, LookupResult};
 
 /// One call the agent made.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,15 +23,23 @@ pub enum Call {
     Lookup,
     /// A heartbeat with this token.
     Heartbeat(String),
+    /// An inspection callback to this URL with this document.
+    Inspection {
+        /// The callback URL.
+        url: String,
+        /// The document posted.
+        doc: serde_json::Value,
+    },
 }
 
-/// Answers from scripts; when a script runs out, lookups fail (unreachable)
-/// and heartbeats succeed.
+/// Answers from scripts; when a script runs out, lookups and inspection
+/// callbacks fail (unreachable) and heartbeats succeed.
 #[derive(Debug)]
 pub struct ScriptedConductor {
     urls: Vec<String>,
     lookups: Mutex<VecDeque<Result<LookupResult, ConductorError>>>,
     heartbeats: Mutex<VecDeque<Result<(), ConductorError>>>,
+    inspections: Mutex<VecDeque<Result<InspectionAnswer, ConductorError>>>,
     calls: Mutex<Vec<(Call, Instant)>>,
 }
 
@@ -47,6 +56,7 @@ impl ScriptedConductor {
             urls: vec!["http://conductor.test:6385".into()],
             lookups: Mutex::default(),
             heartbeats: Mutex::default(),
+            inspections: Mutex::default(),
             calls: Mutex::default(),
         }
     }
@@ -62,6 +72,15 @@ impl ScriptedConductor {
         self.heartbeats
             .lock()
             .expect("heartbeats")
+            .push_back(answer);
+        self
+    }
+
+    /// Queues an answer to an inspection callback.
+    pub fn then_inspection(&self, answer: Result<InspectionAnswer, ConductorError>) -> &Self {
+        self.inspections
+            .lock()
+            .expect("inspections")
             .push_back(answer);
         self
     }
@@ -150,5 +169,26 @@ impl Conductor for ScriptedConductor {
             .expect("heartbeats")
             .pop_front()
             .unwrap_or(Ok(()))
+    }
+
+    async fn continue_inspection(
+        &self,
+        url: &str,
+        body: &str,
+    ) -> Result<InspectionAnswer, ConductorError> {
+        self.record(Call::Inspection {
+            url: url.to_string(),
+            doc: serde_json::from_str(body).expect("the agent posts JSON"),
+        });
+        self.inspections
+            .lock()
+            .expect("inspections")
+            .pop_front()
+            .unwrap_or_else(|| {
+                Err(ConductorError::Unreachable {
+                    url: url.to_string(),
+                    reason: "the script has no more inspection answers".into(),
+                })
+            })
     }
 }

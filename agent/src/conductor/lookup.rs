@@ -39,13 +39,29 @@ pub struct LookupResult {
     pub config: LookupConfig,
 }
 
+/// Why a lookup answer is not usable.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum LookupError {
+    /// No `node`.
+    #[error("no 'node' in the answer")]
+    NoNode,
+    /// No `node.uuid` string.
+    #[error("no 'node.uuid' in the answer")]
+    NoUuid,
+    /// A missing or out-of-range heartbeat timeout (the value given).
+    #[error(
+        "no 'config.heartbeat_timeout' between 0 and {MAX_HEARTBEAT_TIMEOUT} s in the answer (got {0})"
+    )]
+    HeartbeatTimeout(Value),
+}
+
 /// Parses a lookup (or `continue_inspection` 1.84) answer.
-pub fn parse_lookup(doc: &Value) -> Result<LookupResult, String> {
-    let node = doc.get("node").ok_or("no 'node' in the answer")?;
+pub fn parse_lookup(doc: &Value) -> Result<LookupResult, LookupError> {
+    let node = doc.get("node").ok_or(LookupError::NoNode)?;
     let node_uuid = node
         .get("uuid")
         .and_then(Value::as_str)
-        .ok_or("no 'node.uuid' in the answer")?
+        .ok_or(LookupError::NoUuid)?
         .to_string();
     // Old APIs put heartbeat_timeout at the top level.
     let config = doc.get("config").cloned().unwrap_or_else(|| doc.clone());
@@ -54,9 +70,11 @@ pub fn parse_lookup(doc: &Value) -> Result<LookupResult, String> {
         .and_then(Value::as_f64)
         .filter(|t| *t > 0.0 && *t <= MAX_HEARTBEAT_TIMEOUT)
         .ok_or_else(|| {
-            format!(
-                "no 'config.heartbeat_timeout' between 0 and {MAX_HEARTBEAT_TIMEOUT} s in the answer (got {})",
-                config.get("heartbeat_timeout").unwrap_or(&Value::Null)
+            LookupError::HeartbeatTimeout(
+                config
+                    .get("heartbeat_timeout")
+                    .cloned()
+                    .unwrap_or(Value::Null),
             )
         })?;
     Ok(LookupResult {
@@ -140,14 +158,16 @@ mod tests {
         assert_eq!(r.config.heartbeat_timeout, Duration::from_secs(10));
         assert!(parse_lookup(&json!({"node": {}}))
             .unwrap_err()
+            .to_string()
             .contains("node.uuid"));
         assert!(parse_lookup(&json!({"node": {"uuid": "u"}, "config": {}}))
             .unwrap_err()
+            .to_string()
             .contains("heartbeat_timeout"));
         // Out of range: refused, never a panic on a duration that cannot exist.
         for t in [json!(1e300), json!(-5), json!(0), json!(86_401)] {
             let doc = json!({"node": {"uuid": "u"}, "config": {"heartbeat_timeout": t}});
-            let e = parse_lookup(&doc).unwrap_err();
+            let e = parse_lookup(&doc).unwrap_err().to_string();
             assert!(e.contains("between 0 and 86400 s"), "{e}");
         }
     }

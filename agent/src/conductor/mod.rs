@@ -1,20 +1,24 @@
 //! Talking to the conductor (Ironic's ramdisk endpoints, PROTOCOL.md §2): API
-//! version negotiation, lookup, heartbeat. Errors are typed so the main loop
-//! can tell "look up again" (token wiped) from "retry later".
+//! version negotiation, lookup, heartbeat, and the inspection callback
+//! (§4.4). Errors are typed so the main loop can tell "look up again" (token
+//! wiped) from "retry later".
 
 pub mod client;
 #[cfg(test)]
 pub mod fake;
+pub mod inspection;
 pub mod lookup;
 
 use std::future::Future;
 
 pub use client::{ApiVersion, ConductorClient, Heartbeat};
+pub use inspection::InspectionAnswer;
 pub use lookup::{LookupConfig, LookupResult};
 
-/// What the agent's session needs from the conductor: the seam between the
-/// lookup/heartbeat logic ([`crate::agent`]) and HTTP. [`ConductorClient`]
-/// is the real one; tests script a fake (`fake::ScriptedConductor`).
+/// What the agent needs from the conductor: the seam between the
+/// lookup/heartbeat logic ([`crate::agent`]) or the inspection's retries
+/// ([`crate::inspect`]) and HTTP. [`ConductorClient`] is the real one; tests
+/// script a fake (`fake::ScriptedConductor`).
 pub trait Conductor: Send + Sync + 'static {
     /// The conductor URLs, in the order they are tried.
     fn urls(&self) -> &[String];
@@ -34,6 +38,15 @@ pub trait Conductor: Send + Sync + 'static {
         node_uuid: &str,
         hb: &Heartbeat<'_>,
     ) -> impl Future<Output = Result<(), ConductorError>> + Send;
+    /// `POST` of the inspection document (`body`, JSON text) to one
+    /// callback URL: Ironic's `/v1/continue_inspection` at API 1.84 (once
+    /// more without a version if it answers 406), any other URL without a
+    /// version. One attempt; retrying is the caller's.
+    fn continue_inspection(
+        &self,
+        url: &str,
+        body: &str,
+    ) -> impl Future<Output = Result<InspectionAnswer, ConductorError>> + Send;
 }
 
 /// A shared conductor (the session owns one; tests keep a handle on it).
@@ -63,6 +76,14 @@ impl<T: Conductor> Conductor for std::sync::Arc<T> {
     ) -> impl Future<Output = Result<(), ConductorError>> + Send {
         (**self).heartbeat(version, node_uuid, hb)
     }
+
+    fn continue_inspection(
+        &self,
+        url: &str,
+        body: &str,
+    ) -> impl Future<Output = Result<InspectionAnswer, ConductorError>> + Send {
+        (**self).continue_inspection(url, body)
+    }
 }
 
 impl Conductor for ConductorClient {
@@ -90,6 +111,14 @@ impl Conductor for ConductorClient {
         hb: &Heartbeat<'_>,
     ) -> impl Future<Output = Result<(), ConductorError>> + Send {
         ConductorClient::heartbeat(self, version, node_uuid, hb)
+    }
+
+    fn continue_inspection(
+        &self,
+        url: &str,
+        body: &str,
+    ) -> impl Future<Output = Result<InspectionAnswer, ConductorError>> + Send {
+        ConductorClient::continue_inspection(self, url, body)
     }
 }
 

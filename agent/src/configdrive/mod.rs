@@ -13,7 +13,7 @@ pub mod source;
 pub mod vfat;
 
 use std::fs::{File, OpenOptions};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::disk::ioctl;
 use crate::disk::table::{self, Disk, Part};
@@ -44,8 +44,61 @@ pub enum ConfigDriveError {
         /// The target device.
         device: String,
         /// Why.
-        reason: String,
+        reason: TargetError,
     },
+}
+
+/// What went wrong on the target disk.
+#[derive(Debug, thiserror::Error)]
+pub enum TargetError {
+    /// A system call on the disk failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// The system's error.
+        source: std::io::Error,
+    },
+    /// Its partition table cannot be read or extended.
+    #[error(transparent)]
+    Table(#[from] table::TableError),
+    /// It has none.
+    #[error("the disk has no partition table")]
+    NoTable,
+    /// A whole-disk image left no partition (IPA's check).
+    #[error(
+        "no partition found on {} after writing the image; a whole-disk image must carry a partition table",
+        .0.display()
+    )]
+    Unpartitioned(PathBuf),
+    /// Several `config-2` partitions.
+    #[error(
+        "{} partitions are labelled config-2 (numbers {numbers:?}); refusing to choose",
+        .numbers.len()
+    )]
+    Ambiguous {
+        /// Their numbers.
+        numbers: Vec<u32>,
+    },
+    /// A vfat image that could not be rebuilt for the disk's sectors.
+    #[error(transparent)]
+    Vfat(#[from] vfat::VfatError),
+    /// The image is larger than the partition.
+    #[error(
+        "the config drive ({bytes} bytes) does not fit into partition {number} ({room} bytes)"
+    )]
+    TooBig {
+        /// The image's size.
+        bytes: usize,
+        /// The partition.
+        number: u32,
+        /// The partition's size.
+        room: u64,
+    },
+}
+
+fn io(what: &'static str) -> impl FnOnce(std::io::Error) -> TargetError {
+    move |source| TargetError::Io { what, source }
 }
 
 /// Where the config drive went.
@@ -59,76 +112,69 @@ pub struct Placed {
     pub label: Option<String>,
 }
 
-fn open_rw(path: &Path) -> Result<(File, u64, u64), String> {
+fn open_rw(path: &Path) -> Result<(File, u64, u64), TargetError> {
     let f = OpenOptions::new()
         .read(true)
         .write(true)
         .open(path)
-        .map_err(|e| format!("opening: {e}"))?;
-    let meta = f.metadata().map_err(|e| format!("stat: {e}"))?;
+        .map_err(io("opening"))?;
+    let meta = f.metadata().map_err(io("stat"))?;
     if meta.file_type().is_file() {
         return Ok((f, meta.len(), 512));
     }
-    let size = ioctl::size_bytes(&f).map_err(|e| format!("reading the size: {e}"))?;
-    let sector =
-        ioctl::logical_sector_size(&f).map_err(|e| format!("reading the sector size: {e}"))?;
+    let size = ioctl::size_bytes(&f).map_err(io("reading the size"))?;
+    let sector = ioctl::logical_sector_size(&f).map_err(io("reading the sector size"))?;
     Ok((f, size, u64::from(sector).max(512)))
 }
 
 /// IPA's check after a whole-disk write: the image must have left a
 /// partition table with at least one partition.
-pub fn check_partitioned(device: &Path) -> Result<usize, String> {
+pub fn check_partitioned(device: &Path) -> Result<usize, TargetError> {
     let (f, _, sector) = open_rw(device)?;
     match table::read(&f, sector)? {
         Some(t) if !t.parts.is_empty() => Ok(t.parts.len()),
-        _ => Err(format!(
-            "no partition found on {} after writing the image; a whole-disk image must carry a partition table",
-            device.display()
-        )),
+        _ => Err(TargetError::Unpartitioned(device.to_path_buf())),
     }
 }
 
 /// Writes `data` to the config-drive partition of `device`, creating the
 /// partition when the image has none.
 pub fn write(device: &Path, data: &[u8]) -> Result<Placed, ConfigDriveError> {
-    let fail = |reason: String| ConfigDriveError::Place {
+    place(device, data).map_err(|reason| ConfigDriveError::Place {
         device: device.display().to_string(),
         reason,
-    };
-    let (mut f, size, sector) = open_rw(device).map_err(fail)?;
-    let table = table::read(&f, sector)
-        .map_err(fail)?
-        .ok_or_else(|| fail("the disk has no partition table".into()))?;
-    let existing = find_existing(&f, &table.parts).map_err(fail)?;
+    })
+}
+
+fn place(device: &Path, data: &[u8]) -> Result<Placed, TargetError> {
+    let (mut f, size, sector) = open_rw(device)?;
+    let table = table::read(&f, sector)?.ok_or(TargetError::NoTable)?;
+    let existing = find_existing(&f, &table.parts)?;
     let (part, reused) = match existing {
         Some(p) => (p, true),
-        None => (
-            table::add_config_partition(&mut f, &table, size).map_err(fail)?,
-            false,
-        ),
+        None => (table::add_config_partition(&mut f, &table, size)?, false),
     };
     // A vfat image with sectors smaller than the disk's cannot be mounted
     // there: rebuild it with the disk's sector size.
-    let rebuilt = vfat::adapt(data, sector, part.len).map_err(fail)?;
+    let rebuilt = vfat::adapt(data, sector, part.len)?;
     let data = rebuilt.as_deref().unwrap_or(data);
     if data.len() as u64 > part.len {
-        return Err(fail(format!(
-            "the config drive ({} bytes) does not fit into partition {} ({} bytes)",
-            data.len(),
-            part.number,
-            part.len
-        )));
+        return Err(TargetError::TooBig {
+            bytes: data.len(),
+            number: part.number,
+            room: part.len,
+        });
     }
     tracing::info!(device = %device.display(), partition = part.number, offset = part.start,
         bytes = data.len(), reused, "writing the config drive");
-    Disk::write_at(&mut f, data, part.start).map_err(|e| fail(format!("writing: {e}")))?;
+    Disk::write_at(&mut f, data, part.start).map_err(io("writing"))?;
     zero(
         &f,
         part.start + data.len() as u64,
         part.len - data.len() as u64,
     )
-    .map_err(|e| fail(format!("clearing the rest of the partition: {e}")))?;
-    f.sync_all().map_err(|e| fail(format!("flushing: {e}")))?;
+    .map_err(io("clearing the rest of the partition"))?;
+    f.sync_all().map_err(io("flushing"))?;
     let label = probe_label(&f, part.start, part.len);
     if !label
         .as_deref()
@@ -152,7 +198,7 @@ pub fn write(device: &Path, data: &[u8]) -> Result<Placed, ConfigDriveError> {
 
 /// The partition named (GPT) or whose filesystem is labelled `config-2`,
 /// case-insensitively; two of them is an error (as in IPA).
-fn find_existing(f: &File, parts: &[Part]) -> Result<Option<Part>, String> {
+fn find_existing(f: &File, parts: &[Part]) -> Result<Option<Part>, TargetError> {
     let is_cd = |s: &str| s.eq_ignore_ascii_case("config-2");
     let found: Vec<&Part> = parts
         .iter()
@@ -161,11 +207,9 @@ fn find_existing(f: &File, parts: &[Part]) -> Result<Option<Part>, String> {
     match found.as_slice() {
         [] => Ok(None),
         [one] => Ok(Some((*one).clone())),
-        many => Err(format!(
-            "{} partitions are labelled config-2 (numbers {:?}); refusing to choose",
-            many.len(),
-            many.iter().map(|p| p.number).collect::<Vec<_>>()
-        )),
+        many => Err(TargetError::Ambiguous {
+            numbers: many.iter().map(|p| p.number).collect(),
+        }),
     }
 }
 

@@ -86,7 +86,7 @@ fn failures_name_the_cause() {
 
     let blank = dir.path().join("blank.img");
     File::create(&blank).unwrap().set_len(8 << 20).unwrap();
-    let e = check_partitioned(&blank).unwrap_err();
+    let e = check_partitioned(&blank).unwrap_err().to_string();
     assert!(e.contains("no partition found"), "{e}");
     let e = write(&blank, &iso).unwrap_err().to_string();
     assert!(e.contains("no partition table"), "{e}");

@@ -18,6 +18,49 @@ use std::io::{Cursor, Read, Write};
 
 use fatfs::{Dir, FileSystem, FormatVolumeOptions, FsOptions, ReadWriteSeek};
 
+/// Why a vfat config drive could not be rebuilt.
+#[derive(Debug, thiserror::Error)]
+pub enum VfatError {
+    /// The disk's sector size is not one FAT can have.
+    #[error("cannot rebuild a vfat config drive for {0}-byte sectors")]
+    UnsupportedSector(u64),
+    /// Reading the source or writing the rebuilt image failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done, on which path.
+        what: String,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// fatfs made a FAT32 filesystem.
+    #[error("the rebuilt config drive is FAT32, which is not expected")]
+    Fat32,
+    /// More directories than a config drive can have.
+    #[error("the rebuilt config drive has too many directories")]
+    TooManyDirectories,
+    /// A directory entry points past the image.
+    #[error("directory cluster {0} lies outside the image")]
+    ClusterOutside(usize),
+    /// Directories nested past [`MAX_DEPTH`].
+    #[error(
+        "the vfat config drive nests directories deeper than {MAX_DEPTH} at {0}/ (a directory loop?)"
+    )]
+    TooDeep(String),
+    /// More entries than the budget.
+    #[error("the vfat config drive has too many entries (at {0})")]
+    TooManyEntries(String),
+    /// Files that hold more than the image.
+    #[error(
+        "{0}: the vfat config drive's files hold more than the image itself (a looping cluster chain?)"
+    )]
+    LoopingChain(String),
+}
+
+fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> VfatError {
+    let what = what.into();
+    move |source| VfatError::Io { what, source }
+}
+
 /// The bytes-per-sector of `data` when it starts with a FAT boot sector.
 pub fn fat_sector_size(data: &[u8]) -> Option<u16> {
     if data.len() < 512 || data[510..512] != [0x55, 0xaa] || !matches!(data[0], 0xeb | 0xe9) {
@@ -32,7 +75,7 @@ pub fn fat_sector_size(data: &[u8]) -> Option<u16> {
 /// `Some(rebuilt image)` when `data` is a FAT image whose sectors are
 /// smaller than the disk's `sector` size; `None` when it can be written as
 /// it is. `room` is the partition size (the rebuilt image must fit).
-pub fn adapt(data: &[u8], sector: u64, room: u64) -> Result<Option<Vec<u8>>, String> {
+pub fn adapt(data: &[u8], sector: u64, room: u64) -> Result<Option<Vec<u8>>, VfatError> {
     let Some(bps) = fat_sector_size(data) else {
         return Ok(None);
     };
@@ -42,9 +85,9 @@ pub fn adapt(data: &[u8], sector: u64, room: u64) -> Result<Option<Vec<u8>>, Str
     let sector16 = u16::try_from(sector)
         .ok()
         .filter(|s| s.is_power_of_two() && *s <= 4096)
-        .ok_or_else(|| format!("cannot rebuild a vfat config drive for {sector}-byte sectors"))?;
+        .ok_or(VfatError::UnsupportedSector(sector))?;
     let src = FileSystem::new(Cursor::new(data.to_vec()), FsOptions::new())
-        .map_err(|e| format!("reading the vfat config drive: {e}"))?;
+        .map_err(io("reading the vfat config drive"))?;
     let size = (data.len() as u64 * 2).max(4 << 20).min(room) / sector * sector;
     let mut label = [b' '; 11];
     let old = src.volume_label();
@@ -60,17 +103,19 @@ pub fn adapt(data: &[u8], sector: u64, room: u64) -> Result<Option<Vec<u8>>, Str
             .volume_label(label)
             .volume_id(src.volume_id()),
     )
-    .map_err(|e| format!("formatting a vfat config drive with {sector}-byte sectors: {e}"))?;
+    .map_err(io(format!(
+        "formatting a vfat config drive with {sector}-byte sectors"
+    )))?;
     {
         let dst = FileSystem::new(&mut image, FsOptions::new())
-            .map_err(|e| format!("opening the rebuilt config drive: {e}"))?;
+            .map_err(io("opening the rebuilt config drive"))?;
         let mut budget = Budget {
             bytes: data.len() as u64,
             entries: 10_000,
         };
         copy_dir(&src.root_dir(), &dst.root_dir(), "", 0, &mut budget)?;
         dst.unmount()
-            .map_err(|e| format!("closing the rebuilt config drive: {e}"))?;
+            .map_err(io("closing the rebuilt config drive"))?;
     }
     let mut image = image.into_inner();
     fix_dot_entries(&mut image)?;
@@ -93,7 +138,7 @@ const ATTR_LFN: u8 = 0x0f;
 /// in the first two slots (fsck.fat and Windows insist). Rewrites each such
 /// directory's first four slots to `. .. <free> <free>`. FAT12/16 only
 /// (what a config drive of at most 64 MiB becomes).
-fn fix_dot_entries(img: &mut [u8]) -> Result<(), String> {
+fn fix_dot_entries(img: &mut [u8]) -> Result<(), VfatError> {
     let u16at = |img: &[u8], i: usize| usize::from(u16::from_le_bytes([img[i], img[i + 1]]));
     let bps = u16at(img, 11);
     let spc = usize::from(img[13]);
@@ -102,7 +147,7 @@ fn fix_dot_entries(img: &mut [u8]) -> Result<(), String> {
     let root_entries = u16at(img, 17);
     let fat_sectors = u16at(img, 22);
     if fat_sectors == 0 {
-        return Err("the rebuilt config drive is FAT32, which is not expected".into());
+        return Err(VfatError::Fat32);
     }
     let root = (reserved + fats * fat_sectors) * bps;
     let data = root + root_entries * ENTRY;
@@ -112,7 +157,7 @@ fn fix_dot_entries(img: &mut [u8]) -> Result<(), String> {
     while let Some((start, slots)) = todo.pop() {
         seen += 1;
         if seen > 10_000 {
-            return Err("the rebuilt config drive has too many directories".into());
+            return Err(VfatError::TooManyDirectories);
         }
         if start != root {
             let attr = |k: usize| img[start + k * ENTRY + 11];
@@ -148,9 +193,7 @@ fn fix_dot_entries(img: &mut [u8]) -> Result<(), String> {
             }
             let off = data + (cluster - 2) * cluster_size;
             if off + cluster_size > img.len() {
-                return Err(format!(
-                    "directory cluster {cluster} lies outside the image"
-                ));
+                return Err(VfatError::ClusterOutside(cluster));
             }
             // Directories written here fit in one cluster (fatfs extends
             // them only past cluster_size / 32 entries).
@@ -178,26 +221,25 @@ fn copy_dir<S: ReadWriteSeek, D: ReadWriteSeek>(
     path: &str,
     depth: usize,
     budget: &mut Budget,
-) -> Result<(), String> {
+) -> Result<(), VfatError> {
     if depth > MAX_DEPTH {
-        return Err(format!(
-            "the vfat config drive nests directories deeper than {MAX_DEPTH} at {path}/ (a directory loop?)"
-        ));
+        return Err(VfatError::TooDeep(path.to_string()));
     }
     for entry in src.iter() {
-        let entry = entry.map_err(|e| format!("listing {path}/: {e}"))?;
+        let entry = entry.map_err(io(format!("listing {path}/")))?;
         let name = entry.file_name();
         if name == "." || name == ".." {
             continue;
         }
-        budget.entries = budget.entries.checked_sub(1).ok_or_else(|| {
-            format!("the vfat config drive has too many entries (at {path}/{name})")
-        })?;
+        budget.entries = budget
+            .entries
+            .checked_sub(1)
+            .ok_or_else(|| VfatError::TooManyEntries(format!("{path}/{name}")))?;
         let here = format!("{path}/{name}");
         if entry.is_dir() {
             let d = dst
                 .create_dir(&name)
-                .map_err(|e| format!("creating {here}: {e}"))?;
+                .map_err(io(format!("creating {here}")))?;
             copy_dir(&entry.to_dir(), &d, &here, depth + 1, budget)?;
         } else {
             let mut bytes = Vec::new();
@@ -205,19 +247,18 @@ fn copy_dir<S: ReadWriteSeek, D: ReadWriteSeek>(
                 .to_file()
                 .take(budget.bytes + 1)
                 .read_to_end(&mut bytes)
-                .map_err(|e| format!("reading {here}: {e}"))?;
-            budget.bytes = budget.bytes.checked_sub(bytes.len() as u64).ok_or_else(|| {
-                format!(
-                    "{here}: the vfat config drive's files hold more than the image itself (a looping cluster chain?)"
-                )
-            })?;
+                .map_err(io(format!("reading {here}")))?;
+            budget.bytes = budget
+                .bytes
+                .checked_sub(bytes.len() as u64)
+                .ok_or_else(|| VfatError::LoopingChain(here.clone()))?;
             let mut f = dst
                 .create_file(&name)
-                .map_err(|e| format!("creating {here}: {e}"))?;
-            f.truncate().map_err(|e| format!("creating {here}: {e}"))?;
+                .map_err(io(format!("creating {here}")))?;
+            f.truncate().map_err(io(format!("creating {here}")))?;
             f.write_all(&bytes)
                 .and_then(|()| f.flush())
-                .map_err(|e| format!("writing {here}: {e}"))?;
+                .map_err(io(format!("writing {here}")))?;
         }
     }
     Ok(())
@@ -264,7 +305,9 @@ mod tests {
                 d = d.create_dir("d").unwrap();
             }
         }
-        let e = adapt(&img.into_inner(), 4096, 64 << 20).unwrap_err();
+        let e = adapt(&img.into_inner(), 4096, 64 << 20)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("deeper than 16"), "{e}");
     }
 

@@ -22,6 +22,53 @@ pub struct Relocation {
     pub old_header_lba: u64,
 }
 
+/// Why the backup GPT cannot be moved.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RelocateError {
+    /// The primary header's size field is out of range.
+    #[error("primary GPT header size {0} is invalid")]
+    HeaderSize(usize),
+    /// The primary header's CRC is wrong.
+    #[error("primary GPT header CRC does not match")]
+    HeaderCrc,
+    /// A disk of zero sectors.
+    #[error("empty disk")]
+    EmptyDisk,
+    /// Entry count × entry size overflows.
+    #[error("GPT entry array size overflows")]
+    EntriesOverflow,
+    /// The entry array's LBA overflows a byte offset.
+    #[error("GPT entries LBA too large")]
+    EntriesLba,
+    /// The entry array is not within the bytes held.
+    #[error(
+        "GPT entry array ({count} × {entry_size} bytes at LBA {lba}) is not within the first {held} bytes"
+    )]
+    EntriesOutside {
+        /// Number of entries.
+        count: usize,
+        /// Bytes per entry.
+        entry_size: usize,
+        /// First LBA of the array.
+        lba: u64,
+        /// Bytes of the image held.
+        held: usize,
+    },
+    /// The entry array's CRC is wrong.
+    #[error("GPT partition entry array CRC does not match")]
+    EntriesCrc,
+    /// The disk is smaller than the GPT describes.
+    #[error(
+        "the disk ({disk_sectors} sectors) is smaller than the image's GPT expects (backup header at LBA {alternate})"
+    )]
+    DiskTooSmall {
+        /// The disk's size in sectors.
+        disk_sectors: u64,
+        /// Where the image's backup header is.
+        alternate: u64,
+    },
+}
+
 /// Little-endian `u32` at `at` (GPT and MBR fields).
 pub(crate) fn u32_at(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
@@ -58,21 +105,23 @@ pub fn relocate_backup(
     first: &mut [u8],
     sector: usize,
     disk_sectors: u64,
-) -> Result<Option<Relocation>, String> {
+) -> Result<Option<Relocation>, RelocateError> {
     if first.len() < 2 * sector || &first[sector..sector + 8] != b"EFI PART" {
         return Ok(None);
     }
     let hdr_at = sector;
     let header_size = u32_at(first, hdr_at + 12) as usize;
     if !(92..=sector).contains(&header_size) {
-        return Err(format!("primary GPT header size {header_size} is invalid"));
+        return Err(RelocateError::HeaderSize(header_size));
     }
     let header = &first[hdr_at..hdr_at + header_size];
     if header_crc(header) != u32_at(header, 16) {
-        return Err("primary GPT header CRC does not match".into());
+        return Err(RelocateError::HeaderCrc);
     }
     let alternate = u64_at(header, 32);
-    let disk_last = disk_sectors.checked_sub(1).ok_or("empty disk")?;
+    let disk_last = disk_sectors
+        .checked_sub(1)
+        .ok_or(RelocateError::EmptyDisk)?;
     if alternate == disk_last {
         return Ok(None);
     }
@@ -81,33 +130,32 @@ pub fn relocate_backup(
     let entry_size = u32_at(header, 84) as usize;
     let bytes = count
         .checked_mul(entry_size)
-        .ok_or("GPT entry array size overflows")?;
+        .ok_or(RelocateError::EntriesOverflow)?;
     let start = usize::try_from(entries_lba)
         .ok()
         .and_then(|l| l.checked_mul(sector))
-        .ok_or("GPT entries LBA too large")?;
+        .ok_or(RelocateError::EntriesLba)?;
     if entry_size < 128 || bytes == 0 || start.checked_add(bytes).is_none_or(|e| e > first.len()) {
-        return Err(format!(
-            "GPT entry array ({count} × {entry_size} bytes at LBA {entries_lba}) is not within the first {} bytes",
-            first.len()
-        ));
+        return Err(RelocateError::EntriesOutside {
+            count,
+            entry_size,
+            lba: entries_lba,
+            held: first.len(),
+        });
     }
     if crc32fast::hash(&first[start..start + bytes]) != u32_at(header, 88) {
-        return Err("GPT partition entry array CRC does not match".into());
+        return Err(RelocateError::EntriesCrc);
     }
     let entry_sectors = bytes.div_ceil(sector) as u64;
-    let too_small = || {
-        format!(
-            "the disk ({disk_sectors} sectors) is smaller than the image's GPT expects (backup header at LBA {alternate})"
-        )
+    let too_small = || RelocateError::DiskTooSmall {
+        disk_sectors,
+        alternate,
     };
     let new_entries_lba = disk_last.checked_sub(entry_sectors).ok_or_else(too_small)?;
     let new_last_usable = new_entries_lba.checked_sub(1).ok_or_else(too_small)?;
     let last_usable = u64_at(header, 48);
     if new_last_usable < last_usable || alternate > disk_last {
-        return Err(format!(
-            "the disk ({disk_sectors} sectors) is smaller than the image's GPT expects (backup header at LBA {alternate})"
-        ));
+        return Err(too_small());
     }
 
     let mut entries = vec![0u8; entry_sectors as usize * sector];
@@ -223,15 +271,18 @@ mod tests {
         bad[512 + 40] ^= 1;
         assert!(relocate_backup(&mut bad, 512, 8192)
             .unwrap_err()
+            .to_string()
             .contains("header CRC"));
         let mut bad = tiny_gpt(2048);
         bad[2 * 512 + 5] ^= 1;
         assert!(relocate_backup(&mut bad, 512, 8192)
             .unwrap_err()
+            .to_string()
             .contains("entry array CRC"));
         let mut small = tiny_gpt(2048);
         assert!(relocate_backup(&mut small, 512, 1024)
             .unwrap_err()
+            .to_string()
             .contains("smaller"));
     }
 
@@ -240,7 +291,7 @@ mod tests {
         // A GPT made for 100 sectors relocated onto 20: fewer sectors than
         // the entry array needs.
         let mut img = tiny_gpt(100);
-        let e = relocate_backup(&mut img, 512, 20).unwrap_err();
+        let e = relocate_backup(&mut img, 512, 20).unwrap_err().to_string();
         assert!(e.contains("smaller than the image's GPT expects"), "{e}");
         // Entry LBA and sizes chosen to overflow offsets: refused.
         for (at, v) in [(72usize, u64::MAX / 256), (72, u64::MAX)] {

@@ -23,17 +23,56 @@ fn attribute(disk: &Disk, name: &str) -> Option<String> {
     }
 }
 
+/// Why a disk does not satisfy a hint.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Mismatch {
+    /// `rotational` differs.
+    #[error("rotational is {have} (hint {given})")]
+    Rotational {
+        /// The disk's value.
+        have: bool,
+        /// The hint as given.
+        given: String,
+    },
+    /// The size (GiB) does not satisfy `size`.
+    #[error("size {gib:.2} GiB does not satisfy size {given}")]
+    Size {
+        /// The disk's size in GiB.
+        gib: f64,
+        /// The hint as given.
+        given: String,
+    },
+    /// The disk lacks the attribute.
+    #[error("has no {name} (hint {given:?})")]
+    Missing {
+        /// The hint.
+        name: String,
+        /// The hint as given.
+        given: String,
+    },
+    /// The attribute has another value.
+    #[error("{name} {have:?} does not match {name} {given:?}")]
+    Differs {
+        /// The hint.
+        name: String,
+        /// The disk's value.
+        have: String,
+        /// The hint as given.
+        given: String,
+    },
+}
+
 /// `Ok(())` when the disk satisfies the hint, else why not.
-pub fn check(disk: &Disk, hint: &Hint) -> Result<(), String> {
+pub fn check(disk: &Disk, hint: &Hint) -> Result<(), Mismatch> {
     match (&hint.expr, hint.kind) {
         (Expr::Bool(want), _) => {
             if disk.rotational == *want {
                 Ok(())
             } else {
-                Err(format!(
-                    "rotational is {} (hint {})",
-                    disk.rotational, hint.given
-                ))
+                Err(Mismatch::Rotational {
+                    have: disk.rotational,
+                    given: hint.given.clone(),
+                })
             }
         }
         (Expr::Cmp { op, values }, Kind::Size) => {
@@ -45,15 +84,18 @@ pub fn check(disk: &Disk, hint: &Hint) -> Result<(), String> {
             if ok {
                 Ok(())
             } else {
-                Err(format!(
-                    "size {:.2} GiB does not satisfy size {}",
-                    gib, hint.given
-                ))
+                Err(Mismatch::Size {
+                    gib,
+                    given: hint.given.clone(),
+                })
             }
         }
         (Expr::Cmp { op, values }, _) => {
             let Some(raw) = attribute(disk, &hint.name).filter(|v| !v.trim().is_empty()) else {
-                return Err(format!("has no {} (hint {:?})", hint.name, hint.given));
+                return Err(Mismatch::Missing {
+                    name: hint.name.clone(),
+                    given: hint.given.clone(),
+                });
             };
             let value = normalize(&raw);
             let mut ok = string(*op, &value, values);
@@ -66,10 +108,11 @@ pub fn check(disk: &Disk, hint: &Hint) -> Result<(), String> {
             if ok {
                 Ok(())
             } else {
-                Err(format!(
-                    "{} {raw:?} does not match {} {:?}",
-                    hint.name, hint.name, hint.given
-                ))
+                Err(Mismatch::Differs {
+                    name: hint.name.clone(),
+                    have: raw,
+                    given: hint.given.clone(),
+                })
             }
         }
     }

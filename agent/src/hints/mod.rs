@@ -45,7 +45,7 @@ pub struct Choice {
 pub enum HintError {
     /// The hints do not parse.
     #[error("invalid root device hints: {0}")]
-    Invalid(String),
+    Invalid(#[from] parse::ParseError),
     /// Hints were given and no disk satisfies them all (fail closed).
     #[error("no disk matches the root device hints {hints}; {}", Reasons(.rejected))]
     NoMatch {
@@ -107,7 +107,7 @@ pub fn root_device(inventory: &Inventory, hints: Option<&Value>) -> Result<Choic
 
 /// The decision without logging.
 pub fn choose(disks: &[Disk], hints: Option<&Value>) -> Result<Choice, HintError> {
-    let parsed = parse::parse(hints.unwrap_or(&Value::Null)).map_err(HintError::Invalid)?;
+    let parsed = parse::parse(hints.unwrap_or(&Value::Null))?;
     if parsed.is_empty() {
         return guess(disks);
     }
@@ -121,7 +121,7 @@ pub fn choose(disks: &[Disk], hints: Option<&Value>) -> Result<Choice, HintError
         }
         let failures: Vec<String> = parsed
             .iter()
-            .filter_map(|h| matching::check(d, h).err())
+            .filter_map(|h| matching::check(d, h).err().map(|m| m.to_string()))
             .collect();
         match (failures.is_empty(), chosen) {
             (true, None) => chosen = Some(d),

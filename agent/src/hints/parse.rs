@@ -156,18 +156,81 @@ pub fn normalize(value: &str) -> String {
     out
 }
 
+/// Why an expression does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ExprError {
+    /// Nothing but blanks.
+    #[error("the expression is empty")]
+    Empty,
+    /// `<all-in>` or `<range-in>`, which no disk attribute can satisfy.
+    #[error("the {0} operator cannot match a disk attribute")]
+    Unsupported(&'static str),
+    /// `<or>` and nothing else.
+    #[error("<or> without values")]
+    OrWithoutValues,
+    /// A unary operator and nothing after it.
+    #[error("operator {0} without a value")]
+    NoValue(&'static str),
+}
+
+/// Why a `root_device` object does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ParseError {
+    /// Neither an object nor `null`.
+    #[error("root device hints must be an object, not {0}")]
+    NotAnObject(String),
+    /// Names Ironic does not know.
+    #[error(
+        "the hints \"{}\" are invalid; valid hints are: \"{}\"",
+        .0.join(", "),
+        HINTS.map(|(n, _)| n).join(", ")
+    )]
+    Unknown(Vec<String>),
+    /// A Boolean hint (`rotational`) with another value.
+    #[error("root device hint \"{name}\" is not a Boolean value: {given}")]
+    NotBool {
+        /// The hint.
+        name: &'static str,
+        /// Its value as given.
+        given: String,
+    },
+    /// A string hint with a value that is not a string.
+    #[error("root device hint \"{name}\" is not a string value: {given}")]
+    NotString {
+        /// The hint.
+        name: &'static str,
+        /// Its value as given.
+        given: String,
+    },
+    /// A hint whose expression does not parse.
+    #[error("root device hint \"{name}\": {reason}")]
+    Expression {
+        /// The hint.
+        name: &'static str,
+        /// What is wrong with the expression.
+        reason: ExprError,
+    },
+    /// `size` with a string operator.
+    #[error("root device hint \"size\" needs a numeric operator, not {0}")]
+    SizeOperator(&'static str),
+    /// `size` of zero or less.
+    #[error("root device hint \"size\" should be a positive integer: {0}")]
+    SizeNotPositive(String),
+    /// `size` that is not an integer.
+    #[error("root device hint \"size\" is not an integer value: {0}")]
+    SizeNotInteger(String),
+}
+
 /// Splits an expression into operator and raw values (not yet normalized).
 /// `None` operator: the whole expression is the value.
-pub fn split_expression(expr: &str) -> Result<(Option<Op>, Vec<String>), String> {
+pub fn split_expression(expr: &str) -> Result<(Option<Op>, Vec<String>), ExprError> {
     let e = expr.trim().to_lowercase();
     if e.is_empty() {
-        return Err("the expression is empty".into());
+        return Err(ExprError::Empty);
     }
     for unsupported in ["<all-in>", "<range-in>"] {
         if e.starts_with(unsupported) {
-            return Err(format!(
-                "the {unsupported} operator cannot match a disk attribute"
-            ));
+            return Err(ExprError::Unsupported(unsupported));
         }
     }
     if e.starts_with("<or>") {
@@ -178,7 +241,7 @@ pub fn split_expression(expr: &str) -> Result<(Option<Op>, Vec<String>), String>
             .map(String::from)
             .collect();
         if values.is_empty() {
-            return Err("<or> without values".into());
+            return Err(ExprError::OrWithoutValues);
         }
         return Ok((Some(Op::Or), values));
     }
@@ -186,7 +249,7 @@ pub fn split_expression(expr: &str) -> Result<(Option<Op>, Vec<String>), String>
         if let Some(rest) = e.strip_prefix(spelling) {
             let value = rest.trim();
             if value.is_empty() {
-                return Err(format!("operator {spelling} without a value"));
+                return Err(ExprError::NoValue(spelling));
             }
             return Ok((Some(op), vec![value.to_string()]));
         }
@@ -195,24 +258,19 @@ pub fn split_expression(expr: &str) -> Result<(Option<Op>, Vec<String>), String>
 }
 
 /// Parses a `root_device` object. `null` and `{}` mean "no hints".
-pub fn parse(hints: &Value) -> Result<Vec<Hint>, String> {
+pub fn parse(hints: &Value) -> Result<Vec<Hint>, ParseError> {
     let map = match hints {
         Value::Null => return Ok(Vec::new()),
         Value::Object(m) => m,
-        other => return Err(format!("root device hints must be an object, not {other}")),
+        other => return Err(ParseError::NotAnObject(other.to_string())),
     };
-    let unknown: Vec<&str> = map
+    let unknown: Vec<String> = map
         .keys()
         .filter(|k| !HINTS.iter().any(|(n, _)| n == k))
-        .map(String::as_str)
+        .cloned()
         .collect();
     if !unknown.is_empty() {
-        let valid: Vec<&str> = HINTS.iter().map(|(n, _)| *n).collect();
-        return Err(format!(
-            "the hints \"{}\" are invalid; valid hints are: \"{}\"",
-            unknown.join(", "),
-            valid.join(", ")
-        ));
+        return Err(ParseError::Unknown(unknown));
     }
     let mut out = Vec::new();
     // Ironic's order, so messages are stable.
@@ -223,17 +281,16 @@ pub fn parse(hints: &Value) -> Result<Vec<Hint>, String> {
             other => other.to_string(),
         };
         let expr = match kind {
-            Kind::Bool => Expr::Bool(parse_bool(v).ok_or_else(|| {
-                format!("root device hint \"{name}\" is not a Boolean value: {given}")
+            Kind::Bool => Expr::Bool(parse_bool(v).ok_or_else(|| ParseError::NotBool {
+                name,
+                given: given.clone(),
             })?),
             Kind::Str => {
                 if !v.is_string() {
-                    return Err(format!(
-                        "root device hint \"{name}\" is not a string value: {given}"
-                    ));
+                    return Err(ParseError::NotString { name, given });
                 }
                 let (op, values) = split_expression(&given)
-                    .map_err(|e| format!("root device hint \"{name}\": {e}"))?;
+                    .map_err(|reason| ParseError::Expression { name, reason })?;
                 Expr::Cmp {
                     op: op.unwrap_or(Op::StrEq),
                     values: values.iter().map(|v| normalize(v)).collect(),
@@ -241,32 +298,22 @@ pub fn parse(hints: &Value) -> Result<Vec<Hint>, String> {
             }
             Kind::Size => {
                 if !(v.is_string() || v.is_u64() || v.is_i64()) {
-                    return Err(format!(
-                        "root device hint \"size\" is not an integer value: {given}"
-                    ));
+                    return Err(ParseError::SizeNotInteger(given));
                 }
-                let (op, values) = split_expression(&given)
-                    .map_err(|e| format!("root device hint \"size\": {e}"))?;
+                let (op, values) =
+                    split_expression(&given).map_err(|reason| ParseError::Expression {
+                        name: "size",
+                        reason,
+                    })?;
                 let op = op.unwrap_or(Op::NumEq);
                 if !(op.is_numeric() || op == Op::Or) {
-                    return Err(format!(
-                        "root device hint \"size\" needs a numeric operator, not {}",
-                        op.as_str()
-                    ));
+                    return Err(ParseError::SizeOperator(op.as_str()));
                 }
                 for v in &values {
                     match v.parse::<i64>() {
                         Ok(n) if n > 0 => {}
-                        Ok(_) => {
-                            return Err(format!(
-                                "root device hint \"size\" should be a positive integer: {given}"
-                            ))
-                        }
-                        Err(_) => {
-                            return Err(format!(
-                                "root device hint \"size\" is not an integer value: {given}"
-                            ))
-                        }
+                        Ok(_) => return Err(ParseError::SizeNotPositive(given)),
+                        Err(_) => return Err(ParseError::SizeNotInteger(given)),
                     }
                 }
                 Expr::Cmp { op, values }
@@ -394,7 +441,7 @@ mod tests {
             (json!({"size": "<range-in> [ 1 2 ]"}), "cannot match"),
             (json!(["name"]), "object"),
         ] {
-            let e = parse(&hints).unwrap_err();
+            let e = parse(&hints).unwrap_err().to_string();
             assert!(e.contains(needle), "{hints}: {e}");
         }
         assert!(parse(&json!({})).unwrap().is_empty());

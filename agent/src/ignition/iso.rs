@@ -213,12 +213,7 @@ mod tests {
         if joliet {
             cmd.arg("-J");
         }
-        assert!(cmd
-            .arg(dir.path().join("cd"))
-            .stderr(std::process::Stdio::null())
-            .status()
-            .unwrap()
-            .success());
+        crate::tool::run(cmd.arg(dir.path().join("cd"))).unwrap_or_else(|e| panic!("{e}"));
         std::fs::read(out).unwrap()
     }
 

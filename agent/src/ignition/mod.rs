@@ -27,7 +27,7 @@ pub mod iso;
 pub mod mount;
 
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use beneath::Beneath;
 
@@ -36,6 +36,31 @@ use crate::disk::table::{self, Part};
 
 /// Where the config drive keeps user data.
 const USER_DATA: &str = "openstack/latest/user_data";
+
+/// Why the Ignition config could not be put in place.
+#[derive(Debug, thiserror::Error)]
+pub enum IgnitionError {
+    /// The disk cannot be opened.
+    #[error("opening {}: {source}", .device.display())]
+    Open {
+        /// The disk.
+        device: PathBuf,
+        /// The system's error.
+        source: std::io::Error,
+    },
+    /// Its partition table cannot be read.
+    #[error(transparent)]
+    Table(#[from] table::TableError),
+    /// The config given is not Ignition.
+    #[error("the Ignition config is not JSON with ignition.version")]
+    NotIgnition,
+    /// The boot filesystem cannot be mounted or unmounted.
+    #[error(transparent)]
+    Mount(#[from] mount::MountError),
+    /// Writing into the boot filesystem failed (with its causes).
+    #[error("{0:#}")]
+    Files(anyhow::Error),
+}
 
 /// True when `data` is an Ignition config (a JSON object with
 /// `ignition.version`).
@@ -46,8 +71,11 @@ pub fn is_ignition(data: &[u8]) -> bool {
 }
 
 /// The partition whose filesystem (or GPT name) is `boot`.
-pub fn boot_partition(device: &Path) -> Result<Option<Part>, String> {
-    let f = fs::File::open(device).map_err(|e| format!("opening {}: {e}", device.display()))?;
+pub fn boot_partition(device: &Path) -> Result<Option<Part>, IgnitionError> {
+    let f = fs::File::open(device).map_err(|source| IgnitionError::Open {
+        device: device.to_path_buf(),
+        source,
+    })?;
     let sector = 512; // Byte offsets only; table::read needs the LBA size.
     let sector = crate::disk::ioctl::logical_sector_size(&f).map_or(sector, u64::from);
     let Some(t) = table::read(&f, sector)? else {
@@ -61,7 +89,7 @@ pub fn boot_partition(device: &Path) -> Result<Option<Part>, String> {
 /// After the config drive (the ISO `drive`) was written: inject its user
 /// data when it is an Ignition config and the image is CoreOS-like.
 /// `Ok(false)`: nothing to do.
-pub fn from_config_drive(device: &Path, drive: &[u8]) -> Result<bool, String> {
+pub fn from_config_drive(device: &Path, drive: &[u8]) -> Result<bool, IgnitionError> {
     let Some(boot) = boot_partition(device)? else {
         return Ok(false);
     };
@@ -84,13 +112,13 @@ pub fn inject(
     boot: &Part,
     config: Option<&[u8]>,
     kargs: &[String],
-) -> Result<(), String> {
+) -> Result<(), IgnitionError> {
     if config.is_some_and(|c| !is_ignition(c)) {
-        return Err("the Ignition config is not JSON with ignition.version".into());
+        return Err(IgnitionError::NotIgnition);
     }
     let m = mount::Mounted::new(device, boot.start, boot.len, "ext4", false)?;
     let root = m.path();
-    write_files(&root, config, kargs)?;
+    write_files(&root, config, kargs).map_err(IgnitionError::Files)?;
     m.unmount()?;
     tracing::info!(device = %device.display(), partition = boot.number, "Ignition config written");
     Ok(())
@@ -99,18 +127,16 @@ pub fn inject(
 /// Writes the config, the first-boot stamp and the kernel arguments into the
 /// boot filesystem mounted at `root`, never following a link and never
 /// leaving `root` ([`beneath`]).
-fn write_files(root: &Path, config: Option<&[u8]>, kargs: &[String]) -> Result<(), String> {
-    let root = Beneath::open(root).map_err(|e| format!("{e:#}"))?;
+fn write_files(root: &Path, config: Option<&[u8]>, kargs: &[String]) -> anyhow::Result<()> {
+    let root = Beneath::open(root)?;
     if let Some(config) = config {
         root.ensure_dir("ignition", 0o700)
             .and_then(|()| root.dir("ignition"))
-            .and_then(|dir| dir.write_file("config.ign", config, 0o600))
-            .map_err(|e| format!("{e:#}"))?;
+            .and_then(|dir| dir.write_file("config.ign", config, 0o600))?;
     }
-    root.create_if_missing("ignition.firstboot", 0o644)
-        .map_err(|e| format!("{e:#}"))?;
+    root.create_if_missing("ignition.firstboot", 0o644)?;
     if !kargs.is_empty() {
-        append_kargs(&root, kargs).map_err(|e| format!("{e:#}"))?;
+        append_kargs(&root, kargs)?;
     }
     Ok(())
 }
@@ -259,7 +285,7 @@ mod tests {
         // ignition -> a host directory: the config is not written there.
         let root = fresh("a");
         symlink(&outside, root.join("ignition")).unwrap();
-        let e = write_files(&root, Some(config), &[]).unwrap_err();
+        let e = format!("{:#}", write_files(&root, Some(config), &[]).unwrap_err());
         assert!(e.contains("symbolic link"), "{e}");
         assert!(!outside.join("config.ign").exists());
 
@@ -277,7 +303,7 @@ mod tests {
             root.join("loader/entries/b.conf"),
         )
         .unwrap();
-        let e = write_files(&root, None, &karg).unwrap_err();
+        let e = format!("{:#}", write_files(&root, None, &karg).unwrap_err());
         assert!(e.contains("b.conf") && e.contains("symbolic link"), "{e}");
         assert_eq!(
             fs::read_to_string(outside.join("entries/x.conf")).unwrap(),
@@ -288,7 +314,7 @@ mod tests {
         let root = dir.path().join("d");
         fs::create_dir_all(&root).unwrap();
         symlink(&outside, root.join("loader")).unwrap();
-        let e = write_files(&root, None, &karg).unwrap_err();
+        let e = format!("{:#}", write_files(&root, None, &karg).unwrap_err());
         assert!(e.contains("symbolic link"), "{e}");
         assert_eq!(
             fs::read_to_string(outside.join("entries/x.conf")).unwrap(),
@@ -302,7 +328,7 @@ mod tests {
             nix::sys::stat::Mode::from_bits_truncate(0o644),
         )
         .unwrap();
-        let e = write_files(&root, None, &karg).unwrap_err();
+        let e = format!("{:#}", write_files(&root, None, &karg).unwrap_err());
         assert!(e.contains("not a regular file"), "{e}");
     }
 }

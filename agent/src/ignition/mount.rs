@@ -12,6 +12,32 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+/// Why a partition could not be mounted or unmounted.
+#[derive(Debug, thiserror::Error)]
+pub enum MountError {
+    /// The mount point could not be created.
+    #[error("creating a mount point: {0}")]
+    MountPoint(std::io::Error),
+    /// Every random mount point name was taken.
+    #[error("creating a mount point: no free name")]
+    NoFreeName,
+    /// `mount` failed.
+    #[error("mounting {fstype} at byte {offset} of {}: {source}", .device.display())]
+    Mount {
+        /// The filesystem type.
+        fstype: String,
+        /// The partition's first byte.
+        offset: u64,
+        /// The disk or image.
+        device: PathBuf,
+        /// The tool's failure.
+        source: crate::tool::ToolError,
+    },
+    /// `umount` failed.
+    #[error(transparent)]
+    Unmount(#[from] crate::tool::ToolError),
+}
+
 /// A mounted partition.
 #[derive(Debug)]
 pub struct Mounted {
@@ -23,7 +49,7 @@ pub struct Mounted {
 }
 
 /// A fresh, empty, private directory under the temporary directory.
-fn mount_point() -> Result<PathBuf, String> {
+fn mount_point() -> Result<PathBuf, MountError> {
     use std::os::unix::fs::DirBuilderExt;
     for _ in 0..16 {
         let dir = std::env::temp_dir().join(format!(
@@ -34,10 +60,10 @@ fn mount_point() -> Result<PathBuf, String> {
         match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
             Ok(()) => return Ok(dir),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-            Err(e) => return Err(format!("creating a mount point: {e}")),
+            Err(e) => return Err(MountError::MountPoint(e)),
         }
     }
-    Err("creating a mount point: no free name".into())
+    Err(MountError::NoFreeName)
 }
 
 impl Mounted {
@@ -48,7 +74,7 @@ impl Mounted {
         len: u64,
         fstype: &str,
         ro: bool,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, MountError> {
         let dir = mount_point()?;
         // A tenant's filesystem: no device nodes, set-id bits or programs
         // from it take effect; links in it are not followed ([`super::beneath`]).
@@ -71,12 +97,14 @@ impl Mounted {
                 .arg(&source)
                 .arg(&dir),
         );
-        if let Err(e) = mounted {
+        if let Err(source) = mounted {
             let _ = std::fs::remove_dir(&dir);
-            return Err(format!(
-                "mounting {fstype} at byte {offset} of {}: {e}",
-                device.display()
-            ));
+            return Err(MountError::Mount {
+                fstype: fstype.to_string(),
+                offset,
+                device: device.to_path_buf(),
+                source,
+            });
         }
         let loop_name = mount_source(&dir)
             .and_then(|src| src.strip_prefix("/dev/").map(str::to_string))
@@ -94,9 +122,9 @@ impl Mounted {
     }
 
     /// Unmounts, reporting failure.
-    pub fn unmount(mut self) -> Result<(), String> {
+    pub fn unmount(mut self) -> Result<(), MountError> {
         self.active = false;
-        umount(&self.dir).map_err(|e| e.to_string())?;
+        umount(&self.dir)?;
         let _ = std::fs::remove_dir(&self.dir);
         self.wait_loop_released();
         Ok(())

@@ -177,10 +177,10 @@ pub fn decode(
         ));
     };
     let head = &first[..first.len().min(format::DETECT_BYTES)];
-    let detected = format::detect(head).map_err(|reason| {
+    let detected = format::detect(head).map_err(|refused| {
         DecodeEnd::Failed(ImageError::Unsupported {
             url: url.to_string(),
-            reason,
+            reason: refused.to_string(),
         })
     })?;
     if let Some(w) = want {

@@ -57,9 +57,20 @@ impl fmt::Display for Format {
 /// Bytes needed to recognise every format.
 pub const DETECT_BYTES: usize = 72;
 
+/// A recognised format the agent refuses to write.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RefusedFormat {
+    /// A VM disk or compression format with no converter here.
+    #[error("{0}; convert it to raw, qcow2 or a zstd/gzip/xz-compressed raw image")]
+    Foreign(&'static str),
+    /// VirtualBox's VDI.
+    #[error("VDI; convert it to raw or qcow2")]
+    Vdi,
+}
+
 /// Recognises the format from the first bytes. `Err` names a recognised
 /// format the agent refuses to write (a VM disk format it cannot convert).
-pub fn detect(head: &[u8]) -> Result<Format, String> {
+pub fn detect(head: &[u8]) -> Result<Format, RefusedFormat> {
     let starts = |magic: &[u8]| head.starts_with(magic);
     if starts(b"QFI\xfb") {
         return Ok(Format::Qcow2);
@@ -82,13 +93,11 @@ pub fn detect(head: &[u8]) -> Result<Format, String> {
     ];
     for (magic, name) in refused {
         if starts(magic) {
-            return Err(format!(
-                "{name}; convert it to raw, qcow2 or a zstd/gzip/xz-compressed raw image"
-            ));
+            return Err(RefusedFormat::Foreign(name));
         }
     }
     if head.len() >= 0x44 && head[0x40..0x44] == [0x7f, 0x10, 0xda, 0xbe] {
-        return Err("VDI; convert it to raw or qcow2".into());
+        return Err(RefusedFormat::Vdi);
     }
     Ok(Format::Raw)
 }
@@ -105,10 +114,13 @@ mod tests {
         assert_eq!(detect(b"\xfd7zXZ\0\0"), Ok(Format::Xz));
         assert_eq!(detect(&[0u8; 512]), Ok(Format::Raw));
         assert_eq!(detect(b"EFI PART"), Ok(Format::Raw));
-        assert!(detect(b"KDMV\x01").unwrap_err().starts_with("VMDK"));
+        assert!(detect(b"KDMV\x01")
+            .unwrap_err()
+            .to_string()
+            .starts_with("VMDK"));
         let mut vdi = vec![0u8; 80];
         vdi[0x40..0x44].copy_from_slice(&[0x7f, 0x10, 0xda, 0xbe]);
-        assert!(detect(&vdi).unwrap_err().starts_with("VDI"));
+        assert!(detect(&vdi).unwrap_err().to_string().starts_with("VDI"));
         assert_eq!(Format::parse("GPT"), Some(Format::Raw));
         assert_eq!(Format::parse("vmdk"), None);
     }

@@ -72,6 +72,7 @@ pub fn run(services: &Services) -> ! {
 }
 
 fn spawn_agent(services: &Services) -> Option<Pid> {
+    // Not `tool::run`: a long-running child that the reaper loop above waits for.
     match Command::new("/proc/self/exe")
         .args(&services.agent_args)
         .spawn()
@@ -86,6 +87,7 @@ fn spawn_agent(services: &Services) -> Option<Pid> {
 
 fn spawn_shell() -> Option<Pid> {
     say("debug shell on the console (the agent keeps running; try `agent inventory --human`)");
+    // Not `tool::run`: a long-running child that the reaper loop above waits for.
     let res = Command::new("/bin/busybox")
         .args(["cttyhack", "/bin/sh", "-l"])
         .env("PATH", "/bin:/sbin:/usr/bin")
@@ -102,6 +104,7 @@ fn spawn_shell() -> Option<Pid> {
 }
 
 fn spawn_ssh() -> Option<Pid> {
+    // Not `tool::run`: a long-running child that the reaper loop above waits for.
     match Command::new(super::ssh::DROPBEAR)
         .args(super::ssh::DROPBEAR_ARGS)
         .env("PATH", "/bin:/sbin:/usr/bin:/usr/sbin")

@@ -83,12 +83,7 @@ mod tests {
     use super::*;
 
     fn run(cmd: &mut std::process::Command) {
-        let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-        assert!(
-            out.status.success(),
-            "{cmd:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        crate::tool::run(cmd).unwrap_or_else(|e| panic!("{e}"));
     }
 
     #[test]

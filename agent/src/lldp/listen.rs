@@ -51,7 +51,7 @@ pub async fn listen(interfaces: &[String], timeout: Duration) -> BTreeMap<String
             }
             Err(e) => {
                 tracing::warn!(interface = %name, "cannot listen for LLDP: {e}");
-                out.insert(name.clone(), Heard::Failed(e));
+                out.insert(name.clone(), Heard::Failed(e.to_string()));
             }
         }
     }
@@ -75,17 +75,39 @@ pub async fn listen(interfaces: &[String], timeout: Duration) -> BTreeMap<String
     out
 }
 
-fn open(name: &str) -> Result<AsyncFd<PacketSocket>, String> {
-    let ifindex =
-        nix::net::if_::if_nametoindex(name).map_err(|e| format!("no interface {name}: {e}"))?;
-    let sock = PacketSocket::open(ifindex, ETHERTYPE)
-        .map_err(|e| format!("opening a packet socket: {e}"))?;
+/// Why an interface cannot be listened on.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// No interface by that name.
+    #[error("no interface {name}: {source}")]
+    NoInterface {
+        /// The interface name.
+        name: String,
+        /// The lookup's error.
+        source: nix::Error,
+    },
+    /// A step of setting up the socket failed.
+    #[error("{step}: {source}")]
+    Socket {
+        /// What was being done.
+        step: &'static str,
+        /// The system's error.
+        source: std::io::Error,
+    },
+}
+
+fn open(name: &str) -> Result<AsyncFd<PacketSocket>, OpenError> {
+    let step = |step| move |source| OpenError::Socket { step, source };
+    let ifindex = nix::net::if_::if_nametoindex(name).map_err(|source| OpenError::NoInterface {
+        name: name.to_string(),
+        source,
+    })?;
+    let sock = PacketSocket::open(ifindex, ETHERTYPE).map_err(step("opening a packet socket"))?;
     for group in MULTICAST {
         sock.join_multicast(ifindex, group)
-            .map_err(|e| format!("joining the LLDP multicast group: {e}"))?;
+            .map_err(step("joining the LLDP multicast group"))?;
     }
-    sock.into_async()
-        .map_err(|e| format!("registering the socket: {e}"))
+    sock.into_async().map_err(step("registering the socket"))
 }
 
 async fn first_frame(sock: AsyncFd<PacketSocket>, malformed: Arc<AtomicUsize>) -> Heard {

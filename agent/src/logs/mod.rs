@@ -14,6 +14,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use base64::Engine;
 
+use crate::tool::ToolError;
+
 /// Tools whose output goes into the bundle: (file name, argv).
 const TOOLS: &[(&str, &[&str])] = &[
     ("dmesg", &["dmesg"]),
@@ -57,7 +59,7 @@ pub fn bundle() -> std::io::Result<String> {
 
 /// Output of a tool (stdout, then stderr), or why it could not run.
 fn run(argv: &[&str]) -> Vec<u8> {
-    match Command::new(argv[0]).args(&argv[1..]).output() {
+    match crate::tool::output(Command::new(argv[0]).args(&argv[1..])) {
         Ok(o) => {
             let mut out = o.stdout;
             out.extend_from_slice(&o.stderr);
@@ -68,7 +70,10 @@ fn run(argv: &[&str]) -> Vec<u8> {
             }
             out
         }
-        Err(e) => format!("running {}: {e}\n", argv.join(" ")).into_bytes(),
+        Err(ToolError::Spawn { source, .. }) => {
+            format!("running {}: {source}\n", argv.join(" ")).into_bytes()
+        }
+        Err(e) => format!("{e}\n").into_bytes(),
     }
 }
 
@@ -86,14 +91,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("logs.tar.gz");
         std::fs::write(&path, gz).unwrap();
-        let o = Command::new("tar")
-            .arg("-xzf")
-            .arg(&path)
-            .arg("-C")
-            .arg(dir.path())
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        crate::tool::run(
+            Command::new("tar")
+                .arg("-xzf")
+                .arg(&path)
+                .arg("-C")
+                .arg(dir.path()),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
         let log = std::fs::read_to_string(dir.path().join("agent.log")).unwrap();
         assert!(log.contains("a line the bundle must carry"));
         for name in ["dmesg", "ip_addr", "lsblk", "mounts", "inventory.json"] {

@@ -50,14 +50,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("x.tar");
         std::fs::write(&path, &out).unwrap();
-        let o = std::process::Command::new("tar")
-            .arg("-xvf")
-            .arg(&path)
-            .arg("-C")
-            .arg(dir.path())
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        crate::tool::run(
+            std::process::Command::new("tar")
+                .arg("-xvf")
+                .arg(&path)
+                .arg("-C")
+                .arg(dir.path()),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(std::fs::read(dir.path().join("a.txt")).unwrap(), b"hello\n");
         assert_eq!(
             std::fs::read(dir.path().join("dir-b/b.log")).unwrap().len(),

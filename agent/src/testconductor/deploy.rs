@@ -28,9 +28,17 @@ use super::driver::Next;
 use super::node::{BootMode, DeployPhase, DeployRequest, Node, Operation};
 use super::Inner;
 
+/// The image URL failed Ironic's check (Ironic's text).
+#[derive(Debug, thiserror::Error)]
+#[error("Validation of image href {url} failed, reason: {reason:#}")]
+pub(super) struct HrefError {
+    url: String,
+    reason: anyhow::Error,
+}
+
 /// Ironic's check of the image before it boots the ramdisk: a HEAD of the
 /// image URL must answer 2xx.
-pub(super) async fn validate_image_href(url: &str) -> Result<(), String> {
+pub(super) async fn validate_image_href(url: &str) -> Result<(), HrefError> {
     let reason = async {
         let http = crate::tls::http_client(false, None, std::time::Duration::from_secs(30))?;
         let resp = http.head(url).send().await?;
@@ -42,7 +50,10 @@ pub(super) async fn validate_image_href(url: &str) -> Result<(), String> {
         anyhow::Ok(())
     }
     .await;
-    reason.map_err(|e| format!("Validation of image href {url} failed, reason: {e:#}"))
+    reason.map_err(|reason| HrefError {
+        url: url.to_string(),
+        reason,
+    })
 }
 
 /// One heartbeat's worth of deploy work.

@@ -35,28 +35,41 @@ pub(super) async fn continue_inspection(
     resp
 }
 
-fn validate(doc: &Value) -> Result<Vec<String>, String> {
+/// Why Ironic refuses an inspection document (its texts).
+#[derive(Debug, thiserror::Error)]
+enum InvalidInventory {
+    #[error("The inventory is missing or not an object")]
+    Missing,
+    #[error("The inventory contains no interfaces")]
+    NoInterfaces,
+    #[error("An interface has no string mac_address")]
+    NoMac,
+    #[error("{0} must be a string or null")]
+    NotString(&'static str),
+}
+
+fn validate(doc: &Value) -> Result<Vec<String>, InvalidInventory> {
     let inv = doc
         .get("inventory")
         .filter(|i| i.is_object())
-        .ok_or("The inventory is missing or not an object")?;
+        .ok_or(InvalidInventory::Missing)?;
     let ifaces = inv
         .get("interfaces")
         .and_then(Value::as_array)
         .filter(|a| !a.is_empty())
-        .ok_or("The inventory contains no interfaces")?;
+        .ok_or(InvalidInventory::NoInterfaces)?;
     let mut macs = Vec::new();
     for i in ifaces {
         let mac = i
             .get("mac_address")
             .and_then(Value::as_str)
-            .ok_or("An interface has no string mac_address")?;
+            .ok_or(InvalidInventory::NoMac)?;
         macs.push(mac.to_ascii_lowercase());
     }
     for k in ["bmc_address", "bmc_v6address"] {
         if let Some(v) = inv.get(k) {
             if !(v.is_null() || v.is_string()) {
-                return Err(format!("{k} must be a string or null"));
+                return Err(InvalidInventory::NotString(k));
             }
         }
     }
@@ -74,7 +87,7 @@ fn handle(
     };
     let macs = match validate(&doc) {
         Ok(m) => m,
-        Err(e) => return ironic_error(StatusCode::BAD_REQUEST, &e),
+        Err(e) => return ironic_error(StatusCode::BAD_REQUEST, &e.to_string()),
     };
     if q.contains_key("node_uuid") && version < (1, 84) {
         return ironic_error(StatusCode::BAD_REQUEST, "node_uuid needs API 1.84");

@@ -473,7 +473,7 @@ impl Inner {
                         n.provision_state = "deploy failed".into();
                         n.operation = None;
                         n.target_state = None;
-                        n.last_error = Some(e);
+                        n.last_error = Some(e.to_string());
                     }
                 }
             }

@@ -110,12 +110,89 @@ struct GptHeader {
     alternate: u64,
 }
 
-fn io(what: &str) -> impl Fn(std::io::Error) -> String + '_ {
-    move |e| format!("{what}: {e}")
+/// Why a partition table cannot be read or extended.
+#[derive(Debug, thiserror::Error)]
+pub enum TableError {
+    /// Reading or writing the disk failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being read or written.
+        what: &'static str,
+        /// The system's error.
+        source: std::io::Error,
+    },
+    /// A protective MBR (type 0xee) without a GPT behind it.
+    #[error("the disk has a protective MBR but no valid GPT header")]
+    ProtectiveMbrWithoutGpt,
+    /// The primary GPT header's size or CRC is wrong.
+    #[error("the primary GPT header is damaged (size or CRC)")]
+    DamagedHeader,
+    /// An entry array this reader refuses.
+    #[error(
+        "unsupported GPT entry array ({count} × {entry_size} bytes; entries must be 128 × 2^n bytes, at most {MAX_ENTRY_ARRAY} bytes in all)"
+    )]
+    UnsupportedEntries {
+        /// Number of entries.
+        count: u32,
+        /// Bytes per entry.
+        entry_size: u32,
+    },
+    /// The entry array's CRC is wrong.
+    #[error("the GPT partition entry array CRC does not match")]
+    EntriesCrc,
+    /// A partition whose LBAs overflow a byte offset.
+    #[error("GPT partition {number} has an impossible range (LBA {first} to {last})")]
+    ImpossibleRange {
+        /// Partition number.
+        number: usize,
+        /// First LBA.
+        first: u64,
+        /// Last LBA.
+        last: u64,
+    },
+    /// The entry array's LBA overflows a byte offset.
+    #[error("the GPT entry array's LBA {0} lies beyond any disk")]
+    EntriesBeyondDisk(u64),
+    /// Another LBA of the header overflows a byte offset.
+    #[error("the GPT's {what} (LBA {lba}) lies beyond any disk")]
+    BeyondDisk {
+        /// Which LBA.
+        what: &'static str,
+        /// Its value.
+        lba: u64,
+    },
+    /// The disk cannot hold the config-drive partition at all.
+    #[error("the disk is too small for a {} MiB config-drive partition", PART_BYTES >> 20)]
+    TooSmall,
+    /// A partition occupies the space the config drive needs.
+    #[error(
+        "no free space at the end of the disk for the config drive: partition {number} ends at byte {ends}, \
+         the config drive needs bytes {start}..{end}"
+    )]
+    NoFreeSpace {
+        /// The partition in the way.
+        number: u32,
+        /// Where it ends (byte).
+        ends: u64,
+        /// The config drive's first byte.
+        start: u64,
+        /// The config drive's end (exclusive).
+        end: u64,
+    },
+    /// No free GPT entry.
+    #[error("all GPT partition entries are in use")]
+    GptFull,
+    /// No free MBR slot.
+    #[error("the MBR already has 4 primary partitions; no room for a config drive")]
+    MbrFull,
+}
+
+fn io(what: &'static str) -> impl Fn(std::io::Error) -> TableError {
+    move |source| TableError::Io { what, source }
 }
 
 /// Reads the table. `Ok(None)`: neither a valid GPT nor an MBR.
-pub fn read(disk: &dyn Disk, sector: u64) -> Result<Option<Table>, String> {
+pub fn read(disk: &dyn Disk, sector: u64) -> Result<Option<Table>, TableError> {
     let mut mbr = [0u8; 512];
     disk.read_at(&mut mbr, 0).map_err(io("reading the MBR"))?;
     if let Some(t) = read_gpt(disk, sector)? {
@@ -128,7 +205,7 @@ pub fn read(disk: &dyn Disk, sector: u64) -> Result<Option<Table>, String> {
     for slot in 0..4 {
         let e = &mbr[446 + 16 * slot..446 + 16 * (slot + 1)];
         if e[4] == 0xee {
-            return Err("the disk has a protective MBR but no valid GPT header".into());
+            return Err(TableError::ProtectiveMbrWithoutGpt);
         }
         let (start, len) = (u64::from(u32_at(e, 8)), u64::from(u32_at(e, 12)));
         if e[4] != 0 && len > 0 {
@@ -151,7 +228,7 @@ pub fn read(disk: &dyn Disk, sector: u64) -> Result<Option<Table>, String> {
     }))
 }
 
-fn read_gpt(disk: &dyn Disk, sector: u64) -> Result<Option<Table>, String> {
+fn read_gpt(disk: &dyn Disk, sector: u64) -> Result<Option<Table>, TableError> {
     let mut raw = vec![0u8; sector as usize];
     disk.read_at(&mut raw, sector)
         .map_err(io("reading the GPT header"))?;
@@ -160,7 +237,7 @@ fn read_gpt(disk: &dyn Disk, sector: u64) -> Result<Option<Table>, String> {
     }
     let size = u32_at(&raw, 12) as usize;
     if !(92..=raw.len()).contains(&size) || header_crc(&raw[..size]) != u32_at(&raw, 16) {
-        return Err("the primary GPT header is damaged (size or CRC)".into());
+        return Err(TableError::DamagedHeader);
     }
     let h = GptHeader {
         entries_lba: u64_at(&raw, 72),
@@ -180,14 +257,14 @@ fn read_gpt(disk: &dyn Disk, sector: u64) -> Result<Option<Table>, String> {
         || h.count > 1024
         || array > MAX_ENTRY_ARRAY
     {
-        return Err(format!(
-            "unsupported GPT entry array ({} × {} bytes; entries must be 128 × 2^n bytes, at most {MAX_ENTRY_ARRAY} bytes in all)",
-            h.count, h.entry_size
-        ));
+        return Err(TableError::UnsupportedEntries {
+            count: h.count,
+            entry_size: h.entry_size,
+        });
     }
     let entries = read_entries(disk, &h, h.entries_lba, sector)?;
     if crc32fast::hash(&entries) != u32_at(&h.raw, 88) {
-        return Err("the GPT partition entry array CRC does not match".into());
+        return Err(TableError::EntriesCrc);
     }
     let mut parts = Vec::new();
     for (i, e) in entries.chunks(h.entry_size as usize).enumerate() {
@@ -199,10 +276,11 @@ fn read_gpt(disk: &dyn Disk, sector: u64) -> Result<Option<Table>, String> {
             first.checked_mul(sector),
             last.checked_add(1).and_then(|l| l.checked_mul(sector)),
         ) else {
-            return Err(format!(
-                "GPT partition {} has an impossible range (LBA {first} to {last})",
-                i + 1
-            ));
+            return Err(TableError::ImpossibleRange {
+                number: i + 1,
+                first,
+                last,
+            });
         };
         let name: Vec<u16> = e[56..128]
             .chunks(2)
@@ -227,10 +305,15 @@ fn read_gpt(disk: &dyn Disk, sector: u64) -> Result<Option<Table>, String> {
     }))
 }
 
-fn read_entries(disk: &dyn Disk, h: &GptHeader, lba: u64, sector: u64) -> Result<Vec<u8>, String> {
+fn read_entries(
+    disk: &dyn Disk,
+    h: &GptHeader,
+    lba: u64,
+    sector: u64,
+) -> Result<Vec<u8>, TableError> {
     let at = lba
         .checked_mul(sector)
-        .ok_or_else(|| format!("the GPT entry array's LBA {lba} lies beyond any disk"))?;
+        .ok_or(TableError::EntriesBeyondDisk(lba))?;
     let mut entries = vec![0u8; h.count as usize * h.entry_size as usize];
     disk.read_at(&mut entries, at)
         .map_err(io("reading the GPT entries"))?;
@@ -244,7 +327,7 @@ pub fn add_config_partition(
     disk: &mut dyn Disk,
     table: &Table,
     disk_bytes: u64,
-) -> Result<Part, String> {
+) -> Result<Part, TableError> {
     match table.kind {
         Kind::Gpt => add_gpt(disk, table),
         Kind::Mbr => add_mbr(disk, table, disk_bytes),
@@ -253,31 +336,28 @@ pub fn add_config_partition(
 
 /// The aligned start of a partition of [`PART_BYTES`] ending at `end`
 /// (exclusive, bytes), checked against the existing partitions.
-fn place(table: &Table, end: u64, floor: u64) -> Result<u64, String> {
+fn place(table: &Table, end: u64, floor: u64) -> Result<u64, TableError> {
     let start = end.saturating_sub(PART_BYTES) / ALIGN_BYTES * ALIGN_BYTES;
     if start < floor || start >= end {
-        return Err(format!(
-            "the disk is too small for a {} MiB config-drive partition",
-            PART_BYTES >> 20
-        ));
+        return Err(TableError::TooSmall);
     }
     if let Some(p) = table.parts.iter().find(|p| p.start + p.len > start) {
-        return Err(format!(
-            "no free space at the end of the disk for the config drive: partition {} ends at byte {}, \
-             the config drive needs bytes {start}..{end}",
-            p.number,
-            p.start + p.len
-        ));
+        return Err(TableError::NoFreeSpace {
+            number: p.number,
+            ends: p.start + p.len,
+            start,
+            end,
+        });
     }
     Ok(start)
 }
 
-fn add_gpt(disk: &mut dyn Disk, table: &Table) -> Result<Part, String> {
+fn add_gpt(disk: &mut dyn Disk, table: &Table) -> Result<Part, TableError> {
     let h = table.gpt.as_ref().expect("a GPT table has a header");
     let s = table.sector;
-    let lba_bytes = |lba: u64, what: &str| {
+    let lba_bytes = |lba: u64, what: &'static str| {
         lba.checked_mul(s)
-            .ok_or_else(|| format!("the GPT's {what} (LBA {lba}) lies beyond any disk"))
+            .ok_or(TableError::BeyondDisk { what, lba })
     };
     let end = lba_bytes(h.last_usable.saturating_add(1), "last usable sector")?;
     let start = place(table, end, h.first_usable * s)?;
@@ -286,7 +366,7 @@ fn add_gpt(disk: &mut dyn Disk, table: &Table) -> Result<Part, String> {
     let slot = entries
         .chunks(esz)
         .position(|e| e[..16].iter().all(|b| *b == 0))
-        .ok_or("all GPT partition entries are in use")?;
+        .ok_or(TableError::GptFull)?;
     let e = &mut entries[slot * esz..(slot + 1) * esz];
     e.fill(0);
     let guid = uuid::Uuid::new_v4().to_bytes_le();
@@ -344,7 +424,7 @@ fn add_gpt(disk: &mut dyn Disk, table: &Table) -> Result<Part, String> {
     })
 }
 
-fn add_mbr(disk: &mut dyn Disk, table: &Table, disk_bytes: u64) -> Result<Part, String> {
+fn add_mbr(disk: &mut dyn Disk, table: &Table, disk_bytes: u64) -> Result<Part, TableError> {
     let s = table.sector;
     // MBR addresses 2^32 sectors; on larger disks IPA places the partition
     // just below that limit.
@@ -353,7 +433,7 @@ fn add_mbr(disk: &mut dyn Disk, table: &Table, disk_bytes: u64) -> Result<Part, 
     disk.read_at(&mut mbr, 0).map_err(io("reading the MBR"))?;
     let slot = (0..4)
         .find(|i| mbr[446 + 16 * i + 4] == 0)
-        .ok_or("the MBR already has 4 primary partitions; no room for a config drive")?;
+        .ok_or(TableError::MbrFull)?;
     let start = place(table, end, s)?;
     let e = &mut mbr[446 + 16 * slot..446 + 16 * (slot + 1)];
     e.fill(0);

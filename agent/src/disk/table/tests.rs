@@ -96,7 +96,9 @@ fn mbr_gets_a_primary_partition_and_a_full_table_is_refused() {
         .open(&path)
         .unwrap();
     let t = read(&f, 512).unwrap().unwrap();
-    let e = add_config_partition(&mut f, &t, 128 << 20).unwrap_err();
+    let e = add_config_partition(&mut f, &t, 128 << 20)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("4 primary partitions"), "{e}");
 }
 
@@ -110,7 +112,9 @@ fn a_disk_filled_by_the_image_is_refused_with_the_blocking_partition() {
         .open(&path)
         .unwrap();
     let t = read(&f, 512).unwrap().unwrap();
-    let e = add_config_partition(&mut f, &t, 128 << 20).unwrap_err();
+    let e = add_config_partition(&mut f, &t, 128 << 20)
+        .unwrap_err()
+        .to_string();
     assert!(
         e.contains("no free space") && e.contains("partition 1"),
         "{e}"
@@ -123,7 +127,10 @@ fn no_table_and_damaged_gpt_are_told_apart() {
     assert!(read(&blank, 512).unwrap().is_none());
     blank[512..520].copy_from_slice(b"EFI PART");
     put_u32(&mut blank, 512 + 12, 92);
-    assert!(read(&blank, 512).unwrap_err().contains("damaged"));
+    assert!(read(&blank, 512)
+        .unwrap_err()
+        .to_string()
+        .contains("damaged"));
 }
 
 /// Rewrites the primary GPT header of the file at `path` with `edit`, then
@@ -154,7 +161,7 @@ fn a_valid_crc_header_asking_for_terabytes_of_entries_is_refused_not_allocated()
         put_u32(h, 84, 0xFFFF_FF00);
     });
     let f = std::fs::File::open(&path).unwrap();
-    let e = read(&f, 512).unwrap_err();
+    let e = read(&f, 512).unwrap_err().to_string();
     assert!(e.contains("unsupported GPT entry array"), "{e}");
     // An entry size that is not 128 × 2^n is refused too.
     patch_primary(&path, |h| {
@@ -208,7 +215,9 @@ fn impossible_lbas_and_a_damaged_backup_header_are_errors_or_skipped_never_panic
                 _ => continue,
             };
         }
-        let e = add_config_partition(&mut f, &t2, 256 << 20).unwrap_err();
+        let e = add_config_partition(&mut f, &t2, 256 << 20)
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains("beyond any disk") || e.contains("free space"),
             "field {field}: {e}"

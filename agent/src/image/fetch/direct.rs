@@ -89,7 +89,7 @@ pub(super) fn attempt(
     }
     let mut conn = match connect(&host, port, timeout(deadline)) {
         Ok(c) => c,
-        Err(reason) => return AttemptError::Retry(reason).into(),
+        Err(reason) => return AttemptError::Retry(reason.to_string()).into(),
     };
     let _ = conn.set_nodelay(true);
     if let Err(e) = conn.set_read_timeout(Some(timeout(deadline))) {
@@ -112,11 +112,11 @@ pub(super) fn attempt(
 
     let (head, leftover) = match read_head(&mut conn, stall) {
         Ok(h) => h,
-        Err(reason) => return AttemptError::Retry(reason).into(),
+        Err(reason) => return AttemptError::Retry(reason.to_string()).into(),
     };
     let reply = match parse_head(&head) {
         Ok(r) => r,
-        Err(reason) => return Attempt::Unsupported(reason),
+        Err(reason) => return Attempt::Unsupported(reason.to_string()),
     };
     if (300..400).contains(&reply.status) {
         return Attempt::Unsupported(format!("HTTP {} redirect", reply.status));
@@ -224,18 +224,73 @@ fn total_timeout(url: &str, opts: &HttpOptions, offset: u64) -> Attempt {
     .into()
 }
 
+/// Why the connection or the response head failed (a retry, or for a head
+/// that does not parse, a fall-back to reqwest).
+#[derive(Debug, thiserror::Error)]
+enum DirectError {
+    /// The host name does not resolve.
+    #[error("resolving {host}: {source}")]
+    Resolve {
+        /// The host.
+        host: String,
+        /// The resolver's error.
+        source: std::io::Error,
+    },
+    /// It resolves to nothing.
+    #[error("{0} has no address")]
+    NoAddress(String),
+    /// The last address tried refused or timed out.
+    #[error("connecting to {addr}: {source}")]
+    Connect {
+        /// The address.
+        addr: SocketAddr,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The server closed before the head ended.
+    #[error("connection closed before the response head")]
+    Closed,
+    /// No head within the stall timeout.
+    #[error("no response within {0:?}")]
+    NoResponse(Duration),
+    /// Reading failed.
+    #[error("{0}")]
+    Read(std::io::Error),
+    /// The head is larger than allowed.
+    #[error("response head longer than {HEAD_LIMIT} bytes")]
+    HeadTooLong,
+    /// The head ended early.
+    #[error("incomplete response head")]
+    Incomplete,
+    /// The head is not HTTP.
+    #[error("response head not parsed: {0}")]
+    Unparsed(httparse::Error),
+    /// No status code.
+    #[error("no status code")]
+    NoStatus,
+    /// An unparsable Content-Length.
+    #[error("Content-Length {0:?}")]
+    ContentLength(String),
+    /// Two different Content-Length values.
+    #[error("conflicting Content-Length headers")]
+    ConflictingLength,
+}
+
 /// Connects to the first address of `host` that answers within `timeout`.
-fn connect(host: &str, port: u16, timeout: Duration) -> Result<TcpStream, String> {
+fn connect(host: &str, port: u16, timeout: Duration) -> Result<TcpStream, DirectError> {
     let bare = host.trim_start_matches('[').trim_end_matches(']');
     let addrs: Vec<SocketAddr> = (bare, port)
         .to_socket_addrs()
-        .map_err(|e| format!("resolving {host}: {e}"))?
+        .map_err(|source| DirectError::Resolve {
+            host: host.to_string(),
+            source,
+        })?
         .collect();
-    let mut last = format!("{host} has no address");
-    for a in addrs {
-        match TcpStream::connect_timeout(&a, timeout) {
+    let mut last = DirectError::NoAddress(host.to_string());
+    for addr in addrs {
+        match TcpStream::connect_timeout(&addr, timeout) {
             Ok(c) => return Ok(c),
-            Err(e) => last = format!("connecting to {a}: {e}"),
+            Err(source) => last = DirectError::Connect { addr, source },
         }
     }
     Err(last)
@@ -279,18 +334,18 @@ fn request(
 
 /// Reads up to the end of the response head; returns the head and the
 /// body bytes that came with it.
-fn read_head(conn: &mut TcpStream, stall: Duration) -> Result<(Vec<u8>, Vec<u8>), String> {
+fn read_head(conn: &mut TcpStream, stall: Duration) -> Result<(Vec<u8>, Vec<u8>), DirectError> {
     let mut buf = Vec::with_capacity(4096);
     let mut chunk = [0u8; 4096];
     loop {
         let n = match conn.read(&mut chunk) {
-            Ok(0) => return Err("connection closed before the response head".into()),
+            Ok(0) => return Err(DirectError::Closed),
             Ok(n) => n,
             Err(e) if e.kind() == ErrorKind::Interrupted => continue,
             Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
-                return Err(format!("no response within {stall:?}"))
+                return Err(DirectError::NoResponse(stall))
             }
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(DirectError::Read(e)),
         };
         buf.extend_from_slice(&chunk[..n]);
         if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
@@ -298,7 +353,7 @@ fn read_head(conn: &mut TcpStream, stall: Duration) -> Result<(Vec<u8>, Vec<u8>)
             return Ok((buf, rest));
         }
         if buf.len() > HEAD_LIMIT {
-            return Err(format!("response head longer than {HEAD_LIMIT} bytes"));
+            return Err(DirectError::HeadTooLong);
         }
     }
 }
@@ -313,15 +368,15 @@ struct Reply {
     chunked: bool,
 }
 
-fn parse_head(head: &[u8]) -> Result<Reply, String> {
+fn parse_head(head: &[u8]) -> Result<Reply, DirectError> {
     let mut headers = [httparse::EMPTY_HEADER; 64];
     let mut resp = httparse::Response::new(&mut headers);
     match resp.parse(head) {
         Ok(httparse::Status::Complete(_)) => {}
-        Ok(httparse::Status::Partial) => return Err("incomplete response head".into()),
-        Err(e) => return Err(format!("response head not parsed: {e}")),
+        Ok(httparse::Status::Partial) => return Err(DirectError::Incomplete),
+        Err(e) => return Err(DirectError::Unparsed(e)),
     }
-    let status = resp.code.ok_or("no status code")?;
+    let status = resp.code.ok_or(DirectError::NoStatus)?;
     let mut reply = Reply {
         status,
         content_length: None,
@@ -335,9 +390,9 @@ fn parse_head(head: &[u8]) -> Result<Reply, String> {
             "content-length" => {
                 let n = value
                     .parse()
-                    .map_err(|_| format!("Content-Length {value:?}"))?;
+                    .map_err(|_| DirectError::ContentLength(value.to_string()))?;
                 if reply.content_length.is_some_and(|m| m != n) {
-                    return Err("conflicting Content-Length headers".into());
+                    return Err(DirectError::ConflictingLength);
                 }
                 reply.content_length = Some(n);
             }

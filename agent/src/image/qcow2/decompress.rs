@@ -6,6 +6,31 @@ use zstd::stream::raw::{Decoder, InBuffer, Operation, OutBuffer};
 
 use super::header::Compression;
 
+/// Why a compressed cluster could not be decompressed.
+#[derive(Debug, thiserror::Error)]
+pub enum DecompressError {
+    /// The zstd context could not be made.
+    #[error("cannot create a zstd decoder: {0}")]
+    ZstdCreate(std::io::Error),
+    /// The zstd context could not be reset.
+    #[error("cannot reset the zstd decoder: {0}")]
+    ZstdReset(std::io::Error),
+    /// The deflate stream is corrupt.
+    #[error("invalid deflate data: {0}")]
+    Deflate(flate2::DecompressError),
+    /// The zstd stream is corrupt.
+    #[error("invalid zstd data: {0}")]
+    Zstd(std::io::Error),
+    /// The stream ended before the cluster was full.
+    #[error("it decompressed to {produced} bytes, expected the cluster size {cluster_size}")]
+    Short {
+        /// Bytes produced.
+        produced: usize,
+        /// The cluster size.
+        cluster_size: u64,
+    },
+}
+
 /// A reusable decompressor for one image's compression type.
 pub(crate) enum ClusterDecompressor {
     /// Raw deflate, as QEMU's "zlib" compression type writes it.
@@ -17,11 +42,11 @@ pub(crate) enum ClusterDecompressor {
 
 impl ClusterDecompressor {
     /// A decompressor for `compression`.
-    pub fn new(compression: Compression) -> Result<ClusterDecompressor, String> {
+    pub fn new(compression: Compression) -> Result<ClusterDecompressor, DecompressError> {
         Ok(match compression {
             Compression::Deflate => ClusterDecompressor::Deflate(Decompress::new(false)),
             Compression::Zstd => ClusterDecompressor::Zstd(Box::new(
-                Decoder::new().map_err(|e| format!("cannot create a zstd decoder: {e}"))?,
+                Decoder::new().map_err(DecompressError::ZstdCreate)?,
             )),
         })
     }
@@ -29,7 +54,7 @@ impl ClusterDecompressor {
     /// Decompresses `input` into `out` until `out` is full or the compressed
     /// stream ends, and returns the number of bytes produced. Input after the
     /// end of the compressed stream is ignored.
-    pub fn decompress(&mut self, input: &[u8], out: &mut [u8]) -> Result<usize, String> {
+    pub fn decompress(&mut self, input: &[u8], out: &mut [u8]) -> Result<usize, DecompressError> {
         match self {
             ClusterDecompressor::Deflate(d) => inflate(d, input, out),
             ClusterDecompressor::Zstd(d) => unzstd(d, input, out),
@@ -38,7 +63,7 @@ impl ClusterDecompressor {
 }
 
 /// Raw-deflate `input` into `out`.
-fn inflate(d: &mut Decompress, input: &[u8], out: &mut [u8]) -> Result<usize, String> {
+fn inflate(d: &mut Decompress, input: &[u8], out: &mut [u8]) -> Result<usize, DecompressError> {
     d.reset(false);
     loop {
         let (in_pos, out_pos) = (d.total_in() as usize, d.total_out() as usize);
@@ -48,7 +73,7 @@ fn inflate(d: &mut Decompress, input: &[u8], out: &mut [u8]) -> Result<usize, St
                 &mut out[out_pos..],
                 FlushDecompress::Finish,
             )
-            .map_err(|e| format!("invalid deflate data: {e}"))?;
+            .map_err(DecompressError::Deflate)?;
         let produced = d.total_out() as usize;
         if produced == out.len() || status == Status::StreamEnd {
             return Ok(produced);
@@ -61,17 +86,18 @@ fn inflate(d: &mut Decompress, input: &[u8], out: &mut [u8]) -> Result<usize, St
 }
 
 /// zstd-decompress `input` into `out`.
-fn unzstd(d: &mut Decoder<'static>, input: &[u8], out: &mut [u8]) -> Result<usize, String> {
-    d.reinit()
-        .map_err(|e| format!("cannot reset the zstd decoder: {e}"))?;
+fn unzstd(
+    d: &mut Decoder<'static>,
+    input: &[u8],
+    out: &mut [u8],
+) -> Result<usize, DecompressError> {
+    d.reinit().map_err(DecompressError::ZstdReset)?;
     let capacity = out.len();
     let mut src = InBuffer::around(input);
     let mut dst = OutBuffer::around(out);
     loop {
         let before = (src.pos(), dst.pos());
-        let hint = d
-            .run(&mut src, &mut dst)
-            .map_err(|e| format!("invalid zstd data: {e}"))?;
+        let hint = d.run(&mut src, &mut dst).map_err(DecompressError::Zstd)?;
         if dst.pos() == capacity || hint == 0 || (src.pos(), dst.pos()) == before {
             return Ok(dst.pos());
         }

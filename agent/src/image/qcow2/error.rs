@@ -103,7 +103,7 @@ pub enum Qcow2Error {
         /// Compressed bytes available to the decompressor.
         compressed_len: u64,
         /// What the decompressor reported.
-        detail: String,
+        detail: super::DecompressError,
     },
     /// The input ended before everything the tables map was seen.
     #[error("qcow2 image is truncated: it ended at host offset {eof}, but {what} for guest offset {guest_offset} maps to host offset {host_offset}")]

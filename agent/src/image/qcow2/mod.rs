@@ -48,6 +48,7 @@ mod tests;
 
 use std::io;
 
+pub use decompress::DecompressError;
 pub use error::{ErrorClass, Qcow2Error};
 pub use reread::{NoReread, Reread};
 

@@ -116,7 +116,7 @@ impl<S: Sink + ?Sized> Engine<'_, S> {
         // The block being filled: buffer, bytes in it, its host offset.
         let mut block: Option<(Vec<u8>, usize, u64)> = None;
         let mut failure = None;
-        let source_error = |detail: String| Qcow2Error::Reread {
+        let source_error = |detail: DeliveryError| Qcow2Error::Reread {
             start: runs[0].start,
             end: runs[runs.len() - 1].end,
             what,
@@ -135,11 +135,9 @@ impl<S: Sink + ?Sized> Engine<'_, S> {
                     let (buf, filled, start) =
                         block.get_or_insert_with(|| (window.take_buffer(), 0, window.end()));
                     let index = (*start / block_size) as usize;
-                    let want = digests.block_len(index).ok_or_else(|| {
-                        source_error(format!(
-                            "host offset {start} lies past the end of the first download"
-                        ))
-                    })?;
+                    let want = digests
+                        .block_len(index)
+                        .ok_or_else(|| source_error(DeliveryError::PastDownload(*start)))?;
                     let n = (want - *filled).min(rest.len());
                     buf[*filled..*filled + n].copy_from_slice(&rest[..n]);
                     *filled += n;
@@ -237,6 +235,47 @@ pub(crate) struct RunCursor<'a> {
     next: Option<u64>,
 }
 
+/// How a source broke the order of the bytes asked for again.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DeliveryError {
+    /// Bytes at another offset than the next one expected.
+    #[error("the source delivered host offset {at} where {next} was expected")]
+    Unexpected {
+        /// Where they were.
+        at: u64,
+        /// Where they should have been.
+        next: u64,
+    },
+    /// Bytes outside every run asked for.
+    #[error("the source delivered host offset {0}, outside the runs asked for")]
+    Outside(u64),
+    /// Bytes past the end of their run.
+    #[error(
+        "the source delivered bytes up to host offset {end}, past the run {}..{} asked for",
+        .run.start, .run.end
+    )]
+    PastRun {
+        /// Where they ended.
+        end: u64,
+        /// The run.
+        run: Range<u64>,
+    },
+    /// The source ended before a run was complete.
+    #[error(
+        "the source stopped at host offset {at} before the end of run {}..{}",
+        .run.start, .run.end
+    )]
+    Stopped {
+        /// Where it stopped.
+        at: u64,
+        /// The run.
+        run: Range<u64>,
+    },
+    /// A block beyond what the first download had.
+    #[error("host offset {0} lies past the end of the first download")]
+    PastDownload(u64),
+}
+
 impl<'a> RunCursor<'a> {
     /// A cursor before the first byte of `runs`.
     pub fn new(runs: &'a [Range<u64>]) -> Self {
@@ -249,7 +288,7 @@ impl<'a> RunCursor<'a> {
 
     /// Accepts a piece of `len` bytes at `at`; returns true when it starts a
     /// new run (the window must restart there).
-    pub fn accept(&mut self, at: u64, len: u64) -> Result<bool, String> {
+    pub fn accept(&mut self, at: u64, len: u64) -> Result<bool, DeliveryError> {
         let starts_run = match self.next {
             Some(next) if next == at => false,
             Some(next) if next == self.runs[self.index].end => {
@@ -257,42 +296,34 @@ impl<'a> RunCursor<'a> {
                 true
             }
             None => true,
-            Some(next) => {
-                return Err(format!(
-                    "the source delivered host offset {at} where {next} was expected"
-                ))
-            }
+            Some(next) => return Err(DeliveryError::Unexpected { at, next }),
         };
         let run = self
             .runs
             .get(self.index)
             .filter(|r| !starts_run || r.start == at)
-            .ok_or_else(|| {
-                format!("the source delivered host offset {at}, outside the runs asked for")
-            })?;
+            .ok_or(DeliveryError::Outside(at))?;
         let end = at + len;
         if end > run.end {
-            return Err(format!(
-                "the source delivered bytes up to host offset {end}, past the run {}..{} asked for",
-                run.start, run.end
-            ));
+            return Err(DeliveryError::PastRun {
+                end,
+                run: run.clone(),
+            });
         }
         self.next = Some(end);
         Ok(starts_run)
     }
 
     /// Checks that every run was delivered completely.
-    pub fn finish(&self) -> Result<(), String> {
+    pub fn finish(&self) -> Result<(), DeliveryError> {
         let last = self.runs.len().checked_sub(1);
         match (self.next, last) {
             (_, None) => Ok(()),
             (Some(next), Some(last)) if self.index == last && next == self.runs[last].end => Ok(()),
-            (next, _) => Err(format!(
-                "the source stopped at host offset {} before the end of run {}..{}",
-                next.unwrap_or(self.runs[self.index].start),
-                self.runs[self.index].start,
-                self.runs[self.index].end
-            )),
+            (next, _) => Err(DeliveryError::Stopped {
+                at: next.unwrap_or(self.runs[self.index].start),
+                run: self.runs[self.index].clone(),
+            }),
         }
     }
 }

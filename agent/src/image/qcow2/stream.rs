@@ -7,7 +7,7 @@
 
 use std::io::Read;
 
-use super::decompress::ClusterDecompressor;
+use super::decompress::{ClusterDecompressor, DecompressError};
 use super::digests::BlockDigests;
 use super::error::Qcow2Error;
 use super::header::Header;
@@ -470,7 +470,7 @@ impl<'a, S: Sink + ?Sized> Engine<'a, S> {
                 &self.scratch[..]
             }
         };
-        let corrupt = |detail: String| Qcow2Error::Decompress {
+        let corrupt = |detail: DecompressError| Qcow2Error::Decompress {
             guest_offset: guest,
             host_offset: start,
             compressed_len: to - start,
@@ -490,9 +490,10 @@ impl<'a, S: Sink + ?Sized> Engine<'a, S> {
                     host_offset: start,
                 });
             }
-            return Err(corrupt(format!(
-                "it decompressed to {produced} bytes, expected the cluster size {cluster_size}"
-            )));
+            return Err(corrupt(DecompressError::Short {
+                produced,
+                cluster_size,
+            }));
         }
         self.sink
             .data(guest, &self.cluster[..need])

@@ -16,6 +16,75 @@ const L2_ZERO: u64 = 1;
 /// Compressed data is counted in 512-byte sectors.
 const SECTOR: u64 = 512;
 
+/// What is wrong with one table entry (without the entry's position, which
+/// the caller adds).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum EntryError {
+    /// Bits that must be zero are set.
+    #[error("entry {raw:#018x} has reserved bits {bits:#x} set")]
+    Reserved {
+        /// The entry.
+        raw: u64,
+        /// The reserved bits set.
+        bits: u64,
+    },
+    /// The zero flag in a version 2 image.
+    #[error("entry {0:#018x} has the zero flag (bit 0) set, which version 2 images do not have")]
+    ZeroFlagV2(u64),
+    /// The zero flag in an extended entry.
+    #[error("entry {0:#018x} has the zero flag (bit 0) set, which extended L2 entries keep in the subcluster bitmap instead")]
+    ZeroFlagExtended(u64),
+    /// A compressed descriptor beyond 2^56.
+    #[error("compressed descriptor {raw:#018x} has host offset {host} beyond the 2^56 limit")]
+    CompressedBeyond {
+        /// The entry.
+        raw: u64,
+        /// Its host offset.
+        host: u64,
+    },
+    /// A compressed descriptor inside the header cluster.
+    #[error(
+        "compressed descriptor {raw:#018x} points to host offset {host}, inside the header cluster"
+    )]
+    CompressedInHeader {
+        /// The entry.
+        raw: u64,
+        /// Its host offset.
+        host: u64,
+    },
+    /// A host offset that is not cluster-aligned.
+    #[error("{what} host offset {host} is not aligned to the cluster size {cluster_size}")]
+    Unaligned {
+        /// What it points to.
+        what: &'static str,
+        /// The host offset.
+        host: u64,
+        /// The cluster size.
+        cluster_size: u64,
+    },
+    /// A host offset inside the header cluster.
+    #[error("{what} host offset {host} lies inside the header cluster")]
+    InHeader {
+        /// What it points to.
+        what: &'static str,
+        /// The host offset.
+        host: u64,
+    },
+    /// Subclusters both allocated and zero.
+    #[error(
+        "subcluster bitmap {bitmap:#018x} marks subclusters {both:#010x} both allocated and zero"
+    )]
+    BitmapConflict {
+        /// The bitmap.
+        bitmap: u64,
+        /// The subclusters marked both ways.
+        both: u32,
+    },
+    /// Allocated subclusters without a host cluster.
+    #[error("subcluster bitmap {0:#018x} marks subclusters allocated, but the entry has no host cluster")]
+    BitmapWithoutHost(u64),
+}
+
 /// What one L2 entry maps its guest cluster to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum L2Mapping {
@@ -47,12 +116,12 @@ pub(crate) enum L2Mapping {
 /// Decodes an L1 entry: the host offset of its L2 table, or `None` if unallocated.
 ///
 /// The error is a detail message (without the entry's position).
-pub(crate) fn decode_l1(raw: u64, header: &Header) -> Result<Option<u64>, String> {
+pub(crate) fn decode_l1(raw: u64, header: &Header) -> Result<Option<u64>, EntryError> {
     if raw & L1_RESERVED != 0 {
-        return Err(format!(
-            "entry {raw:#018x} has reserved bits {:#x} set",
-            raw & L1_RESERVED
-        ));
+        return Err(EntryError::Reserved {
+            raw,
+            bits: raw & L1_RESERVED,
+        });
     }
     let host = raw & OFFSET_MASK;
     if host == 0 {
@@ -65,24 +134,22 @@ pub(crate) fn decode_l1(raw: u64, header: &Header) -> Result<Option<u64>, String
 /// Decodes an L2 entry.
 ///
 /// The error is a detail message (without the entry's position).
-pub(crate) fn decode_l2(raw: u64, header: &Header) -> Result<L2Mapping, String> {
+pub(crate) fn decode_l2(raw: u64, header: &Header) -> Result<L2Mapping, EntryError> {
     if raw & L2_COMPRESSED != 0 {
         return decode_compressed(raw, header);
     }
     if raw & L2_ZERO != 0 {
         if header.version < 3 {
-            return Err(format!(
-                "entry {raw:#018x} has the zero flag (bit 0) set, which version 2 images do not have"
-            ));
+            return Err(EntryError::ZeroFlagV2(raw));
         }
         // Zero-flagged: reads as zeros whatever the (preallocated) offset is.
         return Ok(L2Mapping::Zero);
     }
     if raw & L2_RESERVED != 0 {
-        return Err(format!(
-            "entry {raw:#018x} has reserved bits {:#x} set",
-            raw & L2_RESERVED
-        ));
+        return Err(EntryError::Reserved {
+            raw,
+            bits: raw & L2_RESERVED,
+        });
     }
     let host = raw & OFFSET_MASK;
     if host == 0 {
@@ -93,20 +160,16 @@ pub(crate) fn decode_l2(raw: u64, header: &Header) -> Result<L2Mapping, String> 
 }
 
 /// Decodes a compressed cluster descriptor (bit 62 set).
-fn decode_compressed(raw: u64, header: &Header) -> Result<L2Mapping, String> {
+fn decode_compressed(raw: u64, header: &Header) -> Result<L2Mapping, EntryError> {
     // Offset in bits 0..x, additional sector count in bits x..=61.
     let x = 62 - (header.cluster_bits - 8);
     let host = raw & ((1u64 << x) - 1);
     let extra_sectors = (raw >> x) & ((1u64 << (header.cluster_bits - 8)) - 1);
     if host >= MAX_HOST_OFFSET {
-        return Err(format!(
-            "compressed descriptor {raw:#018x} has host offset {host} beyond the 2^56 limit"
-        ));
+        return Err(EntryError::CompressedBeyond { raw, host });
     }
     if host < header.cluster_size() {
-        return Err(format!(
-            "compressed descriptor {raw:#018x} points to host offset {host}, inside the header cluster"
-        ));
+        return Err(EntryError::CompressedInHeader { raw, host });
     }
     // At most 2^(cluster_bits-8) sectors: two clusters, by the field's width.
     let end = (host & !(SECTOR - 1)) + (extra_sectors + 1) * SECTOR;
@@ -114,17 +177,17 @@ fn decode_compressed(raw: u64, header: &Header) -> Result<L2Mapping, String> {
 }
 
 /// Checks a cluster-aligned host offset of an L2 table or data cluster.
-fn check_cluster_offset(host: u64, header: &Header, what: &str) -> Result<(), String> {
+fn check_cluster_offset(host: u64, header: &Header, what: &'static str) -> Result<(), EntryError> {
     let cluster_size = header.cluster_size();
     if host & (cluster_size - 1) != 0 {
-        return Err(format!(
-            "{what} host offset {host} is not aligned to the cluster size {cluster_size}"
-        ));
+        return Err(EntryError::Unaligned {
+            what,
+            host,
+            cluster_size,
+        });
     }
     if host < cluster_size {
-        return Err(format!(
-            "{what} host offset {host} lies inside the header cluster"
-        ));
+        return Err(EntryError::InHeader { what, host });
     }
     Ok(())
 }
@@ -137,36 +200,32 @@ pub(crate) fn decode_l2_extended(
     raw: u64,
     bitmap: u64,
     header: &Header,
-) -> Result<L2Mapping, String> {
+) -> Result<L2Mapping, EntryError> {
     if raw & L2_COMPRESSED != 0 {
         // The bitmap of a compressed cluster is reserved; qemu ignores it too.
         return decode_compressed(raw, header);
     }
     if raw & L2_ZERO != 0 {
-        return Err(format!(
-            "entry {raw:#018x} has the zero flag (bit 0) set, which extended L2 entries keep in the subcluster bitmap instead"
-        ));
+        return Err(EntryError::ZeroFlagExtended(raw));
     }
     if raw & L2_RESERVED != 0 {
-        return Err(format!(
-            "entry {raw:#018x} has reserved bits {:#x} set",
-            raw & L2_RESERVED
-        ));
+        return Err(EntryError::Reserved {
+            raw,
+            bits: raw & L2_RESERVED,
+        });
     }
     let allocated = bitmap as u32;
     let zero = (bitmap >> 32) as u32;
     if allocated & zero != 0 {
-        return Err(format!(
-            "subcluster bitmap {bitmap:#018x} marks subclusters {:#010x} both allocated and zero",
-            allocated & zero
-        ));
+        return Err(EntryError::BitmapConflict {
+            bitmap,
+            both: allocated & zero,
+        });
     }
     let host = raw & OFFSET_MASK;
     if host == 0 {
         if allocated != 0 {
-            return Err(format!(
-                "subcluster bitmap {bitmap:#018x} marks subclusters allocated, but the entry has no host cluster"
-            ));
+            return Err(EntryError::BitmapWithoutHost(bitmap));
         }
         return Ok(L2Mapping::Zero);
     }

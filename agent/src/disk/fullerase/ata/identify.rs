@@ -51,19 +51,28 @@ fn erase_time(w: u16) -> Option<u32> {
     (v != 0).then(|| u32::from(v) * 2)
 }
 
+/// Why an IDENTIFY DEVICE block is not usable.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IdentifyError {
+    /// The integrity word says the block is corrupt (the byte sum).
+    #[error("IDENTIFY DEVICE checksum is wrong (sum 0x{0:02x})")]
+    Checksum(u8),
+    /// Word 0 bit 15: an ATAPI device.
+    #[error("the device answered IDENTIFY as an ATAPI device")]
+    Atapi,
+}
+
 /// Parses a block; `Err` when the integrity word says it is corrupt or the
 /// block is not from an ATA device (word 0 bit 15 set: ATAPI).
-pub fn parse(b: &[u8; 512]) -> Result<Identify, String> {
+pub fn parse(b: &[u8; 512]) -> Result<Identify, IdentifyError> {
     if b[510] == 0xa5 {
         let sum = b.iter().fold(0u8, |a, x| a.wrapping_add(*x));
         if sum != 0 {
-            return Err(format!(
-                "IDENTIFY DEVICE checksum is wrong (sum 0x{sum:02x})"
-            ));
+            return Err(IdentifyError::Checksum(sum));
         }
     }
     if word(b, 0) & 0x8000 != 0 {
-        return Err("the device answered IDENTIFY as an ATAPI device".into());
+        return Err(IdentifyError::Atapi);
     }
     let mut model = Vec::with_capacity(40);
     for w in 27..=46 {

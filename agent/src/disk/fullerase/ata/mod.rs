@@ -26,6 +26,8 @@ pub mod sgio;
 use std::path::Path;
 use std::time::Duration;
 
+use anyhow::Context;
+
 use cdb::{
     AtaCommand, SECURITY_DISABLE_PASSWORD, SECURITY_ERASE_UNIT, SECURITY_SET_PASSWORD,
     SECURITY_UNLOCK,
@@ -48,6 +50,9 @@ pub enum AtaError {
     /// The command was sent and failed.
     #[error("{0}")]
     Failed(String),
+    /// The IDENTIFY DEVICE answer is not usable.
+    #[error(transparent)]
+    Identify(#[from] identify::IdentifyError),
 }
 
 /// Sends one ATA command; returns the 512-byte data-in block (zeros for
@@ -109,7 +114,7 @@ fn fail(msg: impl Into<String>) -> anyhow::Error {
 
 fn identify(t: &dyn AtaTransport) -> Result<Identify, AtaError> {
     let block = t.execute(&AtaCommand::identify(), SHORT)?;
-    identify::parse(&block).map_err(AtaError::Failed)
+    Ok(identify::parse(&block)?)
 }
 
 /// The erase timeout: the drive's own estimate plus half, at least 10 min.
@@ -141,7 +146,9 @@ pub fn secure_erase(t: &dyn AtaTransport, attachment: Attachment) -> anyhow::Res
     let id = match identify(t) {
         Ok(id) => id,
         Err(AtaError::NoPassThrough(why)) => return Ok(Outcome::NotApplicable(why)),
-        Err(AtaError::Failed(why)) => return Err(fail(format!("IDENTIFY DEVICE: {why}"))),
+        Err(why @ (AtaError::Failed(_) | AtaError::Identify(_))) => {
+            return Err(fail(format!("IDENTIFY DEVICE: {why}")))
+        }
     };
     let s = &id.security;
     if !s.supported {
@@ -184,24 +191,25 @@ pub fn secure_erase(t: &dyn AtaTransport, attachment: Attachment) -> anyhow::Res
         SHORT,
     )
     .map_err(|e| fail(format!("{}: SECURITY SET PASSWORD: {e}", id.model)))?;
-    let erased = (|| -> Result<(), String> {
+    let erased = (|| -> anyhow::Result<()> {
         t.execute(&AtaCommand::erase_prepare(), SHORT)
-            .map_err(|e| format!("SECURITY ERASE PREPARE: {e}"))?;
+            .context("SECURITY ERASE PREPARE")?;
         let control = if enhanced { 0x2 } else { 0x0 };
         t.execute(
             &AtaCommand::with_password(SECURITY_ERASE_UNIT, control, PASSWORD),
             erase_timeout(minutes),
         )
-        .map_err(|e| format!("SECURITY ERASE UNIT: {e}"))?;
-        let after = identify(t).map_err(|e| format!("IDENTIFY after the erase: {e}"))?;
+        .context("SECURITY ERASE UNIT")?;
+        let after = identify(t).context("IDENTIFY after the erase")?;
         if after.security.enabled {
-            return Err("security is still enabled after SECURITY ERASE UNIT".into());
+            anyhow::bail!("security is still enabled after SECURITY ERASE UNIT");
         }
         Ok(())
     })();
     match erased {
         Ok(()) => Ok(Outcome::Erased { enhanced }),
         Err(why) => {
+            let why = format!("{why:#}");
             let cleanup = identify(t)
                 .map(|now| now.security)
                 .map_err(|e| e.to_string())

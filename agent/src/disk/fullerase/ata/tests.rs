@@ -161,7 +161,10 @@ fn identify_security_word_and_erase_times() {
     assert_eq!(s.erase_minutes, None);
     let mut bad = identify_block(0x0001, 0, 0);
     bad[100] ^= 1;
-    assert!(identify::parse(&bad).unwrap_err().contains("checksum"));
+    assert!(identify::parse(&bad)
+        .unwrap_err()
+        .to_string()
+        .contains("checksum"));
 }
 
 #[test]
