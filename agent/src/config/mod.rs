@@ -169,7 +169,7 @@ impl Config {
                 errors.push(ParamError {
                     key: "ipa-api-url".into(),
                     value: raw.into(),
-                    reason: e,
+                    reason: e.to_string(),
                 });
                 ApiUrls::None
             });
@@ -295,9 +295,20 @@ fn bad(key: &str, value: &str, reason: &str) -> ParamError {
     }
 }
 
-/// Parses `ipa-api-url`: `mdns`, or a comma list of `http(s)://` URLs.
-/// Entries with another scheme are an error for the whole value, as silently
-/// dropping one would hide a typo that sends the agent to the wrong place.
+/// Why an `ipa-api-url` value is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ApiUrlError {
+    /// Nothing but commas and spaces.
+    #[error("no URL given")]
+    Empty,
+    /// Not http(s).
+    #[error("{0:?} does not start with http:// or https://")]
+    Scheme(String),
+    /// Not a URL.
+    #[error("{0:?} is not a valid URL: {1}")]
+    Invalid(String, String),
+}
+
 /// Where the kernel command line is read from unless a file is named.
 pub const CMDLINE: &str = "/proc/cmdline";
 
@@ -365,7 +376,10 @@ pub fn load(
     Ok(config)
 }
 
-pub fn parse_api_urls(raw: &str) -> Result<ApiUrls, String> {
+/// Parses `ipa-api-url`: `mdns`, or a comma list of `http(s)://` URLs.
+/// Entries with another scheme are an error for the whole value, as silently
+/// dropping one would hide a typo that sends the agent to the wrong place.
+pub fn parse_api_urls(raw: &str) -> Result<ApiUrls, ApiUrlError> {
     let raw = raw.trim();
     if raw.eq_ignore_ascii_case("mdns") {
         return Ok(ApiUrls::Mdns);
@@ -377,13 +391,13 @@ pub fn parse_api_urls(raw: &str) -> Result<ApiUrls, String> {
         .map(|s| s.trim_end_matches('/').to_string())
         .collect();
     if urls.is_empty() {
-        return Err("no URL given".into());
+        return Err(ApiUrlError::Empty);
     }
     for u in &urls {
         if !(u.starts_with("http://") || u.starts_with("https://")) {
-            return Err(format!("{u:?} does not start with http:// or https://"));
+            return Err(ApiUrlError::Scheme(u.clone()));
         }
-        reqwest::Url::parse(u).map_err(|e| format!("{u:?} is not a valid URL: {e}"))?;
+        reqwest::Url::parse(u).map_err(|e| ApiUrlError::Invalid(u.clone(), e.to_string()))?;
     }
     Ok(ApiUrls::Urls(urls))
 }

@@ -23,7 +23,7 @@ pub struct Nic6 {
     /// MAC, lower case.
     pub mac: String,
     /// The DHCPv6 lease (set on the interface), or why there is none.
-    pub dhcp: Result<dhcp6::Lease6, String>,
+    pub dhcp: Result<dhcp6::Lease6, super::NicError>,
     /// Global addresses the kernel configured from router advertisements.
     pub slaac: Vec<iface::Addr6>,
 }
@@ -255,8 +255,8 @@ pub fn bring_up(
             let outcome = match (fixed, carrier) {
                 (Some(f), _) => configure_static(&name4, &f),
                 (None, true) if want4 => configure(&name4, &mac4, dhcp_timeout, route),
-                (None, true) => Err("IPv4 left alone (network_data.json)".to_string()),
-                (None, false) => Err("no link".to_string()),
+                (None, true) => Err(super::NicError::LeftAlone),
+                (None, false) => Err(super::NicError::NoLink),
             };
             let _ = tx.send(NicResult {
                 name: name4,
@@ -364,10 +364,10 @@ pub fn pick6(v6: &[Nic6], boot_mac: Option<&str>) -> Option<Ipv6Addr> {
 /// DHCPv6 on `name`, then the SLAAC addresses the kernel made meanwhile.
 fn configure6(name: &str, mac: &str, timeout: Duration) -> Nic6 {
     let dhcp = match parse_mac(mac) {
-        None => Err(format!("bad MAC {mac:?}")),
+        None => Err(super::NicError::BadMac(mac.to_string())),
         Some(m) => dhcp6::obtain(name, m, timeout)
             .and_then(|l| iface::add_ipv6(name, l.addr, 128).map(|()| l))
-            .map_err(|e| format!("{e:#}")),
+            .map_err(|e| super::NicError::from_chain(&e)),
     };
     let dhcp_addr = dhcp.as_ref().ok().map(|l| l.addr);
     let slaac = iface::ipv6_addrs(name)
@@ -397,7 +397,7 @@ mod tests {
                     server: "00".into(),
                     valid_secs: 1,
                 })
-                .ok_or_else(|| "timed out".to_string()),
+                .ok_or_else(|| super::super::NicError::Failed("timed out".into())),
             slaac: slaac
                 .map(|a| iface::Addr6 {
                     addr: a.parse().unwrap(),

@@ -79,6 +79,25 @@ pub fn request_message(
     m
 }
 
+/// Why a DHCPv6 server gave no address.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// A status code other than success.
+    #[error("{status}: {message}")]
+    Status {
+        /// The code's name.
+        status: String,
+        /// The server's text.
+        message: String,
+    },
+    /// No IA_NA option.
+    #[error("no IA_NA in the answer")]
+    NoIaNa,
+    /// An IA_NA without an address.
+    #[error("no address in the IA_NA")]
+    NoAddress,
+}
+
 /// Reads an ADVERTISE or REPLY for `xid` and our client ID: the lease and
 /// the server ID, or why the server gave no address. Anything else: `None`.
 pub fn parse_reply(
@@ -86,7 +105,7 @@ pub fn parse_reply(
     xid: [u8; 3],
     mac: [u8; 6],
     want: MessageType,
-) -> Option<Result<(Lease6, Vec<u8>), String>> {
+) -> Option<Result<(Lease6, Vec<u8>), Refusal>> {
     let m = Message::decode(&mut Decoder::new(bytes)).ok()?;
     if m.xid() != xid || m.msg_type() != want {
         return None;
@@ -101,22 +120,23 @@ pub fn parse_reply(
         _ => return None,
     };
     let failure = |opts: &DhcpOptions| match opts.get(OptionCode::StatusCode) {
-        Some(DhcpOption::StatusCode(s)) if s.status != Status::Success => {
-            Some(format!("{:?}: {}", s.status, s.msg))
-        }
+        Some(DhcpOption::StatusCode(s)) if s.status != Status::Success => Some(Refusal::Status {
+            status: format!("{:?}", s.status),
+            message: s.msg.clone(),
+        }),
         _ => None,
     };
     if let Some(f) = failure(o) {
         return Some(Err(f));
     }
     let Some(DhcpOption::IANA(ia)) = o.get(OptionCode::IANA) else {
-        return Some(Err("no IA_NA in the answer".into()));
+        return Some(Err(Refusal::NoIaNa));
     };
     if let Some(f) = failure(&ia.opts) {
         return Some(Err(f));
     }
     let Some(DhcpOption::IAAddr(a)) = ia.opts.get(OptionCode::IAAddr) else {
-        return Some(Err("no address in the IA_NA".into()));
+        return Some(Err(Refusal::NoAddress));
     };
     Some(Ok((
         Lease6 {
@@ -298,7 +318,8 @@ mod tests {
         );
         let err = parse_reply(&none, xid, MAC, MessageType::Reply)
             .unwrap()
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains("NoAddrsAvail") && err.contains("no addresses left"),
             "{err}"

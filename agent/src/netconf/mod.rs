@@ -28,6 +28,29 @@ use std::net::Ipv4Addr;
 use std::path::Path;
 use std::time::Duration;
 
+/// Why a NIC has no address.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NicError {
+    /// No carrier.
+    #[error("no link")]
+    NoLink,
+    /// network_data.json names the NIC and asks for no DHCP on it.
+    #[error("IPv4 left alone (network_data.json)")]
+    LeftAlone,
+    /// The MAC in sysfs does not parse.
+    #[error("bad MAC {0:?}")]
+    BadMac(String),
+    /// DHCP or applying its answer failed (the error chain, rendered).
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl NicError {
+    fn from_chain(e: &anyhow::Error) -> Self {
+        Self::Failed(format!("{e:#}"))
+    }
+}
+
 /// How one NIC ended up.
 #[derive(Debug, Clone)]
 pub struct NicResult {
@@ -36,7 +59,7 @@ pub struct NicResult {
     /// MAC, lower case.
     pub mac: String,
     /// The lease, or why there is none.
-    pub outcome: Result<dhcp::Lease, String>,
+    pub outcome: Result<dhcp::Lease, NicError>,
 }
 
 /// `BOOTIF=01-52-54-00-12-34-56` → `52:54:00:12:34:56`.
@@ -86,21 +109,21 @@ pub fn configure(
     mac: &str,
     timeout: Duration,
     route: bool,
-) -> Result<dhcp::Lease, String> {
-    let mac_bytes = parse_mac(mac).ok_or_else(|| format!("bad MAC {mac:?}"))?;
-    let lease = dhcp::obtain(name, mac_bytes, timeout).map_err(|e| format!("{e:#}"))?;
-    iface::set_ipv4(name, lease.addr, lease.prefix).map_err(|e| format!("{e:#}"))?;
+) -> Result<dhcp::Lease, NicError> {
+    let mac_bytes = parse_mac(mac).ok_or_else(|| NicError::BadMac(mac.to_string()))?;
+    let lease = dhcp::obtain(name, mac_bytes, timeout).map_err(|e| NicError::from_chain(&e))?;
+    iface::set_ipv4(name, lease.addr, lease.prefix).map_err(|e| NicError::from_chain(&e))?;
     if let (true, Some(gw)) = (route, lease.router) {
-        iface::add_default_route(name, gw).map_err(|e| format!("{e:#}"))?;
+        iface::add_default_route(name, gw).map_err(|e| NicError::from_chain(&e))?;
     }
     Ok(lease)
 }
 
 /// Applies a static address from `ip=`; reported like a lease.
-pub fn configure_static(name: &str, f: &static_ip::StaticIp) -> Result<dhcp::Lease, String> {
-    iface::set_ipv4(name, f.addr, f.prefix).map_err(|e| format!("{e:#}"))?;
+pub fn configure_static(name: &str, f: &static_ip::StaticIp) -> Result<dhcp::Lease, NicError> {
+    iface::set_ipv4(name, f.addr, f.prefix).map_err(|e| NicError::from_chain(&e))?;
     if let Some(gw) = f.gateway {
-        iface::add_default_route(name, gw).map_err(|e| format!("{e:#}"))?;
+        iface::add_default_route(name, gw).map_err(|e| NicError::from_chain(&e))?;
     }
     Ok(dhcp::Lease {
         addr: f.addr,
@@ -224,7 +247,7 @@ mod tests {
             &[],
             &[
                 r("eth0", Ok(lease([10, 0, 0, 1], Some("rd.test")))),
-                r("eth1", Err("no link".into())),
+                r("eth1", Err(NicError::NoLink)),
                 r("eth2", Ok(lease([10, 0, 0, 1], None))),
             ],
             &["fd99::1".parse().unwrap()],

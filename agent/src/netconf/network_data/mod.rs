@@ -249,7 +249,7 @@ fn netmask_prefix(mask: &str) -> Option<u8> {
 }
 
 /// `ip_address` (maybe `addr/prefix`) plus `netmask` → address and prefix.
-fn address(ip: &str, netmask: Option<&str>) -> Result<(IpAddr, u8), String> {
+fn address(ip: &str, netmask: Option<&str>) -> anyhow::Result<(IpAddr, u8)> {
     let (ip, inline) = match ip.split_once('/') {
         Some((a, p)) => (a, Some(p)),
         None => (ip, None),
@@ -257,7 +257,7 @@ fn address(ip: &str, netmask: Option<&str>) -> Result<(IpAddr, u8), String> {
     let addr: IpAddr = ip
         .trim()
         .parse()
-        .map_err(|_| format!("ip_address {ip:?} is not an IP address"))?;
+        .map_err(|_| anyhow::anyhow!("ip_address {ip:?} is not an IP address"))?;
     let max = if addr.is_ipv4() { 32 } else { 128 };
     let prefix = match (inline, netmask) {
         (Some(p), _) => p
@@ -265,18 +265,21 @@ fn address(ip: &str, netmask: Option<&str>) -> Result<(IpAddr, u8), String> {
             .parse::<u8>()
             .ok()
             .filter(|p| *p <= max)
-            .ok_or_else(|| format!("prefix {p:?} is not 0..={max}"))?,
+            .ok_or_else(|| anyhow::anyhow!("prefix {p:?} is not 0..={max}"))?,
         (None, Some(m)) if m.trim().parse::<u8>().is_ok() => m
             .trim()
             .parse::<u8>()
             .ok()
             .filter(|p| *p <= max)
-            .ok_or_else(|| format!("netmask {m:?} is not 0..={max}"))?,
+            .ok_or_else(|| anyhow::anyhow!("netmask {m:?} is not 0..={max}"))?,
         (None, Some(m)) => {
-            let p = netmask_prefix(m).ok_or_else(|| format!("netmask {m:?} is not a netmask"))?;
+            let p = netmask_prefix(m)
+                .ok_or_else(|| anyhow::anyhow!("netmask {m:?} is not a netmask"))?;
             // An IPv4 mask for an IPv6 address (or the reverse) is a mistake.
             if m.trim().parse::<Ipv4Addr>().is_ok() != addr.is_ipv4() {
-                return Err(format!("netmask {m:?} is not of the address's family"));
+                return Err(anyhow::anyhow!(
+                    "netmask {m:?} is not of the address's family"
+                ));
             }
             p
         }
@@ -285,15 +288,15 @@ fn address(ip: &str, netmask: Option<&str>) -> Result<(IpAddr, u8), String> {
     Ok((addr, prefix))
 }
 
-fn route(r: &RawRoute) -> Result<Route, String> {
+fn route(r: &RawRoute) -> anyhow::Result<Route> {
     let (network, prefix) = address(&r.network, Some(&r.netmask))?;
     let gateway: IpAddr = r
         .gateway
         .trim()
         .parse()
-        .map_err(|_| format!("route gateway {:?} is not an IP address", r.gateway))?;
+        .map_err(|_| anyhow::anyhow!("route gateway {:?} is not an IP address", r.gateway))?;
     if gateway.is_ipv4() != network.is_ipv4() {
-        return Err(format!(
+        return Err(anyhow::anyhow!(
             "route to {}/{prefix} via {gateway}: mixed address families",
             network
         ));
@@ -493,7 +496,7 @@ pub fn plan(bytes: &[u8], nics: &[(String, String)]) -> Result<Plan, NetworkData
                     .as_deref()
                     .ok_or_else(|| entry("networks", i, &n.id, "no ip_address"))?;
                 let (addr, prefix) = address(ip, n.netmask.as_deref())
-                    .map_err(|e| entry("networks", i, &n.id, e))?;
+                    .map_err(|e| entry("networks", i, &n.id, e.to_string()))?;
                 if addr.is_ipv4() != (n.kind == "ipv4") {
                     return Err(entry(
                         "networks",
@@ -504,7 +507,7 @@ pub fn plan(bytes: &[u8], nics: &[(String, String)]) -> Result<Plan, NetworkData
                 }
                 iface.addrs.push((addr, prefix));
                 for r in &n.routes {
-                    let r = route(r).map_err(|e| entry("networks", i, &n.id, e))?;
+                    let r = route(r).map_err(|e| entry("networks", i, &n.id, e.to_string()))?;
                     if r.gateway.is_ipv4() != addr.is_ipv4() {
                         return Err(entry(
                             "networks",
