@@ -9,3 +9,4 @@ pub mod assemble;
 pub mod cpio;
 pub mod firmware;
 pub mod kernel;
+pub mod metal3;

@@ -18,7 +18,9 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Cmd {
-    /// Write DIR/deploy.kernel, DIR/deploy.initramfs and DIR/boot.ipxe.
+    /// Write DIR/deploy.kernel, DIR/deploy.initramfs and DIR/boot.ipxe, and
+    /// the same under Metal3's names (ironic-python-agent.kernel,
+    /// .initramfs, .tar, .tar.gz).
     Build(BuildArgs),
 }
 
@@ -124,6 +126,7 @@ fn run(cli: Cli) -> Result<()> {
         args.out.join("boot.ipxe"),
         assemble::ipxe_script(&args.append),
     )?;
+    image_builder::metal3::write(&args.out, &kpath, &args.out.join("deploy.initramfs"))?;
     let ksize = std::fs::metadata(&kpath)?.len();
     let mib = |b: u64| b as f64 / (1 << 20) as f64;
     println!("kernel {}: {:.1} MiB", kernel.version, mib(ksize));
