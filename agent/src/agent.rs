@@ -26,6 +26,9 @@ use crate::{api, inspect, net, power, server, tls};
 
 /// Gap after a failed heartbeat: `ERROR_RETRY × U(1, 2)` (PROTOCOL.md §2.4).
 const ERROR_RETRY: Duration = Duration::from_secs(5);
+/// Gap after a heartbeat answered 409 (node locked): `CONFLICT_RETRY × U(1, 2)`,
+/// sooner than IPA's 5–10 s, as the lock is usually gone within a second.
+const CONFLICT_RETRY: Duration = Duration::from_secs(1);
 /// Repeated identical warnings are logged at most this often.
 const LOG_REPEAT: Duration = Duration::from_secs(60);
 
@@ -364,6 +367,13 @@ impl<C: Conductor> Session<C> {
                             tracing::warn!(error = %e, "the conductor no longer accepts our token; looking up again");
                             self.relookup().await?;
                             next = Instant::now();
+                        }
+                        Err(e) if e.status() == Some(409) => {
+                            // The node is locked for a moment (a conductor
+                            // is acting on it, e.g. moving a fast-track node
+                            // on): try again within seconds.
+                            throttle.warn(&format!("heartbeat refused, node locked: {e}"));
+                            next = now + jitter(CONFLICT_RETRY, 1.0, 2.0);
                         }
                         Err(e) => {
                             throttle.warn(&format!("heartbeat failed: {e}"));

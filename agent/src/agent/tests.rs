@@ -175,6 +175,26 @@ async fn heartbeats_come_every_0_3_to_0_6_heartbeat_timeouts_and_failures_retry_
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_heartbeat_refused_409_is_retried_within_two_seconds() {
+    let c = Arc::new(ScriptedConductor::new());
+    c.then_heartbeat(Ok(()))
+        .then_heartbeat(Err(http(409, "Node node-1 is locked by host conductor-1")))
+        .then_heartbeat(Err(http(409, "Node node-1 is locked by host conductor-1")));
+    let (tx, rx) = mpsc::unbounded_channel();
+    let state = state_with(Duration::from_secs(8), Some(tx));
+    let s = session(&c, &state, Duration::from_secs(100));
+    run_while(s, rx, tokio::time::sleep(Duration::from_secs(100))).await;
+    let g = gaps(&c.times(is_heartbeat));
+    assert!(g.len() >= 3, "{g:?}");
+    within(g[0], 30.0, 60.0, "after an accepted heartbeat");
+    within(g[1], 1.0, 2.0, "after a 409");
+    within(g[2], 1.0, 2.0, "after a second 409");
+    // The session is intact: no lookup, the token kept.
+    assert!(c.times(is_lookup).is_empty());
+    assert_eq!(state.token(), Some(token('a')));
+}
+
+#[tokio::test(start_paused = true)]
 async fn an_ended_async_command_brings_the_heartbeat_forward_but_not_before_the_minimum_gap() {
     let c = Arc::new(ScriptedConductor::new());
     let (tx, rx) = mpsc::unbounded_channel();
