@@ -134,6 +134,62 @@ impl Ironic {
         Ok(uuid)
     }
 
+    /// `POST /v1/nodes` with `body` as it is (any driver and interfaces);
+    /// returns the node document.
+    pub async fn create_node(&self, body: Value) -> Result<Value> {
+        self.call(reqwest::Method::POST, "/v1/nodes", Some(body))
+            .await
+    }
+
+    /// `PUT /v1/nodes/{uuid}/states/power` with `target` (`power on`,
+    /// `power off`, `rebooting`); Ironic changes it asynchronously.
+    pub async fn set_power(&self, uuid: &str, target: &str) -> Result<()> {
+        self.call(
+            reqwest::Method::PUT,
+            &format!("/v1/nodes/{uuid}/states/power"),
+            Some(json!({ "target": target })),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// Polls until Ironic reports `power_state` = `state` with no power
+    /// change pending; fails early when the node gets a `last_error`.
+    pub async fn wait_power(&self, uuid: &str, state: &str, timeout: Duration) -> Result<Value> {
+        let start = Instant::now();
+        loop {
+            let node = self.node(uuid).await?;
+            if node["power_state"] == state && node["target_power_state"].is_null() {
+                return Ok(node);
+            }
+            if node["target_power_state"].is_null() && !node["last_error"].is_null() {
+                bail!("power change failed: {}", node["last_error"]);
+            }
+            if start.elapsed() > timeout {
+                bail!(
+                    "power_state still {} (target {}) after {timeout:?}, waiting for {state:?}; last_error {}; log: {}",
+                    node["power_state"],
+                    node["target_power_state"],
+                    node["last_error"],
+                    self.log_path().display()
+                );
+            }
+            tokio::time::sleep(POLL_ANY).await;
+        }
+    }
+
+    /// `PUT /v1/nodes/{uuid}/management/boot_device` (`pxe`, `disk`,
+    /// `cdrom`, …), persistent or for the next boot only.
+    pub async fn set_boot_device(&self, uuid: &str, device: &str, persistent: bool) -> Result<()> {
+        self.call(
+            reqwest::Method::PUT,
+            &format!("/v1/nodes/{uuid}/management/boot_device"),
+            Some(json!({ "boot_device": device, "persistent": persistent })),
+        )
+        .await
+        .map(|_| ())
+    }
+
     /// `PUT /v1/nodes/{uuid}/states/provision`.
     pub async fn provision(&self, uuid: &str, body: Value) -> Result<()> {
         self.call(

@@ -16,6 +16,9 @@
 //! * [`lldp::Switch`]: LLDP frames sent into the bridge, as a switch port would.
 //! * [`deploy`]: a machine to deploy to through the test conductor, then
 //!   booted from its disk (the deploy suite and the demo).
+//! * [`redfish`]: a real Redfish BMC (sushy-tools' emulator with its libvirt
+//!   driver, a private libvirtd) running bed machines as libvirt domains:
+//!   power, boot device and virtual media set over Redfish.
 //! * [`ironic_flow`]: real Ironic taking a machine through inspection,
 //!   cleaning, deploy and undeploy, the bed playing its BMC (the
 //!   Ironic-drives-the-ramdisk test and the demo).
@@ -27,6 +30,7 @@ pub mod deploy;
 pub mod ironic_flow;
 pub mod lldp;
 pub mod net;
+pub mod redfish;
 pub mod vm;
 
 pub use net::{Net, NetOptions, Proc, BRIDGE_IP};

@@ -1,0 +1,648 @@
+//! A real Redfish BMC for the bed's machines: sushy-tools' emulator
+//! (`sushy-emulator`, PyPI 2.2.0, installed by `ci/redfish/install.sh`) with
+//! its libvirt driver, in front of a private libvirt daemon that runs the
+//! machines as libvirt domains (TCG, q35, OVMF with their own NVRAM, NICs on
+//! taps in the bed's bridge, a CD-ROM drive for virtual media).
+//!
+//! libvirtd (Debian's `libvirt-daemon` + `libvirt-daemon-driver-qemu`, no
+//! system service) runs inside the bed's network namespace and in a mount
+//! namespace of its own, where the state directory's `etc/`, `run/` and
+//! `var/` are bind-mounted over `/etc/libvirt`, `/run` and `/var`, and
+//! private copies of `/etc/passwd` and `/etc/group` name the `libvirt-qemu`
+//! user its QEMU driver looks up (as root). So it reads only the
+//! configuration written here (QEMU as root, no cgroups, no namespaces, no
+//! security driver), defines no network (no default NAT network: there is
+//! no network XML in its private `/etc/libvirt`), writes nothing outside
+//! the state directory, and its socket is
+//! `<state>/run/libvirt/libvirt-sock`, reached by sushy-tools and virsh as
+//! `qemu:///system?socket=…`. sushy-emulator listens on the bridge address
+//! (port 8000, HTTP basic auth) and only exposes the domains defined here
+//! (`SUSHY_EMULATOR_ALLOWED_INSTANCES`). Virtual media images are fetched
+//! by sushy-tools and uploaded into the storage pool `default`, a directory
+//! in the state directory.
+//!
+//! Everything is removed on drop, also when a test fails: domains destroyed
+//! and undefined (their NVRAM kept, like [`super::Vm`]'s), sushy-emulator
+//! and libvirtd killed by PID, then any QEMU left by the PID in libvirt's
+//! pid file, the taps deleted and the state directory removed. The logs
+//! (libvirtd, sushy-emulator, each domain's QEMU log and serial console)
+//! stay in the bed's log directory.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use serde_json::Value;
+
+use super::net::{Net, Proc, BRIDGE_IP};
+use super::vm::{Boot, Bus, Firmware, VmSpec};
+use crate::{repo_root, run};
+
+/// The port sushy-emulator listens on (at [`BRIDGE_IP`]).
+pub const PORT: u16 = 8000;
+/// The BMC's user name (HTTP basic auth).
+pub const USER: &str = "admin";
+/// The BMC's password.
+pub const PASSWORD: &str = "bed-redfish";
+
+const OVMF_CODE: &str = "/usr/share/OVMF/OVMF_CODE_4M.fd";
+const OVMF_VARS: &str = "/usr/share/OVMF/OVMF_VARS_4M.fd";
+
+/// A machine the BMC manages.
+#[derive(Debug, Clone)]
+pub struct System {
+    /// The libvirt domain's name (the spec's name).
+    pub name: String,
+    /// Its UUID: the Redfish system id (`redfish_system_id` is
+    /// `/redfish/v1/Systems/<uuid>`).
+    pub uuid: String,
+    /// Its serial console (a file in the bed's log directory).
+    pub console: PathBuf,
+}
+
+impl System {
+    /// `/redfish/v1/Systems/<uuid>`.
+    pub fn path(&self) -> String {
+        format!("/redfish/v1/Systems/{}", self.uuid)
+    }
+}
+
+/// The private libvirtd, sushy-emulator and the domains defined in it.
+#[derive(Debug)]
+pub struct Bmc<'n> {
+    net: &'n Net,
+    state: tempfile::TempDir,
+    venv: PathBuf,
+    systems: Vec<System>,
+    taps: Vec<String>,
+    sushy: Option<Proc>,
+    libvirtd: Option<Proc>,
+}
+
+/// `$REDFISH_VENV`, else `target/redfish-venv` (made by `ci/redfish/install.sh`).
+pub fn venv() -> PathBuf {
+    std::env::var_os("REDFISH_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("target/redfish-venv"))
+}
+
+impl<'n> Bmc<'n> {
+    /// Runs `ci/redfish/install.sh` (a no-op when up to date) and starts
+    /// libvirtd in the bed's namespace. sushy-emulator starts with
+    /// [`Bmc::start_emulator`], once the machines are defined (it exposes
+    /// only those).
+    pub fn start(net: &'n Net) -> Result<Self> {
+        let venv = venv();
+        run(Command::new(repo_root().join("ci/redfish/install.sh")).arg(&venv))
+            .context("ci/redfish/install.sh")?;
+        let state = tempfile::Builder::new()
+            .prefix("redfish-bed-")
+            .tempdir()
+            .context("the BMC's state directory")?;
+        let mut bmc = Self {
+            net,
+            state,
+            venv,
+            systems: Vec::new(),
+            taps: Vec::new(),
+            sushy: None,
+            libvirtd: None,
+        };
+        bmc.start_libvirtd()?;
+        Ok(bmc)
+    }
+
+    /// The state directory (libvirt's private `/etc/libvirt`, `/run`, `/var`).
+    pub fn state_dir(&self) -> &Path {
+        self.state.path()
+    }
+
+    /// `qemu:///system?socket=<state>/run/libvirt/libvirt-sock`.
+    pub fn libvirt_uri(&self) -> String {
+        format!(
+            "qemu:///system?socket={}",
+            self.state.path().join("run/libvirt/libvirt-sock").display()
+        )
+    }
+
+    /// `http://10.99.0.1:8000`: reachable from inside the bed's namespace.
+    pub fn url(&self) -> String {
+        format!("http://{BRIDGE_IP}:{PORT}")
+    }
+
+    /// The machines defined so far.
+    pub fn systems(&self) -> &[System] {
+        &self.systems
+    }
+
+    fn start_libvirtd(&mut self) -> Result<()> {
+        let s = self.state.path();
+        for d in [
+            "etc",
+            "run",
+            "var/lib",
+            "var/log",
+            "var/cache",
+            "var/tmp",
+            "pool",
+        ] {
+            std::fs::create_dir_all(s.join(d))?;
+        }
+        // /var/run is /run on Debian; keep that inside the private /var.
+        std::os::unix::fs::symlink("/run", s.join("var/run"))?;
+        std::fs::write(
+            s.join("etc/libvirtd.conf"),
+            "# Written by hardware-tests/src/bed/redfish.rs: unix socket only, root only.\n\
+             listen_tls = 0\nlisten_tcp = 0\n\
+             unix_sock_rw_perms = \"0700\"\nauth_unix_rw = \"none\"\nauth_unix_ro = \"none\"\n\
+             log_outputs = \"3:stderr\"\n",
+        )?;
+        // QEMU as root without libvirt's confinement: no cgroups (the
+        // machine's cgroup tree is not libvirt's to manage), no private
+        // /dev, no security driver, no virtlogd or lock daemon to start.
+        std::fs::write(
+            s.join("etc/qemu.conf"),
+            "# Written by hardware-tests/src/bed/redfish.rs.\n\
+             user = \"root\"\ngroup = \"root\"\n\
+             dynamic_ownership = 0\nremember_owner = 0\n\
+             security_driver = \"none\"\nnamespaces = []\ncgroup_controllers = []\n\
+             stdio_handler = \"file\"\nlock_manager = \"nop\"\n",
+        )?;
+        // Debian's QEMU driver looks up its default user libvirt-qemu before
+        // reading qemu.conf; libvirt-daemon-system would add it to the
+        // machine's /etc/passwd. A private copy names it (as uid 0) instead.
+        let mut passwd = std::fs::read_to_string("/etc/passwd")?;
+        let mut group = std::fs::read_to_string("/etc/group")?;
+        if !passwd.lines().any(|l| l.starts_with("libvirt-qemu:")) {
+            passwd.push_str("libvirt-qemu:x:0:0:bed libvirtd:/nonexistent:/usr/sbin/nologin\n");
+        }
+        for g in ["libvirt-qemu", "kvm"] {
+            if !group.lines().any(|l| l.starts_with(&format!("{g}:"))) {
+                let _ = writeln!(group, "{g}:x:0:");
+            }
+        }
+        std::fs::write(s.join("passwd"), passwd)?;
+        std::fs::write(s.join("group"), group)?;
+
+        let q = |p: &str| shell_quote(&s.join(p));
+        let script = format!(
+            "set -e\n\
+             mount --bind {etc} /etc/libvirt\n\
+             mount --bind {passwd} /etc/passwd\n\
+             mount --bind {group} /etc/group\n\
+             mount --bind {run} /run\n\
+             mount --bind {var} /var\n\
+             exec libvirtd -f /etc/libvirt/libvirtd.conf\n",
+            etc = q("etc"),
+            passwd = q("passwd"),
+            group = q("group"),
+            run = q("run"),
+            var = q("var"),
+        );
+        let log = self.net.logs.join("libvirtd.log");
+        let out = std::fs::File::create(&log)?;
+        // ip netns exec, unshare (no --fork) and sh's exec all exec: the
+        // PID is libvirtd's. `ip netns exec` already gives a mount namespace
+        // of its own; unshare makes it private, so no mount made here ever
+        // propagates to the machine's.
+        let child = Command::new("ip")
+            .args(["netns", "exec", &self.net.ns.name])
+            .args(["unshare", "--mount", "--propagation", "private"])
+            .args(["sh", "-c", &script])
+            .stdin(Stdio::null())
+            .stdout(out.try_clone()?)
+            .stderr(out)
+            .spawn()
+            .context("starting libvirtd (ci/redfish/install.sh installs libvirt-daemon)")?;
+        self.libvirtd = Some(Proc::new(child, "libvirtd"));
+
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(p) = self.libvirtd.as_mut() {
+                if let Some(status) = p.child().try_wait()? {
+                    bail!(
+                        "libvirtd exited ({status}) while starting; its log: {}",
+                        log.display()
+                    );
+                }
+            }
+            if s.join("run/libvirt/libvirt-sock").exists() && self.virsh(&["version"]).is_ok() {
+                break;
+            }
+            if Instant::now() >= deadline {
+                bail!(
+                    "libvirtd did not answer within 60 s; its log: {}",
+                    log.display()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        // sushy-tools uploads virtual media into the pool `default`.
+        self.virsh(&[
+            "pool-define-as",
+            "default",
+            "dir",
+            "--target",
+            &s.join("pool").display().to_string(),
+        ])?;
+        self.virsh(&["pool-start", "default"])?;
+        Ok(())
+    }
+
+    /// Runs `virsh -c <uri> <args>` and returns its output.
+    pub fn virsh(&self, args: &[&str]) -> Result<String> {
+        run(Command::new("virsh")
+            .arg("-q")
+            .arg("-c")
+            .arg(self.libvirt_uri())
+            .args(args))
+    }
+
+    /// The domain's XML as libvirt has it (`--inactive`: the persistent
+    /// definition, which sushy-tools edits).
+    pub fn domain_xml(&self, name: &str, inactive: bool) -> Result<String> {
+        let mut args = vec!["dumpxml"];
+        if inactive {
+            args.push("--inactive");
+        }
+        args.push(name);
+        self.virsh(&args)
+    }
+
+    /// Whether the domain runs (`virsh domstate`).
+    pub fn domain_state(&self, name: &str) -> Result<String> {
+        self.virsh(&["domstate", name])
+    }
+
+    /// Defines `spec` as a libvirt domain, powered off: the machine
+    /// [`super::Vm::start`] would run (TCG, `qemu64` with rdrand, q35,
+    /// SeaBIOS or OVMF with the spec's NVRAM file, its disks and NICs, the
+    /// console appended to `<logs>/<name>.console.log`) plus an empty SATA CD-ROM
+    /// drive for virtual media. `Boot::Network` puts the first NIC first
+    /// in the boot order, `Boot::Disk` the first disk; later the BMC
+    /// decides (Redfish `BootSourceOverrideTarget`). NVMe disks, disk
+    /// models on SATA, a direct kernel boot and the IPMI simulator are not
+    /// offered here.
+    pub fn define(&mut self, spec: &VmSpec) -> Result<System> {
+        let console = self.net.logs.join(format!("{}.console.log", spec.name));
+        let _ = std::fs::remove_file(&console);
+        let mut taps = Vec::new();
+        for _ in &spec.nics {
+            let tap = self.net.add_tap()?;
+            self.taps.push(tap.clone());
+            taps.push(tap);
+        }
+        let xml = domain_xml(spec, &taps, &console)?;
+        let file = self.state.path().join(format!("{}.xml", spec.name));
+        std::fs::write(&file, &xml)?;
+        self.virsh(&["define", &file.display().to_string()])
+            .with_context(|| format!("defining {}", spec.name))?;
+        let uuid = self.virsh(&["domuuid", &spec.name])?;
+        let system = System {
+            name: spec.name.clone(),
+            uuid,
+            console,
+        };
+        self.systems.push(system.clone());
+        Ok(system)
+    }
+
+    /// Starts sushy-emulator on [`BRIDGE_IP`]:[`PORT`] in the bed's
+    /// namespace, exposing the domains defined so far, and waits until it
+    /// answers.
+    pub fn start_emulator(&mut self) -> Result<()> {
+        anyhow::ensure!(self.sushy.is_none(), "sushy-emulator already runs");
+        let s = self.state.path();
+        std::fs::create_dir_all(s.join("sushy/tmp"))?;
+        // An Apache-style user file with a bcrypt digest, the only kind
+        // sushy-tools accepts.
+        let htpasswd = run(Command::new(self.venv.join("bin/python")).args([
+            "-c",
+            "import bcrypt, sys; print(sys.argv[1] + ':' + bcrypt.hashpw(sys.argv[2].encode(), bcrypt.gensalt(4)).decode())",
+            USER,
+            PASSWORD,
+        ]))?;
+        std::fs::write(s.join("sushy/htpasswd"), format!("{htpasswd}\n"))?;
+        let uuids: Vec<String> = self
+            .systems
+            .iter()
+            .map(|m| format!("'{}'", m.uuid))
+            .collect();
+        let conf = format!(
+            "# Written by hardware-tests/src/bed/redfish.rs.\n\
+             SUSHY_EMULATOR_LISTEN_IP = '{BRIDGE_IP}'\n\
+             SUSHY_EMULATOR_LISTEN_PORT = {PORT}\n\
+             SUSHY_EMULATOR_LIBVIRT_URI = '{uri}'\n\
+             SUSHY_EMULATOR_AUTH_FILE = '{auth}'\n\
+             SUSHY_EMULATOR_STATE_DIR = '{state}'\n\
+             SUSHY_EMULATOR_STORAGE_POOL = 'default'\n\
+             SUSHY_EMULATOR_ALLOWED_INSTANCES = [{uuids}]\n\
+             SUSHY_EMULATOR_BOOT_LOADER_MAP = {{'UEFI': {{'x86_64': '{OVMF_CODE}'}}, 'Legacy': {{'x86_64': None}}}}\n\
+             SUSHY_EMULATOR_SECURE_BOOT_DISABLED_NVRAM = '{OVMF_VARS}'\n\
+             SUSHY_EMULATOR_VMEDIA_DEVICES = {{'Cd': {{'Name': 'Virtual CD', 'MediaTypes': ['CD', 'DVD']}}}}\n",
+            uri = self.libvirt_uri(),
+            auth = s.join("sushy/htpasswd").display(),
+            state = s.join("sushy").display(),
+            uuids = uuids.join(", "),
+        );
+        let conf_path = s.join("sushy/emulator.conf");
+        std::fs::write(&conf_path, conf)?;
+        let log = self.net.logs.join("sushy-emulator.log");
+        let out = std::fs::File::create(&log)?;
+        let child = Command::new("ip")
+            .args(["netns", "exec", &self.net.ns.name])
+            .arg(self.venv.join("bin/sushy-emulator"))
+            .env("SUSHY_EMULATOR_CONFIG", &conf_path)
+            // Virtual media is downloaded to a temporary file first.
+            .env("TMPDIR", s.join("sushy/tmp"))
+            .stdin(Stdio::null())
+            .stdout(out.try_clone()?)
+            .stderr(out)
+            .spawn()
+            .context("starting sushy-emulator")?;
+        self.sushy = Some(Proc::new(child, "sushy-emulator"));
+        let addr: std::net::SocketAddr = format!("{BRIDGE_IP}:{PORT}").parse()?;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(p) = self.sushy.as_mut() {
+                if let Some(status) = p.child().try_wait()? {
+                    bail!(
+                        "sushy-emulator exited ({status}) while starting; its log: {}",
+                        log.display()
+                    );
+                }
+            }
+            let up = self.net.ns.enter(|| {
+                std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_ok()
+            })?;
+            if up {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                bail!(
+                    "sushy-emulator did not listen within 60 s; its log: {}",
+                    log.display()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// A Redfish client of this BMC (use it inside [`Net::block_on`]).
+    pub fn client(&self) -> Result<Client> {
+        Ok(Client {
+            base: self.url(),
+            http: agent::tls::http_client(false, None, Duration::from_secs(60))?,
+        })
+    }
+
+    fn teardown(&mut self) {
+        for sys in std::mem::take(&mut self.systems) {
+            // Not running is fine; a failure here is repaired below by PID.
+            let _ = self.virsh(&["destroy", &sys.name]);
+            if let Err(e) = self.virsh(&["undefine", "--keep-nvram", &sys.name]) {
+                eprintln!("warning: undefining {}: {e:#}", sys.name);
+            }
+            let qemu_log = self
+                .state
+                .path()
+                .join(format!("var/log/libvirt/qemu/{}.log", sys.name));
+            let _ = std::fs::copy(
+                &qemu_log,
+                self.net.logs.join(format!("{}.qemu.log", sys.name)),
+            );
+        }
+        self.sushy = None;
+        self.libvirtd = None;
+        // A QEMU libvirt started outlives libvirtd: kill any left by PID.
+        if let Ok(dir) = std::fs::read_dir(self.state.path().join("run/libvirt/qemu")) {
+            for e in dir.flatten() {
+                let p = e.path();
+                if p.extension().is_some_and(|x| x == "pid") {
+                    if let Some(pid) = std::fs::read_to_string(&p)
+                        .ok()
+                        .and_then(|s| s.trim().parse::<i32>().ok())
+                    {
+                        let pid = nix::unistd::Pid::from_raw(pid);
+                        if nix::sys::signal::kill(pid, None).is_ok() {
+                            eprintln!("warning: killing QEMU {pid} left by libvirtd");
+                            let _ = nix::sys::signal::kill(pid, nix::sys::signal::SIGKILL);
+                        }
+                    }
+                }
+            }
+        }
+        for tap in self.taps.drain(..) {
+            self.net.del_tap(&tap);
+        }
+    }
+}
+
+impl Drop for Bmc<'_> {
+    fn drop(&mut self) {
+        self.teardown();
+        // The TempDir field removes the state directory after this.
+    }
+}
+
+/// A minimal Redfish client with the BMC's credentials.
+#[derive(Debug, Clone)]
+pub struct Client {
+    base: String,
+    http: reqwest::Client,
+}
+
+impl Client {
+    async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> Result<Value> {
+        let mut req = self
+            .http
+            .request(method.clone(), format!("{}{path}", self.base))
+            .basic_auth(USER, Some(PASSWORD));
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let resp = req
+            .send()
+            .await
+            .with_context(|| format!("{method} {path}"))?;
+        let status = resp.status();
+        let text = resp.text().await?;
+        if !status.is_success() {
+            bail!("{method} {path}: HTTP {status}: {text}");
+        }
+        Ok(if text.trim().is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&text).with_context(|| format!("{method} {path}: not JSON"))?
+        })
+    }
+
+    /// `GET path`.
+    pub async fn get(&self, path: &str) -> Result<Value> {
+        self.call(reqwest::Method::GET, path, None).await
+    }
+
+    /// `POST path` with a JSON body.
+    pub async fn post(&self, path: &str, body: Value) -> Result<Value> {
+        self.call(reqwest::Method::POST, path, Some(body)).await
+    }
+
+    /// `PATCH path` with a JSON body.
+    pub async fn patch(&self, path: &str, body: Value) -> Result<Value> {
+        self.call(reqwest::Method::PATCH, path, Some(body)).await
+    }
+
+    /// `GET` without credentials: the status code only.
+    pub async fn status_without_auth(&self, path: &str) -> Result<u16> {
+        let resp = self.http.get(format!("{}{path}", self.base)).send().await?;
+        Ok(resp.status().as_u16())
+    }
+}
+
+fn shell_quote(p: &Path) -> String {
+    format!("'{}'", p.display().to_string().replace('\'', "'\\''"))
+}
+
+fn xml_escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('\'', "&apos;")
+        .replace('"', "&quot;")
+}
+
+fn path_attr(p: &Path) -> String {
+    xml_escape(&p.display().to_string())
+}
+
+/// The libvirt domain XML for `spec` with its NICs on `taps`.
+pub fn domain_xml(spec: &VmSpec, taps: &[String], console: &Path) -> Result<String> {
+    anyhow::ensure!(
+        !spec.ipmi,
+        "{}: the IPMI simulator is not offered on a Redfish machine",
+        spec.name
+    );
+    anyhow::ensure!(taps.len() == spec.nics.len(), "one tap per NIC");
+    let mut x = String::new();
+    // type='qemu': TCG, as this machine's KVM cannot boot a stock kernel.
+    let _ = writeln!(x, "<domain type='qemu'>");
+    let _ = writeln!(x, "  <name>{}</name>", xml_escape(&spec.name));
+    let _ = writeln!(x, "  <memory unit='MiB'>{}</memory>", spec.memory_mb);
+    let _ = writeln!(x, "  <vcpu>{}</vcpu>", spec.cpus);
+    let _ = writeln!(x, "  <os>");
+    let _ = writeln!(x, "    <type arch='x86_64' machine='q35'>hvm</type>");
+    if let Firmware::Uefi { vars } = &spec.firmware {
+        let _ = writeln!(
+            x,
+            "    <loader readonly='yes' secure='no' type='pflash'>{OVMF_CODE}</loader>"
+        );
+        let _ = writeln!(
+            x,
+            "    <nvram template='{OVMF_VARS}'>{}</nvram>",
+            path_attr(vars)
+        );
+    }
+    let _ = writeln!(x, "  </os>");
+    let _ = writeln!(x, "  <features><acpi/></features>");
+    let _ = writeln!(
+        x,
+        "  <cpu mode='custom' match='exact' check='none'><model fallback='forbid'>qemu64</model><feature policy='require' name='rdrand'/></cpu>"
+    );
+    let _ = writeln!(x, "  <clock offset='utc'/>");
+    let _ = writeln!(
+        x,
+        "  <on_poweroff>destroy</on_poweroff><on_reboot>restart</on_reboot><on_crash>destroy</on_crash>"
+    );
+    let _ = writeln!(x, "  <devices>");
+    let _ = writeln!(x, "    <emulator>/usr/bin/qemu-system-x86_64</emulator>");
+    let (mut vd, mut sd) = (0u8, 0u8);
+    let mut scsi = false;
+    for (i, d) in spec.disks.iter().enumerate() {
+        if !d.path.exists() {
+            std::fs::File::create(&d.path)
+                .and_then(|f| f.set_len(d.size))
+                .with_context(|| format!("creating disk {}", d.path.display()))?;
+        }
+        let (dev, bus) = match d.bus {
+            Bus::Virtio => {
+                vd += 1;
+                (format!("vd{}", (b'a' + vd - 1) as char), "virtio")
+            }
+            Bus::Sata | Bus::Scsi => {
+                sd += 1;
+                anyhow::ensure!(sd < 23, "too many sd disks");
+                let bus = if d.bus == Bus::Sata { "sata" } else { "scsi" };
+                scsi |= d.bus == Bus::Scsi;
+                (format!("sd{}", (b'a' + sd - 1) as char), bus)
+            }
+            Bus::Nvme => bail!(
+                "disk {}: libvirt 9.0 has no NVMe disk bus; use virtio, SATA or SCSI",
+                d.serial
+            ),
+        };
+        let mut extra = String::new();
+        if let Some(model) = &d.model {
+            anyhow::ensure!(
+                d.bus == Bus::Scsi,
+                "disk {}: libvirt sets a model (product) on SCSI disks only",
+                d.serial
+            );
+            let _ = write!(extra, "<product>{}</product>", xml_escape(model));
+        }
+        if i == 0 && matches!(spec.boot, Boot::Disk) {
+            extra.push_str("<boot order='1'/>");
+        }
+        let _ = writeln!(
+            x,
+            "    <disk type='file' device='disk'><driver name='qemu' type='raw' cache='unsafe'/><source file='{}'/><target dev='{dev}' bus='{bus}'/><serial>{}</serial>{extra}</disk>",
+            path_attr(&d.path),
+            xml_escape(&d.serial)
+        );
+    }
+    if scsi {
+        let _ = writeln!(x, "    <controller type='scsi' model='virtio-scsi'/>");
+    }
+    // The virtual media drive, empty (sushy-tools replaces it on insert and
+    // removes it on eject).
+    let _ = writeln!(
+        x,
+        "    <disk type='file' device='cdrom'><driver name='qemu' type='raw'/><target dev='sdx' bus='sata'/><readonly/></disk>"
+    );
+    for (i, (nic, tap)) in spec.nics.iter().zip(taps).enumerate() {
+        let boot = if i == 0 && matches!(spec.boot, Boot::Network) {
+            "<boot order='1'/>"
+        } else {
+            ""
+        };
+        let _ = writeln!(
+            x,
+            "    <interface type='ethernet'><mac address='{}'/><target dev='{}' managed='no'/><model type='virtio'/>{boot}</interface>",
+            xml_escape(&nic.mac),
+            xml_escape(tap)
+        );
+    }
+    match &spec.boot {
+        Boot::Network | Boot::Disk => {}
+        Boot::Direct { .. } => bail!(
+            "{}: a direct kernel boot is not offered on a Redfish machine",
+            spec.name
+        ),
+    }
+    let _ = writeln!(
+        x,
+        "    <serial type='file'><source path='{}' append='on'/><target port='0'/></serial>",
+        path_attr(console)
+    );
+    let _ = writeln!(x, "    <controller type='usb' model='none'/>");
+    let _ = writeln!(x, "    <memballoon model='none'/>");
+    let _ = writeln!(x, "  </devices>");
+    let _ = writeln!(x, "</domain>");
+    Ok(x)
+}
