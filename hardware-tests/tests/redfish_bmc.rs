@@ -90,6 +90,7 @@ fn redfish_bmc_drives_a_libvirt_domain() {
         hosts: Vec::new(),
         ramdisk: None,
         kernel_args: String::new(),
+        dhcp: true,
     })
     .unwrap();
     let tmp = tempfile::tempdir().unwrap();

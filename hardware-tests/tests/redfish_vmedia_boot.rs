@@ -105,6 +105,7 @@ fn ironic_boots_a_virtual_media_iso_through_the_bmc() {
         hosts: Vec::new(),
         ramdisk: None,
         kernel_args: String::new(),
+        dhcp: true,
     })
     .unwrap();
     let mut bmc = Bmc::start(&net).unwrap();

@@ -48,6 +48,9 @@ pub struct Settings {
     /// How often a running `install_bootloader` is polled (Ironic's
     /// `[agent]command_wait_interval`, 6 s; the first poll is immediate).
     pub command_poll_interval: Duration,
+    /// Serve HTTPS with this configuration (as Ironic with `[api]
+    /// enable_ssl_api`); `None`: plain HTTP.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
 }
 
 impl Default for Settings {
@@ -57,6 +60,7 @@ impl Default for Settings {
             heartbeat_timeout: 10,
             start_lock: Duration::from_millis(300),
             command_poll_interval: Duration::from_secs(6),
+            tls: None,
         }
     }
 }
@@ -119,11 +123,6 @@ impl TestConductor {
             changed: watch::channel(0).0,
             tasks: Mutex::new(Vec::new()),
         });
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
-            .with_context(|| format!("binding the test conductor to {addr}"))?;
-        let addr = listener.local_addr()?;
-        let url = format!("http://{addr}");
         let app = Router::new()
             .route("/", get(root))
             .route("/v1/lookup", get(lookup))
@@ -134,13 +133,33 @@ impl TestConductor {
             )
             .with_state(inner.clone());
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(async move {
-            let _ = axum::serve(listener, app)
-                .with_graceful_shutdown(async move {
+        let (addr, url, task) = match inner.settings.tls.clone() {
+            None => {
+                let listener = tokio::net::TcpListener::bind(addr)
+                    .await
+                    .with_context(|| format!("binding the test conductor to {addr}"))?;
+                let addr = listener.local_addr()?;
+                let task = tokio::spawn(async move {
+                    let _ = axum::serve(listener, app)
+                        .with_graceful_shutdown(async move {
+                            let _ = rx.await;
+                        })
+                        .await;
+                });
+                (addr, format!("http://{addr}"), task)
+            }
+            Some(tls) => {
+                let server = crate::server::Server::start(addr, app, Some((*tls).clone()))
+                    .await
+                    .with_context(|| format!("binding the test conductor to {addr}"))?;
+                let addr = server.local_addr;
+                let task = tokio::spawn(async move {
                     let _ = rx.await;
-                })
-                .await;
-        });
+                    server.stop();
+                });
+                (addr, format!("https://{addr}"), task)
+            }
+        };
         Ok(Self {
             inner,
             url,

@@ -69,6 +69,9 @@ pub struct NetOptions {
     pub ramdisk: Option<PathBuf>,
     /// Kernel arguments for the PXE-booted ramdisk (see [`Net::set_kernel_args`]).
     pub kernel_args: String,
+    /// Offer DHCP(v6) and router advertisements; `false`: a network where
+    /// only static addresses work (Metal3's DHCP-less setups).
+    pub dhcp: bool,
 }
 
 impl NetOptions {
@@ -79,6 +82,7 @@ impl NetOptions {
             hosts: Vec::new(),
             ramdisk: Some(ramdisk.to_path_buf()),
             kernel_args: kernel_args.to_string(),
+            dhcp: true,
         }
     }
 }
@@ -138,19 +142,21 @@ impl Net {
             .args(["--interface=br0", "--bind-interfaces", "--log-dhcp"])
             // A test network: no ping before offering an address (3 s each).
             .arg("--no-ping")
-            .arg(format!("--log-facility={}", dnsmasq_log.display()))
-            .args(["--dhcp-range=10.99.0.100,10.99.0.199,255.255.255.0,1h"])
-            .arg(format!("--dhcp-option=option:router,{BRIDGE_IP}"))
-            // Router advertisements with both SLAAC and DHCPv6 (stateful).
-            .args([
-                "--enable-ra",
-                "--dhcp-range=fd99::100,fd99::1ff,slaac,64,1h",
-            ])
-            .arg(format!(
-                "--dhcp-leasefile={}",
-                tftp.path().join("leases").display()
-            ))
-            .arg("--pid-file=");
+            .arg(format!("--log-facility={}", dnsmasq_log.display()));
+        if opts.dhcp {
+            cmd.args(["--dhcp-range=10.99.0.100,10.99.0.199,255.255.255.0,1h"])
+                .arg(format!("--dhcp-option=option:router,{BRIDGE_IP}"))
+                // Router advertisements with both SLAAC and DHCPv6 (stateful).
+                .args([
+                    "--enable-ra",
+                    "--dhcp-range=fd99::100,fd99::1ff,slaac,64,1h",
+                ]);
+        }
+        cmd.arg(format!(
+            "--dhcp-leasefile={}",
+            tftp.path().join("leases").display()
+        ))
+        .arg("--pid-file=");
         for (mac, ip) in &opts.hosts {
             cmd.arg(format!("--dhcp-host={mac},{ip}"));
         }

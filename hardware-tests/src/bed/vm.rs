@@ -96,6 +96,9 @@ pub struct VmSpec {
     /// A BMC: QEMU's simulator behind a KCS interface (`/dev/ipmi0` in the
     /// guest once ipmi_si and ipmi_devintf are loaded).
     pub ipmi: bool,
+    /// A disc in a SATA CD/DVD drive on the last AHCI port (`/dev/sr0`),
+    /// as a BMC's virtual media appears.
+    pub cdrom: Option<PathBuf>,
 }
 
 impl VmSpec {
@@ -110,6 +113,7 @@ impl VmSpec {
             nics: Vec::new(),
             boot: Boot::Network,
             ipmi: false,
+            cdrom: None,
         }
     }
 }
@@ -175,6 +179,20 @@ impl<'n> Vm<'n> {
         let bios_disk_boot =
             matches!(spec.firmware, Firmware::Bios) && matches!(spec.boot, Boot::Disk);
         disk_args(&spec.disks, bios_disk_boot, &mut args)?;
+        if let Some(iso) = &spec.cdrom {
+            let sata = spec.disks.iter().filter(|d| d.bus == Bus::Sata).count();
+            anyhow::ensure!(
+                sata < 6,
+                "the CD/DVD drive needs the last of q35's 6 AHCI ports"
+            );
+            args.push("-drive".into());
+            args.push(format!(
+                "file={},if=none,id=cd0,format=raw,media=cdrom,readonly=on",
+                iso.display()
+            ));
+            args.push("-device".into());
+            args.push("ide-cd,drive=cd0,bus=ide.5".into());
+        }
         if spec.ipmi {
             args.extend(
                 [

@@ -1,0 +1,218 @@
+//! Ironic's virtual-media path on a network **without DHCP**, on the QEMU
+//! bed: the ramdisk boots with `boot_method=vmedia` and a CD in a SATA
+//! CD/DVD drive carrying what Ironic's `prepare_deploy_iso` injects (built
+//! with genisoimage and the flags Ironic uses, `-r -J -l -V config-2`): the
+//! conductor's CA certificate at `etc/ironic-python-agent/ironic.crt`,
+//! `etc/ironic-python-agent.d/ironic-tls.conf` naming it, and
+//! `openstack/latest/network_data.json` with an active-backup bond of the
+//! VM's two NICs carrying a static address, routes and DNS, and a VLAN on
+//! top of the bond (created in the guest; this machine's kernel has no
+//! 8021q, so nothing answers on it).
+//!
+//! The conductor (the stand-in, serving HTTPS with a certificate made as
+//! Ironic's documentation shows: `openssl req -x509 -newkey … -nodes -subj
+//! /CN=…`, i.e. `CA:TRUE`) must see a lookup and heartbeats from the
+//! bond's static address, trusted through the CA file from the disc (no
+//! `ipa-insecure`), with no DHCP server on the network at all.
+//!
+//! The kernel is handed to QEMU directly; booting the ISO Ironic builds
+//! itself, through a Redfish BMC, is the Metal3 suite's part.
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent::testconductor::{Settings, TestConductor};
+use hardware_tests::bed::{self, Boot, Bus, Disk, Net, NetOptions, Nic, Vm, VmSpec, BRIDGE_IP};
+use hardware_tests::{require_root, run};
+
+const MACS: [&str; 2] = ["52:54:00:12:35:01", "52:54:00:12:35:02"];
+const GUEST: &str = "10.99.0.50";
+
+fn network_data() -> String {
+    serde_json::json!({
+        "links": [
+            {"id": "nic1", "type": "phy", "ethernet_mac_address": MACS[0], "mtu": 1500},
+            {"id": "nic2", "type": "phy", "ethernet_mac_address": MACS[1].to_uppercase()},
+            {"id": "bond0", "type": "bond", "bond_links": ["nic1", "nic2"],
+             "bond_mode": "active-backup", "bond_miimon": 100,
+             "ethernet_mac_address": MACS[0]},
+            {"id": "vlan100", "type": "vlan", "vlan_link": "bond0", "vlan_id": 100,
+             "vlan_mac_address": MACS[0]}
+        ],
+        "networks": [
+            {"id": "prov", "type": "ipv4", "link": "bond0", "ip_address": GUEST,
+             "netmask": "255.255.255.0",
+             "routes": [{"network": "0.0.0.0", "netmask": "0.0.0.0", "gateway": BRIDGE_IP}],
+             "network_id": "prov"},
+            {"id": "tenant", "type": "ipv4", "link": "vlan100", "ip_address": "10.98.0.10",
+             "netmask": "255.255.255.0", "routes": [], "network_id": "tenant"}
+        ],
+        "services": [{"type": "dns", "address": "10.99.0.53"}]
+    })
+    .to_string()
+}
+
+/// The conductor's certificate and key, made as Ironic's docs show.
+fn openssl_cert(dir: &Path) -> (Vec<u8>, Vec<u8>) {
+    let (cert, key) = (dir.join("ironic.crt"), dir.join("ironic.key"));
+    run(Command::new("openssl")
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-days", "30", "-nodes",
+        ])
+        .args(["-subj", &format!("/CN={BRIDGE_IP}")])
+        .args(["-addext", &format!("subjectAltName = IP:{BRIDGE_IP}")])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert))
+    .unwrap();
+    (std::fs::read(cert).unwrap(), std::fs::read(key).unwrap())
+}
+
+/// The disc as Ironic's `prepare_deploy_iso` fills it (without the
+/// kernel and initramfs, which QEMU gets directly).
+fn vmedia_iso(dir: &Path, ca: &[u8]) -> std::path::PathBuf {
+    let tree = dir.join("iso");
+    for (path, bytes) in [
+        ("etc/ironic-python-agent/ironic.crt", ca.to_vec()),
+        (
+            "etc/ironic-python-agent.d/ironic-tls.conf",
+            b"[DEFAULT]\ncafile = /etc/ironic-python-agent/ironic.crt\n".to_vec(),
+        ),
+        (
+            "openstack/latest/network_data.json",
+            network_data().into_bytes(),
+        ),
+    ] {
+        let p = tree.join(path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, bytes).unwrap();
+    }
+    let iso = dir.join("vmedia.iso");
+    run(Command::new("genisoimage")
+        .args(["-quiet", "-r", "-V", "config-2", "-J", "-l", "-o"])
+        .arg(&iso)
+        .arg(&tree))
+    .unwrap();
+    iso
+}
+
+fn server_tls(cert: &[u8], key: &[u8]) -> rustls::ServerConfig {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert)
+        .collect::<Result<_, _>>()
+        .unwrap();
+    rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(certs, PrivateKeyDer::from_pem_slice(key).unwrap())
+        .unwrap()
+}
+
+#[test]
+fn vmedia_static_bond_without_dhcp_and_the_isos_ca() {
+    require_root("the QEMU virtual-media test");
+    let ramdisk = bed::ramdisk_dir().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let (cert, key) = openssl_cert(tmp.path());
+    let iso = vmedia_iso(tmp.path(), &cert);
+
+    let net = Net::start(NetOptions {
+        ramdisk: None,
+        dhcp: false,
+        ..NetOptions::pxe("vmedia", &ramdisk, "")
+    })
+    .unwrap();
+    let mut spec = VmSpec::new("vm");
+    spec.nics = MACS.iter().map(|m| Nic { mac: m.to_string() }).collect();
+    spec.disks.push(Disk {
+        path: tmp.path().join("disk.img"),
+        size: 64 << 20,
+        bus: Bus::Virtio,
+        serial: "VMEDIA01".into(),
+        model: None,
+    });
+    spec.cdrom = Some(iso);
+    spec.boot = Boot::Direct {
+        kernel: ramdisk.join("deploy.kernel"),
+        initrd: ramdisk.join("deploy.initramfs"),
+        append: format!(
+            "console=ttyS0 quiet panic=-1 boot_method=vmedia ipa-api-url=https://{BRIDGE_IP}:6385 \
+             agent.dhcp-timeout=4"
+        ),
+    };
+    let settings = Settings {
+        tls: Some(Arc::new(server_tls(&cert, &key))),
+        ..Settings::default()
+    };
+    let (node, console, transcript, heartbeat_at, dnsmasq) = net
+        .block_on(async {
+            let conductor =
+                TestConductor::start_on(settings, format!("{BRIDGE_IP}:6385").parse().unwrap())
+                    .await
+                    .unwrap();
+            assert!(conductor.url().starts_with("https://"));
+            let uuid = conductor.enroll(&MACS);
+            let vm = Vm::start(&net, &spec).unwrap();
+            let mut heartbeat_at = None;
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(240);
+            while heartbeat_at.is_none() && tokio::time::Instant::now() < deadline {
+                if conductor
+                    .transcript()
+                    .iter()
+                    .any(|l| l.contains("POST /v1/heartbeat") && l.ends_with("-> 202"))
+                {
+                    heartbeat_at = Some(vm.elapsed());
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            println!(
+                "virtual media, static bond: first heartbeat {heartbeat_at:?} after starting QEMU"
+            );
+            (
+                conductor.node(&uuid).unwrap(),
+                vm.console(),
+                conductor.transcript(),
+                heartbeat_at,
+                net.dnsmasq_log(),
+            )
+        })
+        .unwrap();
+    let ctx = format!(
+        "\n--- transcript ---\n{}\n--- console ({}) ---\n{console}",
+        transcript.join("\n"),
+        net.logs.display()
+    );
+    assert!(heartbeat_at.is_some(), "no accepted heartbeat{ctx}");
+    assert!(
+        !dnsmasq.contains("DHCPOFFER") && !dnsmasq.contains("DHCPACK"),
+        "the bed offered DHCP: {dnsmasq}"
+    );
+    let agent_url = node.agent_url.clone().unwrap_or_default();
+    assert_eq!(
+        agent_url,
+        format!("https://{GUEST}:9999"),
+        "the agent must advertise the bond's static address{ctx}"
+    );
+    for line in [
+        "vmedia: candidates: sr0 (CD/DVD drive)",
+        "/etc/ironic-python-agent.d/ironic-tls.conf",
+        "bond0 (bond active-backup of eth0+eth1, link \"bond0\") 10.99.0.50/24 route 0.0.0.0/0 via 10.99.0.1 from network_data.json",
+        "bond0.100 (VLAN 100 on bond0, link \"vlan100\") 10.98.0.10/24 from network_data.json",
+        "phase network done",
+    ] {
+        assert!(console.contains(line), "console lacks {line:?}{ctx}");
+    }
+    assert!(
+        !console.contains("DHCP offer") && !console.contains("not applied"),
+        "something waited for DHCP or failed to apply{ctx}"
+    );
+    assert!(
+        !console.contains("insecure"),
+        "the conductor must be trusted through the CA file, not ipa-insecure{ctx}"
+    );
+}
