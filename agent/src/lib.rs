@@ -4,17 +4,20 @@
 //! The modules form layers that point one way (checked by
 //! `tests/layers.rs`), lowest first:
 //!
-//! 1. Foundations: [`config`] (kernel command line and flags), [`tls`],
+//! 1. Foundations: [`config`] (kernel command line, IPA's config files and
+//!    flags), [`tls`] (with the pinned self-signed certificate rule),
 //!    [`net`], [`discovery`] (finding the conductor by mDNS), [`errfmt`],
 //!    [`tool`] (running external tools).
 //! 2. Hardware and devices: [`inventory`] (what the machine is) with its
 //!    [`collectors`], [`hints`] (which disk is the root device), [`lldp`]
 //!    (which switch port each NIC sees), [`disk`] (device policy, partition
 //!    tables, erasing), [`logs`] (the agent's log and the system log
-//!    bundle), [`netconf`] (NICs up by DHCP in the ramdisk).
+//!    bundle), [`netconf`] (NICs up by DHCP in the ramdisk, or as
+//!    `network_data.json` says: bonds, VLANs, static addresses).
 //! 3. Disk contents: [`image`] (the streaming image write), [`configdrive`]
 //!    (config drives after an image write), [`ignition`] (Ignition for
-//!    CoreOS-like images), [`uefi`] (boot entries).
+//!    CoreOS-like images), [`uefi`] (boot entries), [`vmedia`] (what Ironic
+//!    puts on virtual media for the ramdisk).
 //! 4. [`conductor`]: the client of Ironic's ramdisk endpoints.
 //! 5. The agent's core: [`commands`] (every command and step handler, and
 //!    the mapping of errors to IPA error classes), [`state`] (the shared
