@@ -58,27 +58,15 @@ fn ioctl(fd: &OwnedFd, request: libc::Ioctl, arg: *mut libc::c_void, what: &str)
 
 /// Sets IFF_UP on `name`.
 pub fn set_up(name: &str) -> Result<()> {
-    let fd = ctl_socket()?;
-    let mut req = ifreq(name)?;
-    ioctl(
-        &fd,
-        libc::SIOCGIFFLAGS,
-        (&raw mut req).cast(),
-        "reading interface flags",
-    )?;
-    // SAFETY: SIOCGIFFLAGS filled the flags member of the union.
-    let flags = unsafe { req.ifr_ifru.ifru_flags };
-    req.ifr_ifru.ifru_flags = flags | libc::IFF_UP as libc::c_short;
-    ioctl(
-        &fd,
-        libc::SIOCSIFFLAGS,
-        (&raw mut req).cast(),
-        "setting the interface up",
-    )
+    set_updown(name, true)
 }
 
 /// Clears IFF_UP on `name` (a NIC must be down to join a bond).
 pub fn set_down(name: &str) -> Result<()> {
+    set_updown(name, false)
+}
+
+fn set_updown(name: &str, up: bool) -> Result<()> {
     let fd = ctl_socket()?;
     let mut req = ifreq(name)?;
     ioctl(
@@ -89,12 +77,17 @@ pub fn set_down(name: &str) -> Result<()> {
     )?;
     // SAFETY: SIOCGIFFLAGS filled the flags member of the union.
     let flags = unsafe { req.ifr_ifru.ifru_flags };
-    req.ifr_ifru.ifru_flags = flags & !(libc::IFF_UP as libc::c_short);
+    let bit = libc::IFF_UP as libc::c_short;
+    req.ifr_ifru.ifru_flags = if up { flags | bit } else { flags & !bit };
     ioctl(
         &fd,
         libc::SIOCSIFFLAGS,
         (&raw mut req).cast(),
-        "setting the interface down",
+        if up {
+            "setting the interface up"
+        } else {
+            "setting the interface down"
+        },
     )
 }
 
