@@ -11,9 +11,9 @@ cd "$(dirname "$0")/.."
 target=x86_64-unknown-linux-gnu
 RUSTFLAGS='-C target-feature=+crt-static -C relocation-model=static' \
     cargo build --release --locked --target "$target" -p agent --bin agent >&2
-bin=target/$target/release/agent
+bin=${CARGO_TARGET_DIR:-target}/$target/release/agent
 if readelf -d "$bin" | grep -q 'Dynamic section'; then
     echo "build-agent.sh: $bin has a dynamic section" >&2
     exit 1
 fi
-echo "$PWD/$bin"
+realpath "$bin"
