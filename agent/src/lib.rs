@@ -13,7 +13,8 @@
 //!    (which switch port each NIC sees), [`disk`] (device policy, partition
 //!    tables, erasing), [`logs`] (the agent's log and the system log
 //!    bundle), [`netconf`] (NICs up by DHCP in the ramdisk, or as
-//!    `network_data.json` says: bonds, VLANs, static addresses).
+//!    `network_data.json` says: bonds, VLANs, static addresses), [`pstore`]
+//!    (the kernel's crash store).
 //! 3. Disk contents: [`image`] (the streaming image write), [`configdrive`]
 //!    (config drives after an image write), [`ignition`] (Ignition for
 //!    CoreOS-like images), [`uefi`] (boot entries), [`vmedia`] (what Ironic
@@ -52,6 +53,7 @@ pub mod logs;
 pub mod net;
 pub mod netconf;
 pub mod power;
+pub mod pstore;
 pub mod server;
 pub mod state;
 #[cfg(feature = "test-conductor")]

@@ -128,6 +128,29 @@ async fn write_image_step_writes_verifies_and_reports_the_root_uuid() {
         .expect("write_image listed");
     assert_eq!(write["priority"], 0);
     assert_eq!(write["interface"], "deploy");
+    // Not listed, so Ironic's autodetect does not pick bootc; called
+    // anyway, it fails saying so.
+    assert!(!list.to_string().contains("execute_bootc_install"));
+    let (_, v) = call(
+        &st,
+        "POST",
+        &format!("/v1/commands/?wait=true&agent_token={TOKEN}"),
+        Some(json!({"name": "deploy.execute_deploy_step", "params": {
+            "step": {"interface": "deploy", "step": "execute_bootc_install", "args": {}},
+            "node": {}, "ports": []}})),
+    )
+    .await;
+    assert_eq!(
+        v["command_error"]["type"], "IncompatibleHardwareMethodError",
+        "{v}"
+    );
+    assert!(
+        v["command_error"]["details"]
+            .as_str()
+            .unwrap()
+            .contains("not supported by this agent"),
+        "{v}"
+    );
 
     let (code, v) = call(
         &st,

@@ -25,6 +25,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "lldp",
             "logs",
             "netconf",
+            "pstore",
         ],
     ),
     (

@@ -12,6 +12,7 @@ pub mod coreos;
 pub mod deploy;
 pub mod erase;
 pub mod error;
+pub mod firmware_state;
 pub mod history;
 pub mod image;
 pub mod logs;

@@ -175,6 +175,30 @@ pub static STEPS: &[Step] = &[
         argsinfo: &[],
         run: |s, c| Box::pin(super::erase::erase_devices_express_step(s, c)),
     },
+    Step {
+        name: "erase_pstore",
+        interface: "deploy",
+        clean_priority: Some(0),
+        deploy_priority: None,
+        abortable: true,
+        reboot_requested: false,
+        argsinfo: &[],
+        run: |s, c| Box::pin(super::firmware_state::erase_pstore_step(s, c)),
+    },
+    Step {
+        name: "clean_uefi_nvram",
+        interface: "deploy",
+        clean_priority: Some(0),
+        deploy_priority: Some(0),
+        abortable: true,
+        reboot_requested: false,
+        argsinfo: &[ArgInfo {
+            name: "match_patterns",
+            description: "A list of regular expressions; UEFI boot entries whose device path matches one are removed (default: disk entries and shim/GRUB loaders, network boot entries are kept)",
+            required: false,
+        }],
+        run: |s, c| Box::pin(super::firmware_state::clean_uefi_nvram_step(s, c)),
+    },
 ];
 
 impl Step {
@@ -258,9 +282,16 @@ pub async fn execute_step(state: Arc<AgentState>, params: Value, kind: StepKind)
         .iter()
         .find(|s| s.name == name && s.priority(kind).is_some())
     else {
+        let detail = if name == "execute_bootc_install" {
+            // Ironic's autodetect deploy interface offers bootc only when the
+            // agent lists this step; it is not listed, so this is a direct call.
+            format!("{word} step \"execute_bootc_install\" is not supported by this agent: it installs no bootc container images; deploy a disk image with write_image")
+        } else {
+            format!("{word} step {name:?} is not implemented by this agent")
+        };
         return Outcome::Failed(CommandError::new(
             ErrorKind::IncompatibleHardwareMethod,
-            format!("{word} step {name:?} is not implemented by this agent"),
+            detail,
         ));
     };
     let call = StepCall {

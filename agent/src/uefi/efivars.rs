@@ -94,6 +94,55 @@ impl EfiVars {
     }
 }
 
+/// A boot entry's number, description and device path (as `efibootmgr -v`
+/// prints it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BootRecord {
+    /// `Boot####` number.
+    pub number: u16,
+    /// Its description.
+    pub description: String,
+    /// Its device path as text.
+    pub path: String,
+}
+
+/// Removes every boot entry whose device path `matches`, and its place in
+/// `BootOrder` (IPA's `clean_boot_records`); returns the removed ones.
+pub fn clean_boot_records(
+    vars: &EfiVars,
+    matches: impl Fn(&str) -> bool,
+) -> io::Result<Vec<BootRecord>> {
+    let mut removed = Vec::new();
+    for number in vars.boot_numbers() {
+        let name = format!("Boot{number:04X}");
+        let Some(option) = vars.read(&name) else {
+            continue;
+        };
+        let Some(path) = super::devpath::load_option_path(&option) else {
+            tracing::warn!("{name}: the device path does not parse; entry kept");
+            continue;
+        };
+        if matches(&path) {
+            vars.remove(&name)?;
+            removed.push(BootRecord {
+                number,
+                description: loadopt::description(&option).unwrap_or_default(),
+                path,
+            });
+        }
+    }
+    if !removed.is_empty() {
+        let order: Vec<u8> = vars
+            .boot_order()
+            .into_iter()
+            .filter(|n| !removed.iter().any(|r| r.number == *n))
+            .flat_map(u16::to_le_bytes)
+            .collect();
+        vars.write("BootOrder", &order)?;
+    }
+    Ok(removed)
+}
+
 /// Clears efivarfs' immutable flag (a no-op elsewhere).
 fn clear_immutable(path: &Path) {
     let Ok(f) = fs::File::open(path) else {
@@ -163,6 +212,34 @@ mod tests {
             size_lba: 1000,
             guid: [1; 16],
         }
+    }
+
+    #[test]
+    fn clean_boot_records_removes_matching_entries_and_their_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let vars = EfiVars::new(dir.path());
+        let shim = loadopt::load_option("debian", &part(), r"\EFI\debian\shimx64.efi");
+        let other = loadopt::load_option("Other", &part(), r"\EFI\other\x.efi");
+        vars.write("Boot0000", &shim).unwrap();
+        vars.write("Boot0001", &other).unwrap();
+        vars.write("Boot0002", b"\x01\x00").unwrap(); // malformed: kept
+        vars.write("BootOrder", &[1, 0, 0, 0, 2, 0]).unwrap();
+        let removed = clean_boot_records(&vars, |p| p.to_lowercase().contains("shim")).unwrap();
+        assert_eq!(removed.len(), 1);
+        assert_eq!(
+            (removed[0].number, removed[0].description.as_str()),
+            (0, "debian")
+        );
+        assert!(
+            removed[0].path.starts_with("HD(1,GPT,"),
+            "{}",
+            removed[0].path
+        );
+        assert_eq!(vars.boot_numbers(), [1, 2]);
+        assert_eq!(vars.boot_order(), [1, 2]);
+        // Nothing matches: BootOrder untouched.
+        assert!(clean_boot_records(&vars, |_| false).unwrap().is_empty());
+        assert_eq!(vars.boot_order(), [1, 2]);
     }
 
     #[test]
