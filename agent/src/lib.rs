@@ -46,6 +46,7 @@ pub mod hints;
 pub mod ignition;
 pub mod image;
 pub mod init;
+pub mod inject;
 pub mod inspect;
 pub mod inventory;
 pub mod lldp;

@@ -30,7 +30,14 @@ const LAYERS: &[(&str, &[&str])] = &[
     ),
     (
         "disk contents",
-        &["configdrive", "ignition", "image", "uefi", "vmedia"],
+        &[
+            "configdrive",
+            "ignition",
+            "image",
+            "inject",
+            "uefi",
+            "vmedia",
+        ],
     ),
     ("the conductor's client", &["conductor"]),
     ("the agent's core", &["commands", "power", "state"]),

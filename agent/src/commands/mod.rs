@@ -15,6 +15,7 @@ pub mod error;
 pub mod firmware_state;
 pub mod history;
 pub mod image;
+pub mod inject;
 pub mod logs;
 pub mod params;
 pub mod registry;

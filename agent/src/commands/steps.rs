@@ -176,6 +176,27 @@ pub static STEPS: &[Step] = &[
         run: |s, c| Box::pin(super::erase::erase_devices_express_step(s, c)),
     },
     Step {
+        name: "inject_files",
+        interface: "deploy",
+        clean_priority: None,
+        deploy_priority: Some(0),
+        abortable: false,
+        reboot_requested: false,
+        argsinfo: &[
+            ArgInfo {
+                name: "files",
+                description: "Files to inject, a list of file structures with keys: 'path' (path to the file), 'partition' (partition specifier), 'content' (base64 encoded string, or an http(s) URL), 'mode' (new file mode), 'dirmode' (mode for the leaf directory, if created), 'owner', 'group', 'deleted'. Merged with the values from node.properties[inject_files].",
+                required: false,
+            },
+            ArgInfo {
+                name: "verify_ca",
+                description: "Whether to verify TLS certificates. Global agent options are used by default.",
+                required: false,
+            },
+        ],
+        run: |s, c| Box::pin(super::inject::inject_files_step(s, c)),
+    },
+    Step {
         name: "erase_pstore",
         interface: "deploy",
         clean_priority: Some(0),

@@ -76,14 +76,7 @@ impl Beneath {
     /// that name exists; [`Beneath::dir`] then refuses anything but a
     /// directory.
     pub fn ensure_dir(&self, name: &str, mode: u32) -> Result<()> {
-        match mkdirat(&self.fd, name, Mode::from_bits_truncate(mode)) {
-            Ok(()) | Err(Errno::EEXIST) => Ok(()),
-            Err(e) => bail!(
-                "creating {}: {}",
-                self.path.join(name).display(),
-                explain(e)
-            ),
-        }
+        self.make_dir(name, mode).map(drop)
     }
 
     /// Creates the empty regular file `name` unless anything by that name
@@ -142,6 +135,66 @@ impl Beneath {
             .and_then(|()| f.write_all(new.as_bytes()))
             .and_then(|()| f.sync_all())
             .with_context(|| format!("writing {}", path.display()))
+    }
+
+    /// Creates the directory `name` here unless it exists; returns whether
+    /// it was created (anything else by that name is refused later by
+    /// [`Beneath::dir`]).
+    pub fn make_dir(&self, name: &str, mode: u32) -> Result<bool> {
+        match mkdirat(&self.fd, name, Mode::from_bits_truncate(mode)) {
+            Ok(()) => Ok(true),
+            Err(Errno::EEXIST) => Ok(false),
+            Err(e) => bail!(
+                "creating {}: {}",
+                self.path.join(name).display(),
+                explain(e)
+            ),
+        }
+    }
+
+    /// Sets this directory's mode.
+    pub fn chmod_self(&self, mode: u32) -> Result<()> {
+        nix::sys::stat::fchmod(&self.fd, Mode::from_bits_truncate(mode))
+            .map_err(|e| anyhow::anyhow!("chmod {}: {}", self.path.display(), explain(e)))
+    }
+
+    /// Sets the mode, owner and group of the regular file `name` (each only
+    /// when given).
+    pub fn set_attrs(
+        &self,
+        name: &str,
+        mode: Option<u32>,
+        owner: Option<u32>,
+        group: Option<u32>,
+    ) -> Result<()> {
+        let f = self.open_regular(name, false, 0)?;
+        let path = self.path.join(name);
+        if let Some(m) = mode {
+            nix::sys::stat::fchmod(&f, Mode::from_bits_truncate(m))
+                .map_err(|e| anyhow::anyhow!("chmod {}: {}", path.display(), explain(e)))?;
+        }
+        if owner.is_some() || group.is_some() {
+            nix::unistd::fchown(
+                &f,
+                owner.map(nix::unistd::Uid::from_raw),
+                group.map(nix::unistd::Gid::from_raw),
+            )
+            .map_err(|e| anyhow::anyhow!("chown {}: {}", path.display(), explain(e)))?;
+        }
+        Ok(())
+    }
+
+    /// Removes the file (or link) `name` here; a missing one is fine (IPA's
+    /// `unlink_without_raise`), a directory is refused.
+    pub fn remove_file(&self, name: &str) -> Result<()> {
+        match nix::unistd::unlinkat(&self.fd, name, nix::unistd::UnlinkatFlags::NoRemoveDir) {
+            Ok(()) | Err(Errno::ENOENT) => Ok(()),
+            Err(e) => bail!(
+                "removing {}: {}",
+                self.path.join(name).display(),
+                explain(e)
+            ),
+        }
     }
 
     /// The names in this directory, sorted.
