@@ -12,6 +12,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::body::Bytes;
+use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, Query, Request, State};
 use axum::http::{header, Uri};
 use axum::response::IntoResponse;
@@ -221,10 +222,12 @@ async fn list_commands(
 
 async fn get_command(
     State(state): State<Arc<AgentState>>,
-    Path(id): Path<String>,
+    id: Result<Path<String>, PathRejection>,
     Query(q): Params,
 ) -> Result<Json<Value>, ApiError> {
     check_token(&state, &q)?;
+    // An id that does not decode (not UTF-8) names no command.
+    let Path(id) = id.map_err(|e| ApiError::NotFound(format!("no command at this URL: {e}")))?;
     let cmd = state
         .commands
         .get(&id)

@@ -597,3 +597,20 @@ async fn bodies_are_bounded_below_the_configured_limit() {
     let (st, _) = send(&app, padded_steps(2048)).await;
     assert_eq!(st, StatusCode::OK);
 }
+
+#[tokio::test]
+async fn an_undecodable_command_id_gets_a_json_404() {
+    // Found by the api_router fuzz target: axum's own rejection of a path
+    // parameter that is not UTF-8 was plain text, where every error reply
+    // must be the JSON fault.
+    let s = state();
+    let (st, v) = call(
+        &s,
+        Method::GET,
+        &format!("/v1/commands/%bc?agent_token={TOKEN}"),
+        None,
+    )
+    .await;
+    assert_eq!(st, StatusCode::NOT_FOUND);
+    assert_fault(&v, "no command at this URL");
+}
