@@ -175,6 +175,36 @@ async fn heartbeats_come_every_0_3_to_0_6_heartbeat_timeouts_and_failures_retry_
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_heartbeat_refused_with_409_is_retried_within_seconds() {
+    // Ironic answers 409 while the node is locked (another task holds it):
+    // IPA retries after 5 s × U(1, 2), as after any error, not after the
+    // next regular gap.
+    let c = Arc::new(ScriptedConductor::new());
+    c.then_heartbeat(Err(http(
+        409,
+        "Node 1be26c0b is locked by host conductor-1",
+    )))
+    .then_heartbeat(Err(http(
+        409,
+        "Node 1be26c0b is locked by host conductor-1",
+    )))
+    .then_heartbeat(Ok(()));
+    let (tx, rx) = mpsc::unbounded_channel();
+    let state = state_with(Duration::from_secs(8), Some(tx));
+    let s = session(&c, &state, Duration::from_secs(100));
+    run_while(s, rx, tokio::time::sleep(Duration::from_secs(200))).await;
+    let g = gaps(&c.times(is_heartbeat));
+    assert!(g.len() >= 3, "{g:?}");
+    within(g[0], 5.0, 10.0, "after the first 409");
+    within(g[1], 5.0, 10.0, "after the second 409");
+    within(g[2], 30.0, 60.0, "after the accepted heartbeat");
+    assert_eq!(
+        state.session().heartbeats_accepted as usize,
+        g.len() + 1 - 2
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn an_ended_async_command_brings_the_heartbeat_forward_but_not_before_the_minimum_gap() {
     let c = Arc::new(ScriptedConductor::new());
     let (tx, rx) = mpsc::unbounded_channel();
