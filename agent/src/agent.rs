@@ -130,7 +130,13 @@ pub async fn start(config: Config) -> Result<RunningAgent> {
     };
     let server_tls = cert
         .as_ref()
-        .map(|c| tls::server_config(c, session.config.tls_min_version.as_deref()))
+        .map(|c| {
+            tls::server_config(
+                c,
+                session.config.tls_min_version.as_deref(),
+                session.config.tls_cipher_suites.as_deref(),
+            )
+        })
         .transpose()?;
     let listen = SocketAddr::new(config.listen_host, config.listen_port);
     let server = server::Server::start(listen, api::router(state.clone()), server_tls).await?;

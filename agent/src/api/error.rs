@@ -31,6 +31,9 @@ pub enum ApiError {
     /// Body above the configured limit (413).
     #[error("413 Request Entity Too Large: request body larger than {0} bytes")]
     TooLarge(usize),
+    /// Other requests' bodies already hold the shared budget (413).
+    #[error("413 Request Entity Too Large: other requests being read already hold the {0} bytes that request bodies may buffer together; retry when they are done")]
+    BodyBudget(usize),
     /// Unexpected failure (500).
     #[error("Internal error: {0}")]
     Internal(String),
@@ -45,7 +48,7 @@ impl ApiError {
             Self::InvalidCommand(_) | Self::InvalidParams(_) => StatusCode::BAD_REQUEST,
             Self::NotFound(_) => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-            Self::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::TooLarge(_) | Self::BodyBudget(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }

@@ -12,6 +12,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::body::Bytes;
+use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, Query, Request, State};
 use axum::http::{header, Uri};
 use axum::response::IntoResponse;
@@ -30,8 +31,67 @@ pub use crate::AGENT_VERSION;
 
 type Params = Query<HashMap<String, String>>;
 
+/// Largest command body accepted (also bounded by the configured
+/// `max_request_bytes`). The largest legitimate one is a `write_image` deploy
+/// step: Ironic puts the config drive (gzip+base64, at most 64 MiB: Ironic's
+/// own `[api]max_json_body_size_provision` bounds the body that brings it)
+/// in it three times (`image_info.configdrive`, `configdrive` and the
+/// unmasked `node.instance_info.configdrive`), so 3 × 64 MiB plus 8 MiB for
+/// the rest of the node.
+pub const MAX_BODY_BYTES: usize = 200 << 20;
+/// Bytes of every body that need no share of the budget: what Ironic sends
+/// besides config drives fits, and 64 connections (the server's cap) hold
+/// at most 64 MiB of them.
+pub const SMALL_BODY_BYTES: usize = 1 << 20;
+/// Bytes above [`SMALL_BODY_BYTES`] that all requests being read may hold
+/// together: one largest body fits, a second concurrent one is refused (413).
+pub const BODY_BUDGET_BYTES: usize = 256 << 20;
+
+/// Bounds on request bodies ([`router_with`]).
+#[derive(Debug, Clone, Copy)]
+pub struct BodyLimits {
+    /// Largest body of one request.
+    pub per_request: usize,
+    /// Bytes of each body that are free of the budget.
+    pub small: usize,
+    /// Bytes above `small` that all bodies being read may hold together.
+    pub budget: usize,
+}
+
+impl Default for BodyLimits {
+    /// [`MAX_BODY_BYTES`], [`SMALL_BODY_BYTES`], [`BODY_BUDGET_BYTES`].
+    fn default() -> Self {
+        BodyLimits {
+            per_request: MAX_BODY_BYTES,
+            small: SMALL_BODY_BYTES,
+            budget: BODY_BUDGET_BYTES,
+        }
+    }
+}
+
+/// The budget shared by the bodies of one router (and its clones).
+#[derive(Debug, Clone)]
+struct BodyBudget {
+    limits: BodyLimits,
+    free: Arc<tokio::sync::Semaphore>,
+}
+
 /// Builds the router. Tests call it with `tower::ServiceExt::oneshot`.
 pub fn router(state: Arc<AgentState>) -> Router {
+    router_with(state, BodyLimits::default())
+}
+
+/// [`router`] with other [`BodyLimits`].
+pub fn router_with(state: Arc<AgentState>, limits: BodyLimits) -> Router {
+    let budget = BodyBudget {
+        limits,
+        free: Arc::new(tokio::sync::Semaphore::new(
+            limits
+                .budget
+                .min(tokio::sync::Semaphore::MAX_PERMITS)
+                .min(u32::MAX as usize),
+        )),
+    };
     let commands = get(list_commands)
         .post(run_command)
         .fallback(method_not_allowed);
@@ -54,6 +114,7 @@ pub fn router(state: Arc<AgentState>) -> Router {
         .route("/v1/commands/{id}", one.clone())
         .route("/commands/{id}", one)
         .fallback(not_found)
+        .layer(axum::Extension(budget))
         .with_state(state)
 }
 
@@ -161,10 +222,12 @@ async fn list_commands(
 
 async fn get_command(
     State(state): State<Arc<AgentState>>,
-    Path(id): Path<String>,
+    id: Result<Path<String>, PathRejection>,
     Query(q): Params,
 ) -> Result<Json<Value>, ApiError> {
     check_token(&state, &q)?;
+    // An id that does not decode (not UTF-8) names no command.
+    let Path(id) = id.map_err(|e| ApiError::NotFound(format!("no command at this URL: {e}")))?;
     let cmd = state
         .commands
         .get(&id)
@@ -189,10 +252,16 @@ fn internal(e: impl std::fmt::Display) -> ApiError {
 async fn run_command(
     State(state): State<Arc<AgentState>>,
     Query(q): Params,
+    axum::Extension(budget): axum::Extension<BodyBudget>,
     req: Request,
 ) -> Result<impl IntoResponse, ApiError> {
     check_token(&state, &q)?;
-    let body = read_body(req, state.config.max_request_bytes).await?;
+    let limit = state
+        .config
+        .max_request_bytes
+        .min(budget.limits.per_request);
+    // The share of the budget is held until the body is parsed and dropped.
+    let (body, _share) = read_body(req, limit, &budget).await?;
     let doc: Value = serde_json::from_slice(&body)
         .map_err(|e| ApiError::InvalidCommand(format!("request body is not valid JSON: {e}")))?;
     let name = doc
@@ -226,7 +295,15 @@ async fn run_command(
 /// Reads a request body of at most `limit` bytes. A declared length above the
 /// limit is refused before reading anything; an undeclared one is refused as
 /// soon as the limit is crossed, so an oversized body is never buffered.
-async fn read_body(req: Request, limit: usize) -> Result<Bytes, ApiError> {
+/// Bytes past the budget's small part are taken from the shared budget as
+/// they arrive (not as declared, so an idle client holds none); a body that
+/// finds the budget spent is refused. Returns the body and its share.
+async fn read_body(
+    req: Request,
+    limit: usize,
+    budget: &BodyBudget,
+) -> Result<(Bytes, Option<tokio::sync::OwnedSemaphorePermit>), ApiError> {
+    use http_body_util::BodyExt as _;
     let declared = req
         .headers()
         .get(header::CONTENT_LENGTH)
@@ -235,19 +312,36 @@ async fn read_body(req: Request, limit: usize) -> Result<Bytes, ApiError> {
     if declared.is_some_and(|n| n > limit as u64) {
         return Err(ApiError::TooLarge(limit));
     }
-    axum::body::to_bytes(req.into_body(), limit)
-        .await
-        .map_err(|e| {
-            use std::error::Error as _;
-            let too_large = e
-                .source()
-                .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
-            if too_large {
-                ApiError::TooLarge(limit)
-            } else {
-                ApiError::InvalidCommand(format!("could not read the request body: {e}"))
+    let mut body = req.into_body();
+    let mut buf: Vec<u8> = Vec::new();
+    let mut share: Option<tokio::sync::OwnedSemaphorePermit> = None;
+    let mut held = 0usize;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| {
+            ApiError::InvalidCommand(format!("could not read the request body: {e}"))
+        })?;
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        let len = buf.len().saturating_add(data.len());
+        if len > limit {
+            return Err(ApiError::TooLarge(limit));
+        }
+        let need = len.saturating_sub(budget.limits.small).saturating_sub(held);
+        if need > 0 {
+            let more = u32::try_from(need)
+                .ok()
+                .and_then(|n| budget.free.clone().try_acquire_many_owned(n).ok())
+                .ok_or(ApiError::BodyBudget(budget.limits.budget))?;
+            held += need;
+            match &mut share {
+                Some(s) => s.merge(more),
+                None => share = Some(more),
             }
-        })
+        }
+        buf.extend_from_slice(&data);
+    }
+    Ok((Bytes::from(buf), share))
 }
 
 #[cfg(test)]

@@ -474,3 +474,143 @@ async fn local_status_is_served_to_loopback_peers_only() {
     assert!(v["commands"].is_array());
     assert!(v.get("token").is_none() && v["has_token"] == true);
 }
+
+/// A body that sends `first` bytes, tells `sent`, then never ends.
+struct Stalled {
+    first: Option<usize>,
+    sent: Arc<tokio::sync::Notify>,
+}
+
+impl http_body::Body for Stalled {
+    type Data = axum::body::Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        match self.first.take() {
+            Some(n) => {
+                let chunk = axum::body::Bytes::from(vec![b' '; n]);
+                std::task::Poll::Ready(Some(Ok(http_body::Frame::data(chunk))))
+            }
+            None => {
+                self.sent.notify_one();
+                std::task::Poll::Pending
+            }
+        }
+    }
+}
+
+/// `clean.get_clean_steps` padded with spaces to `len` bytes.
+fn padded_steps(len: usize) -> String {
+    let doc =
+        json!({"name": "clean.get_clean_steps", "params": {"node": {"uuid": "n1"}, "ports": []}})
+            .to_string();
+    format!("{doc}{}", " ".repeat(len - doc.len()))
+}
+
+async fn send(app: &axum::Router, body: String) -> (StatusCode, Value) {
+    let req = Request::builder()
+        .method(Method::POST)
+        .uri(cmd_uri("&wait=true"))
+        .body(Body::from(body))
+        .unwrap();
+    let resp = app.clone().oneshot(req).await.unwrap();
+    let status = resp.status();
+    let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20)
+        .await
+        .unwrap();
+    (status, serde_json::from_slice(&bytes).unwrap())
+}
+
+#[tokio::test]
+async fn bodies_share_a_budget_beyond_their_small_part() {
+    let s = state();
+    let app = super::router_with(
+        s.clone(),
+        super::BodyLimits {
+            per_request: 8192,
+            small: 1024,
+            budget: 4096,
+        },
+    );
+    // Alone, a 5000-byte body fits (3976 bytes of the budget).
+    let (st, _) = send(&app, padded_steps(5000)).await;
+    assert_eq!(st, StatusCode::OK);
+    // A request stalled after 3000 bytes holds 1976 of them...
+    let sent = Arc::new(tokio::sync::Notify::new());
+    let stalled = Request::builder()
+        .method(Method::POST)
+        .uri(cmd_uri(""))
+        .body(Body::new(Stalled {
+            first: Some(3000),
+            sent: sent.clone(),
+        }))
+        .unwrap();
+    let held = tokio::spawn(app.clone().oneshot(stalled));
+    sent.notified().await;
+    // ...so a concurrent 5000-byte body finds the budget spent: 413, and why.
+    let (st, v) = send(&app, padded_steps(5000)).await;
+    assert_eq!(st, StatusCode::PAYLOAD_TOO_LARGE);
+    assert_fault(&v, "413 Request Entity Too Large");
+    assert_fault(&v, "4096 bytes that request bodies may buffer together");
+    // Small bodies never need the budget.
+    let (st, _) = send(&app, padded_steps(1000)).await;
+    assert_eq!(st, StatusCode::OK);
+    // Once the stalled request is gone, its share is free again.
+    held.abort();
+    let _ = held.await;
+    let (st, _) = send(&app, padded_steps(5000)).await;
+    assert_eq!(st, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn bodies_are_bounded_below_the_configured_limit() {
+    // Config allows 256 MiB; the router's bound is what a write_image needs.
+    let s = state();
+    assert!(s.config.max_request_bytes > super::MAX_BODY_BYTES);
+    let req = Request::builder()
+        .method(Method::POST)
+        .uri(cmd_uri(""))
+        .header("content-length", (super::MAX_BODY_BYTES + 1).to_string())
+        .body(Body::from("{}"))
+        .unwrap();
+    let resp = router(s.clone()).oneshot(req).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20)
+        .await
+        .unwrap();
+    let v: Value = serde_json::from_slice(&bytes).unwrap();
+    assert_fault(&v, &format!("larger than {} bytes", super::MAX_BODY_BYTES));
+    // A streamed body one byte over the per-request bound is refused too.
+    let app = super::router_with(
+        s,
+        super::BodyLimits {
+            per_request: 2048,
+            ..super::BodyLimits::default()
+        },
+    );
+    let (st, v) = send(&app, padded_steps(2049)).await;
+    assert_eq!(st, StatusCode::PAYLOAD_TOO_LARGE);
+    assert_fault(&v, "larger than 2048 bytes");
+    let (st, _) = send(&app, padded_steps(2048)).await;
+    assert_eq!(st, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn an_undecodable_command_id_gets_a_json_404() {
+    // Found by the api_router fuzz target: axum's own rejection of a path
+    // parameter that is not UTF-8 was plain text, where every error reply
+    // must be the JSON fault.
+    let s = state();
+    let (st, v) = call(
+        &s,
+        Method::GET,
+        &format!("/v1/commands/%bc?agent_token={TOKEN}"),
+        None,
+    )
+    .await;
+    assert_eq!(st, StatusCode::NOT_FOUND);
+    assert_fault(&v, "no command at this URL");
+}

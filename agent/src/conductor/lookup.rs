@@ -20,6 +20,9 @@ pub struct LookupConfig {
     pub agent_token: Option<String>,
     /// `tls_min_version` (`"1.2"`, `"1.3"`).
     pub tls_min_version: Option<String>,
+    /// `tls_cipher_suites`: an OpenSSL cipher list for TLS 1.2 (Ironic's
+    /// `[agent]tls_ciphers`, `null` by default).
+    pub tls_cipher_suites: Option<String>,
     /// `agent_md5_checksum_enable`.
     pub md5_allowed: bool,
     /// `permitted_image_formats`.
@@ -90,6 +93,10 @@ pub fn parse_lookup(doc: &Value) -> Result<LookupResult, LookupError> {
                 .get("tls_min_version")
                 .and_then(Value::as_str)
                 .map(String::from),
+            tls_cipher_suites: config
+                .get("tls_cipher_suites")
+                .and_then(Value::as_str)
+                .map(String::from),
             md5_allowed: config
                 .get("agent_md5_checksum_enable")
                 .and_then(Value::as_bool)
@@ -143,8 +150,13 @@ mod tests {
         let doc = json!({"node": {"uuid": "d0838b0d", "properties": {}},
             "config": {"heartbeat_timeout": 300, "agent_token": "x".repeat(43),
                        "tls_min_version": "1.3", "agent_md5_checksum_enable": true,
+                       "tls_cipher_suites": "ECDHE-ECDSA-AES256-GCM-SHA384",
                        "permitted_image_formats": ["raw", "qcow2"]}});
         let r = parse_lookup(&doc).unwrap();
+        assert_eq!(
+            r.config.tls_cipher_suites.as_deref(),
+            Some("ECDHE-ECDSA-AES256-GCM-SHA384")
+        );
         assert_eq!(r.node_uuid, "d0838b0d");
         assert_eq!(r.config.heartbeat_timeout, Duration::from_secs(300));
         assert_eq!(r.config.tls_min_version.as_deref(), Some("1.3"));

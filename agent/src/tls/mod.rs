@@ -80,13 +80,93 @@ fn versions(min: Option<&str>) -> Result<&'static [&'static rustls::SupportedPro
     }
 }
 
-/// Server configuration for the command API.
+/// OpenSSL names of the TLS 1.2 suites rustls offers, with rustls' names.
+const TLS12_SUITES: [(&str, rustls::CipherSuite); 6] = [
+    (
+        "ECDHE-ECDSA-AES256-GCM-SHA384",
+        rustls::CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+    ),
+    (
+        "ECDHE-ECDSA-AES128-GCM-SHA256",
+        rustls::CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+    ),
+    (
+        "ECDHE-ECDSA-CHACHA20-POLY1305",
+        rustls::CipherSuite::TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+    ),
+    (
+        "ECDHE-RSA-AES256-GCM-SHA384",
+        rustls::CipherSuite::TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+    ),
+    (
+        "ECDHE-RSA-AES128-GCM-SHA256",
+        rustls::CipherSuite::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+    ),
+    (
+        "ECDHE-RSA-CHACHA20-POLY1305",
+        rustls::CipherSuite::TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
+    ),
+];
+
+/// The provider for the lookup's `tls_cipher_suites` (an OpenSSL cipher
+/// list for TLS 1.2, as IPA hands it to `SSLContext.set_ciphers`): the TLS
+/// 1.2 suites it names, in its order, and every TLS 1.3 suite (OpenSSL's
+/// cipher list does not touch TLS 1.3 either). Names may also be the IANA
+/// ones; OpenSSL aliases and operators (`HIGH`, `!aNULL`, `@STRENGTH`) and
+/// suites rustls lacks are skipped. A list that names none of the suites
+/// rustls has is refused, as OpenSSL refuses it ("no cipher match"):
+/// serving with other suites than the operator allowed would be worse.
+fn provider_for(cipher_suites: Option<&str>) -> Result<Arc<rustls::crypto::CryptoProvider>> {
+    let base = rustls::crypto::ring::default_provider();
+    let Some(list) = cipher_suites.map(str::trim).filter(|l| !l.is_empty()) else {
+        return Ok(Arc::new(base));
+    };
+    let mut chosen: Vec<rustls::SupportedCipherSuite> = Vec::new();
+    for name in list.split([':', ',', ' ']).map(str::trim) {
+        let wanted = TLS12_SUITES
+            .iter()
+            .find(|(openssl, suite)| {
+                name.eq_ignore_ascii_case(openssl)
+                    || suite
+                        .as_str()
+                        .is_some_and(|iana| name.eq_ignore_ascii_case(iana))
+            })
+            .map(|(_, suite)| *suite);
+        let found = base
+            .cipher_suites
+            .iter()
+            .find(|s| Some(s.suite()) == wanted && !chosen.contains(s));
+        if let Some(s) = found {
+            chosen.push(*s);
+        }
+    }
+    if chosen.is_empty() {
+        bail!(
+            "tls_cipher_suites {list:?} names no TLS 1.2 cipher suite this agent has (it has {})",
+            TLS12_SUITES.map(|(n, _)| n).join(":")
+        );
+    }
+    chosen.extend(
+        base.cipher_suites
+            .iter()
+            .filter(|s| s.version() == &rustls::version::TLS13),
+    );
+    Ok(Arc::new(rustls::crypto::CryptoProvider {
+        cipher_suites: chosen,
+        ..base
+    }))
+}
+
+/// Server configuration for the command API: the TLS minimum version
+/// (`tls_min_version`) and TLS 1.2 cipher suites (`tls_cipher_suites`) the
+/// lookup asked for.
 pub fn server_config(
     cert: &AgentCertificate,
     min_version: Option<&str>,
+    cipher_suites: Option<&str>,
 ) -> Result<rustls::ServerConfig> {
     let key = PrivateKeyDer::Pkcs8(cert.key.clone_key());
-    let mut cfg = rustls::ServerConfig::builder_with_provider(provider())
+    let mut cfg = rustls::ServerConfig::builder_with_provider(provider_for(cipher_suites)?)
         .with_protocol_versions(versions(min_version)?)
         .context("choosing TLS versions")?
         .with_no_client_auth()
@@ -262,8 +342,51 @@ mod tests {
         // The IP SAN is in the DER (4 bytes of 10.1.2.3 after the IP tag 0x87 0x04).
         let der = cert.der.as_ref();
         assert!(der.windows(6).any(|w| w == [0x87, 4, 10, 1, 2, 3]));
-        server_config(&cert, Some("1.3")).unwrap();
-        assert!(server_config(&cert, Some("1.1")).is_err());
+        server_config(&cert, Some("1.3"), None).unwrap();
+        assert!(server_config(&cert, Some("1.1"), None).is_err());
+    }
+
+    fn suites(cfg: &rustls::ServerConfig) -> Vec<rustls::CipherSuite> {
+        cfg.crypto_provider()
+            .cipher_suites
+            .iter()
+            .map(|s| s.suite())
+            .collect()
+    }
+
+    #[test]
+    fn the_lookups_cipher_suites_limit_tls_1_2_and_leave_tls_1_3() {
+        use rustls::CipherSuite as C;
+        let cert = generate_certificate("10.1.2.3".parse().unwrap(), "agent-host").unwrap();
+        let all = suites(&server_config(&cert, Some("1.2"), None).unwrap());
+        assert!(all.contains(&C::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256));
+        assert_eq!(
+            all,
+            suites(&server_config(&cert, Some("1.2"), Some(" ")).unwrap())
+        );
+        // IPA's documented default list, in its order, with an alias and an
+        // IANA name; unknown names are skipped.
+        let cfg = server_config(
+            &cert,
+            Some("1.2"),
+            Some("ECDHE-ECDSA-AES256-GCM-SHA384:!aNULL:TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256:DHE-RSA-AES256-SHA:HIGH"),
+        )
+        .unwrap();
+        assert_eq!(
+            suites(&cfg),
+            [
+                C::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+                C::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+                C::TLS13_AES_256_GCM_SHA384,
+                C::TLS13_AES_128_GCM_SHA256,
+                C::TLS13_CHACHA20_POLY1305_SHA256,
+            ]
+        );
+        // A list naming nothing usable is refused, not silently widened.
+        let e = server_config(&cert, Some("1.2"), Some("DHE-RSA-AES256-SHA:RC4"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("names no TLS 1.2 cipher suite"), "{e}");
     }
 
     #[test]

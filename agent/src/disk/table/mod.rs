@@ -360,7 +360,8 @@ fn add_gpt(disk: &mut dyn Disk, table: &Table) -> Result<Part, TableError> {
             .ok_or(TableError::BeyondDisk { what, lba })
     };
     let end = lba_bytes(h.last_usable.saturating_add(1), "last usable sector")?;
-    let start = place(table, end, h.first_usable * s)?;
+    let floor = lba_bytes(h.first_usable, "first usable sector")?;
+    let start = place(table, end, floor)?;
     let mut entries = read_entries(&*disk, h, h.entries_lba, s)?;
     let esz = h.entry_size as usize;
     let slot = entries

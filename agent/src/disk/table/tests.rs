@@ -193,8 +193,15 @@ fn impossible_lbas_and_a_damaged_backup_header_are_errors_or_skipped_never_panic
     add_config_partition(&mut f2, &t, 256 << 20).expect("primary updated");
     assert_eq!(read(&f, 512).unwrap().unwrap().parts.len(), 2);
 
-    // Header LBAs so large that bytes would overflow: errors.
-    for (field, value) in [(32, u64::MAX / 2), (48, u64::MAX), (72, u64::MAX / 4)] {
+    // Header LBAs so large that bytes would overflow: errors. (40, the
+    // first usable LBA, overflowed unchecked: the partition_table fuzz
+    // target's finding.)
+    for (field, value) in [
+        (32, u64::MAX / 2),
+        (40, 1 << 55),
+        (48, u64::MAX),
+        (72, u64::MAX / 4),
+    ] {
         let dir = tempfile::tempdir().unwrap();
         let path = sparse_disk(dir.path(), 256, "label: gpt\nsize=100MiB, name=root\n");
         let t = {

@@ -227,7 +227,7 @@ fn total_timeout(url: &str, opts: &HttpOptions, offset: u64) -> Attempt {
 /// Why the connection or the response head failed (a retry, or for a head
 /// that does not parse, a fall-back to reqwest).
 #[derive(Debug, thiserror::Error)]
-enum DirectError {
+pub(super) enum DirectError {
     /// The host name does not resolve.
     #[error("resolving {host}: {source}")]
     Resolve {
@@ -360,15 +360,15 @@ fn read_head(conn: &mut TcpStream, stall: Duration) -> Result<(Vec<u8>, Vec<u8>)
 
 /// The parts of a response head the download needs.
 #[derive(Debug, PartialEq)]
-struct Reply {
-    status: u16,
+pub(super) struct Reply {
+    pub(super) status: u16,
     content_length: Option<u64>,
     content_range: Option<(u64, Option<u64>)>,
     etag: Option<String>,
     chunked: bool,
 }
 
-fn parse_head(head: &[u8]) -> Result<Reply, DirectError> {
+pub(super) fn parse_head(head: &[u8]) -> Result<Reply, DirectError> {
     let mut headers = [httparse::EMPTY_HEADER; 64];
     let mut resp = httparse::Response::new(&mut headers);
     match resp.parse(head) {

@@ -608,12 +608,22 @@ async fn attempt_http(
 }
 
 /// `bytes 100-199/1000` → `(100, Some(1000))`; `*` totals give `None`.
-fn parse_content_range(v: &str) -> Option<(u64, Option<u64>)> {
+/// Public (hidden) for the fuzz targets in `agent/fuzz`.
+#[doc(hidden)]
+pub fn parse_content_range(v: &str) -> Option<(u64, Option<u64>)> {
     let rest = v.trim().strip_prefix("bytes ")?;
     let (range, total) = rest.split_once('/')?;
     let start = range.split_once('-')?.0.trim().parse().ok()?;
     let total = total.trim().parse().ok();
     Some((start, total))
+}
+
+/// Parses a direct-HTTP response head (status line and headers, up to the
+/// blank line) as the direct fetch does; for the fuzz targets in
+/// `agent/fuzz`. The status code, or `None` when the head is refused.
+#[doc(hidden)]
+pub fn parse_response_head(head: &[u8]) -> Option<u16> {
+    direct::parse_head(head).ok().map(|r| r.status)
 }
 
 #[cfg(test)]

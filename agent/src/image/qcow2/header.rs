@@ -262,7 +262,11 @@ impl Header {
                 self.l1_offset
             )));
         }
-        if self.l1_offset + l1_bytes > MAX_HOST_OFFSET {
+        if self
+            .l1_offset
+            .checked_add(l1_bytes)
+            .is_none_or(|end| end > MAX_HOST_OFFSET)
+        {
             return Err(invalid(format!(
                 "l1_table_offset {} is beyond the 2^56 host offset limit",
                 self.l1_offset
