@@ -171,6 +171,25 @@ impl Ironic {
         .await
     }
 
+    /// The node's ports' MAC addresses (`GET /v1/ports?node=`), sorted.
+    pub async fn port_macs(&self, uuid: &str) -> Result<Vec<String>> {
+        let doc = self
+            .call(
+                reqwest::Method::GET,
+                &format!("/v1/ports?node={uuid}"),
+                None,
+            )
+            .await?;
+        let mut macs: Vec<String> = doc["ports"]
+            .as_array()
+            .context("no ports list")?
+            .iter()
+            .filter_map(|p| p["address"].as_str().map(str::to_string))
+            .collect();
+        macs.sort();
+        Ok(macs)
+    }
+
     /// `PUT /v1/nodes/{uuid}/states/power` with `target` (`power on`,
     /// `power off`, `rebooting`); Ironic changes it asynchronously.
     pub async fn set_power(&self, uuid: &str, target: &str) -> Result<()> {

@@ -424,6 +424,18 @@ fn metal3_profile_inspects_cleans_and_deploys_in_one_ramdisk_boot() {
                 ifaces.to_string().contains(GUEST),
                 "the inventory lacks the bond's static address: {ifaces}"
             );
+            // Both bond members with their own MACs (not the bond's).
+            for (name, mac) in [("eth0", MACS[0]), ("eth1", MACS[1])] {
+                assert!(
+                    ifaces.as_array().is_some_and(|l| l
+                        .iter()
+                        .any(|i| i["name"] == json!(name) && i["mac_address"] == json!(mac))),
+                    "no {name} with {mac} in the inventory: {ifaces}"
+                );
+            }
+            // `add_ports = all`: Ironic added the second NIC's port.
+            let ports = ironic.port_macs(&uuid).await.unwrap();
+            assert_eq!(ports, MACS, "the node's ports after inspection");
             assert_eq!(
                 stored["inventory"]["boot"]["current_boot_mode"],
                 json!("uefi")
@@ -545,10 +557,15 @@ fn metal3_profile_inspects_cleans_and_deploys_in_one_ramdisk_boot() {
     );
     let logs = ironic.deploy_logs();
     eprintln!("deploy logs Ironic collected: {logs:?}");
-    assert!(
-        !logs.is_empty(),
-        "deploy_logs_collect = always stored nothing"
-    );
+    // `deploy_logs_collect = always`: the agent's logs after inspection,
+    // cleaning and deploy.
+    for what in ["_inspect_", "_cleaning_"] {
+        assert!(
+            logs.iter().any(|l| l.to_string_lossy().contains(what)),
+            "no {what} logs: {logs:?}"
+        );
+    }
+    assert_eq!(logs.len(), 3, "{logs:?}");
     timing!(
         "metal3 flow: enroll → active + disk boot in {} with {ramdisk_boots} ramdisk boot; whole test {}",
         secs(t0),
