@@ -30,16 +30,19 @@
 //!
 //! Deliberate differences from Metal3's `ironic.conf.j2` (ironic-image):
 //! one all-in-one `ironic` process serving HTTPS itself (Metal3 either
-//! does the same with `IRONIC_TLS_SETUP` or puts httpd in front), sqlite,
-//! `noauth`; no `ipa-insecure=1` in `[redfish] kernel_append_params`
+//! does the same with `IRONIC_TLS_SETUP` or puts httpd in front), `noauth`
+//! without the HTTP basic auth Metal3 puts in front of it; no `ipa-insecure=1` in `[redfish] kernel_append_params`
 //! (Metal3's default there; here the agent must trust Ironic through the
 //! CA on the ISO), `console=ttyS0` instead of `nofb nomodeset vga=normal`;
 //! grub built here as the ESP (`[DEFAULT] esp_image`) instead of Metal3's
 //! `[conductor] bootloader`; `[inspector] extra_kernel_params` without
 //! `ipa-inspection-collectors` and `ipa-enable-vlan-interfaces`;
-//! `ramdisk_heartbeat_timeout = 10` and short callback timeouts from
-//! `ci/ironic/ironic.conf` (Metal3: defaults, `deploy_callback_timeout =
-//! 4800`) so a stuck flow fails within minutes under TCG. Metal3's
+//! `ramdisk_heartbeat_timeout = 10`, short callback and command timeouts
+//! and short post-deploy power polling from `ci/ironic/ironic.conf`
+//! (Metal3: defaults, `deploy_callback_timeout = 4800`) so a stuck flow
+//! fails within minutes under TCG. Metal3's hooks set no node properties
+//! (no `memory`/`cpus` hooks; the baremetal-operator reads the stored
+//! inventory), so the test checks the inventory. Metal3's
 //! `max_command_attempts = 30`, the erase priorities, `add_ports = all`,
 //! `keep_ports = present`, the `parse-lldp` hook and `use_swift = false`
 //! are kept.
@@ -74,7 +77,6 @@ macro_rules! timing {
     ($($arg:tt)*) => {{
         let line = format!($($arg)*);
         println!("{line}");
-        eprintln!("{line}");
         if let Some(path) = TIMES.get() {
             let mut f = std::fs::OpenOptions::new().append(true).create(true).open(path).unwrap();
             writeln!(f, "{line}").unwrap();
