@@ -10,6 +10,7 @@ use anyhow::{Context, Result};
 
 /// MACs of the interfaces under `sys_root/class/net` that have one, lower
 /// case, skipping loopback and all-zero addresses, sorted by interface name.
+/// A bond member counts with its own (permanent) MAC, see [`nic_mac`].
 pub fn mac_addresses(sys_root: &Path) -> Vec<String> {
     let dir = sys_root.join("class/net");
     let Ok(entries) = fs::read_dir(&dir) else {
@@ -22,8 +23,7 @@ pub fn mac_addresses(sys_root: &Path) -> Vec<String> {
             if name == "lo" {
                 return None;
             }
-            let mac = fs::read_to_string(e.path().join("address")).ok()?;
-            let mac = mac.trim().to_ascii_lowercase();
+            let mac = nic_mac(&e.path())?;
             is_valid_mac(&mac).then_some((name, mac))
         })
         .collect();
@@ -31,6 +31,21 @@ pub fn mac_addresses(sys_root: &Path) -> Vec<String> {
     let mut macs: Vec<String> = found.into_iter().map(|(_, m)| m).collect();
     macs.dedup();
     macs
+}
+
+/// The MAC of the interface whose sysfs directory is `dir`
+/// (`/sys/class/net/<name>`), lower case: a bond member's own permanent
+/// MAC (`bonding_slave/perm_hwaddr`), as its `address` is the bond's while
+/// it is enslaved (active-backup, balance modes: every member takes the
+/// bond's MAC); else `address`.
+pub fn nic_mac(dir: &Path) -> Option<String> {
+    ["bonding_slave/perm_hwaddr", "address"]
+        .iter()
+        .find_map(|f| {
+            let mac = fs::read_to_string(dir.join(f)).ok()?;
+            let mac = mac.trim().to_ascii_lowercase();
+            (!mac.is_empty()).then_some(mac)
+        })
 }
 
 /// A six-byte colon-separated MAC that is not all zeros.
@@ -99,6 +114,37 @@ mod tests {
         assert_eq!(
             mac_addresses(dir.path()),
             ["52:54:00:aa:bb:01", "52:54:00:aa:bb:02"]
+        );
+    }
+
+    #[test]
+    fn bond_members_count_with_their_own_mac() {
+        let dir = tempfile::tempdir().unwrap();
+        let bond_mac = "52:54:00:3a:11:01\n";
+        for (name, address, perm) in [
+            ("bond0", bond_mac, None),
+            ("eth0", bond_mac, Some("52:54:00:3a:11:01\n")),
+            ("eth1", bond_mac, Some("52:54:00:3A:11:02\n")),
+        ] {
+            let d = dir.path().join("class/net").join(name);
+            fs::create_dir_all(&d).unwrap();
+            fs::write(d.join("address"), address).unwrap();
+            if let Some(perm) = perm {
+                fs::create_dir_all(d.join("bonding_slave")).unwrap();
+                fs::write(d.join("bonding_slave/perm_hwaddr"), perm).unwrap();
+            }
+        }
+        assert_eq!(
+            nic_mac(&dir.path().join("class/net/eth1")).as_deref(),
+            Some("52:54:00:3a:11:02")
+        );
+        assert_eq!(
+            nic_mac(&dir.path().join("class/net/bond0")).as_deref(),
+            Some("52:54:00:3a:11:01")
+        );
+        assert_eq!(
+            mac_addresses(dir.path()),
+            ["52:54:00:3a:11:01", "52:54:00:3a:11:02"]
         );
     }
 

@@ -18,6 +18,10 @@
 #   IRONIC_HTTP_URL      [deploy] http_url (default http://127.0.0.1:8088; Ironic
 #                        serves nothing itself, only used for local image caching)
 #   IRONIC_START_TIMEOUT seconds to wait for the API + conductor (default 90)
+#   IRONIC_TLS_CERT,     PEM certificate and key: the API is served over HTTPS
+#   IRONIC_TLS_KEY       ([api] enable_ssl_api, cert_file, key_file; the URL and
+#                        endpoint_override become https://), and the readiness
+#                        probes trust IRONIC_TLS_CERT as their CA
 #
 # Writes STATE_DIR/paths.conf, STATE_DIR/ironic.sqlite (first run: create_schema),
 # STATE_DIR/ironic.log (stdout/stderr), STATE_DIR/log/ironic.log (oslo log),
@@ -41,7 +45,18 @@ EXTRA_CONF=${IRONIC_EXTRA_CONF:-}
 HOST=${IRONIC_HOST:-127.0.0.1}
 case "$HOST" in ''|*[!0-9.]*) die "IRONIC_HOST must be an IPv4 address, got '$HOST'";; esac
 NETNS=${IRONIC_NETNS:-}
-API_URL="http://$HOST:$PORT"
+TLS_CERT=${IRONIC_TLS_CERT:-}
+TLS_KEY=${IRONIC_TLS_KEY:-}
+SCHEME=http
+CURL_TLS=()
+if [ -n "$TLS_CERT" ] || [ -n "$TLS_KEY" ]; then
+    [ -f "$TLS_CERT" ] && [ -f "$TLS_KEY" ] || die "IRONIC_TLS_CERT and IRONIC_TLS_KEY must both name files"
+    TLS_CERT=$(cd "$(dirname "$TLS_CERT")" && pwd)/$(basename "$TLS_CERT")
+    TLS_KEY=$(cd "$(dirname "$TLS_KEY")" && pwd)/$(basename "$TLS_KEY")
+    SCHEME=https
+    CURL_TLS=(--cacert "$TLS_CERT")
+fi
+API_URL="$SCHEME://$HOST:$PORT"
 # Prefix for every command that must see ironic's network: `ip netns exec`
 # enters the namespace and execs the command (no fork), so a backgrounded
 # `${IN_NS[@]} setsid ironic` still has ironic's PID in $!.
@@ -65,11 +80,11 @@ CONSOLE_LOG="$STATE/ironic.log"
 OSLO_LOG="$STATE/log/ironic.log"
 DB="$STATE/ironic.sqlite"
 
-http_code() { "${IN_NS[@]}" curl -s -o /dev/null -m 5 -w '%{http_code}' "$@" 2>/dev/null || true; }
+http_code() { "${IN_NS[@]}" curl "${CURL_TLS[@]}" -s -o /dev/null -m 5 -w '%{http_code}' "$@" 2>/dev/null || true; }
 
 # Conductor registered and has loaded fake-hardware => ready for node calls.
 conductor_ready() {
-    "${IN_NS[@]}" curl -sf -m 5 -H 'X-OpenStack-Ironic-API-Version: 1.95' "$API_URL/v1/drivers" 2>/dev/null \
+    "${IN_NS[@]}" curl "${CURL_TLS[@]}" -sf -m 5 -H 'X-OpenStack-Ironic-API-Version: 1.95' "$API_URL/v1/drivers" 2>/dev/null \
         | grep -q '"name": *"fake-hardware"'
 }
 
@@ -117,6 +132,7 @@ connection = sqlite:///$DB
 [api]
 host_ip = $HOST
 port = $PORT
+$(if [ "$SCHEME" = https ]; then printf 'enable_ssl_api = true\ncert_file = %s\nkey_file = %s\n' "$TLS_CERT" "$TLS_KEY"; fi)
 
 [service_catalog]
 endpoint_override = $API_URL

@@ -29,7 +29,7 @@ impl Ironic {
         let port = std::net::TcpListener::bind("127.0.0.1:0")?
             .local_addr()?
             .port();
-        Self::launch(None, "127.0.0.1", port, None)
+        Self::launch(None, "127.0.0.1", port, None, None)
     }
 
     /// Starts Ironic inside the network namespace `ns`, listening on
@@ -37,7 +37,21 @@ impl Ironic {
     /// ironic.conf fragment) loaded last. The API is only reachable from
     /// inside the namespace: call it from a runtime whose threads entered it.
     pub fn start_in(ns: &NetNs, host: &str, port: u16, extra_conf: Option<&str>) -> Result<Self> {
-        Self::launch(Some(&ns.name), host, port, extra_conf)
+        Self::launch(Some(&ns.name), host, port, extra_conf, None)
+    }
+
+    /// [`Ironic::start_in`] with the API served over HTTPS (`[api]
+    /// enable_ssl_api`) with the PEM certificate `cert` and key `key`; the
+    /// client trusts `cert` as its CA, and [`Ironic::url`] is `https://`.
+    pub fn start_tls_in(
+        ns: &NetNs,
+        host: &str,
+        port: u16,
+        extra_conf: Option<&str>,
+        cert: &std::path::Path,
+        key: &std::path::Path,
+    ) -> Result<Self> {
+        Self::launch(Some(&ns.name), host, port, extra_conf, Some((cert, key)))
     }
 
     fn launch(
@@ -45,10 +59,12 @@ impl Ironic {
         host: &str,
         port: u16,
         extra_conf: Option<&str>,
+        tls: Option<(&std::path::Path, &std::path::Path)>,
     ) -> Result<Self> {
         // Everything that can fail before the server runs comes first, so a
         // started Ironic is always owned by a value whose drop stops it.
-        let http = agent::tls::http_client(false, None, Duration::from_secs(60))?;
+        let http =
+            agent::tls::http_client(false, tls.map(|(cert, _)| cert), Duration::from_secs(60))?;
         let state = tempfile::Builder::new().prefix("ironic-state-").tempdir()?;
         let script = crate::repo_root().join("ci/ironic/start.sh");
         let mut cmd = Command::new(&script);
@@ -61,14 +77,18 @@ impl Ironic {
         if std::env::var_os("IRONIC_START_TIMEOUT").is_none() {
             cmd.env("IRONIC_START_TIMEOUT", "240");
         }
+        if let Some((cert, key)) = tls {
+            cmd.env("IRONIC_TLS_CERT", cert).env("IRONIC_TLS_KEY", key);
+        }
         if let Some(conf) = extra_conf {
             let path = state.path().join("extra.conf");
             std::fs::write(&path, conf)?;
             cmd.env("IRONIC_EXTRA_CONF", path);
         }
         crate::run(&mut cmd)?;
+        let scheme = if tls.is_some() { "https" } else { "http" };
         Ok(Self {
-            url: format!("http://{host}:{port}"),
+            url: format!("{scheme}://{host}:{port}"),
             state,
             http,
         })
@@ -139,6 +159,35 @@ impl Ironic {
     pub async fn create_node(&self, body: Value) -> Result<Value> {
         self.call(reqwest::Method::POST, "/v1/nodes", Some(body))
             .await
+    }
+
+    /// `POST /v1/ports`: a PXE-enabled port for `mac` on the node.
+    pub async fn create_port(&self, uuid: &str, mac: &str) -> Result<Value> {
+        self.call(
+            reqwest::Method::POST,
+            "/v1/ports",
+            Some(json!({"node_uuid": uuid, "address": mac, "pxe_enabled": true})),
+        )
+        .await
+    }
+
+    /// The node's ports' MAC addresses (`GET /v1/ports?node=`), sorted.
+    pub async fn port_macs(&self, uuid: &str) -> Result<Vec<String>> {
+        let doc = self
+            .call(
+                reqwest::Method::GET,
+                &format!("/v1/ports?node={uuid}"),
+                None,
+            )
+            .await?;
+        let mut macs: Vec<String> = doc["ports"]
+            .as_array()
+            .context("no ports list")?
+            .iter()
+            .filter_map(|p| p["address"].as_str().map(str::to_string))
+            .collect();
+        macs.sort();
+        Ok(macs)
     }
 
     /// `PUT /v1/nodes/{uuid}/states/power` with `target` (`power on`,

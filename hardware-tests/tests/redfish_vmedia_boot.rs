@@ -30,58 +30,6 @@ const IRONIC_PORT: u16 = 6385;
 const HTTP_PORT: u16 = 8088;
 const MARKER: &str = "redfish-vmedia-4c1e";
 
-/// An EFI system partition image for Ironic's `[DEFAULT] esp_image`: grub
-/// (grub-mkimage, modules built in) that finds the ISO's
-/// `/EFI/BOOT/grub.cfg`, which Ironic writes, and reads it.
-fn esp_image(dir: &std::path::Path) -> std::path::PathBuf {
-    let cfg = dir.join("embedded.cfg");
-    std::fs::write(
-        &cfg,
-        "search --no-floppy --set=root --file /EFI/BOOT/grub.cfg\n\
-         set prefix=($root)/EFI/BOOT\n\
-         configfile ($root)/EFI/BOOT/grub.cfg\n",
-    )
-    .unwrap();
-    let efi = dir.join("BOOTX64.EFI");
-    run(Command::new("grub-mkimage")
-        .args(["-O", "x86_64-efi", "-p", "/EFI/BOOT", "-c"])
-        .arg(&cfg)
-        .arg("-o")
-        .arg(&efi)
-        .args([
-            "iso9660",
-            "fat",
-            "part_gpt",
-            "part_msdos",
-            "search",
-            "search_fs_file",
-            "configfile",
-            "normal",
-            "linux",
-            "echo",
-            "test",
-        ]))
-    .unwrap();
-    let esp = dir.join("esp.img");
-    run(Command::new("mkfs.vfat")
-        .args(["-C", "-n", "ESP"])
-        .arg(&esp)
-        .arg("8192"))
-    .unwrap();
-    run(Command::new("mmd")
-        .arg("-i")
-        .arg(&esp)
-        .args(["::/EFI", "::/EFI/BOOT"]))
-    .unwrap();
-    run(Command::new("mcopy")
-        .arg("-i")
-        .arg(&esp)
-        .arg(&efi)
-        .arg("::/EFI/BOOT/BOOTX64.EFI"))
-    .unwrap();
-    esp
-}
-
 #[test]
 fn ironic_boots_a_virtual_media_iso_through_the_bmc() {
     require_root("the Redfish bed (namespaces, libvirtd, QEMU)");
@@ -98,7 +46,7 @@ fn ironic_boots_a_virtual_media_iso_through_the_bmc() {
         initramfs::build(&inputs.kernel, &inputs.busybox, MARKER).unwrap(),
     )
     .unwrap();
-    let esp = esp_image(tmp.path());
+    let esp = redfish::esp_image(tmp.path()).unwrap();
 
     let net = Net::start(NetOptions {
         name: "rfvmedia".into(),

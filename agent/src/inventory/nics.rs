@@ -132,7 +132,7 @@ pub fn read(root: &Path, addrs: &Addresses) -> Vec<Interface> {
             if !wanted {
                 return None;
             }
-            let mac = read_attr(&d.join("address"))?.to_ascii_lowercase();
+            let mac = crate::net::nic_mac(&d)?;
             if !crate::net::is_valid_mac(&mac) || mac.starts_with("fa:") {
                 return None;
             }
@@ -196,6 +196,42 @@ mod tests {
         assert_eq!(a.first_v6("eth0").as_deref(), Some("fe80::1%eth0"));
         assert_eq!(a.first_v6("eth1").as_deref(), Some("fd00::2"));
         assert_eq!(a.first_v4("eth1"), None);
+    }
+
+    #[test]
+    fn bond_members_are_reported_with_their_own_mac() {
+        let root = tempfile::tempdir().unwrap();
+        let net = root.path().join("sys/class/net");
+        let bond_mac = "52:54:00:3a:11:01\n";
+        for (name, perm) in [
+            ("bond0", None),
+            ("eth0", Some("52:54:00:3a:11:01\n")),
+            ("eth1", Some("52:54:00:3a:11:02\n")),
+        ] {
+            let d = net.join(name);
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join("address"), bond_mac).unwrap();
+            match perm {
+                Some(perm) => {
+                    std::fs::create_dir_all(d.join("device")).unwrap();
+                    std::fs::create_dir_all(d.join("bonding_slave")).unwrap();
+                    std::fs::write(d.join("bonding_slave/perm_hwaddr"), perm).unwrap();
+                }
+                None => std::fs::create_dir_all(d.join("bonding")).unwrap(),
+            }
+        }
+        let found: Vec<(String, String)> = read(root.path(), &Addresses::default())
+            .into_iter()
+            .map(|i| (i.name, i.mac_address))
+            .collect();
+        assert_eq!(
+            found,
+            [
+                ("bond0".to_string(), "52:54:00:3a:11:01".to_string()),
+                ("eth0".to_string(), "52:54:00:3a:11:01".to_string()),
+                ("eth1".to_string(), "52:54:00:3a:11:02".to_string()),
+            ]
+        );
     }
 
     #[test]

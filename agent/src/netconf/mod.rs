@@ -90,8 +90,7 @@ pub fn physical_nics(sys: &Path) -> Vec<(String, String)> {
         .filter(|e| e.path().join("device").exists())
         .filter_map(|e| {
             let name = e.file_name().to_string_lossy().into_owned();
-            let mac = std::fs::read_to_string(e.path().join("address")).ok()?;
-            Some((name, mac.trim().to_ascii_lowercase()))
+            Some((name, crate::net::nic_mac(&e.path())?))
         })
         .collect();
     out.sort();

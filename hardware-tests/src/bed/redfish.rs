@@ -50,6 +50,53 @@ pub const PASSWORD: &str = "bed-redfish";
 const OVMF_CODE: &str = "/usr/share/OVMF/OVMF_CODE_4M.fd";
 const OVMF_VARS: &str = "/usr/share/OVMF/OVMF_VARS_4M.fd";
 
+/// An EFI system partition image in `dir` for Ironic's `[DEFAULT] esp_image`: grub
+/// (grub-mkimage, modules built in) that finds the ISO's
+/// `/EFI/BOOT/grub.cfg`, which Ironic writes, and reads it.
+pub fn esp_image(dir: &Path) -> Result<PathBuf> {
+    let cfg = dir.join("embedded.cfg");
+    std::fs::write(
+        &cfg,
+        "search --no-floppy --set=root --file /EFI/BOOT/grub.cfg\n\
+         set prefix=($root)/EFI/BOOT\n\
+         configfile ($root)/EFI/BOOT/grub.cfg\n",
+    )?;
+    let efi = dir.join("BOOTX64.EFI");
+    run(Command::new("grub-mkimage")
+        .args(["-O", "x86_64-efi", "-p", "/EFI/BOOT", "-c"])
+        .arg(&cfg)
+        .arg("-o")
+        .arg(&efi)
+        .args([
+            "iso9660",
+            "fat",
+            "part_gpt",
+            "part_msdos",
+            "search",
+            "search_fs_file",
+            "configfile",
+            "normal",
+            "linux",
+            "echo",
+            "test",
+        ]))?;
+    let esp = dir.join("esp.img");
+    run(Command::new("mkfs.vfat")
+        .args(["-C", "-n", "ESP"])
+        .arg(&esp)
+        .arg("8192"))?;
+    run(Command::new("mmd")
+        .arg("-i")
+        .arg(&esp)
+        .args(["::/EFI", "::/EFI/BOOT"]))?;
+    run(Command::new("mcopy")
+        .arg("-i")
+        .arg(&esp)
+        .arg(&efi)
+        .arg("::/EFI/BOOT/BOOTX64.EFI"))?;
+    Ok(esp)
+}
+
 /// A machine the BMC manages.
 #[derive(Debug, Clone)]
 pub struct System {
