@@ -239,21 +239,7 @@ fn metal3_profile_inspects_cleans_and_deploys_in_one_ramdisk_boot() {
     spec.nics = MACS.iter().map(|m| Nic { mac: m.to_string() }).collect();
     let sys = bmc.define(&spec).unwrap();
     bmc.start_emulator().unwrap();
-    let _http = net
-        .spawn(
-            &redfish::venv().join("bin/python").display().to_string(),
-            &[
-                "-m",
-                "http.server",
-                "--bind",
-                BRIDGE_IP,
-                "--directory",
-                &www.display().to_string(),
-                &HTTP_PORT.to_string(),
-            ],
-            "http.server for Ironic's http_root",
-        )
-        .unwrap();
+    let _http = redfish::http_server(&net, &www, HTTP_PORT).unwrap();
 
     let http_url = format!("http://{BRIDGE_IP}:{HTTP_PORT}");
     // Loaded after ci/ironic/ironic.conf and the state directory's

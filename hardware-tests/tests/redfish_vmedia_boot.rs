@@ -74,21 +74,7 @@ fn ironic_boots_a_virtual_media_iso_through_the_bmc() {
     bmc.start_emulator().unwrap();
     // Ironic's http_root, with the kernel and initramfs beside the ISOs it
     // publishes there (Python's http.server from the BMC's venv).
-    let _http = net
-        .spawn(
-            &redfish::venv().join("bin/python").display().to_string(),
-            &[
-                "-m",
-                "http.server",
-                "--bind",
-                BRIDGE_IP,
-                "--directory",
-                &www.display().to_string(),
-                &HTTP_PORT.to_string(),
-            ],
-            "http.server for Ironic's http_root",
-        )
-        .unwrap();
+    let _http = redfish::http_server(&net, &www, HTTP_PORT).unwrap();
 
     let http_url = format!("http://{BRIDGE_IP}:{HTTP_PORT}");
     let extra_conf = format!(

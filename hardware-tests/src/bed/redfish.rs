@@ -135,6 +135,25 @@ pub fn venv() -> PathBuf {
         .unwrap_or_else(|| repo_root().join("target/redfish-venv"))
 }
 
+/// Serves `dir` over HTTP on the bed's bridge address at `port` (Python's
+/// http.server from the BMC's venv): Ironic's `http_root`, where it
+/// publishes the ISOs it builds. Killed when the returned process drops.
+pub fn http_server(net: &Net, dir: &Path, port: u16) -> Result<Proc> {
+    net.spawn(
+        &venv().join("bin/python").display().to_string(),
+        &[
+            "-m",
+            "http.server",
+            "--bind",
+            BRIDGE_IP,
+            "--directory",
+            &dir.display().to_string(),
+            &port.to_string(),
+        ],
+        "http.server for Ironic's http_root",
+    )
+}
+
 impl<'n> Bmc<'n> {
     /// Runs `ci/redfish/install.sh` (a no-op when up to date) and starts
     /// libvirtd in the bed's namespace. sushy-emulator starts with
