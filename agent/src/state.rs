@@ -61,6 +61,10 @@ pub struct AgentState {
     /// When the agent started (seconds since the epoch).
     pub started_at: f64,
     token: RwLock<Option<String>>,
+    /// A random per-boot HMAC key: presented tokens are compared by their
+    /// HMAC-SHA256 under it (ring's `hmac::verify`, constant time), so
+    /// neither the token's bytes nor its length show in timing.
+    token_key: ring::hmac::Key,
     node: RwLock<Option<Value>>,
     partition_uuids: RwLock<Option<Value>>,
     lookup_config: RwLock<Option<LookupConfig>>,
@@ -81,6 +85,7 @@ impl AgentState {
                 .map(|d| d.as_secs_f64())
                 .unwrap_or_default(),
             token: RwLock::new(token),
+            token_key: token_key(),
             node: RwLock::new(None),
             partition_uuids: RwLock::new(None),
             lookup_config: RwLock::new(None),
@@ -119,7 +124,10 @@ impl AgentState {
     /// Checks a token presented on the command API in constant time.
     pub fn token_matches(&self, presented: Option<&str>) -> bool {
         match (self.token(), presented) {
-            (Some(ours), Some(theirs)) => constant_time_eq(ours.as_bytes(), theirs.as_bytes()),
+            (Some(ours), Some(theirs)) => {
+                let tag = ring::hmac::sign(&self.token_key, ours.as_bytes());
+                ring::hmac::verify(&self.token_key, theirs.as_bytes(), tag.as_ref()).is_ok()
+            }
             _ => false,
         }
     }
@@ -202,9 +210,57 @@ impl AgentState {
     }
 }
 
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
+/// A fresh HMAC-SHA256 key from the system's random source.
+fn token_key() -> ring::hmac::Key {
+    let rng = ring::rand::SystemRandom::new();
+    // getrandom(2) cannot fail on the kernels the agent runs on; should it,
+    // a key from the clock still keeps the comparison constant-time (the
+    // key only hides timing, it guards no secret of its own).
+    ring::hmac::Key::generate(ring::hmac::HMAC_SHA256, &rng).unwrap_or_else(|_| {
+        let seed = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default();
+        ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &seed.to_le_bytes())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state_with(token: Option<&str>) -> AgentState {
+        let config = Config {
+            agent_token: token.map(str::to_string),
+            ..Config::default()
+        };
+        AgentState::new(config, None)
     }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+
+    #[test]
+    fn only_the_exact_token_matches() {
+        let s = state_with(Some("abcdefghijklmnopqrstuvwxyz0123456789ABCDEFG"));
+        assert!(s.token_matches(Some("abcdefghijklmnopqrstuvwxyz0123456789ABCDEFG")));
+        for wrong in [
+            "",
+            "abcdefghijklmnopqrstuvwxyz0123456789ABCDEF",
+            "abcdefghijklmnopqrstuvwxyz0123456789ABCDEFGH",
+            "Abcdefghijklmnopqrstuvwxyz0123456789ABCDEFG",
+            "abcdefghijklmnopqrstuvwxyz0123456789ABCDEFg",
+        ] {
+            assert!(!s.token_matches(Some(wrong)), "{wrong:?} matched");
+        }
+        assert!(!s.token_matches(None));
+    }
+
+    #[test]
+    fn no_token_yet_matches_nothing() {
+        let s = state_with(None);
+        assert!(!s.token_matches(Some("")));
+        assert!(!s.token_matches(Some("anything")));
+        s.set_token(Some("t0k".into()));
+        assert!(s.token_matches(Some("t0k")));
+        s.set_token(None);
+        assert!(!s.token_matches(Some("t0k")));
+    }
 }
