@@ -294,6 +294,26 @@ mod tests {
         img.into_inner()
     }
 
+    /// A directory entry whose first cluster is 1 (below the first data
+    /// cluster, 2): fatfs computes `cluster - 2`, an overflow panic in a
+    /// debug build before the workspace's profile exempted it. The rebuild
+    /// ends (copied or refused) within its budget, never a panic.
+    #[test]
+    fn an_entry_below_the_first_data_cluster_is_not_a_panic() {
+        let mut img = small_fat();
+        let name = b"LATEST     ";
+        let at = img
+            .windows(name.len())
+            .position(|w| w == name)
+            .expect("the latest directory entry");
+        // First cluster: high half at +20, low half at +26.
+        img[at + 20..at + 22].copy_from_slice(&0u16.to_le_bytes());
+        img[at + 26..at + 28].copy_from_slice(&1u16.to_le_bytes());
+        if let Ok(Some(rebuilt)) = adapt(&img, 4096, 8 << 20) {
+            assert!(rebuilt.len() <= 8 << 20);
+        }
+    }
+
     #[test]
     fn directories_nested_past_the_limit_are_refused_not_followed_for_ever() {
         let mut img = Cursor::new(vec![0u8; 2 << 20]);

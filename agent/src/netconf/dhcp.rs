@@ -238,4 +238,23 @@ mod tests {
         ));
         assert!(m.flags().broadcast());
     }
+
+    /// Bulk-leasequery options of the wrong length trip dhcproto's
+    /// `debug_assert!(len == 4)` in a debug build unless the workspace's
+    /// profile exempts it; the reply is dropped or read, never a panic.
+    #[test]
+    fn malformed_bulk_leasequery_options_are_not_a_panic() {
+        for code in 152u8..=155 {
+            let mut b = vec![0u8; 236];
+            b[0] = 2; // BOOTREPLY
+            b[1] = 1;
+            b[2] = 6;
+            b[4..8].copy_from_slice(&0x1234_5678u32.to_be_bytes());
+            b.extend_from_slice(&[99, 130, 83, 99]);
+            b.extend_from_slice(&[53, 1, 2]); // OFFER
+            b.extend_from_slice(&[code, 6, 0, 0, 0, 1, 0, 0]);
+            b.push(255);
+            let _ = parse_reply(&b, 0x1234_5678, MessageType::Offer);
+        }
+    }
 }

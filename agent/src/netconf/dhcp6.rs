@@ -353,4 +353,21 @@ mod tests {
         m.encode(&mut Encoder::new(&mut b)).unwrap();
         assert_eq!(Message::decode(&mut Decoder::new(&b)).unwrap().xid(), xid);
     }
+
+    /// A vendor option shorter than its 4-byte enterprise number: dhcproto
+    /// computes `len - 4` (an overflow panic in a debug build before the
+    /// workspace's profile exempted it); the reply is dropped, nothing panics.
+    #[test]
+    fn a_short_vendor_option_is_dropped_not_a_panic() {
+        let xid = [7, 8, 9];
+        for code in [16u16, 17] {
+            let mut b = vec![7, xid[0], xid[1], xid[2]];
+            b.extend_from_slice(&code.to_be_bytes());
+            b.extend_from_slice(&2u16.to_be_bytes());
+            b.extend_from_slice(&[0xaa, 0xbb]);
+            // Another option after it, so the 4-byte read succeeds.
+            b.extend_from_slice(&[0, 14, 0, 0, 0, 1, 0, 4, 1, 2, 3, 4]);
+            assert!(parse_reply(&b, xid, MAC, MessageType::Reply).is_none());
+        }
+    }
 }
