@@ -281,6 +281,7 @@ async fn lookup_until_found(
                         s.node_uuid = Some(uuid.clone());
                     })
                 };
+                crate::conductor::lookup_keys::log_ignored(&found.config.raw);
                 state.set_lookup_config(found.config.clone());
                 state.cache_node(found.node.clone());
                 match decide_token(found.config.agent_token.as_deref(), state.token().as_deref()) {

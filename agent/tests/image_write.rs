@@ -447,3 +447,55 @@ fn bad_tls_settings_are_found_before_the_disk_is_touched() {
     let sigs = agent::disk::erase::probe_signatures(&f).unwrap();
     assert!(sigs.iter().any(|s| s == "gpt"), "{sigs:?}");
 }
+
+/// The conductor's deep image inspection (`permitted_image_formats`,
+/// `disk_format`): judged on what the image holds, also inside zstd, and
+/// refused before a byte of it reaches the disk (the old table is wiped,
+/// fail-closed, never half-written).
+#[test]
+fn formats_the_conductor_does_not_permit_are_refused_before_writing() {
+    use agent::image::FormatPolicy;
+    let b = bed();
+    let sha = format!("sha256:{}", sha256_hex(&b.raw));
+    let zst = zstd::encode_all(&b.raw[..], 3).unwrap();
+    let zst_sha = format!("sha256:{}", sha256_hex(&zst));
+    let only_qcow2 = vec!["qcow2".to_string()];
+    for (name, data, checksum) in [("/p.img", &b.raw, &sha), ("/p.img.zst", &zst, &zst_sha)] {
+        let url = b.serve(name, data, &[], Fault::None);
+        let target = b.target(&format!("t{}", name.len()), 64 * MIB);
+        let mut req = b.request(url, checksum);
+        req.formats = FormatPolicy::from_conductor(true, &only_qcow2, None);
+        let err = write(&req, &target).0.unwrap_err();
+        assert!(matches!(err, ImageError::NotPermitted { .. }), "{err}");
+        let text = err.to_string();
+        assert!(
+            text.contains("Detected image format was gpt, but only qcow2 are allowed"),
+            "{text}"
+        );
+        assert_eq!(error_kind(&err).type_name(), "InvalidImage");
+        assert_wiped(&target);
+
+        // The conductor announced qcow2; the image is a GPT disk.
+        req.formats = FormatPolicy::from_conductor(
+            true,
+            &["raw".into(), "gpt".into(), "qcow2".into()],
+            Some("qcow2"),
+        );
+        let err = write(&req, &target).0.unwrap_err().to_string();
+        assert!(
+            err.contains("Expected format was qcow2, but image was actually gpt"),
+            "{err}"
+        );
+
+        // Deep inspection disabled by the conductor: written.
+        req.formats = FormatPolicy::from_conductor(false, &only_qcow2, Some("qcow2"));
+        write(&req, &target).0.unwrap();
+        // (The backup GPT moves to the larger disk's end: compare the data.)
+        let written = std::fs::read(&target).unwrap();
+        let data = MIB as usize..16 * MIB as usize;
+        assert!(
+            written[data.clone()] == b.raw[data],
+            "the image data differs"
+        );
+    }
+}

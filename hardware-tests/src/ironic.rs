@@ -308,6 +308,17 @@ impl Ironic {
         self.wait_for(uuid, state, timeout).await
     }
 
+    /// `GET /v1/lookup?addresses=MAC`, as a ramdisk looks its node up (only
+    /// answered while Ironic waits for an agent, e.g. in `clean wait`).
+    pub async fn lookup(&self, mac: &str) -> Result<Value> {
+        self.call(
+            reqwest::Method::GET,
+            &format!("/v1/lookup?addresses={mac}"),
+            None,
+        )
+        .await
+    }
+
     /// Enrolls a node and takes it through `manage` (and `provide` when
     /// `available` is set), 30 s allowed per step. Returns its UUID.
     pub async fn enroll_ready(&self, name: &str, mac: &str, available: bool) -> Result<String> {

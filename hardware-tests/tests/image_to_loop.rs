@@ -55,6 +55,7 @@ fn request(url: String, sha: &str) -> WriteRequest {
         checksum: ChecksumSpec::parse_cli(&format!("sha256:{sha}")).unwrap(),
         md5_allowed: false,
         format: None,
+        formats: Default::default(),
         http: HttpOptions::default(),
     }
 }

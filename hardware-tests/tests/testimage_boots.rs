@@ -103,6 +103,7 @@ fn deploy(image: &Path, sha256: &str, disk: &Path) -> Result<WriteReport, ImageE
         checksum: ChecksumSpec::parse_cli(&format!("sha256:{sha256}")).unwrap(),
         md5_allowed: false,
         format: None,
+        formats: Default::default(),
         http: HttpOptions::default(),
     };
     write_image(&req, disk, &policy, &Progress::default())

@@ -36,6 +36,7 @@ fuzz_target!(|data: &[u8]| {
         },
         md5_allowed: false,
         format: None,
+        formats: Default::default(),
         http,
     };
     let blocks = data.len().div_ceil(BLOCK);

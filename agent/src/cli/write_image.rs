@@ -69,6 +69,8 @@ pub async fn run(args: WriteImageArgs) -> Result<()> {
         checksum,
         md5_allowed: args.allow_md5,
         format,
+        // The operator's own command: no conductor policy applies.
+        formats: crate::image::FormatPolicy::any(),
         http: HttpOptions {
             insecure: args.insecure,
             cafile: args.cafile.clone(),

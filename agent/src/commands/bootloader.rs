@@ -4,6 +4,11 @@
 //! need nothing; for UEFI the loaders on the image's EFI system partition
 //! get boot entries written natively into efivarfs ([`crate::uefi`]).
 //! Failures fail the command unless `ignore_bootloader_failure` is set.
+//! A BIOS call for a partition image (a filesystem UUID as `root_uuid`)
+//! would need GRUB installed from the tenant's image: refused with IPA's
+//! `InvalidImage` unless the conductor's lookup allowed it
+//! (`enable_bios_bootloader_install`, off by default since that install
+//! runs the tenant's code as root), and then refused as not supported.
 
 use std::sync::Arc;
 
@@ -32,11 +37,23 @@ pub async fn install_bootloader(state: Arc<AgentState>, params: Value) -> Outcom
         return Outcome::Done(Value::Null);
     }
     if mode != "uefi" {
-        tracing::info!(
-            root_uuid,
-            "BIOS boot of a whole-disk image: the image's own boot loader is used"
-        );
-        return Outcome::Done(Value::Null);
+        if is_whole_disk(root_uuid) {
+            tracing::info!(
+                root_uuid,
+                "BIOS boot of a whole-disk image: the image's own boot loader is used"
+            );
+            return Outcome::Done(Value::Null);
+        }
+        let allowed = state
+            .lookup_config()
+            .is_some_and(|c| c.bios_bootloader_install);
+        let err = bios_grub_refusal(allowed);
+        tracing::error!(root_uuid, "{}", err.details);
+        if ignore {
+            tracing::warn!("install_bootloader failed but failures are ignored");
+            return Outcome::Done(Value::Null);
+        }
+        return Outcome::Failed(err);
     }
     let efivars = std::path::Path::new(crate::uefi::efivars::EFIVARS);
     let result = match super::image::choose_device(&state) {
@@ -61,4 +78,52 @@ pub async fn install_bootloader(state: Arc<AgentState>, params: Value) -> Outcom
         return Outcome::Done(Value::Null);
     }
     Outcome::Failed(err)
+}
+
+/// Whether `root_uuid` is what a whole-disk image reports (nothing, or the
+/// MBR disk signature `0x%08x` of `get_partition_uuids`), not a partition
+/// image's root filesystem UUID.
+fn is_whole_disk(root_uuid: &str) -> bool {
+    root_uuid.is_empty() || root_uuid.starts_with("0x")
+}
+
+/// Why a BIOS boot loader is not installed for a partition image.
+fn bios_grub_refusal(allowed_by_conductor: bool) -> CommandError {
+    if allowed_by_conductor {
+        CommandError::new(
+            ErrorKind::IncompatibleHardwareMethod,
+            "installing GRUB for a BIOS partition image is not supported by this agent yet; \
+             deploy a whole-disk image or boot the node in UEFI mode",
+        )
+    } else {
+        CommandError::new(
+            ErrorKind::InvalidImage,
+            "Install of legacy BIOS bootloaders disabled by the conductor \
+             (enable_bios_bootloader_install is false in its lookup answer; Ironic's \
+             [agent]enable_bios_bootloader_install) as part of CVE-2026-43003 mitigation",
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn whole_disk_root_uuids() {
+        assert!(is_whole_disk(""));
+        assert!(is_whole_disk("0x00000000"));
+        assert!(is_whole_disk("0x1c2b3a49"));
+        assert!(!is_whole_disk("5d0b6e8e-0a4e-4c5b-9f57-2e0d3c1b8a11"));
+    }
+
+    #[test]
+    fn bios_grub_is_refused_as_ipa_does_unless_allowed() {
+        let off = bios_grub_refusal(false);
+        assert_eq!(off.kind.type_name(), "InvalidImage");
+        assert!(off.details.contains("enable_bios_bootloader_install"));
+        let on = bios_grub_refusal(true);
+        assert_eq!(on.kind, ErrorKind::IncompatibleHardwareMethod);
+        assert!(on.details.contains("not supported by this agent"));
+    }
 }

@@ -32,6 +32,9 @@ pub enum ErrorKind {
     ImageWrite,
     /// A sync command did not finish within the conductor's command timeout.
     CommandTimeout,
+    /// The image fails a security check (format not permitted, not what the
+    /// conductor said, a BIOS boot loader install the conductor disabled).
+    InvalidImage,
 }
 
 impl ErrorKind {
@@ -50,6 +53,7 @@ impl ErrorKind {
             Self::ImageDownload => "ImageDownloadError",
             Self::ImageWrite => "ImageWriteError",
             Self::CommandTimeout => "CommandTimeoutError",
+            Self::InvalidImage => "InvalidImage",
         }
     }
 
@@ -68,6 +72,7 @@ impl ErrorKind {
             Self::ImageDownload => "Error downloading image",
             Self::ImageWrite => "Error writing image to device",
             Self::CommandTimeout => "Command did not finish in time",
+            Self::InvalidImage => "The provided image is not valid for use",
         }
     }
 

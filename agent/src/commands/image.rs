@@ -16,7 +16,7 @@ use crate::configdrive::{self, ConfigDriveError};
 use crate::disk::WritePolicy;
 use crate::image::fetch::HttpOptions;
 use crate::image::progress::Progress;
-use crate::image::{info, ImageError};
+use crate::image::{info, FormatPolicy, ImageError};
 use crate::state::AgentState;
 
 /// The IPA error class of an image write failure, for `command_error`.
@@ -29,6 +29,7 @@ pub fn error_kind(e: &ImageError) -> ErrorKind {
         | ImageError::TotalTimeout { .. }
         | ImageError::ChecksumFile { .. } => ErrorKind::ImageDownload,
         ImageError::ChecksumMismatch { .. } => ErrorKind::ImageChecksum,
+        ImageError::NotPermitted { .. } => ErrorKind::InvalidImage,
         ImageError::Corrupt { .. }
         | ImageError::Unsupported { .. }
         | ImageError::TooLarge { .. }
@@ -79,6 +80,22 @@ pub(crate) fn http_options(state: &AgentState) -> HttpOptions {
         cafile: state.config.cafile.clone(),
         total_timeout: state.config.image_download_max_duration,
         ..HttpOptions::default()
+    }
+}
+
+/// The conductor's deep image inspection settings from its lookup answer
+/// (IPA's defaults before any lookup).
+fn format_policy(state: &AgentState, disk_format: Option<&str>) -> FormatPolicy {
+    match state.lookup_config() {
+        Some(c) => FormatPolicy::from_conductor(
+            c.deep_image_inspection,
+            &c.permitted_image_formats,
+            disk_format,
+        ),
+        None => FormatPolicy {
+            expected: disk_format.map(str::to_ascii_lowercase),
+            ..FormatPolicy::default()
+        },
     }
 }
 
@@ -167,7 +184,9 @@ where
     }
     // What an earlier write reported no longer describes the disk.
     state.set_partition_uuids(Some(json!({})));
-    let (req, dev, p) = (parsed.request.clone(), device.clone(), progress.clone());
+    let mut req = parsed.request.clone();
+    req.formats = format_policy(&state, parsed.disk_format.as_deref());
+    let (dev, p) = (device.clone(), progress.clone());
     let result = tokio::task::spawn_blocking(move || {
         crate::image::write_image(&req, &dev, &policy, &p).map_err(image_error)?;
         finish(&dev)?;
@@ -228,7 +247,12 @@ pub(crate) fn choose_device(state: &AgentState) -> Result<PathBuf, CommandError>
         .node()
         .as_ref()
         .and_then(crate::hints::hints_from_node);
-    let inventory = crate::inventory::collect(&crate::inventory::Options::live(None))
+    // The BMC plays no part in choosing a disk: not probed.
+    let opts = crate::inventory::Options {
+        skip_bmc: true,
+        ..crate::inventory::Options::live(None)
+    };
+    let inventory = crate::inventory::collect(&opts)
         .map_err(|e| fail(format!("reading the hardware inventory: {e:#}")))?;
     let choice =
         crate::hints::root_device(&inventory, hints.as_ref()).map_err(|e| fail(e.to_string()))?;

@@ -25,8 +25,16 @@ pub struct LookupConfig {
     pub tls_cipher_suites: Option<String>,
     /// `agent_md5_checksum_enable`.
     pub md5_allowed: bool,
-    /// `permitted_image_formats`.
+    /// `permitted_image_formats` (IPA's default `raw, gpt, qcow2` when
+    /// absent).
     pub permitted_image_formats: Vec<String>,
+    /// Not `disable_deep_image_inspection`: the image's format is checked
+    /// against `permitted_image_formats` and the conductor's `disk_format`.
+    pub deep_image_inspection: bool,
+    /// `agent_skip_bmc_detect`: the BMC is not probed for the inventory.
+    pub skip_bmc_detect: bool,
+    /// `enable_bios_bootloader_install` (IPA's default: off).
+    pub bios_bootloader_install: bool,
     /// The whole `config` object, for settings read later.
     pub raw: Value,
 }
@@ -111,9 +119,17 @@ pub fn parse_lookup(doc: &Value) -> Result<LookupResult, LookupError> {
                         .collect()
                 })
                 .unwrap_or_else(|| vec!["raw".into(), "gpt".into(), "qcow2".into()]),
+            deep_image_inspection: !flag(&config, "disable_deep_image_inspection"),
+            skip_bmc_detect: flag(&config, "agent_skip_bmc_detect"),
+            bios_bootloader_install: flag(&config, "enable_bios_bootloader_install"),
             raw: config,
         },
     })
+}
+
+/// A boolean setting, false when absent or not a boolean.
+fn flag(config: &Value, key: &str) -> bool {
+    config.get(key).and_then(Value::as_bool).unwrap_or(false)
 }
 
 /// What to do with the token of a lookup answer.
@@ -162,6 +178,15 @@ mod tests {
         assert_eq!(r.config.tls_min_version.as_deref(), Some("1.3"));
         assert!(r.config.md5_allowed);
         assert_eq!(r.config.permitted_image_formats, ["raw", "qcow2"]);
+        assert!(r.config.deep_image_inspection);
+        assert!(!r.config.skip_bmc_detect);
+        assert!(!r.config.bios_bootloader_install);
+        let flags = json!({"node": {"uuid": "u"},
+            "config": {"heartbeat_timeout": 300, "disable_deep_image_inspection": true,
+                       "agent_skip_bmc_detect": true, "enable_bios_bootloader_install": true}});
+        let r = parse_lookup(&flags).unwrap().config;
+        assert!(!r.deep_image_inspection && r.skip_bmc_detect && r.bios_bootloader_install);
+        assert_eq!(r.permitted_image_formats, ["raw", "gpt", "qcow2"]);
     }
 
     #[test]

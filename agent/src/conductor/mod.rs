@@ -8,6 +8,7 @@ pub mod client;
 pub mod fake;
 pub mod inspection;
 pub mod lookup;
+pub mod lookup_keys;
 
 use std::future::Future;
 

@@ -13,8 +13,8 @@ use std::sync::Arc;
 use super::buffers::{Block, Pool, PooledBuf};
 use super::format::{self, Format};
 use super::progress::Progress;
-use super::qcow2;
 use super::reread::SourceReread;
+use super::{policy, qcow2};
 use super::{ImageError, WriteRequest};
 
 /// Largest zstd window accepted (16 MiB): keeps memory bounded.
@@ -192,6 +192,9 @@ pub fn decode(
         }
     }
     tracing::info!(url, format = %detected, "image format recognised");
+    if !detected.is_compressed() {
+        permit(req, url, policy::content_format(&first[..]))?;
+    }
     let send = |op: WriteOp| tx.send(op).map_err(|_| DecodeEnd::Stopped);
 
     if detected == Format::Raw {
@@ -253,6 +256,17 @@ pub fn decode(
     })
 }
 
+/// The conductor's format check ([`policy`]) on what the image holds.
+fn permit(req: &WriteRequest, url: &str, found: &'static str) -> Result<(), DecodeEnd> {
+    req.formats.check(found).map_err(|reason| {
+        tracing::error!(url, format = found, "{reason}");
+        DecodeEnd::Failed(ImageError::NotPermitted {
+            url: url.to_string(),
+            reason,
+        })
+    })
+}
+
 /// Reads `src` to the end into aligned buffers. A qcow2 inside is converted.
 fn pump(
     src: &mut dyn Read,
@@ -280,6 +294,7 @@ fn pump(
         buf.set_len(len);
         if first {
             first = false;
+            permit(req, url, policy::content_format(&buf[..]))?;
             if qcow2::is_qcow2(&buf) {
                 tracing::info!(url, "the {outer} stream holds a qcow2 image");
                 let mut chained = (&buf[..]).chain(src);

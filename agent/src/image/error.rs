@@ -83,6 +83,15 @@ pub enum ImageError {
         /// What was detected.
         reason: String,
     },
+    /// The image's format is not one the conductor permits (deep image
+    /// inspection), or not the `disk_format` it announced.
+    #[error("image {url} refused: {reason}")]
+    NotPermitted {
+        /// The image URL.
+        url: String,
+        /// IPA's wording of the check that failed.
+        reason: String,
+    },
     /// The image does not fit on the device.
     #[error("the image needs at least {needed} bytes but {device} holds {size} bytes")]
     TooLarge {

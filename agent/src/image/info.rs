@@ -164,6 +164,7 @@ pub fn parse(
             checksum: spec,
             md5_allowed,
             format: None,
+            formats: Default::default(),
             http,
         },
     })

@@ -23,6 +23,7 @@ pub mod error;
 pub mod fetch;
 pub mod format;
 pub mod info;
+pub mod policy;
 pub mod progress;
 pub mod qcow2;
 mod reread;
@@ -33,6 +34,7 @@ use std::sync::mpsc::sync_channel;
 use std::time::Instant;
 
 pub use error::ImageError;
+pub use policy::FormatPolicy;
 
 use buffers::{Block, Pool};
 use checksum::{ChecksumSource, ChecksumSpec, Expected, Hasher};
@@ -62,6 +64,8 @@ pub struct WriteRequest {
     pub md5_allowed: bool,
     /// A format the caller insists on; `None` detects it.
     pub format: Option<Format>,
+    /// The formats the conductor permits (deep image inspection).
+    pub formats: FormatPolicy,
     /// Network settings.
     pub http: HttpOptions,
 }

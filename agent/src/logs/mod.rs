@@ -34,7 +34,7 @@ const FILES: &[(&str, &str)] = &[
 ];
 
 /// Builds the base64 tar.gz.
-pub fn bundle() -> std::io::Result<String> {
+pub fn bundle(skip_bmc: bool) -> std::io::Result<String> {
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
@@ -47,7 +47,11 @@ pub fn bundle() -> std::io::Result<String> {
         let data = std::fs::read(path).unwrap_or_else(|e| format!("reading {path}: {e}\n").into());
         tar::append_file(&mut tar, name, &data, now);
     }
-    let inventory = crate::inventory::collect(&crate::inventory::Options::live(None))
+    let opts = crate::inventory::Options {
+        skip_bmc,
+        ..crate::inventory::Options::live(None)
+    };
+    let inventory = crate::inventory::collect(&opts)
         .map(|inv| serde_json::to_vec_pretty(&inv).unwrap_or_default())
         .unwrap_or_else(|e| format!("collecting the inventory: {e:#}\n").into_bytes());
     tar::append_file(&mut tar, "inventory.json", &inventory, now);
@@ -84,7 +88,7 @@ mod tests {
     #[test]
     fn bundle_is_a_base64_tar_gz_with_every_part() {
         memlog::append(b"a line the bundle must carry\n");
-        let b64 = bundle().unwrap();
+        let b64 = bundle(true).unwrap();
         let gz = base64::engine::general_purpose::STANDARD
             .decode(b64)
             .unwrap();

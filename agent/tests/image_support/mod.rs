@@ -92,6 +92,7 @@ impl Bed {
             checksum: ChecksumSpec::parse_cli(checksum).unwrap(),
             md5_allowed: false,
             format: None,
+            formats: Default::default(),
             http: HttpOptions {
                 stall_timeout: Duration::from_secs(2),
                 retries: 3,

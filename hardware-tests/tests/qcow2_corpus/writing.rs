@@ -103,6 +103,7 @@ pub(crate) fn request(url: String, sha: &str) -> WriteRequest {
         checksum: ChecksumSpec::parse_cli(&format!("sha256:{sha}")).unwrap(),
         md5_allowed: false,
         format: None,
+        formats: Default::default(),
         http: HttpOptions {
             stall_timeout: Duration::from_secs(30),
             retries: 2,
