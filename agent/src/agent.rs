@@ -46,6 +46,7 @@ pub struct RunningAgent {
 /// Runs the agent until a fatal error. With an inspection callback but no
 /// conductor URL, the agent inspects and then idles (as IPA does).
 pub async fn run(config: Config) -> Result<()> {
+    crate::startup::prepare(&config).await;
     if config.api_urls == ApiUrls::None && config.inspection_callback_url.is_some() {
         let http = tls::http_client(
             config.insecure,
@@ -121,22 +122,42 @@ pub async fn start(config: Config) -> Result<RunningAgent> {
     let session = lookup_until_found(&client, &state, version, &macs, node_uuid.as_deref()).await?;
 
     let cert = if config.auto_tls && version >= ApiVersion::AUTO_TLS {
-        Some(tls::generate_certificate(advertise, &hostname())?)
+        Some(tls::generate_certificate(
+            advertise,
+            &hostname(),
+            config.tls_certificate_curve,
+        )?)
     } else {
+        if config.require_tls {
+            bail!(
+                "ipa-advertise-protocol=https needs TLS on the command API, but auto-TLS is {} \
+                 (conductor API {version}, auto-TLS needs 1.68)",
+                if config.auto_tls {
+                    "unavailable"
+                } else {
+                    "disabled"
+                }
+            );
+        }
         if config.auto_tls {
             tracing::warn!(%version, "the conductor's API is older than 1.68: serving plain HTTP");
         }
         None
     };
+    // The lookup's TLS settings win; the kernel's apply when it sends none.
+    let min_version = session
+        .config
+        .tls_min_version
+        .as_deref()
+        .or(config.tls_min_version.as_deref());
+    let suites = session
+        .config
+        .tls_cipher_suites
+        .as_deref()
+        .or(config.tls_cipher_suites.as_deref());
     let server_tls = cert
         .as_ref()
-        .map(|c| {
-            tls::server_config(
-                c,
-                session.config.tls_min_version.as_deref(),
-                session.config.tls_cipher_suites.as_deref(),
-            )
-        })
+        .map(|c| tls::server_config(c, min_version, suites))
         .transpose()?;
     let listen = SocketAddr::new(config.listen_host, config.listen_port);
     let server = server::Server::start(listen, api::router(state.clone()), server_tls).await?;
@@ -220,6 +241,36 @@ async fn advertise_address(client: &impl Conductor, config: &Config) -> Result<I
     if let Some(h) = config.advertise_host {
         return Ok(h);
     }
+    let attempts = config.ip_lookup_attempts.max(1);
+    let mut attempt = 1;
+    loop {
+        let found = match &config.network_interface {
+            Some(nic) => {
+                net::interface_address(nic).with_context(|| format!("ipa-network-interface={nic}"))
+            }
+            None => route_source(client).await,
+        };
+        match found {
+            Ok(ip) => return Ok(ip),
+            Err(e) if attempt >= attempts => {
+                return Err(e).context(format!(
+                    "finding the address to advertise ({attempts} attempts); set ipa-advertise-host"
+                ))
+            }
+            Err(e) => tracing::warn!(
+                attempt,
+                attempts,
+                "no address to advertise yet: {e:#}; trying again in {} s",
+                config.ip_lookup_sleep.as_secs()
+            ),
+        }
+        attempt += 1;
+        tokio::time::sleep(config.ip_lookup_sleep).await;
+    }
+}
+
+/// The local address that routes to the first conductor URL that has one.
+async fn route_source(client: &impl Conductor) -> Result<IpAddr> {
     let mut last = None;
     for url in client.urls() {
         match net::route_source_for(url).await {
@@ -229,7 +280,6 @@ async fn advertise_address(client: &impl Conductor, config: &Config) -> Result<I
         }
     }
     Err(last.unwrap_or_else(|| anyhow::anyhow!("no conductor URL")))
-        .context("finding the address to advertise; set ipa-advertise-host")
 }
 
 fn is_link_local(ip: IpAddr) -> bool {

@@ -7,7 +7,7 @@
 //! 1. Foundations: [`config`] (kernel command line, IPA's config files and
 //!    flags), [`tls`] (with the pinned self-signed certificate rule),
 //!    [`net`], [`discovery`] (finding the conductor by mDNS), [`errfmt`],
-//!    [`tool`] (running external tools).
+//!    [`tool`] (running external tools), [`timesync`] (the clock before TLS).
 //! 2. Hardware and devices: [`inventory`] (what the machine is) with its
 //!    [`collectors`], [`hints`] (which disk is the root device), [`lldp`]
 //!    (which switch port each NIC sees), [`disk`] (device policy, partition
@@ -25,7 +25,8 @@
 //!    state, which owns the command history: the one documented cycle),
 //!    [`power`].
 //! 6. Serving and driving: [`agent`] (lookup, heartbeats), [`api`] and
-//!    [`server`] (the command API), [`inspect`] (the inspection document
+//!    [`server`] (the command API), [`startup`] (waits before the hardware
+//!    is read), [`inspect`] (the inspection document
 //!    posted before lookup), [`init`] (PID 1 in the ramdisk), [`cli`], and
 //!    `testconductor`, a stand-in conductor for tests and the demo, built
 //!    only with the `test-conductor` feature (the agent's own tests and
@@ -56,9 +57,11 @@ pub mod netconf;
 pub mod power;
 pub mod pstore;
 pub mod server;
+pub mod startup;
 pub mod state;
 #[cfg(feature = "test-conductor")]
 pub mod testconductor;
+pub mod timesync;
 pub mod tls;
 pub mod tool;
 pub mod uefi;

@@ -86,6 +86,37 @@ pub async fn route_source_for(url: &str) -> Result<IpAddr> {
     Ok(sock.local_addr()?.ip())
 }
 
+/// The address of NIC `name` to advertise (`ipa-network-interface`):
+/// its first IPv4 address that is not link-local, else its first global
+/// IPv6 address.
+pub fn interface_address(name: &str) -> Result<IpAddr> {
+    let addrs: Vec<IpAddr> = nix::ifaddrs::getifaddrs()
+        .context("listing the NICs' addresses")?
+        .filter(|i| i.interface_name == name)
+        .filter_map(|i| i.address)
+        .filter_map(|a| {
+            a.as_sockaddr_in()
+                .map(|s| IpAddr::V4(s.ip()))
+                .or_else(|| a.as_sockaddr_in6().map(|s| IpAddr::V6(s.ip())))
+        })
+        .collect();
+    pick_advertised(&addrs).with_context(|| format!("{name} has no usable address yet"))
+}
+
+/// IPv4 that is not link-local first, then IPv6 that is not link-local.
+fn pick_advertised(addrs: &[IpAddr]) -> Option<IpAddr> {
+    let usable = |ip: &&IpAddr| match ip {
+        IpAddr::V4(a) => !a.is_link_local() && !a.is_unspecified(),
+        IpAddr::V6(a) => (a.segments()[0] & 0xffc0) != 0xfe80 && !a.is_unspecified(),
+    };
+    addrs
+        .iter()
+        .filter(usable)
+        .find(|a| a.is_ipv4())
+        .or_else(|| addrs.iter().find(usable))
+        .copied()
+}
+
 /// Formats `scheme://host:port`, bracketing IPv6 hosts.
 pub fn callback_url(scheme: &str, host: IpAddr, port: u16) -> String {
     match host {
@@ -164,5 +195,21 @@ mod tests {
     async fn loopback_routes_from_loopback() {
         let ip = route_source_for("http://127.0.0.1:6385").await.unwrap();
         assert_eq!(ip, "127.0.0.1".parse::<IpAddr>().unwrap());
+    }
+
+    #[test]
+    fn the_advertised_address_prefers_routable_ipv4() {
+        let ips: Vec<IpAddr> = ["fe80::1", "169.254.3.4", "2001:db8::5", "192.0.2.7"]
+            .iter()
+            .map(|s| s.parse().unwrap())
+            .collect();
+        assert_eq!(pick_advertised(&ips), Some("192.0.2.7".parse().unwrap()));
+        assert_eq!(
+            pick_advertised(&ips[..3]),
+            Some("2001:db8::5".parse().unwrap())
+        );
+        assert_eq!(pick_advertised(&ips[..2]), None);
+        assert!(interface_address("lo").unwrap().is_loopback());
+        assert!(interface_address("no-such-nic0").is_err());
     }
 }

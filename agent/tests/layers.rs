@@ -13,7 +13,15 @@ use std::path::Path;
 const LAYERS: &[(&str, &[&str])] = &[
     (
         "foundations",
-        &["config", "discovery", "errfmt", "net", "tls", "tool"],
+        &[
+            "config",
+            "discovery",
+            "errfmt",
+            "net",
+            "timesync",
+            "tls",
+            "tool",
+        ],
     ),
     (
         "hardware and devices",
@@ -50,6 +58,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "init",
             "inspect",
             "server",
+            "startup",
             "testconductor",
         ],
     ),

@@ -150,6 +150,7 @@ async fn ata_security_erase_falls_through_on_a_device_without_sg_io() {
     });
     let knobs = Knobs {
         enable_ata_secure_erase: true,
+        enable_discard: true,
         ..Knobs::default()
     };
     let done = AtomicU64::new(0);

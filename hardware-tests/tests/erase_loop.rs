@@ -38,6 +38,7 @@ fn erase_devices_discards_two_loop_devices_and_overwrites_one() {
     });
     let knobs = Knobs {
         concurrency: 2,
+        enable_discard: true,
         ..Knobs::default()
     };
     let out = erase_disks(&disks, &policy, &knobs, &AtomicBool::new(false)).unwrap();

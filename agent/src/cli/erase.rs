@@ -80,6 +80,8 @@ pub fn run(args: &EraseArgs) -> Result<()> {
         wipe_special: args.wipe_special_filesystems,
         enable_nvme_secure_erase: true,
         enable_ata_secure_erase: true,
+        // `--method auto` on the operator's own command keeps discard.
+        enable_discard: true,
         ..Knobs::default()
     };
     let size = std::fs::File::open(&args.device)

@@ -27,7 +27,11 @@ pub async fn install_bootloader(state: Arc<AgentState>, params: Value) -> Outcom
     };
     let mode = p.target_boot_mode.as_deref().unwrap_or("bios");
     let root_uuid = p.root_uuid.as_deref().unwrap_or_default();
-    let ignore = p.ignore_bootloader_failure.unwrap_or(false);
+    // The parameter, else `ipa-ignore-bootloader-failure`, as IPA.
+    let ignore = p
+        .ignore_bootloader_failure
+        .or(state.config.ignore_bootloader_failure)
+        .unwrap_or(false);
     if state.config.mode == RunMode::Host {
         tracing::warn!(
             target_boot_mode = mode,

@@ -37,7 +37,7 @@ pub async fn erase_devices_step(
     state: Arc<AgentState>,
     call: StepCall,
 ) -> Result<Value, CommandError> {
-    let knobs = Knobs::from_node(&call.node);
+    let knobs = Knobs::from_node(&call.node, state.config.enable_discard_erase);
     let policy = WritePolicy::from_config(&state.config);
     // Raised when the operation ends under the step (Ironic aborted the
     // clean and powered the node off, or wiped the token).
@@ -64,7 +64,7 @@ pub async fn erase_devices_express_step(
     state: Arc<AgentState>,
     call: StepCall,
 ) -> Result<Value, CommandError> {
-    let knobs = Knobs::from_node(&call.node);
+    let knobs = Knobs::from_node(&call.node, state.config.enable_discard_erase);
     let policy = WritePolicy::from_config(&state.config);
     let node = call.node.clone();
     tokio::task::spawn_blocking(move || {

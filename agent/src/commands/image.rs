@@ -75,10 +75,14 @@ fn finish_whole_disk(device: &Path, configdrive: Option<&[u8]>) -> Result<(), Co
 }
 
 pub(crate) fn http_options(state: &AgentState) -> HttpOptions {
+    let c = &state.config;
     HttpOptions {
-        insecure: state.config.insecure,
-        cafile: state.config.cafile.clone(),
-        total_timeout: state.config.image_download_max_duration,
+        insecure: c.insecure,
+        cafile: c.cafile.clone(),
+        total_timeout: c.image_download_max_duration,
+        stall_timeout: c.image_download_connection_timeout,
+        retries: c.image_download_connection_retries,
+        retry_interval: c.image_download_connection_retry_interval,
         ..HttpOptions::default()
     }
 }

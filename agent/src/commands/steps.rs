@@ -255,6 +255,13 @@ impl Step {
     }
 }
 
+/// A priority the agent's configuration sets instead of the table's:
+/// `ipa-inject-files-priority` for the `inject_files` deploy step.
+fn configured_priority(state: &AgentState, step: &str, kind: StepKind) -> Option<u32> {
+    (kind == StepKind::Deploy && step == "inject_files")
+        .then_some(state.config.inject_files_priority)
+}
+
 /// `get_clean_steps` / `get_deploy_steps`: caches the node and lists the steps.
 pub async fn get_steps(state: Arc<AgentState>, params: Value, kind: StepKind) -> Outcome {
     // Parameters that are not an object carry no node (as before: ignored).
@@ -264,7 +271,10 @@ pub async fn get_steps(state: Arc<AgentState>, params: Value, kind: StepKind) ->
     }
     let steps: Vec<Value> = STEPS
         .iter()
-        .filter_map(|s| s.priority(kind).map(|p| s.describe(p)))
+        .filter_map(|s| {
+            s.priority(kind)
+                .map(|p| s.describe(configured_priority(&state, s.name, kind).unwrap_or(p)))
+        })
         .collect();
     Outcome::Done(json!({
         format!("{}_steps", kind.word()): {HARDWARE_MANAGER: steps},
@@ -331,5 +341,43 @@ pub async fn execute_step(state: Arc<AgentState>, params: Value, kind: StepKind)
             format!("Error performing {word} step {name}: {}", e.details),
         )),
         Err(e) => Outcome::Failed(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    async fn deploy_priority_of(state: AgentState, step: &str) -> Option<u64> {
+        let Outcome::Done(v) = get_steps(Arc::new(state), json!({}), StepKind::Deploy).await else {
+            panic!("get_deploy_steps failed")
+        };
+        v["deploy_steps"][HARDWARE_MANAGER]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["step"] == step)
+            .and_then(|s| s["priority"].as_u64())
+    }
+
+    #[tokio::test]
+    async fn ipa_inject_files_priority_sets_the_deploy_priority() {
+        let plain = AgentState::new(Config::default(), None);
+        assert_eq!(deploy_priority_of(plain, "inject_files").await, Some(0));
+        let config = Config {
+            inject_files_priority: 50,
+            ..Config::default()
+        };
+        let state = AgentState::new(config, None);
+        assert_eq!(deploy_priority_of(state, "inject_files").await, Some(50));
+        let state = AgentState::new(
+            Config {
+                inject_files_priority: 50,
+                ..Config::default()
+            },
+            None,
+        );
+        assert_eq!(deploy_priority_of(state, "write_image").await, Some(0));
     }
 }

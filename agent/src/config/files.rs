@@ -26,58 +26,8 @@ pub const DIR: &str = "etc/ironic-python-agent.d";
 /// Largest configuration file read.
 const MAX_FILE_BYTES: u64 = 1 << 20;
 
-/// Options that have a kernel parameter of the same name (`api_url` is
-/// `ipa-api-url`); files set them by that name.
-const AS_KERNEL_PARAM: &[&str] = &[
-    "api_url",
-    "inspection_callback_url",
-    "inspection_collectors",
-    "insecure",
-    "agent_token",
-    "advertise_host",
-    "advertise_port",
-    "listen_host",
-    "listen_port",
-    "global_request_id",
-    "collect_lldp",
-    "lldp_timeout",
-    "lookup_timeout",
-    "lookup_interval",
-    "http_request_timeout",
-    "ironic_api_version",
-    "enable_auto_tls",
-    "image_download_max_duration",
-    "enable_vlan_interfaces",
-    "debug",
-];
-
-/// Options IPA has that this agent deliberately does not take from files,
-/// with the reason logged when a file sets one.
-const IGNORED: &[(&str, &str)] = &[
-    (
-        "certfile",
-        "client certificates towards the conductor are not supported",
-    ),
-    (
-        "keyfile",
-        "client certificates towards the conductor are not supported",
-    ),
-    (
-        "listen_tls",
-        "the command API uses auto-TLS (enable_auto_tls)",
-    ),
-    (
-        "tls_cert_file",
-        "the command API uses auto-TLS (enable_auto_tls)",
-    ),
-    (
-        "tls_key_file",
-        "the command API uses auto-TLS (enable_auto_tls)",
-    ),
-    (
-        "hardware_initialization_delay",
-        "the ramdisk's init waits for devices itself",
-    ),
+/// oslo.log options IPA's files may carry, which this agent does not use.
+const LOG_OPTIONS: &[(&str, &str)] = &[
     (
         "log_file",
         "logs go to the console and the agent's log buffer",
@@ -175,10 +125,11 @@ fn parse_into(text: &str, source: &str, out: &mut FileOptions) {
         let value = value.trim().trim_matches('"').to_string();
         if key == "cafile" {
             out.cafile = (!value.is_empty()).then(|| PathBuf::from(&value));
-        } else if AS_KERNEL_PARAM.contains(&key.as_str()) {
-            out.params
-                .push((format!("ipa-{}", key.replace('_', "-")), value));
-        } else if let Some((_, why)) = IGNORED.iter().find(|(k, _)| *k == key) {
+        } else if let Some(param) = super::ipa_params::file_option_param(&key) {
+            out.params.push((param.to_string(), value));
+        } else if let Some(why) = super::ipa_params::file_option_refusal(&key)
+            .or_else(|| LOG_OPTIONS.iter().find(|(k, _)| *k == key).map(|(_, w)| *w))
+        {
             out.notes
                 .push(format!("{source}: option {key} ignored: {why}"));
         } else {

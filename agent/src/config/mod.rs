@@ -8,6 +8,7 @@
 
 pub mod cmdline;
 pub mod files;
+pub mod ipa_params;
 
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -114,6 +115,57 @@ pub struct Config {
     pub allowed_devices: Vec<PathBuf>,
     /// Ramdisk or host mode.
     pub mode: RunMode,
+    /// NTP server the clock is set from before any TLS (`ipa-ntp-server`).
+    pub ntp_server: Option<String>,
+    /// Pause before the hardware is read, for slow controllers
+    /// (`ipa-hardware-initialization-delay`).
+    pub hardware_initialization_delay: Duration,
+    /// Looks for a disk at start (`ipa-disk-wait-attempts`).
+    pub disk_wait_attempts: u32,
+    /// Pause between those looks (`ipa-disk-wait-delay`).
+    pub disk_wait_delay: Duration,
+    /// Image download connect and stall timeout
+    /// (`ipa-image-download-connection-timeout`).
+    pub image_download_connection_timeout: Duration,
+    /// Image download retries (`ipa-image-download-connection-retries`).
+    pub image_download_connection_retries: u32,
+    /// Longest pause between image download retries
+    /// (`ipa-image-download-connection-retry-interval`).
+    pub image_download_connection_retry_interval: Duration,
+    /// The command API's lowest TLS version until the lookup says
+    /// (`ipa-tls-min-version`, `1.2` or `1.3`).
+    pub tls_min_version: Option<String>,
+    /// The command API's TLS 1.2 suites until the lookup says
+    /// (`ipa-tls-cipher-suites`, an OpenSSL cipher list).
+    pub tls_cipher_suites: Option<String>,
+    /// Curve of the auto-TLS key (`ipa-tls-certificate-curve`).
+    pub tls_certificate_curve: TlsCurve,
+    /// `ipa-advertise-protocol=https` demands TLS on the command API.
+    pub require_tls: bool,
+    /// The NIC whose address is advertised (`ipa-network-interface`).
+    pub network_interface: Option<String>,
+    /// Tries to find the address to advertise (`ipa-ip-lookup-attempts`).
+    pub ip_lookup_attempts: u32,
+    /// Pause between those tries (`ipa-ip-lookup-timeout`).
+    pub ip_lookup_sleep: Duration,
+    /// Priority of the `inject_files` deploy step (`ipa-inject-files-priority`).
+    pub inject_files_priority: u32,
+    /// Default of `install_bootloader`'s `ignore_bootloader_failure`
+    /// (`ipa-ignore-bootloader-failure`).
+    pub ignore_bootloader_failure: Option<bool>,
+    /// A verified discard counts as an erase (`ipa-enable-discard-erase`;
+    /// the node's `agent_enable_discard_erase` overrides it).
+    pub enable_discard_erase: bool,
+}
+
+/// The curve of the auto-TLS certificate's key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TlsCurve {
+    /// NIST P-256.
+    P256,
+    /// NIST P-384 (IPA's default).
+    #[default]
+    P384,
 }
 
 /// IPA's default heartbeat gap after an async command ends (`min_heartbeat_interval`).
@@ -153,6 +205,23 @@ impl Default for Config {
             max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
             allowed_devices: Vec::new(),
             mode: RunMode::Host,
+            ntp_server: None,
+            hardware_initialization_delay: Duration::ZERO,
+            disk_wait_attempts: 10,
+            disk_wait_delay: Duration::from_secs(3),
+            image_download_connection_timeout: Duration::from_secs(60),
+            image_download_connection_retries: 9,
+            image_download_connection_retry_interval: Duration::from_secs(10),
+            tls_min_version: None,
+            tls_cipher_suites: None,
+            tls_certificate_curve: TlsCurve::P384,
+            require_tls: false,
+            network_interface: None,
+            ip_lookup_attempts: 6,
+            ip_lookup_sleep: Duration::from_secs(10),
+            inject_files_priority: 0,
+            ignore_bootloader_failure: None,
+            enable_discard_erase: false,
         }
     }
 }
@@ -173,6 +242,9 @@ impl Config {
                 });
                 ApiUrls::None
             });
+        }
+        if c.api_urls == ApiUrls::None && take(&mut errors, p.bool("ipa-use-mdns")) == Some(true) {
+            c.api_urls = ApiUrls::Mdns;
         }
         if let Some(raw) = p.get("ipa-inspection-callback-url") {
             if raw == "mdns" || raw.starts_with("http://") || raw.starts_with("https://") {
@@ -269,6 +341,7 @@ impl Config {
         if let Some(v) = take(&mut errors, p.bool("ipa-enable-auto-tls")) {
             c.auto_tls = v;
         }
+        more_params(p, &mut c, &mut errors);
         if p.contains("ipa-standalone") {
             errors.push(bad(
                 "ipa-standalone",
@@ -277,6 +350,80 @@ impl Config {
             ));
         }
         (c, errors)
+    }
+}
+
+/// The parameters added for IPA 13's full set (see [`ipa_params`]).
+fn more_params(p: &KernelParams, c: &mut Config, errors: &mut Vec<ParamError>) {
+    let text = |k: &str| p.get(k).map(str::trim).filter(|v| !v.is_empty());
+    let secs = |errors: &mut Vec<ParamError>, k: &str| {
+        take(errors, p.number::<u64>(k)).map(Duration::from_secs)
+    };
+    c.ntp_server = text("ipa-ntp-server").map(String::from);
+    if let Some(v) = secs(errors, "ipa-hardware-initialization-delay") {
+        c.hardware_initialization_delay = v;
+    }
+    if let Some(v) = take(errors, p.number::<u32>("ipa-disk-wait-attempts")) {
+        c.disk_wait_attempts = v;
+    }
+    if let Some(v) = secs(errors, "ipa-disk-wait-delay") {
+        c.disk_wait_delay = v;
+    }
+    if let Some(v) = secs(errors, "ipa-image-download-connection-timeout") {
+        c.image_download_connection_timeout = v.max(Duration::from_secs(1));
+    }
+    if let Some(v) = take(
+        errors,
+        p.number::<u32>("ipa-image-download-connection-retries"),
+    ) {
+        c.image_download_connection_retries = v;
+    }
+    if let Some(v) = secs(errors, "ipa-image-download-connection-retry-interval") {
+        c.image_download_connection_retry_interval = v;
+    }
+    if let Some(v) = text("ipa-tls-min-version") {
+        if matches!(v, "1.2" | "1.3") {
+            c.tls_min_version = Some(v.to_string());
+        } else {
+            errors.push(bad("ipa-tls-min-version", v, "expected 1.2 or 1.3"));
+        }
+    }
+    c.tls_cipher_suites = text("ipa-tls-cipher-suites").map(String::from);
+    if let Some(v) = text("ipa-tls-certificate-curve") {
+        match v.to_ascii_lowercase().as_str() {
+            "p256" | "p-256" | "secp256r1" | "prime256v1" => {
+                c.tls_certificate_curve = TlsCurve::P256
+            }
+            "p384" | "p-384" | "secp384r1" => c.tls_certificate_curve = TlsCurve::P384,
+            _ => errors.push(bad(
+                "ipa-tls-certificate-curve",
+                v,
+                "expected p256 or p384 (P-521 keys are not available here)",
+            )),
+        }
+    }
+    if let Some(v) = text("ipa-advertise-protocol") {
+        match v.to_ascii_lowercase().as_str() {
+            "http" => c.require_tls = false,
+            "https" => c.require_tls = true,
+            _ => errors.push(bad("ipa-advertise-protocol", v, "expected http or https")),
+        }
+    }
+    c.network_interface = text("ipa-network-interface").map(String::from);
+    if let Some(v) = take(errors, p.number::<u32>("ipa-ip-lookup-attempts")) {
+        c.ip_lookup_attempts = v.max(1);
+    }
+    if let Some(v) = secs(errors, "ipa-ip-lookup-timeout") {
+        c.ip_lookup_sleep = v;
+    }
+    if let Some(v) = take(errors, p.number::<u32>("ipa-inject-files-priority")) {
+        c.inject_files_priority = v;
+    }
+    if let Some(v) = take(errors, p.bool("ipa-ignore-bootloader-failure")) {
+        c.ignore_bootloader_failure = Some(v);
+    }
+    if let Some(v) = take(errors, p.bool("ipa-enable-discard-erase")) {
+        c.enable_discard_erase = v;
     }
 }
 

@@ -43,9 +43,16 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
 }
 
 /// Generates the self-signed certificate for `ip`.
-pub fn generate_certificate(ip: IpAddr, hostname: &str) -> Result<AgentCertificate> {
-    let key =
-        KeyPair::generate_for(&rcgen::PKCS_ECDSA_P384_SHA384).context("generating the TLS key")?;
+pub fn generate_certificate(
+    ip: IpAddr,
+    hostname: &str,
+    curve: crate::config::TlsCurve,
+) -> Result<AgentCertificate> {
+    let alg = match curve {
+        crate::config::TlsCurve::P256 => &rcgen::PKCS_ECDSA_P256_SHA256,
+        crate::config::TlsCurve::P384 => &rcgen::PKCS_ECDSA_P384_SHA384,
+    };
+    let key = KeyPair::generate_for(alg).context("generating the TLS key")?;
     let mut params = CertificateParams::default();
     let mut dn = DistinguishedName::new();
     dn.push(DnType::CommonName, hostname);
@@ -335,7 +342,12 @@ mod tests {
 
     #[test]
     fn certificate_names_the_advertised_ip_and_is_a_pem() {
-        let cert = generate_certificate("10.1.2.3".parse().unwrap(), "agent-host").unwrap();
+        let cert = generate_certificate(
+            "10.1.2.3".parse().unwrap(),
+            "agent-host",
+            Default::default(),
+        )
+        .unwrap();
         assert!(cert.pem.starts_with("-----BEGIN CERTIFICATE-----"));
         let mut roots = rustls::RootCertStore::empty();
         assert_eq!(add_pem_roots(&mut roots, cert.pem.as_bytes()).unwrap(), 1);
@@ -357,7 +369,12 @@ mod tests {
     #[test]
     fn the_lookups_cipher_suites_limit_tls_1_2_and_leave_tls_1_3() {
         use rustls::CipherSuite as C;
-        let cert = generate_certificate("10.1.2.3".parse().unwrap(), "agent-host").unwrap();
+        let cert = generate_certificate(
+            "10.1.2.3".parse().unwrap(),
+            "agent-host",
+            Default::default(),
+        )
+        .unwrap();
         let all = suites(&server_config(&cert, Some("1.2"), None).unwrap());
         assert!(all.contains(&C::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256));
         assert_eq!(
@@ -391,8 +408,22 @@ mod tests {
 
     #[test]
     fn two_certificates_differ() {
-        let a = generate_certificate("127.0.0.1".parse().unwrap(), "h").unwrap();
-        let b = generate_certificate("127.0.0.1".parse().unwrap(), "h").unwrap();
+        let a =
+            generate_certificate("127.0.0.1".parse().unwrap(), "h", Default::default()).unwrap();
+        let b =
+            generate_certificate("127.0.0.1".parse().unwrap(), "h", Default::default()).unwrap();
         assert_ne!(a.pem, b.pem);
+    }
+
+    #[test]
+    fn the_certificate_curve_follows_the_setting() {
+        let ip = "10.1.2.3".parse().unwrap();
+        let p384 = [0x06, 0x05, 0x2b, 0x81, 0x04, 0x00, 0x22];
+        let p256 = [0x06, 0x08, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07];
+        let has = |der: &[u8], oid: &[u8]| der.windows(oid.len()).any(|w| w == oid);
+        let c = generate_certificate(ip, "h", crate::config::TlsCurve::P384).unwrap();
+        assert!(has(c.der.as_ref(), &p384) && !has(c.der.as_ref(), &p256));
+        let c = generate_certificate(ip, "h", crate::config::TlsCurve::P256).unwrap();
+        assert!(has(c.der.as_ref(), &p256) && !has(c.der.as_ref(), &p384));
     }
 }

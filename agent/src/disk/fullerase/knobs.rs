@@ -24,6 +24,10 @@ pub struct Knobs {
     /// Disks with shared cluster filesystems may be erased
     /// (`wipe_special_filesystems`, see [`super::guard`]).
     pub wipe_special: bool,
+    /// A discard proven by reading back zeros counts as an erase
+    /// (`agent_enable_discard_erase`, else the agent's
+    /// `ipa-enable-discard-erase`; off by default, as in IPA 13).
+    pub enable_discard: bool,
 }
 
 impl Default for Knobs {
@@ -37,14 +41,16 @@ impl Default for Knobs {
             concurrency: 4,
             skip_read_only: false,
             wipe_special: false,
+            enable_discard: false,
         }
     }
 }
 
 impl Knobs {
     /// From the node sent with the step; missing or malformed values keep
-    /// the default.
-    pub fn from_node(node: &Value) -> Self {
+    /// the default. `discard_default` is the agent's own
+    /// `ipa-enable-discard-erase`, which the node's knob overrides.
+    pub fn from_node(node: &Value, discard_default: bool) -> Self {
         let d = Self::default();
         let info = &node["driver_internal_info"];
         let flag = |k: &str, default: bool| info[k].as_bool().unwrap_or(default);
@@ -65,6 +71,7 @@ impl Knobs {
                 .unwrap_or(d.concurrency),
             skip_read_only: flag("agent_erase_skip_read_only", false),
             wipe_special: super::guard::wipe_special_allowed(node),
+            enable_discard: flag("agent_enable_discard_erase", discard_default),
         }
     }
 }
@@ -76,12 +83,17 @@ mod tests {
 
     #[test]
     fn reads_ironic_values_and_keeps_defaults() {
-        assert_eq!(Knobs::from_node(&json!({})), Knobs::default());
+        assert_eq!(Knobs::from_node(&json!({}), false), Knobs::default());
+        assert!(Knobs::from_node(&json!({}), true).enable_discard);
+        let off = json!({"driver_internal_info": {"agent_enable_discard_erase": false}});
+        assert!(!Knobs::from_node(&off, true).enable_discard);
+        let on = json!({"driver_internal_info": {"agent_enable_discard_erase": true}});
+        assert!(Knobs::from_node(&on, false).enable_discard);
         let node = json!({"driver_internal_info": {
             "agent_erase_devices_iterations": 3, "agent_erase_devices_zeroize": false,
             "agent_continue_if_ata_erase_failed": true, "disk_erasure_concurrency": 0,
             "agent_erase_skip_read_only": true, "agent_enable_nvme_secure_erase": "bogus"}});
-        let k = Knobs::from_node(&node);
+        let k = Knobs::from_node(&node, false);
         assert_eq!((k.iterations, k.zeroize), (3, false));
         assert!(k.continue_if_secure_erase_failed && k.skip_read_only);
         assert_eq!(k.concurrency, 1);

@@ -6,7 +6,8 @@
 //! erase ([`nvme`], when enabled), ATA security erase through SG_IO
 //! ([`ata`], when enabled; not behind USB/SAS bridges, not when frozen),
 //! discard with a sampled read-back that
-//! proves zeros ([`methods`]), else overwrite with the passes and final
+//! proves zeros ([`methods`], only when enabled: `agent_enable_discard_erase`
+//! or `ipa-enable-discard-erase`, off by default as in IPA), else overwrite with the passes and final
 //! zeroing the conductor asked for ([`knobs`]). Disks are
 //! erased in parallel, at most `disk_erasure_concurrency` at once; progress
 //! is logged per disk every 10 %; the agent's abort flag (raised on reboot
@@ -270,7 +271,7 @@ pub fn erase_with(
             if let Some(done) = try_ata(&dev, &file, knobs)? {
                 return Ok(done);
             }
-            if target.discard_and_verify()? {
+            if knobs.enable_discard && target.discard_and_verify()? {
                 return Ok(Erased::Discard);
             }
             overwrite()

@@ -32,6 +32,7 @@ fn disks_are_discarded_in_parallel_and_read_back_as_zeros() {
         .collect();
     let knobs = Knobs {
         concurrency: 2,
+        enable_discard: true,
         ..Knobs::default()
     };
     let out = erase_disks(&disks, &policy(&disks), &knobs, &AtomicBool::new(false)).unwrap();
@@ -130,6 +131,7 @@ fn a_vmfs_disk_is_protected_unless_wiping_special_filesystems_is_allowed() {
     assert!(format!("{e:#}").contains("protected device"), "{e:#}");
     let knobs = Knobs {
         wipe_special: true,
+        enable_discard: true,
         ..Knobs::default()
     };
     let out = erase_disks(

@@ -1,0 +1,186 @@
+//! Every option of ironic-python-agent 13.0.0 (`config.py`, its kernel
+//! parameters and the few read elsewhere) and what this agent does with
+//! it: supported (where), ignored on purpose (why), or not applicable
+//! (why). The README's parameter table is this table; a test keeps the two
+//! equal and proves each supported option is parsed. Configuration files
+//! ([`super::files`]) take supported options by their option name.
+
+/// What the agent does with one IPA option.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    /// Parsed and acted on; the text says where.
+    Supported(&'static str),
+    /// Understood and deliberately not acted on; the text says why.
+    Ignored(&'static str),
+    /// Has no meaning for this agent; the text says why.
+    NotApplicable(&'static str),
+}
+
+impl Status {
+    /// The README's word for it.
+    pub fn word(self) -> &'static str {
+        match self {
+            Self::Supported(_) => "supported",
+            Self::Ignored(_) => "ignored",
+            Self::NotApplicable(_) => "not applicable",
+        }
+    }
+
+    /// Where or why.
+    pub fn text(self) -> &'static str {
+        match self {
+            Self::Supported(t) | Self::Ignored(t) | Self::NotApplicable(t) => t,
+        }
+    }
+}
+
+/// One IPA option.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Param {
+    /// The option's name in IPA's configuration files.
+    pub option: &'static str,
+    /// Its kernel parameter, if IPA has one.
+    pub kernel: Option<&'static str>,
+    /// What this agent does with it.
+    pub status: Status,
+    /// A valid value other than the default (tests set it and expect a
+    /// different configuration).
+    pub example: &'static str,
+}
+
+const fn p(
+    option: &'static str,
+    kernel: Option<&'static str>,
+    status: Status,
+    example: &'static str,
+) -> Param {
+    Param {
+        option,
+        kernel,
+        status,
+        example,
+    }
+}
+
+use Status::{Ignored, NotApplicable, Supported};
+
+const AUTO_TLS: &str =
+    "the command API uses auto-TLS: a certificate the agent makes and sends in its heartbeat";
+const OWN_LOGS: &str =
+    "logs go to the console and to the agent's log buffer (log.collect_system_logs)";
+const NO_CONTAINERS: &str = "no container runtime in the ramdisk: container steps are not offered";
+const NO_QEMU_IMG: &str =
+    "images are converted by the agent's own streaming code, never by qemu-img or dd";
+
+/// IPA 13.0.0's options, in `config.py`'s order, then those read elsewhere.
+pub const PARAMS: &[Param] = &[
+    p("api_url", Some("ipa-api-url"), Supported("conductor URLs, or mdns (config/mod.rs)"), "https://192.0.2.1:6385"),
+    p("global_request_id", Some("ipa-global-request-id"), Supported("sent as X-OpenStack-Request-ID (conductor/client.rs)"), "req-1"),
+    p("listen_host", Some("ipa-listen-host"), Supported("address the command API binds (server.rs)"), "127.0.0.1"),
+    p("listen_port", Some("ipa-listen-port"), Supported("port the command API binds (server.rs)"), "9998"),
+    p("listen_tls", None, Ignored(AUTO_TLS), "true"),
+    p("tls_cert_file", None, Ignored(AUTO_TLS), "/etc/cert.pem"),
+    p("tls_key_file", None, Ignored(AUTO_TLS), "/etc/key.pem"),
+    p("enable_auto_tls", Some("ipa-enable-auto-tls"), Supported("auto-TLS on or off (agent.rs); the kernel parameter is this agent's"), "false"),
+    p("auto_tls_allowed_clock_skew", None, Ignored("the certificate is valid from an hour before it was made, IPA's default skew"), "7200"),
+    p("tls_min_version", Some("ipa-tls-min-version"), Supported("the command API's lowest TLS version until the lookup says (tls/)"), "1.3"),
+    p("tls_cipher_suites", Some("ipa-tls-cipher-suites"), Supported("the command API's TLS 1.2 suites until the lookup says (tls/)"), "ECDHE-ECDSA-AES256-GCM-SHA384"),
+    p("tls_certificate_curve", Some("ipa-tls-certificate-curve"), Supported("the auto-TLS key's curve: p256 or p384 (tls/)"), "p256"),
+    p("advertise_host", Some("ipa-advertise-host"), Supported("address in the callback URL (agent.rs)"), "192.0.2.9"),
+    p("advertise_port", Some("ipa-advertise-port"), Supported("port in the callback URL (agent.rs)"), "9998"),
+    p("advertise_protocol", Some("ipa-advertise-protocol"), Supported("https demands TLS on the command API and fails clearly without it; http leaves auto-TLS to decide, as in IPA (agent.rs)"), "https"),
+    p("ip_lookup_attempts", Some("ipa-ip-lookup-attempts"), Supported("tries to find the address to advertise (agent.rs)"), "3"),
+    p("ip_lookup_sleep", Some("ipa-ip-lookup-timeout"), Supported("pause between those tries (agent.rs)"), "2"),
+    p("network_interface", Some("ipa-network-interface"), Supported("the NIC whose address is advertised (agent.rs)"), "eth1"),
+    p("lookup_timeout", Some("ipa-lookup-timeout"), Supported("lookup budget (agent.rs)"), "60"),
+    p("lookup_interval", Some("ipa-lookup-interval"), Supported("first lookup back-off (agent.rs)"), "5"),
+    p("lldp_timeout", Some("ipa-lldp-timeout"), Supported("LLDP listening time, 5 s by default instead of 30 (config/mod.rs)"), "35"),
+    p("collect_lldp", Some("ipa-collect-lldp"), Supported("LLDP in the inventory (inspect.rs)"), "true"),
+    p("inspection_callback_url", Some("ipa-inspection-callback-url"), Supported("inspection before lookup (inspect.rs)"), "https://192.0.2.1:6385/v1/continue_inspection"),
+    p("inspection_collectors", Some("ipa-inspection-collectors"), Supported("collectors run for inspection (collectors/)"), "default,lldp"),
+    p("inspection_dhcp_wait_timeout", Some("ipa-inspection-dhcp-wait-timeout"), Ignored("the ramdisk's init configures every NIC before the agent starts and reports each one's result"), "30"),
+    p("inspection_dhcp_all_interfaces", Some("ipa-inspection-dhcp-all-interfaces"), Ignored("the ramdisk's init runs DHCP on every NIC with a link"), "true"),
+    p("hardware_initialization_delay", Some("ipa-hardware-initialization-delay"), Supported("pause, logged, before the hardware is read (agent.rs)"), "5"),
+    p("disk_wait_attempts", Some("ipa-disk-wait-attempts"), Supported("looks for a disk at start, each logged (agent.rs)"), "3"),
+    p("disk_wait_delay", Some("ipa-disk-wait-delay"), Supported("pause between those looks (agent.rs)"), "1"),
+    p("insecure", Some("ipa-insecure"), Supported("no TLS verification towards the conductor and image servers"), "true"),
+    p("cafile", None, Supported("CA bundle for the conductor, image servers and inspection (config/files.rs)"), "/etc/ironic-python-agent/ironic.crt"),
+    p("certfile", None, Ignored("client certificates towards the conductor are not supported"), "/etc/client.pem"),
+    p("keyfile", None, Ignored("client certificates towards the conductor are not supported"), "/etc/client.key"),
+    p("introspection_daemon", None, Ignored("inspection runs once per boot, before lookup"), "true"),
+    p("introspection_daemon_post_interval", None, Ignored("inspection runs once per boot, before lookup"), "60"),
+    p("ntp_server", Some("ipa-ntp-server"), Supported("clock set by SNTP before any TLS (clock/); in host mode only measured"), "192.0.2.1"),
+    p("fail_if_clock_not_set", None, Ignored("a clock that cannot be set is logged and the conductor's Date header tried; TLS errors then say why"), "true"),
+    p("agent_token", Some("ipa-agent-token"), Supported("pre-shared token (state.rs)"), "x"),
+    p("image_server_user", None, Ignored("image server credentials come with each image_info from the conductor"), "u"),
+    p("image_server_password", None, Ignored("image server credentials come with each image_info from the conductor"), "p"),
+    p("image_server_auth_strategy", None, Ignored("image server credentials come with each image_info from the conductor"), "http_basic"),
+    p("image_download_connection_timeout", Some("ipa-image-download-connection-timeout"), Supported("connect and stall timeout of image downloads (commands/image.rs)"), "30"),
+    p("image_download_connection_retries", Some("ipa-image-download-connection-retries"), Supported("image download retries (commands/image.rs)"), "3"),
+    p("image_download_connection_retry_interval", Some("ipa-image-download-connection-retry-interval"), Supported("longest pause between image download retries (commands/image.rs)"), "2"),
+    p("image_download_max_duration", Some("ipa-image-download-max-duration"), Supported("limit on one image download (commands/image.rs)"), "3600"),
+    p("ironic_api_version", Some("ipa-ironic-api-version"), Supported("forced conductor API version (agent.rs)"), "1.68"),
+    p("enable_vlan_interfaces", Some("ipa-enable-vlan-interfaces"), Supported("VLAN interfaces made by the ramdisk's init (netconf/vlan.rs)"), "eth0.100"),
+    p("ignore_bootloader_failure", Some("ipa-ignore-bootloader-failure"), Supported("default of install_bootloader's ignore_bootloader_failure (commands/bootloader.rs)"), "true"),
+    p("inject_files_priority", Some("ipa-inject-files-priority"), Supported("priority of the inject_files deploy step (commands/steps.rs)"), "50"),
+    p("guard-special-filesystems", Some("ipa-guard-special-filesystems"), Ignored("the node's wipe_special_filesystems decides, per clean (disk/fullerase/guard.rs)"), "false"),
+    p("enable_discard_erase", Some("ipa-enable-discard-erase"), Supported("a verified discard counts as an erase; off by default as in IPA (disk/fullerase)"), "true"),
+    p("md5_enabled", None, Ignored("the conductor's lookup decides (agent_md5_checksum_enable)"), "true"),
+    p("http_request_timeout", Some("ipa-http-request-timeout"), Supported("timeout of one conductor request (conductor/client.rs)"), "10"),
+    p("config_drive_rebuild", None, Ignored("config drives are always written as the conductor sends them"), "true"),
+    p("disable_deep_image_inspection", None, Ignored("the conductor's lookup decides (image/policy.rs)"), "true"),
+    p("permitted_image_formats", None, Ignored("the conductor's lookup decides (image/policy.rs)"), "raw"),
+    p("disable_bootc_deploy", None, NotApplicable("execute_bootc_install is refused as not supported"), "true"),
+    p("enable_bios_bootloader_install", None, Ignored("the conductor's lookup decides (commands/bootloader.rs)"), "true"),
+    p("efi_system_partition_size", None, NotApplicable("partition images are not supported yet"), "1024"),
+    p("bios_boot_partition_size", None, NotApplicable("partition images are not supported yet"), "2"),
+    p("dd_block_size", None, Ignored(NO_QEMU_IMG), "4M"),
+    p("partition_detection_attempts", None, Ignored("the partition table is read back from the device itself, not waited for through udev"), "5"),
+    p("partprobe_attempts", None, Ignored("the kernel is told of a new table with BLKRRPART once, its error reported"), "5"),
+    p("image_convert_memory_limit", None, Ignored(NO_QEMU_IMG), "4096"),
+    p("image_convert_attempts", None, Ignored(NO_QEMU_IMG), "5"),
+    p("check_device_interval", None, NotApplicable("software RAID is not supported yet"), "2"),
+    p("check_device_max_retries", None, NotApplicable("software RAID is not supported yet"), "5"),
+    p("allow_arbitrary_containers", None, NotApplicable(NO_CONTAINERS), "true"),
+    p("allowed_containers", None, NotApplicable(NO_CONTAINERS), "quay.io/x"),
+    p("container_steps_file", None, NotApplicable(NO_CONTAINERS), "/etc/steps.yaml"),
+    p("runner", None, NotApplicable(NO_CONTAINERS), "docker"),
+    p("pull_options", None, NotApplicable(NO_CONTAINERS), "--quiet"),
+    p("run_options", None, NotApplicable(NO_CONTAINERS), "--rm"),
+    p("debug", Some("ipa-debug"), Supported("debug logging (cli/mod.rs)"), "true"),
+    p("log_file", None, Ignored(OWN_LOGS), "/var/log/ipa.log"),
+    p("use_stderr", None, Ignored(OWN_LOGS), "false"),
+    p("inspection_benchmarks", Some("ipa-inspection-benchmarks"), Ignored("no benchmark collectors: burn-in steps measure the hardware instead"), "cpu"),
+    p("use_mdns", Some("ipa-use-mdns"), Supported("the same as ipa-api-url=mdns (config/mod.rs)"), "true"),
+    p("container_auth", Some("ipa-container-auth-*"), NotApplicable(NO_CONTAINERS), "x"),
+    p("standalone", Some("ipa-standalone"), NotApplicable("removed from IPA in 2021; refused with a message"), "true"),
+];
+
+/// The kernel parameter a configuration file's `option` sets, for the
+/// options this agent supports and parses as a kernel parameter.
+pub fn file_option_param(option: &str) -> Option<&'static str> {
+    PARAMS
+        .iter()
+        .find(|p| same_option(p.option, option))
+        .filter(|p| matches!(p.status, Status::Supported(_)))
+        .and_then(|p| p.kernel)
+        .filter(|k| !k.ends_with('*'))
+}
+
+/// Why a configuration file's `option` is not used, for IPA options this
+/// agent does not support.
+pub fn file_option_refusal(option: &str) -> Option<&'static str> {
+    PARAMS
+        .iter()
+        .find(|p| same_option(p.option, option))
+        .filter(|p| !matches!(p.status, Status::Supported(_)))
+        .map(|p| p.status.text())
+}
+
+/// Option names compare with `-` and `_` alike, as oslo.config does.
+fn same_option(a: &str, b: &str) -> bool {
+    a.len() == b.len()
+        && a.bytes()
+            .zip(b.bytes())
+            .all(|(x, y)| x == y || (matches!(x, b'-' | b'_') && matches!(y, b'-' | b'_')))
+}

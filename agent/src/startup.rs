@@ -1,0 +1,98 @@
+//! What the agent waits for before it reads the hardware or opens a TLS
+//! connection, as IPA does at start: the clock (`ipa-ntp-server`, else the
+//! conductor's `Date` when the clock is obviously wrong), a pause for slow
+//! controllers (`ipa-hardware-initialization-delay`), and, in the ramdisk,
+//! a disk to appear (`ipa-disk-wait-attempts` × `ipa-disk-wait-delay`).
+//! Every wait is logged with its reason, so a slow start is visible.
+
+use std::path::Path;
+use std::time::Duration;
+
+use crate::config::{ApiUrls, Config, RunMode};
+
+/// Runs the waits `config` asks for. Nothing here is fatal: the agent
+/// goes on and later errors (TLS, no root device) say what is missing.
+pub async fn prepare(config: &Config) {
+    let conductor = match &config.api_urls {
+        ApiUrls::Urls(u) => u.first().map(String::as_str),
+        _ => None,
+    };
+    let ramdisk = config.mode == RunMode::Ramdisk;
+    crate::timesync::sync(config.ntp_server.as_deref(), conductor, ramdisk).await;
+    if !config.hardware_initialization_delay.is_zero() {
+        tracing::info!(
+            seconds = config.hardware_initialization_delay.as_secs_f64(),
+            "waiting before reading the hardware (ipa-hardware-initialization-delay)"
+        );
+        tokio::time::sleep(config.hardware_initialization_delay).await;
+    }
+    if ramdisk {
+        wait_for_disks(
+            Path::new("/"),
+            config.disk_wait_attempts,
+            config.disk_wait_delay,
+        )
+        .await;
+    }
+}
+
+/// Looks for a disk up to `attempts` times, `delay` apart (IPA's wait for
+/// slow storage controllers). Returns how many disks were found last.
+pub async fn wait_for_disks(root: &Path, attempts: u32, delay: Duration) -> usize {
+    let mut found = 0;
+    for attempt in 1..=attempts.max(1) {
+        found = crate::inventory::disks::read(root, &[]).map_or(0, |d| d.len());
+        if found > 0 {
+            if attempt > 1 {
+                tracing::info!(disks = found, attempt, "disks appeared");
+            }
+            return found;
+        }
+        if attempt < attempts {
+            tracing::warn!(
+                attempt,
+                attempts,
+                delay_s = delay.as_secs_f64(),
+                "no disk yet; waiting for the storage controllers (ipa-disk-wait-attempts/-delay)"
+            );
+            tokio::time::sleep(delay).await;
+        }
+    }
+    tracing::error!(
+        attempts,
+        "no disk found; deploys and cleans will fail until one appears"
+    );
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn the_disk_wait_tries_each_attempt_and_stops_at_a_disk() {
+        let root = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(root.path().join("sys/block")).unwrap();
+        let t = tokio::time::Instant::now();
+        assert_eq!(
+            wait_for_disks(root.path(), 4, Duration::from_secs(3)).await,
+            0
+        );
+        // Four looks, three pauses.
+        assert_eq!(t.elapsed(), Duration::from_secs(9));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_fixture_disk_ends_the_wait_at_once() {
+        let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+        let root = std::fs::read_dir(&fixtures)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| crate::inventory::disks::read(p, &[]).is_ok_and(|d| !d.is_empty()))
+            .expect("a captured machine with a disk under tests/fixtures");
+        let t = tokio::time::Instant::now();
+        assert!(wait_for_disks(&root, 10, Duration::from_secs(3)).await > 0);
+        assert_eq!(t.elapsed(), Duration::ZERO);
+    }
+}

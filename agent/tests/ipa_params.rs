@@ -1,0 +1,242 @@
+//! IPA 13's parameters: the README's table is `config::ipa_params::PARAMS`
+//! row for row, and every option it calls supported is really parsed (its
+//! example value changes the agent's configuration, or the part of the
+//! ramdisk that reads it).
+
+use agent::config::ipa_params::{Param, Status, PARAMS};
+use agent::config::{files, Config, KernelParams};
+
+/// The README rows between the heading and the next one: `option`,
+/// `kernel parameter`, `status`, `where or why`.
+fn readme_rows() -> Vec<[String; 4]> {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
+        .expect("README.md");
+    let start = readme
+        .find("## IPA parameters")
+        .expect("README has an IPA parameters section");
+    let section = &readme[start..];
+    let end = section[3..].find("\n## ").map_or(section.len(), |e| e + 3);
+    section[..end]
+        .lines()
+        .filter(|l| l.starts_with("| `"))
+        .map(|l| {
+            let cells: Vec<String> = l
+                .trim_matches('|')
+                .split(" | ")
+                .map(|c| c.trim().trim_matches('`').to_string())
+                .collect();
+            assert_eq!(cells.len(), 4, "README row {l:?}");
+            [
+                cells[0].clone(),
+                cells[1].clone(),
+                cells[2].clone(),
+                cells[3].clone(),
+            ]
+        })
+        .collect()
+}
+
+fn row(p: &Param) -> [String; 4] {
+    [
+        p.option.to_string(),
+        p.kernel.unwrap_or("").to_string(),
+        p.status.word().to_string(),
+        p.status.text().to_string(),
+    ]
+}
+
+#[test]
+fn the_readme_table_is_the_code_table() {
+    let readme = readme_rows();
+    let code: Vec<[String; 4]> = PARAMS.iter().map(row).collect();
+    for (i, (r, c)) in readme.iter().zip(&code).enumerate() {
+        assert_eq!(r, c, "README parameter row {} differs from the code", i + 1);
+    }
+    assert_eq!(
+        readme.len(),
+        code.len(),
+        "README has {} rows, the code {}",
+        readme.len(),
+        code.len()
+    );
+}
+
+/// Every option of IPA 13.0.0's `config.py` is in the table (the list is
+/// IPA's, option for option).
+#[test]
+fn every_ipa_13_option_is_in_the_table() {
+    const IPA_13: &[&str] = &[
+        "api_url",
+        "global_request_id",
+        "listen_host",
+        "listen_port",
+        "listen_tls",
+        "tls_cert_file",
+        "tls_key_file",
+        "enable_auto_tls",
+        "auto_tls_allowed_clock_skew",
+        "tls_min_version",
+        "tls_cipher_suites",
+        "tls_certificate_curve",
+        "advertise_host",
+        "advertise_port",
+        "advertise_protocol",
+        "ip_lookup_attempts",
+        "ip_lookup_sleep",
+        "network_interface",
+        "lookup_timeout",
+        "lookup_interval",
+        "lldp_timeout",
+        "collect_lldp",
+        "inspection_callback_url",
+        "inspection_collectors",
+        "inspection_dhcp_wait_timeout",
+        "inspection_dhcp_all_interfaces",
+        "hardware_initialization_delay",
+        "disk_wait_attempts",
+        "disk_wait_delay",
+        "insecure",
+        "cafile",
+        "certfile",
+        "keyfile",
+        "introspection_daemon",
+        "introspection_daemon_post_interval",
+        "ntp_server",
+        "fail_if_clock_not_set",
+        "agent_token",
+        "image_server_user",
+        "image_server_password",
+        "image_server_auth_strategy",
+        "image_download_connection_timeout",
+        "image_download_connection_retries",
+        "image_download_connection_retry_interval",
+        "image_download_max_duration",
+        "ironic_api_version",
+        "enable_vlan_interfaces",
+        "ignore_bootloader_failure",
+        "inject_files_priority",
+        "guard-special-filesystems",
+        "enable_discard_erase",
+        "md5_enabled",
+        "http_request_timeout",
+        "config_drive_rebuild",
+        "disable_deep_image_inspection",
+        "permitted_image_formats",
+        "disable_bootc_deploy",
+        "enable_bios_bootloader_install",
+        "efi_system_partition_size",
+        "bios_boot_partition_size",
+        "dd_block_size",
+        "partition_detection_attempts",
+        "partprobe_attempts",
+        "image_convert_memory_limit",
+        "image_convert_attempts",
+        "check_device_interval",
+        "check_device_max_retries",
+        "allow_arbitrary_containers",
+        "allowed_containers",
+        "container_steps_file",
+        "runner",
+        "pull_options",
+        "run_options",
+    ];
+    for o in IPA_13 {
+        assert!(
+            PARAMS.iter().any(|p| p.option == *o),
+            "{o} is missing from the table"
+        );
+    }
+    assert_eq!(IPA_13.len(), 73);
+}
+
+fn config_of(cmdline: &str) -> (String, usize) {
+    let (c, errors) = Config::from_kernel_params(&KernelParams::parse(cmdline));
+    (format!("{c:?}"), errors.len())
+}
+
+#[test]
+fn every_supported_parameter_is_parsed() {
+    let (default, _) = config_of("");
+    let mut checked = 0;
+    for p in PARAMS {
+        let Status::Supported(_) = p.status else {
+            continue;
+        };
+        let Some(kernel) = p.kernel else {
+            continue;
+        };
+        if kernel == "ipa-enable-vlan-interfaces" {
+            // Read by the ramdisk's init, not the agent's configuration.
+            let plan = agent::netconf::vlan::VlanPlan::parse(p.example);
+            assert_eq!(plan.explicit, [("eth0".to_string(), 100)]);
+            checked += 1;
+            continue;
+        }
+        let (parsed, errors) = config_of(&format!("{kernel}={}", p.example));
+        assert_eq!(errors, 0, "{kernel}={} is refused", p.example);
+        assert_ne!(parsed, default, "{kernel}={} changes nothing", p.example);
+        checked += 1;
+    }
+    assert!(checked >= 35, "only {checked} supported parameters checked");
+}
+
+/// Supported options given in an IPA configuration file change the
+/// configuration too, under their option names.
+#[test]
+fn supported_options_are_taken_from_configuration_files() {
+    let (default, _) = config_of("");
+    for p in PARAMS {
+        if !matches!(p.status, Status::Supported(_))
+            || p.kernel == Some("ipa-enable-vlan-interfaces")
+        {
+            continue;
+        }
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join(files::DIR);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("site.conf"),
+            format!("[DEFAULT]\n{} = {}\n", p.option, p.example),
+        )
+        .unwrap();
+        let f = files::read(root.path());
+        let mut params = KernelParams::parse("");
+        f.apply_to(&mut params);
+        let (mut c, errors) = Config::from_kernel_params(&params);
+        if let Some(ca) = f.cafile {
+            c.cafile = Some(ca);
+        }
+        assert!(errors.is_empty(), "{}: {errors:?}", p.option);
+        assert_ne!(
+            format!("{c:?}"),
+            default,
+            "{} in a file changes nothing: {:?}",
+            p.option,
+            f.notes
+        );
+    }
+}
+
+/// Options that are not supported are reported when a file sets them.
+#[test]
+fn unsupported_options_in_files_are_reported_with_the_reason() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join(files::DIR);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("site.conf"),
+        "[DEFAULT]\nrunner = docker\nguard_special_filesystems = false\n",
+    )
+    .unwrap();
+    let notes = files::read(root.path()).notes.join("\n");
+    assert!(
+        notes.contains("option runner ignored: no container runtime"),
+        "{notes}"
+    );
+    assert!(
+        notes.contains(
+            "option guard_special_filesystems ignored: the node's wipe_special_filesystems"
+        ),
+        "{notes}"
+    );
+}
