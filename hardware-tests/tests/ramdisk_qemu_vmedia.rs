@@ -19,14 +19,13 @@
 //! The kernel is handed to QEMU directly; booting the ISO Ironic builds
 //! itself, through a Redfish BMC, is the Metal3 suite's part.
 
-use std::path::Path;
-use std::process::Command;
-use std::sync::Arc;
 use std::time::Duration;
 
 use agent::testconductor::{Settings, TestConductor};
-use hardware_tests::bed::{self, Boot, Bus, Disk, Net, NetOptions, Nic, Vm, VmSpec, BRIDGE_IP};
-use hardware_tests::{require_root, run};
+use hardware_tests::bed::{
+    self, vmedia_disc, Boot, Bus, Disk, Net, NetOptions, Nic, Vm, VmSpec, BRIDGE_IP,
+};
+use hardware_tests::require_root;
 
 const MACS: [&str; 2] = ["52:54:00:12:35:01", "52:54:00:12:35:02"];
 const GUEST: &str = "10.99.0.50";
@@ -55,72 +54,17 @@ fn network_data() -> String {
     .to_string()
 }
 
-/// The conductor's certificate and key, made as Ironic's docs show.
-fn openssl_cert(dir: &Path) -> (Vec<u8>, Vec<u8>) {
-    let (cert, key) = (dir.join("ironic.crt"), dir.join("ironic.key"));
-    run(Command::new("openssl")
-        .args([
-            "req", "-x509", "-newkey", "rsa:2048", "-days", "30", "-nodes",
-        ])
-        .args(["-subj", &format!("/CN={BRIDGE_IP}")])
-        .args(["-addext", &format!("subjectAltName = IP:{BRIDGE_IP}")])
-        .arg("-keyout")
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert))
-    .unwrap();
-    (std::fs::read(cert).unwrap(), std::fs::read(key).unwrap())
-}
-
-/// The disc as Ironic's `prepare_deploy_iso` fills it (without the
-/// kernel and initramfs, which QEMU gets directly).
-fn vmedia_iso(dir: &Path, ca: &[u8]) -> std::path::PathBuf {
-    let tree = dir.join("iso");
-    for (path, bytes) in [
-        ("etc/ironic-python-agent/ironic.crt", ca.to_vec()),
-        (
-            "etc/ironic-python-agent.d/ironic-tls.conf",
-            b"[DEFAULT]\ncafile = /etc/ironic-python-agent/ironic.crt\n".to_vec(),
-        ),
-        (
-            "openstack/latest/network_data.json",
-            network_data().into_bytes(),
-        ),
-    ] {
-        let p = tree.join(path);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, bytes).unwrap();
-    }
-    let iso = dir.join("vmedia.iso");
-    run(Command::new("genisoimage")
-        .args(["-quiet", "-r", "-V", "config-2", "-J", "-l", "-o"])
-        .arg(&iso)
-        .arg(&tree))
-    .unwrap();
-    iso
-}
-
-fn server_tls(cert: &[u8], key: &[u8]) -> rustls::ServerConfig {
-    use rustls::pki_types::pem::PemObject;
-    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert)
-        .collect::<Result<_, _>>()
-        .unwrap();
-    rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(certs, PrivateKeyDer::from_pem_slice(key).unwrap())
-        .unwrap()
-}
-
 #[test]
 fn vmedia_static_bond_without_dhcp_and_the_isos_ca() {
     require_root("the QEMU virtual-media test");
     let ramdisk = bed::ramdisk_dir().unwrap();
     let tmp = tempfile::tempdir().unwrap();
-    let (cert, key) = openssl_cert(tmp.path());
-    let iso = vmedia_iso(tmp.path(), &cert);
+    let (cert, key) = vmedia_disc::openssl_cert(tmp.path()).unwrap();
+    let network_data = [(
+        "openstack/latest/network_data.json",
+        network_data().into_bytes(),
+    )];
+    let iso = vmedia_disc::disc(tmp.path(), &cert, &network_data).unwrap();
 
     let net = Net::start(NetOptions {
         ramdisk: None,
@@ -147,7 +91,7 @@ fn vmedia_static_bond_without_dhcp_and_the_isos_ca() {
         ),
     };
     let settings = Settings {
-        tls: Some(Arc::new(server_tls(&cert, &key))),
+        tls: Some(vmedia_disc::server_tls(&cert, &key).unwrap()),
         ..Settings::default()
     };
     let (cleaned, node, console, transcript, heartbeat_at, dnsmasq) = net

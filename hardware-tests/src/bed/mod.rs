@@ -19,6 +19,8 @@
 //! * [`redfish`]: a real Redfish BMC (sushy-tools' emulator with its libvirt
 //!   driver, a private libvirtd) running bed machines as libvirt domains:
 //!   power, boot device and virtual media set over Redfish.
+//! * [`vmedia_disc`]: the conductor certificate, its TLS server side and
+//!   the `config-2` disc carrying its CA, for ramdisks booted directly.
 //! * [`ironic_flow`]: real Ironic taking a machine through inspection,
 //!   cleaning, deploy and undeploy, the bed playing its BMC (the
 //!   Ironic-drives-the-ramdisk test and the demo).
@@ -32,6 +34,7 @@ pub mod lldp;
 pub mod net;
 pub mod redfish;
 pub mod vm;
+pub mod vmedia_disc;
 
 pub use net::{Net, NetOptions, Proc, BRIDGE_IP};
 pub use vm::{Boot, Bus, Disk, Firmware, Nic, Vm, VmSpec};

@@ -99,6 +99,9 @@ pub struct VmSpec {
     /// A disc in a SATA CD/DVD drive on the last AHCI port (`/dev/sr0`),
     /// as a BMC's virtual media appears.
     pub cdrom: Option<PathBuf>,
+    /// The real-time clock's start (QEMU's `-rtc base=`, e.g.
+    /// `2027-11-24T12:00:00`): a guest whose clock is wrong.
+    pub rtc_base: Option<String>,
 }
 
 impl VmSpec {
@@ -114,6 +117,7 @@ impl VmSpec {
             boot: Boot::Network,
             ipmi: false,
             cdrom: None,
+            rtc_base: None,
         }
     }
 }
@@ -158,6 +162,9 @@ impl<'n> Vm<'n> {
         .collect();
         args.extend(["-m".into(), spec.memory_mb.to_string()]);
         args.extend(["-smp".into(), spec.cpus.to_string()]);
+        if let Some(base) = &spec.rtc_base {
+            args.extend(["-rtc".into(), format!("base={base}")]);
+        }
         match &spec.firmware {
             Firmware::Bios => {}
             Firmware::Uefi { vars } => {
