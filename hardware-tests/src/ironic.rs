@@ -308,6 +308,28 @@ impl Ironic {
         self.wait_for(uuid, state, timeout).await
     }
 
+    /// `POST /v1/deploy_templates`: a deploy template named `name` (a
+    /// `CUSTOM_` trait) with these steps.
+    pub async fn create_deploy_template(&self, name: &str, steps: Value) -> Result<Value> {
+        self.call(
+            reqwest::Method::POST,
+            "/v1/deploy_templates",
+            Some(serde_json::json!({"name": name, "steps": steps})),
+        )
+        .await
+    }
+
+    /// `PUT /v1/nodes/{uuid}/traits`.
+    pub async fn set_traits(&self, uuid: &str, traits: &[&str]) -> Result<()> {
+        self.call(
+            reqwest::Method::PUT,
+            &format!("/v1/nodes/{uuid}/traits"),
+            Some(serde_json::json!({ "traits": traits })),
+        )
+        .await
+        .map(drop)
+    }
+
     /// `GET /v1/lookup?addresses=MAC`, as a ramdisk looks its node up (only
     /// answered while Ironic waits for an agent, e.g. in `clean wait`).
     pub async fn lookup(&self, mac: &str) -> Result<Value> {

@@ -354,3 +354,98 @@ async fn real_ironic_deploys_a_coreos_like_image_and_the_agent_injects_ignition(
     assert_eq!(kernel_label(&disk, 3), "config-2");
     agent.abort();
 }
+
+/// A deploy template (`CUSTOM_INJECT`, the node's and the instance's
+/// trait) runs the agent's `inject_files` deploy step after `write_image`:
+/// the file lands in the deployed image's root filesystem, found by its
+/// first directory (`/etc`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_ironic_runs_inject_files_from_a_deploy_template() {
+    hardware_tests::require_root("the real-Ironic deploy template test");
+    let dir = tempfile::tempdir().unwrap();
+    let rootfs = dir.path().join("rootfs");
+    std::fs::create_dir_all(rootfs.join("etc")).unwrap();
+    std::fs::write(rootfs.join("etc/hostname"), "tenant\n").unwrap();
+    let image_path = dir.path().join("tenant.raw");
+    std::fs::File::create(&image_path)
+        .unwrap()
+        .set_len(40 * MIB)
+        .unwrap();
+    hardware_tests::run(Command::new("bash").args([
+        "-c",
+        &format!(
+            "printf 'label: gpt\\nsize=32MiB, name=root\\n' | sfdisk --quiet --no-reread --no-tell-kernel {}",
+            image_path.display()
+        ),
+    ]))
+    .unwrap();
+    hardware_tests::run(
+        Command::new("mkfs.ext4")
+            .args(["-q", "-F", "-L", "root", "-E", "offset=1048576", "-d"])
+            .arg(&rootfs)
+            .arg(&image_path)
+            .arg("32M"),
+    )
+    .unwrap();
+    let img = std::fs::read(&image_path).unwrap();
+    let sha = ring::digest::digest(&ring::digest::SHA256, &img);
+    let sha: String = sha.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+    let server = ImageServer::start().unwrap();
+    server.route("/images/tenant.raw", &image_path, &[], Fault::None);
+    let disk = LoopDevice::new(64 * MIB).expect("creating a loop device");
+
+    let ironic = Ironic::start().expect("starting Ironic 39.0.0");
+    let mac = "52:54:00:c1:ea:05";
+    let uuid = ironic
+        .enroll_ready("agent-template", mac, true)
+        .await
+        .unwrap();
+    use base64::Engine as _;
+    let content =
+        base64::engine::general_purpose::STANDARD.encode("injected by a deploy template\n");
+    ironic
+        .create_deploy_template(
+            "CUSTOM_INJECT",
+            json!([{"interface": "deploy", "step": "inject_files", "priority": 50,
+                    "args": {"files": [{"path": "/etc/injected.conf", "content": content,
+                                        "mode": 0o640}]}}]),
+        )
+        .await
+        .unwrap();
+    ironic.set_traits(&uuid, &["CUSTOM_INJECT"]).await.unwrap();
+    ironic
+        .patch(
+            &uuid,
+            json!([
+                {"op": "add", "path": "/instance_info/image_source", "value": server.url("/images/tenant.raw")},
+                {"op": "add", "path": "/instance_info/image_os_hash_algo", "value": "sha256"},
+                {"op": "add", "path": "/instance_info/image_os_hash_value", "value": sha},
+                {"op": "add", "path": "/instance_info/root_gb", "value": 1},
+                {"op": "add", "path": "/instance_info/traits", "value": ["CUSTOM_INJECT"]},
+            ]),
+        )
+        .await
+        .unwrap();
+    let agent = agent::agent::start_detached(host_config(&ironic.url, mac, &disk.path));
+    ironic
+        .provision(&uuid, json!({"target": "active"}))
+        .await
+        .unwrap();
+    let node = ironic
+        .wait_for(&uuid, "active", Duration::from_secs(240))
+        .await
+        .unwrap_or_else(|e| panic!("deploy with the template: {e:#}"));
+    assert!(node["last_error"].is_null(), "{}", node["last_error"]);
+    let m = agent::ignition::mount::Mounted::new(&disk.path, MIB, 32 * MIB, "ext4", true).unwrap();
+    let injected = std::fs::read_to_string(m.path().join("etc/injected.conf"));
+    let mode = std::fs::metadata(m.path().join("etc/injected.conf")).map(|md| {
+        use std::os::unix::fs::PermissionsExt;
+        md.permissions().mode() & 0o777
+    });
+    let kept = std::fs::read_to_string(m.path().join("etc/hostname"));
+    m.unmount().unwrap();
+    assert_eq!(injected.unwrap(), "injected by a deploy template\n");
+    assert_eq!(mode.unwrap(), 0o640);
+    assert_eq!(kept.unwrap(), "tenant\n");
+    agent.abort();
+}
