@@ -1,129 +1,346 @@
-//! Real Ironic driving a machine on the bed: the pieces
-//! `tests/ironic_drives_ramdisk.rs` and the demo (`src/bin/demo.rs`) share.
+//! Real Ironic driving a machine on the bed through its Redfish BMC: the
+//! pieces `tests/ironic_drives_ramdisk.rs` and the demo (`src/bin/demo.rs`)
+//! share.
 //!
-//! Ironic runs with fake power and boot (no BMC can reach a QEMU VM), so
-//! the caller is the machine's power and boot device ([`Machine`]): when
-//! Ironic waits for the agent (`inspect wait`, `clean wait`, `wait
-//! call-back`) the VM PXE-boots the ramdisk with the kernel arguments
-//! Ironic's own PXE boot would give; when Ironic has powered the node off
-//! without telling the agent (end of inspection and cleaning, undeploy) the
-//! VM is stopped; after a deploy Ironic's `standby.power_off` makes the
-//! ramdisk power the VM off itself (checked), and the machine boots from
-//! its disk. [`Flow`] takes a node through Ironic's states that way.
+//! The machine is a libvirt domain behind the bed's BMC
+//! ([`super::redfish`]: sushy-tools and a private libvirtd). Ironic's
+//! `redfish` hardware type powers it and sets its boot device; its `ipxe`
+//! boot interface writes `boot.ipxe`, the node's iPXE config, kernel and
+//! ramdisk into its `http_root` ([`ironic_conf`], served by
+//! [`HttpRoot`]), and the bed's dnsmasq sends iPXE clients (the NIC's
+//! option ROM under SeaBIOS, or `snponly.efi` that OVMF's PXE fetches
+//! first) to that `boot.ipxe` ([`NetOptions::ironic_ipxe`]). So the domain
+//! really network-boots the deploy ramdisk whenever Ironic wants the agent,
+//! and boots from its disk after a deploy. Nobody here plays the BMC: a
+//! [`Flow`] asks Ironic for a state and watches Ironic's node, the domain's
+//! power state and boot order as libvirt has them, and its serial console
+//! (one file across all boots, [`Machine`]).
 //!
 //! With a [`Reporter`] (the demo) a flow also prints every provision-state
 //! and power-state change Ironic reports, the agent's log lines from the
-//! VM's console and, while the agent writes the image, its progress from its
+//! console and, while the agent writes the image, its progress from its
 //! own command list (called as the conductor calls it: the token and
 //! certificate from Ironic's database), and it is never silent for longer
 //! than [`HEARTBEAT`].
+//!
+//! [`NetOptions::ironic_ipxe`]: super::NetOptions::ironic_ipxe
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use anyhow::{ensure, Context, Result};
+use anyhow::{bail, ensure, Context, Result};
 use serde_json::{json, Value};
 
 use super::deploy::{self, Printer, HEARTBEAT};
-use super::{Boot, Net, Vm, VmSpec};
+use super::http_root::HttpRoot;
+use super::redfish::{self, Bmc, System};
+use super::BRIDGE_IP;
 use crate::ironic::{reached, settled_in, Ironic, Until, Watch, POLL_ANY, POLL_SETTLED};
 use crate::testimage;
 
-/// The machine's power and boot device, as the caller plays them.
-#[derive(Debug)]
-pub struct Machine<'n> {
-    net: &'n Net,
-    template: VmSpec,
-    api: String,
-    vm: Option<Vm<'n>>,
-    /// Whether `vm` runs the ramdisk (else the deployed system).
-    ramdisk: bool,
-    boots: usize,
+/// The port of Ironic's `http_root` on the bed's bridge address.
+pub const HTTP_PORT: u16 = 8088;
+
+/// What the deploy ramdisk's init prints first: one per ramdisk boot.
+pub const RAMDISK_START: &str = "deploy ramdisk init starting";
+
+/// What the kernel prints when the machine powers itself off.
+const POWER_DOWN: &str = "reboot: Power down";
+
+/// `http://10.99.0.1:8088`: Ironic's `[deploy] http_url`.
+pub fn http_url() -> String {
+    format!("http://{BRIDGE_IP}:{HTTP_PORT}")
 }
 
-/// What the deployed system showed when booted from disk.
+/// Ironic's `boot.ipxe` there, where the bed's dnsmasq sends iPXE clients.
+pub fn boot_script_url() -> String {
+    format!("{}/boot.ipxe", http_url())
+}
+
+/// Ironic's configuration for a Redfish machine booted by `ipxe` (loaded
+/// after `ci/ironic/ironic.conf` and the state directory's `paths.conf`):
+///
+/// * hardware type `redfish` beside `fake-hardware` (which `start.sh`'s
+///   readiness check looks for), `ipxe` boot, `redfish` power and
+///   management;
+/// * `[deploy] http_root`/`http_url`: `http_root`, served at [`http_url`],
+///   where Ironic writes `boot.ipxe`, `pxelinux.cfg/<MAC>`, and the node's
+///   `config`, `deploy_kernel` and `deploy_ramdisk`; `[dhcp] dhcp_provider
+///   = none` (from `ironic.conf`) as in Metal3: the bed's dnsmasq is
+///   configured once, Ironic never touches DHCP;
+/// * `[pxe] kernel_append_params = console=ttyS0` (the console the test
+///   reads; Ironic adds `ipa-api-url`, `ipa-debug=1` and `BOOTIF`);
+///   `[inspector] extra_kernel_params` = `inspection_params`;
+/// * `[agent] post_deploy_get_power_state_retries` and `_interval`: 30 ×
+///   1 s, the 30 s Ironic's defaults allow (6 × 5 s; `ironic.conf` cuts
+///   them to 2 × 1 s for fake power, which never goes off), polled every
+///   second: after `standby.power_off` Ironic waits that long for the agent
+///   to power the machine off before it would force it;
+/// * `[conductor] force_power_state_during_sync = false`: the deployed test
+///   system powers itself off after printing its marker, and Ironic's
+///   power sync must record that, not power it on again (a second disk
+///   boot nobody asked for).
+pub fn ironic_conf(http_root: &Path, inspection_params: &str) -> String {
+    format!(
+        "[DEFAULT]\n\
+         enabled_hardware_types = fake-hardware,redfish\n\
+         enabled_boot_interfaces = fake,ipxe\n\
+         enabled_power_interfaces = fake,redfish\n\
+         enabled_management_interfaces = noop,fake,redfish\n\
+         default_boot_interface = ipxe\n\
+         default_power_interface = redfish\n\
+         default_management_interface = redfish\n\
+         [agent]\n\
+         post_deploy_get_power_state_retries = 30\n\
+         post_deploy_get_power_state_retry_interval = 1\n\
+         [conductor]\n\
+         force_power_state_during_sync = false\n\
+         [deploy]\n\
+         http_root = {root}\n\
+         http_url = {url}\n\
+         [pxe]\n\
+         kernel_append_params = console=ttyS0\n\
+         [inspector]\n\
+         extra_kernel_params = {inspection_params}\n",
+        root = http_root.display(),
+        url = http_url(),
+    )
+}
+
+/// Ironic's `http_root`, served on the bed: a directory holding the deploy
+/// ramdisk (`deploy.kernel`, `deploy.initramfs`: the node's
+/// `deploy_kernel`/`deploy_ramdisk` URLs, which Ironic downloads into its
+/// cache and links into the node's directory) and whatever Ironic writes.
+#[derive(Debug)]
+pub struct PxeRoot {
+    /// The server and its access log.
+    pub http: HttpRoot,
+    dir: tempfile::TempDir,
+}
+
+impl PxeRoot {
+    /// A fresh `http_root` with the ramdisk from `ramdisk` (a directory
+    /// with `deploy.kernel` and `deploy.initramfs`), served at
+    /// [`http_url`].
+    pub fn start(net: &super::Net, ramdisk: &Path) -> Result<Self> {
+        let dir = tempfile::Builder::new()
+            .prefix("ironic-http-root-")
+            .tempdir()
+            .context("Ironic's http_root")?;
+        for f in ["deploy.kernel", "deploy.initramfs"] {
+            let to = dir.path().join(f);
+            // A hard link where possible (the initramfs is large).
+            if std::fs::hard_link(ramdisk.join(f), &to).is_err() {
+                std::fs::copy(ramdisk.join(f), &to)
+                    .with_context(|| format!("copying {f} from {}", ramdisk.display()))?;
+            }
+        }
+        let http = HttpRoot::serve(net, dir.path(), HTTP_PORT)?;
+        Ok(Self { http, dir })
+    }
+
+    /// The directory (Ironic's `[deploy] http_root`).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+/// Enrolls the domain `system` as a `redfish` node booted by `ipxe`
+/// (`boot_mode` `bios` or `uefi`), with a PXE port for `mac`, and takes it
+/// to `manageable` (Ironic verifies the BMC). Returns the node's UUID.
+pub async fn enroll(
+    ironic: &Ironic,
+    bmc: &Bmc<'_>,
+    system: &System,
+    name: &str,
+    mac: &str,
+    boot_mode: &str,
+) -> Result<String> {
+    let url = http_url();
+    let node = ironic
+        .create_node(json!({
+            "name": name,
+            "driver": "redfish",
+            "driver_info": {
+                "redfish_address": bmc.url(),
+                "redfish_system_id": system.path(),
+                "redfish_username": redfish::USER,
+                "redfish_password": redfish::PASSWORD,
+                "deploy_kernel": format!("{url}/deploy.kernel"),
+                "deploy_ramdisk": format!("{url}/deploy.initramfs"),
+            },
+            "boot_interface": "ipxe",
+            "power_interface": "redfish",
+            "management_interface": "redfish",
+            "inspect_interface": "agent",
+            "deploy_interface": "direct",
+            "network_interface": "noop",
+            "automated_clean": false,
+            "properties": {"cpu_arch": "x86_64", "capabilities": format!("boot_mode:{boot_mode}")},
+        }))
+        .await
+        .context("enrolling the node")?;
+    let uuid = node["uuid"]
+        .as_str()
+        .context("node without uuid")?
+        .to_string();
+    ironic.create_port(&uuid, mac).await?;
+    ironic
+        .move_to(&uuid, "manage", "manageable", Duration::from_secs(60))
+        .await
+        .context("manage (Ironic verifies the BMC)")?;
+    Ok(uuid)
+}
+
+/// The machine as the bed sees it: the libvirt domain behind the BMC, its
+/// disk and its serial console (appended to across boots).
+#[derive(Debug)]
+pub struct Machine<'b> {
+    bmc: &'b Bmc<'b>,
+    system: System,
+    disk: PathBuf,
+}
+
+/// What the deployed system showed when it booted from disk.
 #[derive(Debug)]
 pub struct DiskBoot {
-    /// From starting QEMU to the image's marker line.
+    /// From `active` to the image's marker line.
     pub marker_after: Duration,
     /// Its config drive's `meta_data.json`.
     pub meta: Value,
-    /// The whole console.
+    /// The console of that boot (from the ramdisk's power-off on).
     pub console: String,
 }
 
-impl<'n> Machine<'n> {
-    /// A machine like `template` (firmware, disks, NICs; its name prefixes
-    /// each boot's console, `<name>-boot<N>`), whose ramdisk is told that
-    /// Ironic's API is `api`.
-    pub fn new(net: &'n Net, template: VmSpec, api: &str) -> Self {
+impl<'b> Machine<'b> {
+    /// The domain `system` of `bmc`, whose first disk's file is `disk`.
+    pub fn new(bmc: &'b Bmc<'b>, system: System, disk: &Path) -> Self {
         Self {
-            net,
-            template,
-            api: api.to_string(),
-            vm: None,
-            ramdisk: false,
-            boots: 0,
+            bmc,
+            system,
+            disk: disk.to_path_buf(),
         }
     }
 
     /// The first disk's backing file.
     pub fn disk(&self) -> &Path {
-        &self.template.disks[0].path
+        &self.disk
     }
 
-    /// How often the machine was powered on.
-    pub fn boots(&self) -> usize {
-        self.boots
+    /// The domain behind the BMC.
+    pub fn system(&self) -> &System {
+        &self.system
     }
 
-    /// The running VM's console file.
-    pub fn console_path(&self) -> Option<&Path> {
-        self.vm.as_ref().map(|vm| vm.console_path())
+    /// The console file (all boots).
+    pub fn console_path(&self) -> &Path {
+        &self.system.console
     }
 
-    fn start(&mut self, boot: Boot) -> Result<()> {
-        ensure!(self.vm.is_none(), "the VM is already running");
-        self.boots += 1;
-        let spec = VmSpec {
-            name: format!("{}-boot{}", self.template.name, self.boots),
-            boot,
-            ..self.template.clone()
+    /// The console's bytes so far, as text (firmware writes escapes and
+    /// bytes that are not UTF-8).
+    pub fn console(&self) -> String {
+        String::from_utf8_lossy(&std::fs::read(&self.system.console).unwrap_or_default())
+            .into_owned()
+    }
+
+    /// The console's length in bytes: a mark for [`Machine::console_since`].
+    pub fn console_len(&self) -> usize {
+        std::fs::metadata(&self.system.console).map_or(0, |m| m.len() as usize)
+    }
+
+    /// The console from byte `mark` on.
+    pub fn console_since(&self, mark: usize) -> String {
+        let bytes = std::fs::read(&self.system.console).unwrap_or_default();
+        String::from_utf8_lossy(&bytes[mark.min(bytes.len())..]).into_owned()
+    }
+
+    /// How often the deploy ramdisk started, from the console.
+    pub fn ramdisk_boots(&self) -> usize {
+        self.console().matches(RAMDISK_START).count()
+    }
+
+    /// libvirt's state of the domain (`running`, `shut off`).
+    pub fn state(&self) -> Result<String> {
+        self.bmc.domain_state(&self.system.name)
+    }
+
+    /// Fails unless the domain boots `device` first (`network`, `disk`),
+    /// as Ironic set it through the BMC.
+    pub fn expect_boot_device(&self, device: &str, when: &str) -> Result<()> {
+        let first = self.bmc.first_boot_device(&self.system.name)?;
+        ensure!(
+            first.as_deref() == Some(device),
+            "{when}: the domain boots {first:?} first, not {device:?} (Ironic sets it through the BMC)"
+        );
+        Ok(())
+    }
+
+    /// Waits until libvirt reports the domain shut off.
+    pub fn wait_shut_off(&self, timeout: Duration) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let state = self.state()?;
+            if state == "shut off" {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                bail!(
+                    "the domain is still {state:?} after {timeout:?}; console: {}",
+                    self.console_path().display()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// Waits (blocking) until the console from `mark` on shows the agent
+    /// powering the ramdisk off, then the deployed system's `marker` line
+    /// and its config drive's `meta_data.json`, and the domain shut off
+    /// (the test system powers off after printing them). `since` is when
+    /// the node became `active`.
+    pub fn wait_disk_boot(
+        &self,
+        mark: usize,
+        marker: &str,
+        since: Instant,
+        timeout: Duration,
+    ) -> Result<DiskBoot> {
+        let line = testimage::marker_line(marker);
+        let deadline = Instant::now() + timeout;
+        let marker_after = loop {
+            if self.console_since(mark).contains(&line) {
+                break since.elapsed();
+            }
+            if Instant::now() >= deadline {
+                bail!(
+                    "the deployed system printed no {line:?} within {timeout:?} of `active`; console: {}",
+                    self.console_path().display()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(200));
         };
-        self.vm = Some(Vm::start(self.net, &spec)?);
-        Ok(())
-    }
-
-    /// PXE-boots the ramdisk with `args` added to Ironic's kernel parameters.
-    pub fn pxe_boot(&mut self, args: &str) -> Result<()> {
-        self.net.set_kernel_args(&format!(
-            "console=ttyS0 panic=-1 ipa-api-url={} {args}",
-            self.api
-        ))?;
-        self.start(Boot::Network)?;
-        self.ramdisk = true;
-        Ok(())
-    }
-
-    /// Powers the machine on from its disk; [`Machine::wait_disk_boot`]
-    /// follows it.
-    pub fn start_disk_boot(&mut self) -> Result<()> {
-        self.start(Boot::Disk)?;
-        self.ramdisk = false;
-        Ok(())
-    }
-
-    /// Waits (blocking) until the deployed system printed `marker`'s line
-    /// and its config drive's `meta_data.json`, then powered off.
-    pub fn wait_disk_boot(&mut self, marker: &str, timeout: Duration) -> Result<DiskBoot> {
-        let vm = self.vm.as_mut().context("the VM is not running")?;
-        let marker_after = deploy::wait_booted(vm, &testimage::marker_line(marker), timeout)
-            .context("the deployed system")?;
-        let console = vm.console();
+        self.wait_shut_off(Duration::from_secs(60))
+            .context("the deployed system did not power off after its marker")?;
+        let text = self.console_since(mark);
+        // The ramdisk powered itself off (standby.power_off) before the
+        // disk boot: Ironic's hard power off would print nothing.
+        let off = text.find(POWER_DOWN).with_context(|| {
+            format!(
+                "the ramdisk never powered the machine off (no {POWER_DOWN:?}); console: {}",
+                self.console_path().display()
+            )
+        })?;
+        ensure!(
+            text.find(&line).is_some_and(|at| off < at),
+            "the deployed system booted before the ramdisk powered off; console: {}",
+            self.console_path().display()
+        );
+        let console = text[off..].to_string();
         let meta = testimage::meta_data(&console).with_context(|| {
             format!(
                 "the deployed system printed no config drive; console: {}",
-                vm.console_path().display()
+                self.console_path().display()
             )
         })?;
         let meta =
@@ -134,69 +351,47 @@ impl<'n> Machine<'n> {
             console,
         })
     }
-
-    /// Ironic powered the node off without telling the agent: stop the VM.
-    /// A ramdisk must still be running then (the deployed system may have
-    /// halted by itself).
-    pub fn power_off(&mut self) -> Result<()> {
-        if let Some(mut vm) = self.vm.take() {
-            ensure!(
-                !self.ramdisk || vm.exited()?.is_none(),
-                "the ramdisk stopped by itself; console: {}",
-                vm.console_path().display()
-            );
-            vm.kill();
-        }
-        Ok(())
-    }
-
-    /// The ramdisk was told to power off: the VM must exit by itself.
-    pub fn wait_powered_off_by_agent(&mut self) -> Result<()> {
-        let mut vm = self.vm.take().context("no running VM")?;
-        let status = vm
-            .wait_exit(Duration::from_secs(60))
-            .context("the ramdisk did not power the VM off")?;
-        ensure!(status.success(), "QEMU: {status}");
-        ensure!(
-            vm.console().contains("reboot: Power down"),
-            "no power-off on the console: {}",
-            vm.console_path().display()
-        );
-        Ok(())
-    }
 }
 
 /// A node that Ironic drives, with the machine it stands for.
 #[derive(Debug)]
-pub struct Flow<'a, 'n> {
+pub struct Flow<'a, 'b> {
     /// The Ironic driving the node.
     pub ironic: &'a Ironic,
     /// The node.
     pub uuid: String,
-    /// Its power and boot device.
-    pub machine: Machine<'n>,
+    /// The machine.
+    pub machine: Machine<'b>,
     /// How long a flow may take to reach its end state: a PXE boot under
     /// TCG plus the flow.
     pub timeout: Duration,
     report: Option<Reporter>,
+    /// The console's length when the last deploy was asked for.
+    deploy_mark: usize,
+    /// When the last deploy reached `active`.
+    active_at: Option<Instant>,
 }
 
-impl<'a, 'n> Flow<'a, 'n> {
+impl<'a, 'b> Flow<'a, 'b> {
     /// A flow that prints nothing.
-    pub fn new(ironic: &'a Ironic, uuid: &str, machine: Machine<'n>, timeout: Duration) -> Self {
+    pub fn new(ironic: &'a Ironic, uuid: &str, machine: Machine<'b>, timeout: Duration) -> Self {
         Self {
             ironic,
             uuid: uuid.to_string(),
             machine,
             timeout,
             report: None,
+            deploy_mark: 0,
+            active_at: None,
         }
     }
 
     /// The same flow, reporting through `out` (see [`Reporter`]).
     pub fn reporting(self, out: Printer) -> Self {
+        let mut r = Reporter::new(out);
+        r.console = Some(self.machine.console_path().to_path_buf());
         Self {
-            report: Some(Reporter::new(out)),
+            report: Some(r),
             ..self
         }
     }
@@ -214,10 +409,8 @@ impl<'a, 'n> Flow<'a, 'n> {
     }
 
     async fn poll(&mut self, every: Duration, timeout: Duration, until: Until) -> Result<Value> {
-        let console = self.machine.console_path().map(Path::to_path_buf);
         match &mut self.report {
             Some(r) => {
-                r.console = console;
                 self.ironic
                     .poll_node(&self.uuid, every, timeout, r, until)
                     .await
@@ -242,54 +435,48 @@ impl<'a, 'n> Flow<'a, 'n> {
 
     /// Runs the blocking `f` on the machine; a reporting flow says
     /// meanwhile that it is still `what`, with the console's last line.
-    fn hold<T: Send>(&mut self, what: &str, f: impl FnOnce(&mut Machine<'n>) -> T + Send) -> T {
-        let machine = &mut self.machine;
+    fn hold<T: Send>(&mut self, what: &str, f: impl FnOnce(&Machine<'b>) -> T + Send) -> T {
+        let machine = &self.machine;
         tokio::task::block_in_place(|| match &mut self.report {
-            Some(r) => {
-                let console = machine.console_path().map(Path::to_path_buf);
-                r.out.meanwhile(what, console.as_deref(), || f(machine))
-            }
+            Some(r) => r
+                .out
+                .meanwhile(what, Some(machine.console_path()), || f(machine)),
             None => f(machine),
         })
     }
 
-    fn pxe_boot(&mut self, args: &str) -> Result<()> {
-        self.say("bmc: the machine PXE-boots the deploy ramdisk");
-        self.machine.pxe_boot(args)
-    }
-
-    /// Waits until Ironic has powered the node off (fake power), then stops
-    /// the VM, as a BMC would.
-    pub async fn follow_power_off(&mut self) -> Result<()> {
-        self.poll(POLL_ANY, Duration::from_secs(60), Until::PowerOff)
-            .await
-            .context("Ironic did not power the node off")?;
-        if self.machine.vm.is_some() {
-            self.say("bmc: Ironic powered the node off: the VM is stopped");
-        }
-        self.machine.power_off()
-    }
-
-    /// Waits for `state`, then boots the ramdisk as Ironic's PXE would.
-    pub async fn boot_when(&mut self, state: &str) -> Result<()> {
+    /// Waits for the wait state `state`, in which Ironic has set the boot
+    /// device to PXE and powered the machine on through the BMC: the
+    /// domain must boot its NIC first.
+    async fn ramdisk_wanted(&mut self, state: &str) -> Result<()> {
         self.wait_for_any_target(state, Duration::from_secs(120))
             .await?;
-        self.pxe_boot("")
+        self.machine
+            .expect_boot_device("network", state)
+            .context("Ironic's ipxe boot")?;
+        self.say("machine: Ironic set PXE first through the BMC and powered it on; it network-boots Ironic's iPXE config");
+        Ok(())
     }
 
-    /// `inspect` with the agent inspect interface (the ramdisk gets `args`
-    /// besides the callback URL) until `manageable`; the VM stopped. Returns
-    /// the node.
-    pub async fn inspect(&mut self, args: &str) -> Result<Value> {
+    /// Waits until Ironic has powered the node off through the BMC; the
+    /// domain must be shut off then.
+    pub async fn follow_power_off(&mut self) -> Result<()> {
+        self.poll(POLL_ANY, Duration::from_secs(120), Until::PowerOff)
+            .await
+            .context("Ironic did not power the node off")?;
+        self.machine
+            .wait_shut_off(Duration::from_secs(30))
+            .context("Ironic reports power off")
+    }
+
+    /// `inspect` with the agent inspect interface (Ironic boots the ramdisk
+    /// with `[inspector] extra_kernel_params` and the callback URL) until
+    /// `manageable`, and the machine powered off. Returns the node.
+    pub async fn inspect(&mut self) -> Result<Value> {
         self.ironic
             .provision(&self.uuid, json!({"target": "inspect"}))
             .await?;
-        self.wait_for_any_target("inspect wait", Duration::from_secs(60))
-            .await?;
-        self.pxe_boot(&format!(
-            "ipa-inspection-callback-url={}/v1/continue_inspection {args}",
-            self.ironic.url
-        ))?;
+        self.ramdisk_wanted("inspect wait").await?;
         let node = self
             .wait_for("manageable", self.timeout)
             .await
@@ -298,10 +485,10 @@ impl<'a, 'n> Flow<'a, 'n> {
         Ok(node)
     }
 
-    /// Cleaning until `available`: the ramdisk booted at `clean wait`, the
-    /// VM stopped when Ironic powers the node off. Returns the node.
+    /// Cleaning until `available`: the ramdisk booted for `clean wait`, the
+    /// machine powered off by Ironic afterwards. Returns the node.
     pub async fn cleaned(&mut self) -> Result<Value> {
-        self.boot_when("clean wait").await?;
+        self.ramdisk_wanted("clean wait").await?;
         let node = self.wait_for("available", self.timeout).await?;
         self.follow_power_off().await?;
         Ok(node)
@@ -322,8 +509,8 @@ impl<'a, 'n> Flow<'a, 'n> {
     }
 
     /// Sets `instance_info` (JSON-patch operations), asks for `active`
-    /// (with `configdrive` if given) and boots the ramdisk when Ironic
-    /// waits for it.
+    /// (with `configdrive` if given) and waits until Ironic boots the
+    /// ramdisk for it (`wait call-back`).
     pub async fn start_deploy(
         &mut self,
         instance_info: Value,
@@ -334,20 +521,44 @@ impl<'a, 'n> Flow<'a, 'n> {
         if let Some(cd) = configdrive {
             body["configdrive"] = cd;
         }
+        self.deploy_mark = self.machine.console_len();
+        self.active_at = None;
         self.ironic.provision(&self.uuid, body).await?;
-        self.boot_when("wait call-back").await
+        self.ramdisk_wanted("wait call-back").await
     }
 
-    /// A deploy until `active`, the ramdisk having powered the VM off
-    /// itself. Returns the node.
+    /// A deploy until `active`: by then Ironic has had the agent power the
+    /// machine off, set the boot device to disk and powered it on. Returns
+    /// the node.
     pub async fn deploy(&mut self, instance_info: Value, configdrive: Value) -> Result<Value> {
         self.start_deploy(instance_info, Some(configdrive)).await?;
         let node = self.wait_for("active", self.timeout).await?;
-        self.hold("waiting for the agent to power the machine off", |m| {
-            m.wait_powered_off_by_agent()
-        })?;
-        self.say("machine: the agent powered it off (reboot: Power down)");
+        self.active_at = Some(Instant::now());
+        self.machine
+            .expect_boot_device("disk", "active")
+            .context("Ironic's boot device after a deploy")?;
+        self.say("machine: Ironic set the disk first through the BMC and powered it on");
         Ok(node)
+    }
+
+    /// After [`Flow::deploy`]: the machine, powered off by the agent, boots
+    /// from its disk; the deployed system prints `marker`'s line and its
+    /// config drive's `meta_data.json`, then powers off.
+    pub async fn boot_disk(&mut self, marker: &str, timeout: Duration) -> Result<DiskBoot> {
+        let since = self.active_at.context("no deploy reached active")?;
+        let mark = self.deploy_mark;
+        let booted = self.hold("booting from disk", |m| {
+            m.wait_disk_boot(mark, marker, since, timeout)
+        })?;
+        self.say(format!("machine: the agent powered the ramdisk off ({POWER_DOWN}), then the machine booted from its disk"));
+        // Ironic did not force the power off the agent was asked for.
+        let log = std::fs::read_to_string(self.ironic.log_path()).unwrap_or_default();
+        ensure!(
+            !log.contains("Forcing hard power off"),
+            "Ironic had to force the power off after standby.power_off; log: {}",
+            self.ironic.log_path().display()
+        );
+        Ok(booted)
     }
 
     /// Undeploy with automated cleaning, until `available`.
@@ -355,20 +566,17 @@ impl<'a, 'n> Flow<'a, 'n> {
         self.ironic
             .provision(&self.uuid, json!({"target": "deleted"}))
             .await?;
-        // Tear-down powers the deployed system off before cleaning boots the ramdisk.
-        self.wait_for_any_target("clean wait", Duration::from_secs(120))
-            .await?;
-        self.machine.power_off()?;
         self.cleaned().await
     }
 
-    /// Boots the machine from its disk: the deployed system prints
-    /// `marker`'s line and its config drive's `meta_data.json`, then powers
-    /// off.
-    pub async fn boot_disk(&mut self, marker: &str, timeout: Duration) -> Result<DiskBoot> {
-        self.say("bmc: the machine boots from its disk");
-        self.machine.start_disk_boot()?;
-        self.hold("booting from disk", |m| m.wait_disk_boot(marker, timeout))
+    /// Asks Ironic to power the node off (an operator's action), and waits
+    /// until it is and the domain is shut off.
+    pub async fn power_off(&mut self) -> Result<()> {
+        self.ironic.set_power(&self.uuid, "power off").await?;
+        self.ironic
+            .wait_power(&self.uuid, "power off", Duration::from_secs(120))
+            .await?;
+        self.machine.wait_shut_off(Duration::from_secs(30))
     }
 }
 
