@@ -7,9 +7,11 @@
 //! `redfish` hardware type powers it and sets its boot device; its `ipxe`
 //! boot interface writes `boot.ipxe`, the node's iPXE config, kernel and
 //! ramdisk into its `http_root` ([`ironic_conf`], served by
-//! [`HttpRoot`]), and the bed's dnsmasq sends iPXE clients (the NIC's
-//! option ROM under SeaBIOS, or `snponly.efi` that OVMF's PXE fetches
-//! first) to that `boot.ipxe` ([`NetOptions::ironic_ipxe`]). So the domain
+//! [`HttpRoot`]), and the bed's dnsmasq sends iPXE clients to that
+//! `boot.ipxe` ([`NetOptions::ironic_ipxe`]): QEMU's NIC option ROM is
+//! iPXE under SeaBIOS and, as its EFI driver, under OVMF (a firmware PXE
+//! without iPXE would get `snponly.efi` first, as Metal3's dnsmasq does;
+//! not needed on this bed). So the domain
 //! really network-boots the deploy ramdisk whenever Ironic wants the agent,
 //! and boots from its disk after a deploy. Nobody here plays the BMC: a
 //! [`Flow`] asks Ironic for a state and watches Ironic's node, the domain's
