@@ -628,7 +628,8 @@ impl Reporter {
     }
 
     /// Prints the agent's log lines that reached the console since the last
-    /// call (whole lines only).
+    /// call (whole lines only), and the kernel command line of each boot
+    /// (what Ironic's iPXE config gave the ramdisk).
     fn agent_lines(&mut self) {
         let Some(path) = &self.console else { return };
         if self.scanned.0 != *path {
@@ -645,6 +646,9 @@ impl Reporter {
         for line in deploy::plain_lines(&String::from_utf8_lossy(&bytes[from..from + end])) {
             if let Some(message) = agent_message(&line) {
                 self.out.line(format!("agent: {message}"));
+            } else if let Some((_, args)) = line.split_once("] Kernel command line: ") {
+                self.out
+                    .line(format!("machine: kernel started with {args}"));
             }
         }
     }

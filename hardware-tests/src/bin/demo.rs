@@ -307,7 +307,13 @@ async fn drive(flow: &mut Flow<'_, '_>, images: &ImageServer, p: &Prepared) -> R
         &booted.console,
         (booted.marker_after, "active"),
         p,
-    )
+    )?;
+    let boots = flow.machine.ramdisk_boots();
+    flow.say(format!(
+        "the machine network-booted the deploy ramdisk {boots} times through Ironic's iPXE \
+         (inspection, cleaning, deploy); Ironic powered it and set its boot device through the BMC"
+    ));
+    Ok(())
 }
 
 /// `get_deploy_steps, execute_deploy_step(write_image), …`.
