@@ -16,29 +16,38 @@
 //! and boots from its disk after a deploy. Nobody here plays the BMC: a
 //! [`Flow`] asks Ironic for a state and watches Ironic's node, the domain's
 //! power state and boot order as libvirt has them, and its serial console
-//! (one file across all boots, [`Machine`]).
+//! (one file across all boots, [`Machine`], in `machine.rs`).
 //!
-//! With a [`Reporter`] (the demo) a flow also prints every provision-state
-//! and power-state change Ironic reports, the agent's log lines from the
-//! console and, while the agent writes the image, its progress from its
-//! own command list (called as the conductor calls it: the token and
-//! certificate from Ironic's database), and it is never silent for longer
-//! than [`HEARTBEAT`].
+//! With a [`Reporter`] (the demo; `report.rs`) a flow also prints every
+//! provision-state and power-state change Ironic reports, the agent's log
+//! lines and each boot's kernel command line from the console and, while
+//! the agent writes the image, its progress from its own command list
+//! (called as the conductor calls it: the token and certificate from
+//! Ironic's database), and it is never silent for longer than
+//! [`HEARTBEAT`](super::deploy::HEARTBEAT).
+//!
+//! This file holds Ironic's configuration for it, the `http_root`, the
+//! node's enrolment and [`Flow`].
 //!
 //! [`NetOptions::ironic_ipxe`]: super::NetOptions::ironic_ipxe
 
-use std::path::{Path, PathBuf};
+mod machine;
+mod report;
+
+pub use machine::{DiskBoot, Machine};
+pub use report::{agent_message, Reporter};
+
+use std::path::Path;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, ensure, Context, Result};
+use anyhow::{ensure, Context, Result};
 use serde_json::{json, Value};
 
-use super::deploy::{self, Printer, HEARTBEAT};
+use super::deploy::Printer;
 use super::http_root::HttpRoot;
 use super::redfish::{self, Bmc, System};
 use super::BRIDGE_IP;
-use crate::ironic::{reached, settled_in, Ironic, Until, Watch, POLL_ANY, POLL_SETTLED};
-use crate::testimage;
+use crate::ironic::{reached, settled_in, Ironic, Until, POLL_ANY, POLL_SETTLED};
 
 /// The port of Ironic's `http_root` on the bed's bridge address.
 pub const HTTP_PORT: u16 = 8088;
@@ -194,167 +203,6 @@ pub async fn enroll(
     Ok(uuid)
 }
 
-/// The machine as the bed sees it: the libvirt domain behind the BMC, its
-/// disk and its serial console (appended to across boots).
-#[derive(Debug)]
-pub struct Machine<'b> {
-    bmc: &'b Bmc<'b>,
-    system: System,
-    disk: PathBuf,
-}
-
-/// What the deployed system showed when it booted from disk.
-#[derive(Debug)]
-pub struct DiskBoot {
-    /// From `active` to the image's marker line.
-    pub marker_after: Duration,
-    /// Its config drive's `meta_data.json`.
-    pub meta: Value,
-    /// The console of that boot (from the ramdisk's power-off on).
-    pub console: String,
-}
-
-impl<'b> Machine<'b> {
-    /// The domain `system` of `bmc`, whose first disk's file is `disk`.
-    pub fn new(bmc: &'b Bmc<'b>, system: System, disk: &Path) -> Self {
-        Self {
-            bmc,
-            system,
-            disk: disk.to_path_buf(),
-        }
-    }
-
-    /// The first disk's backing file.
-    pub fn disk(&self) -> &Path {
-        &self.disk
-    }
-
-    /// The domain behind the BMC.
-    pub fn system(&self) -> &System {
-        &self.system
-    }
-
-    /// The console file (all boots).
-    pub fn console_path(&self) -> &Path {
-        &self.system.console
-    }
-
-    /// The console's bytes so far, as text (firmware writes escapes and
-    /// bytes that are not UTF-8).
-    pub fn console(&self) -> String {
-        String::from_utf8_lossy(&std::fs::read(&self.system.console).unwrap_or_default())
-            .into_owned()
-    }
-
-    /// The console's length in bytes: a mark for [`Machine::console_since`].
-    pub fn console_len(&self) -> usize {
-        std::fs::metadata(&self.system.console).map_or(0, |m| m.len() as usize)
-    }
-
-    /// The console from byte `mark` on.
-    pub fn console_since(&self, mark: usize) -> String {
-        let bytes = std::fs::read(&self.system.console).unwrap_or_default();
-        String::from_utf8_lossy(&bytes[mark.min(bytes.len())..]).into_owned()
-    }
-
-    /// How often the deploy ramdisk started, from the console.
-    pub fn ramdisk_boots(&self) -> usize {
-        self.console().matches(RAMDISK_START).count()
-    }
-
-    /// libvirt's state of the domain (`running`, `shut off`).
-    pub fn state(&self) -> Result<String> {
-        self.bmc.domain_state(&self.system.name)
-    }
-
-    /// Fails unless the domain boots `device` first (`network`, `disk`),
-    /// as Ironic set it through the BMC.
-    pub fn expect_boot_device(&self, device: &str, when: &str) -> Result<()> {
-        let first = self.bmc.first_boot_device(&self.system.name)?;
-        ensure!(
-            first.as_deref() == Some(device),
-            "{when}: the domain boots {first:?} first, not {device:?} (Ironic sets it through the BMC)"
-        );
-        Ok(())
-    }
-
-    /// Waits until libvirt reports the domain shut off.
-    pub fn wait_shut_off(&self, timeout: Duration) -> Result<()> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let state = self.state()?;
-            if state == "shut off" {
-                return Ok(());
-            }
-            if Instant::now() >= deadline {
-                bail!(
-                    "the domain is still {state:?} after {timeout:?}; console: {}",
-                    self.console_path().display()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
-    }
-
-    /// Waits (blocking) until the console from `mark` on shows the agent
-    /// powering the ramdisk off, then the deployed system's `marker` line
-    /// and its config drive's `meta_data.json`, and the domain shut off
-    /// (the test system powers off after printing them). `since` is when
-    /// the node became `active`.
-    pub fn wait_disk_boot(
-        &self,
-        mark: usize,
-        marker: &str,
-        since: Instant,
-        timeout: Duration,
-    ) -> Result<DiskBoot> {
-        let line = testimage::marker_line(marker);
-        let deadline = Instant::now() + timeout;
-        let marker_after = loop {
-            if self.console_since(mark).contains(&line) {
-                break since.elapsed();
-            }
-            if Instant::now() >= deadline {
-                bail!(
-                    "the deployed system printed no {line:?} within {timeout:?} of `active`; console: {}",
-                    self.console_path().display()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        };
-        self.wait_shut_off(Duration::from_secs(60))
-            .context("the deployed system did not power off after its marker")?;
-        let text = self.console_since(mark);
-        // The ramdisk powered itself off (standby.power_off) before the
-        // disk boot: Ironic's hard power off would print nothing.
-        let off = text.find(POWER_DOWN).with_context(|| {
-            format!(
-                "the ramdisk never powered the machine off (no {POWER_DOWN:?}); console: {}",
-                self.console_path().display()
-            )
-        })?;
-        ensure!(
-            text.find(&line).is_some_and(|at| off < at),
-            "the deployed system booted before the ramdisk powered off; console: {}",
-            self.console_path().display()
-        );
-        let console = text[off..].to_string();
-        let meta = testimage::meta_data(&console).with_context(|| {
-            format!(
-                "the deployed system printed no config drive; console: {}",
-                self.console_path().display()
-            )
-        })?;
-        let meta =
-            serde_json::from_str(&meta).with_context(|| format!("meta_data.json {meta:?}"))?;
-        Ok(DiskBoot {
-            marker_after,
-            meta,
-            console,
-        })
-    }
-}
-
 /// A node that Ironic drives, with the machine it stands for.
 #[derive(Debug)]
 pub struct Flow<'a, 'b> {
@@ -391,7 +239,7 @@ impl<'a, 'b> Flow<'a, 'b> {
     /// The same flow, reporting through `out` (see [`Reporter`]).
     pub fn reporting(self, out: Printer) -> Self {
         let mut r = Reporter::new(out);
-        r.console = Some(self.machine.console_path().to_path_buf());
+        r.set_console(self.machine.console_path().to_path_buf());
         Self {
             report: Some(r),
             ..self
@@ -579,226 +427,5 @@ impl<'a, 'b> Flow<'a, 'b> {
             .wait_power(&self.uuid, "power off", Duration::from_secs(120))
             .await?;
         self.machine.wait_shut_off(Duration::from_secs(30))
-    }
-}
-
-/// Prints what a [`Flow`] sees: Ironic's provision and power states as
-/// they change (`ironic: deploying → wait call-back`), the agent's log
-/// lines from the ramdisk's console (`agent: …`), the agent's write
-/// progress from its command list, and every [`HEARTBEAT`] without news
-/// the state it is still in with the console's last line.
-#[derive(Debug)]
-pub struct Reporter {
-    /// Where it prints.
-    pub out: Printer,
-    /// The agent's command list as last read (while Ironic deployed).
-    pub commands: Vec<Value>,
-    console: Option<PathBuf>,
-    /// The console file scanned for agent lines, and how far.
-    scanned: (PathBuf, usize),
-    state: String,
-    power: String,
-    since: Instant,
-    agent: Option<AgentView>,
-    next_look: Instant,
-}
-
-/// The agent's command API, as the conductor calls it.
-#[derive(Debug)]
-struct AgentView {
-    url: String,
-    token: String,
-    http: reqwest::Client,
-}
-
-impl Reporter {
-    /// Reports through `out`.
-    pub fn new(out: Printer) -> Self {
-        Self {
-            out,
-            commands: Vec::new(),
-            console: None,
-            scanned: (PathBuf::new(), 0),
-            state: String::new(),
-            power: String::new(),
-            since: Instant::now(),
-            agent: None,
-            next_look: Instant::now(),
-        }
-    }
-
-    /// Prints the agent's log lines that reached the console since the last
-    /// call (whole lines only), and the kernel command line of each boot
-    /// (what Ironic's iPXE config gave the ramdisk).
-    fn agent_lines(&mut self) {
-        let Some(path) = &self.console else { return };
-        if self.scanned.0 != *path {
-            self.scanned = (path.clone(), 0);
-        }
-        let Ok(bytes) = std::fs::read(path) else {
-            return;
-        };
-        let from = self.scanned.1.min(bytes.len());
-        let Some(end) = bytes[from..].iter().rposition(|&b| b == b'\n') else {
-            return;
-        };
-        self.scanned.1 = from + end + 1;
-        for line in deploy::plain_lines(&String::from_utf8_lossy(&bytes[from..from + end])) {
-            if let Some(message) = agent_message(&line) {
-                self.out.line(format!("agent: {message}"));
-            } else if let Some((_, args)) = line.split_once("] Kernel command line: ") {
-                self.out
-                    .line(format!("machine: kernel started with {args}"));
-            }
-        }
-    }
-
-    /// The agent's API from what Ironic stored at its heartbeat: its URL,
-    /// token and certificate.
-    fn connect(ironic: &Ironic, uuid: &str) -> Result<Option<AgentView>> {
-        let info = ironic.stored_driver_internal_info(uuid)?;
-        let (Some(url), Some(token), Some(ca)) = (
-            info["agent_url"].as_str(),
-            info["agent_secret_token"].as_str(),
-            info["agent_verify_ca"].as_str(),
-        ) else {
-            return Ok(None);
-        };
-        Ok(Some(AgentView {
-            url: url.to_string(),
-            token: token.to_string(),
-            http: agent::tls::http_client(false, Some(Path::new(ca)), Duration::from_secs(5))?,
-        }))
-    }
-
-    /// Reads the agent's command list (at most every second) and shows the
-    /// running deploy step's progress.
-    async fn look_at_agent(&mut self, ironic: &Ironic, node: &Value) {
-        if Instant::now() < self.next_look || node["driver_internal_info"]["agent_url"].is_null() {
-            return;
-        }
-        self.next_look = Instant::now() + Duration::from_secs(1);
-        if self.agent.is_none() {
-            let uuid = node["uuid"].as_str().unwrap_or_default();
-            // A Python start each time: not more often than every 3 s.
-            self.next_look = Instant::now() + Duration::from_secs(3);
-            self.agent = tokio::task::block_in_place(|| Self::connect(ironic, uuid))
-                .ok()
-                .flatten();
-        }
-        let Some(agent) = &self.agent else { return };
-        match agent.commands().await {
-            Ok(commands) => {
-                if let Some(p) = deploy::write_progress(&commands) {
-                    self.out
-                        .status(&format!("agent: {}", deploy::progress_line(&p)));
-                }
-                self.commands = commands;
-            }
-            // Powered off, or a new boot with a new token: connect again.
-            Err(_) => self.agent = None,
-        }
-    }
-}
-
-impl AgentView {
-    async fn commands(&self) -> Result<Vec<Value>> {
-        let doc: Value = self
-            .http
-            .get(format!(
-                "{}/v1/commands/?agent_token={}",
-                self.url, self.token
-            ))
-            .send()
-            .await?
-            .error_for_status()?
-            .json()
-            .await?;
-        Ok(doc["commands"].as_array().cloned().unwrap_or_default())
-    }
-}
-
-impl Watch for Reporter {
-    async fn seen(&mut self, ironic: &Ironic, node: &Value) {
-        let state = node["provision_state"].as_str().unwrap_or("?");
-        if state != self.state {
-            self.out.line(if self.state.is_empty() {
-                format!("ironic: {state}")
-            } else {
-                format!("ironic: {} → {state}", self.state)
-            });
-            if state.ends_with("failed") {
-                self.out
-                    .line(format!("ironic: last_error: {}", node["last_error"]));
-            }
-            self.state = state.to_string();
-            self.since = Instant::now();
-            self.agent = None;
-        }
-        let power = node["power_state"].as_str().unwrap_or("?");
-        if power != self.power {
-            if !self.power.is_empty() {
-                self.out.line(format!("ironic: {power}"));
-            }
-            self.power = power.to_string();
-        }
-        self.agent_lines();
-        if matches!(state, "wait call-back" | "deploying") {
-            self.look_at_agent(ironic, node).await;
-        }
-        if self.out.quiet_for() >= HEARTBEAT {
-            let tail = self
-                .console
-                .as_deref()
-                .and_then(deploy::last_line)
-                .map(|l| format!(" | console: {l}"))
-                .unwrap_or_default();
-            self.out.line(format!(
-                "… still {state} ({:.0} s){tail}",
-                self.since.elapsed().as_secs_f64()
-            ));
-        }
-    }
-}
-
-/// The message of one of the agent's log lines on the ramdisk's console
-/// (`[  12.345]  INFO running step step=write_image kind=deploy`): INFO
-/// without its level, WARN and ERROR with it; `None` for other lines
-/// (the kernel's, the firmware's).
-pub fn agent_message(line: &str) -> Option<String> {
-    let (_, rest) = line.strip_prefix('[')?.split_once(']')?;
-    let rest = rest.trim_start();
-    let (level, message) = rest.split_once(' ')?;
-    let message = message.trim();
-    let shown = match level {
-        "INFO" => message.to_string(),
-        "WARN" | "ERROR" => format!("{level} {message}"),
-        _ => return None,
-    };
-    Some(shown.chars().take(160).collect())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::agent_message;
-
-    #[test]
-    fn agent_lines_are_told_from_the_kernels() {
-        assert_eq!(
-            agent_message("[  12.345]  INFO running step step=write_image kind=deploy").as_deref(),
-            Some("running step step=write_image kind=deploy")
-        );
-        assert_eq!(
-            agent_message("[  80.001]  WARN heartbeat refused").as_deref(),
-            Some("WARN heartbeat refused")
-        );
-        assert_eq!(
-            agent_message(
-                "[    1.234567] virtio_blk virtio2: [vda] 10485760 512-byte logical blocks"
-            ),
-            None
-        );
-        assert_eq!(agent_message("[  3.000] DEBUG noise"), None);
-        assert_eq!(agent_message("BdsDxe: loading Boot0001"), None);
     }
 }
