@@ -435,7 +435,7 @@ pub enum Until {
     Settled(String),
     /// The provision state is this one, whatever the target.
     Reached(String),
-    /// Ironic reports the node's power off (fake power: Ironic decided so).
+    /// Ironic reports the node powered off.
     PowerOff,
 }
 

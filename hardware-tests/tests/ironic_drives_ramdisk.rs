@@ -19,16 +19,25 @@
 //! 7. a deploy whose checksum does not match: `deploy failed`, the agent's
 //!    reason in `last_error`, the agent's logs stored by Ironic.
 //!
-//! Ironic has fake power and boot (no BMC can reach a QEMU VM here), so
-//! this test is the machine's power and boot device: when Ironic waits for
-//! the agent (`inspect wait`, `clean wait`, `wait call-back`) it PXE-boots
-//! the VM with the kernel arguments Ironic's own PXE boot would give; when
-//! Ironic has powered the node off without telling the agent (end of
-//! inspection and cleaning, deploy failure, undeploy) it stops the VM; after
-//! a deploy Ironic's `standby.power_off` makes the ramdisk power the VM off
-//! itself (checked), and the test boots it from disk
-//! (`hardware_tests::bed::ironic_flow`, shared with the demo). Each flow's
-//! wall time is printed.
+//! Ironic drives the machine as it drives a server: hardware type
+//! `redfish` (power and boot device through the bed's Redfish BMC,
+//! sushy-tools in front of a private libvirtd running the VM as a libvirt
+//! domain on the bed's taps) and its `ipxe` boot interface. Whenever Ironic
+//! wants the agent it writes its iPXE config, kernel and ramdisk into its
+//! `http_root`, sets the boot device to PXE and powers the domain on:
+//! SeaBIOS runs the NIC's iPXE option ROM, the bed's dnsmasq (inside the
+//! test's namespace) answers it with the URL of Ironic's `boot.ipxe`, and
+//! iPXE follows Ironic's chain to the ramdisk. After a deploy the agent
+//! powers the domain off itself (`standby.power_off`, checked on the
+//! console), Ironic sets the boot device to disk and powers it on, and the
+//! deployed system prints the marker and the config drive's uuid. The test
+//! plays no part in any of that: it asks Ironic for states and watches
+//! Ironic's node, the domain's power state and boot order in libvirt, the
+//! console (one file across boots: 7 ramdisk boots, 2 disk boots) and the
+//! HTTP server's access log (one fetch of the node's kernel and ramdisk per
+//! ramdisk boot) (`hardware_tests::bed::ironic_flow`, shared with the
+//! demo). Each flow's wall time is printed and kept in
+//! `target/bed-logs/ironicvm/flow-times.txt`.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -37,7 +46,8 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use agent::testconductor::image_server::{Fault, ImageServer};
-use hardware_tests::bed::ironic_flow::{Flow, Machine};
+use hardware_tests::bed::ironic_flow::{self, Flow, Machine, PxeRoot};
+use hardware_tests::bed::redfish::Bmc;
 use hardware_tests::bed::{self, Bus, Disk, Net, NetOptions, Nic, VmSpec, BRIDGE_IP};
 use hardware_tests::ironic::Ironic;
 use hardware_tests::{require_root, testimage};
@@ -52,10 +62,12 @@ const SWITCH_PORT: &str = "Ethernet1/7";
 const SWITCH_NAME: &str = "leaf-ironicvm";
 const MARKER: &str = "ironicvm-deployed-7f3a";
 
-/// Loaded after `ci/ironic/ironic.conf`: Ironic's `parse-lldp` hook turns
+/// Added to [`ironic_flow::ironic_conf`]: Ironic's `parse-lldp` hook turns
 /// the ramdisk's LLDP TLVs into `plugin_data.parsed_lldp`.
-const EXTRA_CONF: &str = "[inspector]\n\
-    hooks = $default_hooks,memory,cpus,root-device,boot-mode,parse-lldp\n";
+const HOOKS: &str = "hooks = $default_hooks,memory,cpus,root-device,boot-mode,parse-lldp\n";
+/// Ramdisk boots the flows cause: inspect, provide, two deploys and two
+/// undeploys, the failed deploy.
+const RAMDISK_BOOTS: usize = 7;
 
 /// `target/bed-logs/ironicvm/flow-times.txt`: the wall times, also kept
 /// there because the test harness swallows a passing test's output
@@ -131,7 +143,7 @@ fn ironic_inspects_cleans_deploys_and_undeploys_the_pxe_booted_ramdisk() {
 
     let net = Net::start(NetOptions {
         hosts: vec![(MAC.into(), GUEST.into())],
-        ..NetOptions::pxe("ironicvm", &ramdisk, "")
+        ..NetOptions::ironic_ipxe("ironicvm", &ironic_flow::boot_script_url())
     })
     .unwrap();
     let _switch = bed::lldp::Switch::start(&net, CHASSIS, SWITCH_PORT, SWITCH_NAME).unwrap();
@@ -148,12 +160,11 @@ fn ironic_inspects_cleans_deploys_and_undeploys_the_pxe_booted_ramdisk() {
         &[],
         Fault::None,
     );
-    let t = Instant::now();
-    let ironic = Ironic::start_in(&net.ns, BRIDGE_IP, PORT, Some(EXTRA_CONF))
-        .expect("starting Ironic 39.0.0 in the namespace");
-    timing!("Ironic up in {}", elapsed(t));
 
-    let template = VmSpec {
+    // The machine: a libvirt domain behind the Redfish BMC, powered off.
+    let t = Instant::now();
+    let mut bmc = Bmc::start(&net).unwrap();
+    let spec = VmSpec {
         disks: vec![Disk {
             path: work.path().join("disk0.img"),
             size: DISK_GIB << 30,
@@ -164,27 +175,35 @@ fn ironic_inspects_cleans_deploys_and_undeploys_the_pxe_booted_ramdisk() {
         nics: vec![Nic { mac: MAC.into() }],
         ..VmSpec::new("node")
     };
-    let machine = Machine::new(&net, template, &ironic.url);
     // A partition table that cleaning must remove.
-    std::fs::File::create(machine.disk())
+    std::fs::File::create(&spec.disks[0].path)
         .and_then(|f| f.set_len(DISK_GIB << 30))
         .unwrap();
     hardware_tests::run(
         Command::new("sh")
             .arg("-c")
             .arg("echo 'label: gpt\nname=old' | sfdisk --quiet \"$0\"")
-            .arg(machine.disk()),
+            .arg(&spec.disks[0].path),
     )
     .unwrap();
-    assert!(!disk_signatures(machine.disk()).is_empty());
+    assert!(!disk_signatures(&spec.disks[0].path).is_empty());
+    let system = bmc.define(&spec).unwrap();
+    bmc.start_emulator().unwrap();
+    let pxe = PxeRoot::start(&net, &ramdisk).unwrap();
+    timing!("BMC and Ironic's http_root up in {}", elapsed(t));
 
-    let boots = net.block_on(async {
-        let uuid = ironic.enroll_ready("ironicvm", MAC, false).await.unwrap();
-        ironic
-            .patch(
-                &uuid,
-                json!([{"op": "replace", "path": "/properties/capabilities", "value": "boot_mode:bios"}]),
-            )
+    let t = Instant::now();
+    let conf = format!(
+        "{}{HOOKS}",
+        ironic_flow::ironic_conf(pxe.dir(), "ipa-collect-lldp=1")
+    );
+    let ironic = Ironic::start_in(&net.ns, BRIDGE_IP, PORT, Some(&conf))
+        .expect("starting Ironic 39.0.0 in the namespace");
+    timing!("Ironic up in {}", elapsed(t));
+    let machine = Machine::new(&bmc, system, &spec.disks[0].path);
+
+    let (uuid, machine) = net.block_on(async {
+        let uuid = ironic_flow::enroll(&ironic, &bmc, machine.system(), "ironicvm", MAC, "bios")
             .await
             .unwrap();
         let mut flow = Flow::new(&ironic, &uuid, machine, FLOW_TIMEOUT);
@@ -218,16 +237,52 @@ fn ironic_inspects_cleans_deploys_and_undeploys_the_pxe_booted_ramdisk() {
         for path in ["/disk.raw", "/disk.qcow2", "/SHA512SUMS"] {
             assert!(seen.iter().any(|p| p == path), "{path} never requested: {seen:?}");
         }
-        flow.machine.boots()
+        (uuid, flow.machine)
     })
     .unwrap();
-    timing!("all flows: {} ({boots} boots of the VM)", elapsed(total));
+
+    // Every boot, from the console: the ramdisk once per flow, the
+    // deployed system once per deploy.
+    let console = machine.console();
+    let ctx = format!("console: {}", machine.console_path().display());
+    let ramdisk_boots = machine.ramdisk_boots();
+    let disk_boots = console.matches(&testimage::marker_line(MARKER)).count();
+    assert_eq!(ramdisk_boots, RAMDISK_BOOTS, "ramdisk boots; {ctx}");
+    assert_eq!(disk_boots, 2, "disk boots; {ctx}");
+    // Each ramdisk boot went through Ironic's iPXE chain on its HTTP
+    // server: boot.ipxe, the config linked for the MAC, the node's kernel
+    // and ramdisk.
+    let fetched = |path: &str| {
+        pxe.http
+            .requests()
+            .iter()
+            .filter(|r| r.client == GUEST && r.method == "GET" && r.path == path && r.status == 200)
+            .count()
+    };
+    let mac_config = format!("/pxelinux.cfg/{}", MAC.replace(':', "-"));
+    for path in [
+        "/boot.ipxe".to_string(),
+        mac_config,
+        format!("/{uuid}/deploy_kernel"),
+        format!("/{uuid}/deploy_ramdisk"),
+    ] {
+        assert_eq!(
+            fetched(&path),
+            RAMDISK_BOOTS,
+            "the machine's fetches of {path}; access log: {}",
+            pxe.http.log_path().display()
+        );
+    }
+    timing!(
+        "all flows: {} ({ramdisk_boots} ramdisk boots over Ironic's iPXE, {disk_boots} disk boots)",
+        elapsed(total)
+    );
 }
 
 async fn inspect(flow: &mut Flow<'_, '_>) {
     let t = Instant::now();
     let node = flow
-        .inspect("ipa-collect-lldp=1")
+        .inspect()
         .await
         .unwrap_or_else(|e| panic!("inspection: {e:#}"));
     timing!("flow inspect: manageable after {}", elapsed(t));
@@ -305,7 +360,7 @@ async fn deploy(flow: &mut Flow<'_, '_>, instance_info: Value, what: &str, cd_uu
         .unwrap_or_else(|e| panic!("{e:#}"));
     let meta = booted.meta;
     timing!(
-        "flow deploy ({what}): booted from disk, marker after {:.1} s, meta_data {meta}",
+        "flow deploy ({what}): booted from disk, marker {:.1} s after active, meta_data {meta}",
         booted.marker_after.as_secs_f64()
     );
     assert_eq!(meta["uuid"], json!(cd_uuid), "{meta}");
@@ -331,9 +386,10 @@ async fn bad_checksum(flow: &mut Flow<'_, '_>, raw_url: &str) {
         .unwrap_or_else(|e| panic!("bad-checksum deploy: {e:#}"));
     // Ironic 39 ends a failed deploy step without a power action (its
     // deploying_error_handler only cleans up), so the ramdisk still runs
-    // and looks the node up in vain; stop it as an operator would.
+    // and looks the node up in vain; power it off through Ironic as an
+    // operator would.
     println!("bad checksum: node power state {}", node["power_state"]);
-    flow.machine.power_off().unwrap();
+    flow.power_off().await.unwrap();
     timing!("flow bad checksum: deploy failed after {}", elapsed(t));
     let err = node["last_error"].as_str().unwrap_or_default();
     println!("bad checksum: last_error = {err}");

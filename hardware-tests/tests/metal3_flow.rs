@@ -53,6 +53,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use hardware_tests::bed::http_root::HttpRoot;
 use hardware_tests::bed::redfish::{self, Bmc};
 use hardware_tests::bed::{self, Bus, Disk, Firmware, Net, NetOptions, Nic, VmSpec, BRIDGE_IP};
 use hardware_tests::ironic::Ironic;
@@ -221,6 +222,7 @@ fn metal3_profile_inspects_cleans_and_deploys_in_one_ramdisk_boot() {
         ramdisk: None,
         kernel_args: String::new(),
         dhcp: false,
+        ipxe_script_url: None,
     })
     .unwrap();
     let mut bmc = Bmc::start(&net).unwrap();
@@ -239,7 +241,7 @@ fn metal3_profile_inspects_cleans_and_deploys_in_one_ramdisk_boot() {
     spec.nics = MACS.iter().map(|m| Nic { mac: m.to_string() }).collect();
     let sys = bmc.define(&spec).unwrap();
     bmc.start_emulator().unwrap();
-    let _http = redfish::http_server(&net, &www, HTTP_PORT).unwrap();
+    let _http = HttpRoot::serve(&net, &www, HTTP_PORT).unwrap();
 
     let http_url = format!("http://{BRIDGE_IP}:{HTTP_PORT}");
     // Loaded after ci/ironic/ironic.conf and the state directory's

@@ -91,6 +91,7 @@ fn redfish_bmc_drives_a_libvirt_domain() {
         ramdisk: None,
         kernel_args: String::new(),
         dhcp: true,
+        ipxe_script_url: None,
     })
     .unwrap();
     let tmp = tempfile::tempdir().unwrap();

@@ -18,6 +18,7 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use hardware_tests::bed::http_root::HttpRoot;
 use hardware_tests::bed::redfish::{self, Bmc};
 use hardware_tests::bed::{Bus, Disk, Firmware, Net, NetOptions, Nic, VmSpec, BRIDGE_IP};
 use hardware_tests::ironic::Ironic;
@@ -54,6 +55,7 @@ fn ironic_boots_a_virtual_media_iso_through_the_bmc() {
         ramdisk: None,
         kernel_args: String::new(),
         dhcp: true,
+        ipxe_script_url: None,
     })
     .unwrap();
     let mut bmc = Bmc::start(&net).unwrap();
@@ -74,7 +76,7 @@ fn ironic_boots_a_virtual_media_iso_through_the_bmc() {
     bmc.start_emulator().unwrap();
     // Ironic's http_root, with the kernel and initramfs beside the ISOs it
     // publishes there (Python's http.server from the BMC's venv).
-    let _http = redfish::http_server(&net, &www, HTTP_PORT).unwrap();
+    let _http = HttpRoot::serve(&net, &www, HTTP_PORT).unwrap();
 
     let http_url = format!("http://{BRIDGE_IP}:{HTTP_PORT}");
     let extra_conf = format!(

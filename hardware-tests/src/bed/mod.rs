@@ -4,7 +4,8 @@
 //! * [`Net`]: a network namespace with a bridge (`10.99.0.1/24`,
 //!   `fd99::1/64`), dnsmasq on it (DHCP with MAC reservations, router
 //!   advertisements, TFTP of iPXE's boot script, the ramdisk's kernel and
-//!   initramfs, and iPXE for UEFI PXE clients), a way to run async test
+//!   initramfs, or the URL of Ironic's `boot.ipxe` for iPXE clients, and
+//!   iPXE for UEFI PXE clients), a way to run async test
 //!   code whose sockets live in the namespace ([`Net::block_on`]) and to
 //!   start programs in it ([`Net::spawn`]).
 //! * [`Vm`]: QEMU (TCG, `-cpu qemu64,+rdrand`, q35) with SeaBIOS or OVMF
@@ -21,14 +22,18 @@
 //!   power, boot device and virtual media set over Redfish.
 //! * [`vmedia_disc`]: the conductor certificate, its TLS server side and
 //!   the `config-2` disc carrying its CA, for ramdisks booted directly.
-//! * [`ironic_flow`]: real Ironic taking a machine through inspection,
-//!   cleaning, deploy and undeploy, the bed playing its BMC (the
-//!   Ironic-drives-the-ramdisk test and the demo).
+//! * [`http_root`]: Ironic's `http_root` served on the bed's network, with
+//!   its access log.
+//! * [`ironic_flow`]: real Ironic taking a machine behind the Redfish BMC
+//!   through inspection, cleaning, deploy and undeploy with its `ipxe` boot
+//!   interface, the bed only watching (the Ironic-drives-the-ramdisk test
+//!   and the demo).
 //!
 //! Everything is removed on drop, also when a test fails: QEMU, dnsmasq and
 //! other processes are killed by PID, taps and the namespace deleted.
 
 pub mod deploy;
+pub mod http_root;
 pub mod ironic_flow;
 pub mod lldp;
 pub mod net;

@@ -1,5 +1,8 @@
-//! The bed's network: a namespace with a bridge and dnsmasq serving DHCPv4, DHCPv6 with SLAAC router advertisements, and PXE (TFTP of `boot.ipxe`, the ramdisk, and
-//! iPXE for UEFI clients), plus running test code and programs inside it.
+//! The bed's network: a namespace with a bridge and dnsmasq serving DHCPv4,
+//! DHCPv6 with SLAAC router advertisements, and PXE (iPXE clients get the
+//! bed's `boot.ipxe` over TFTP with the ramdisk, or the URL of Ironic's
+//! `boot.ipxe` on its HTTP server; UEFI clients without iPXE get iPXE's
+//! `snponly.efi` first), plus running test code and programs inside it.
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -72,6 +75,12 @@ pub struct NetOptions {
     /// Offer DHCP(v6) and router advertisements; `false`: a network where
     /// only static addresses work (Metal3's DHCP-less setups).
     pub dhcp: bool,
+    /// Where iPXE clients are sent instead of the bed's own `boot.ipxe`:
+    /// the URL of Ironic's `boot.ipxe` in its `http_root`, as Metal3's
+    /// dnsmasq does (`dhcp-boot=tag:ipxe,http://…/boot.ipxe`). Overrides
+    /// `ramdisk` for iPXE clients; UEFI clients without iPXE still get
+    /// `snponly.efi` over TFTP.
+    pub ipxe_script_url: Option<String>,
 }
 
 impl NetOptions {
@@ -83,6 +92,20 @@ impl NetOptions {
             ramdisk: Some(ramdisk.to_path_buf()),
             kernel_args: kernel_args.to_string(),
             dhcp: true,
+            ipxe_script_url: None,
+        }
+    }
+
+    /// A network named `name` whose iPXE clients boot what Ironic's
+    /// `boot.ipxe` at `script_url` says (Ironic's `ipxe` boot interface).
+    pub fn ironic_ipxe(name: &str, script_url: &str) -> Self {
+        Self {
+            name: name.to_string(),
+            hosts: Vec::new(),
+            ramdisk: None,
+            kernel_args: String::new(),
+            dhcp: true,
+            ipxe_script_url: Some(script_url.to_string()),
         }
     }
 }
@@ -128,6 +151,9 @@ impl Net {
                 std::fs::copy(dir.join(f), tftp.path().join(f))
                     .with_context(|| format!("copying {f} from {}", dir.display()))?;
             }
+        }
+        let pxe = opts.ramdisk.is_some() || opts.ipxe_script_url.is_some();
+        if pxe {
             std::fs::copy(super::ipxe_efi()?, tftp.path().join("snponly.efi"))?;
         }
         let dnsmasq_log = logs.join("dnsmasq.log");
@@ -160,17 +186,17 @@ impl Net {
         for (mac, ip) in &opts.hosts {
             cmd.arg(format!("--dhcp-host={mac},{ip}"));
         }
-        if opts.ramdisk.is_some() {
+        if pxe {
             // iPXE (BIOS option ROM, or snponly.efi chained from UEFI PXE)
-            // announces itself with option 175 and gets the script.
+            // announces itself with option 175 and gets the script: the
+            // bed's over TFTP, or Ironic's URL.
+            let script = opts.ipxe_script_url.as_deref().unwrap_or("boot.ipxe");
             cmd.args([
                 "--dhcp-match=set:ipxe,175",
                 "--dhcp-match=set:efi64,option:client-arch,7",
             ])
-            .args([
-                "--dhcp-boot=tag:ipxe,boot.ipxe",
-                "--dhcp-boot=tag:efi64,tag:!ipxe,snponly.efi",
-            ])
+            .arg(format!("--dhcp-boot=tag:ipxe,{script}"))
+            .arg("--dhcp-boot=tag:efi64,tag:!ipxe,snponly.efi")
             .arg("--enable-tftp")
             .arg(format!("--tftp-root={}", tftp.path().display()));
         }

@@ -135,25 +135,6 @@ pub fn venv() -> PathBuf {
         .unwrap_or_else(|| repo_root().join("target/redfish-venv"))
 }
 
-/// Serves `dir` over HTTP on the bed's bridge address at `port` (Python's
-/// http.server from the BMC's venv): Ironic's `http_root`, where it
-/// publishes the ISOs it builds. Killed when the returned process drops.
-pub fn http_server(net: &Net, dir: &Path, port: u16) -> Result<Proc> {
-    net.spawn(
-        &venv().join("bin/python").display().to_string(),
-        &[
-            "-m",
-            "http.server",
-            "--bind",
-            BRIDGE_IP,
-            "--directory",
-            &dir.display().to_string(),
-            &port.to_string(),
-        ],
-        "http.server for Ironic's http_root",
-    )
-}
-
 impl<'n> Bmc<'n> {
     /// Runs `ci/redfish/install.sh` (a no-op when up to date) and starts
     /// libvirtd in the bed's namespace. sushy-emulator starts with
@@ -340,6 +321,14 @@ impl<'n> Bmc<'n> {
     /// Whether the domain runs (`virsh domstate`).
     pub fn domain_state(&self, name: &str) -> Result<String> {
         self.virsh(&["domstate", name])
+    }
+
+    /// What the domain boots first in its persistent definition, where
+    /// sushy-tools puts the Redfish boot device: `network`, `disk` or
+    /// `cdrom` (the device holding `<boot order='1'/>`); `None` when no
+    /// device has it.
+    pub fn first_boot_device(&self, name: &str) -> Result<Option<String>> {
+        Ok(first_boot_device(&self.domain_xml(name, true)?))
     }
 
     /// Defines `spec` as a libvirt domain, powered off: the machine
@@ -572,6 +561,26 @@ impl Client {
     }
 }
 
+/// The kind of device whose element holds `<boot order='1'/>` in a domain
+/// XML: `network` for an `<interface>`, else the `<disk>`'s `device`.
+fn first_boot_device(xml: &str) -> Option<String> {
+    let at = xml.find("<boot order='1'/>")?;
+    let before = &xml[..at];
+    let disk = before.rfind("<disk ");
+    let nic = before.rfind("<interface ");
+    match (disk, nic) {
+        (Some(d), n) if n.is_none_or(|n| d > n) => {
+            let tag = &before[d..d + before[d..].find('>')?];
+            tag.split("device='")
+                .nth(1)
+                .and_then(|v| v.split('\'').next())
+                .map(str::to_string)
+        }
+        (_, Some(_)) => Some("network".to_string()),
+        _ => None,
+    }
+}
+
 fn shell_quote(p: &Path) -> String {
     format!("'{}'", p.display().to_string().replace('\'', "'\\''"))
 }
@@ -711,4 +720,30 @@ pub fn domain_xml(spec: &VmSpec, taps: &[String], console: &Path) -> Result<Stri
     let _ = writeln!(x, "  </devices>");
     let _ = writeln!(x, "</domain>");
     Ok(x)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::first_boot_device;
+
+    #[test]
+    fn the_first_boot_device_is_read_from_the_domain_xml() {
+        let nic_first = "<domain><devices>\
+            <disk type='file' device='disk'><source file='/d'/><target dev='vda' bus='virtio'/></disk>\
+            <disk type='file' device='cdrom'><target dev='sdx' bus='sata'/></disk>\
+            <interface type='ethernet'><mac address='52:54:00:00:00:01'/><boot order='1'/></interface>\
+            </devices></domain>";
+        assert_eq!(first_boot_device(nic_first).as_deref(), Some("network"));
+        let disk_first = "<domain><devices>\
+            <disk type='file' device='disk'><source file='/d'/><boot order='1'/></disk>\
+            <interface type='ethernet'><mac address='52:54:00:00:00:01'/><boot order='2'/></interface>\
+            </devices></domain>";
+        assert_eq!(first_boot_device(disk_first).as_deref(), Some("disk"));
+        let cd_first = "<disk type='file' device='cdrom'><boot order='1'/></disk>";
+        assert_eq!(first_boot_device(cd_first).as_deref(), Some("cdrom"));
+        assert_eq!(
+            first_boot_device("<domain><os><boot dev='hd'/></os></domain>"),
+            None
+        );
+    }
 }

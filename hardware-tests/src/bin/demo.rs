@@ -1,13 +1,16 @@
 //! The demo (`ci/demo`): real, unmodified Ironic 39.0.0 (sqlite, its
 //! default `require_tls = true`, on the bed's namespace) is the conductor
-//! of a QEMU machine on the test bed. The machine PXE-boots the deploy
-//! ramdisk whenever Ironic waits for the agent (the demo plays its BMC, as
-//! `tests/ironic_drives_ramdisk.rs` does: `hardware_tests::bed::ironic_flow`);
-//! Ironic inspects it, cleans it (`provide` with automated cleaning) and
-//! deploys the bootable test image with a config drive. Every provision
-//! state Ironic reports is printed with the time, with the agent's log
-//! lines from the console and its write progress; the agent powers the
-//! machine off, the machine boots from its disk and the deployed system
+//! of a QEMU machine on the test bed, a libvirt domain behind the bed's
+//! Redfish BMC (sushy-tools). Ironic drives it as it drives a server
+//! (hardware type `redfish`, `ipxe` boot; `hardware_tests::bed::ironic_flow`,
+//! as `tests/ironic_drives_ramdisk.rs` does): it powers the machine on with
+//! PXE first whenever it wants the agent, and the machine network-boots the
+//! deploy ramdisk through Ironic's iPXE config. Ironic inspects it, cleans
+//! it (`provide` with automated cleaning) and deploys the bootable test
+//! image with a config drive. Every provision and power state Ironic
+//! reports is printed with the time, with the agent's log lines from the
+//! console and its write progress; the agent powers the machine off,
+//! Ironic sets the disk first and powers it on, and the deployed system
 //! prints its marker and config drive.
 //!
 //! `--test-conductor`: the earlier, quicker demo with the stand-in
@@ -27,7 +30,8 @@ use agent::testconductor::image_server::{Fault, ImageServer};
 use agent::testconductor::{BootMode, DeployRequest, ImageInfo, Settings, TestConductor};
 use anyhow::{bail, Context, Result};
 use hardware_tests::bed::deploy::{self, Event, Printer, Target, HEARTBEAT};
-use hardware_tests::bed::ironic_flow::{Flow, Machine};
+use hardware_tests::bed::ironic_flow::{self, Flow, Machine, PxeRoot};
+use hardware_tests::bed::redfish::Bmc;
 use hardware_tests::bed::{self, Boot, Net, NetOptions, BRIDGE_IP};
 use hardware_tests::ironic::Ironic;
 use hardware_tests::testimage::{self, TestImage};
@@ -158,55 +162,77 @@ fn prepare(out: &mut Printer) -> Result<Prepared> {
 
 /// The demo with real Ironic.
 fn with_ironic(mut out: Printer, p: &Prepared, uefi: bool) -> Result<()> {
-    out.line("starting the bed's network (a namespace, bridge 10.99.0.1, dnsmasq with PXE)");
-    let net = Net::start(NetOptions::pxe("demo", &p.ramdisk, ""))?;
+    out.line(
+        "starting the bed's network (a namespace, bridge 10.99.0.1, dnsmasq sending iPXE to Ironic's boot.ipxe)",
+    );
+    let net = Net::start(NetOptions::ironic_ipxe(
+        "demo",
+        &ironic_flow::boot_script_url(),
+    ))?;
     let target = Target::new(&net.logs, "demo", uefi, MAC)?;
     let addr = format!("{BRIDGE_IP}:0").parse()?;
     let images = net.ns.enter(|| ImageServer::start_on(addr))??;
     images.route("/demo.raw", &p.img.raw, &[], Fault::None);
 
+    out.line(
+        "starting the machine's BMC (sushy-tools' Redfish emulator, a private libvirtd; the machine is a libvirt domain, powered off)",
+    );
+    let t = Instant::now();
+    let spec = target.spec("ironic", Boot::Network);
+    let (bmc, system) = out.meanwhile("starting the BMC", None, || -> Result<_> {
+        let mut bmc = Bmc::start(&net)?;
+        let system = bmc.define(&spec)?;
+        bmc.start_emulator()?;
+        Ok((bmc, system))
+    })?;
+    let pxe = PxeRoot::start(&net, &p.ramdisk)?;
+    out.line(format!(
+        "BMC up at {}/redfish/v1 in {:.1} s; Ironic's http_root at {}",
+        bmc.url(),
+        t.elapsed().as_secs_f64(),
+        pxe.http.url()
+    ));
+
     out.line(format!(
         "starting Ironic 39.0.0 in the namespace on {BRIDGE_IP}:{PORT} \
-         (sqlite, fake power and boot, direct deploy, agent inspect, require_tls = true)"
+         (sqlite, redfish power, ipxe boot, direct deploy, agent inspect, require_tls = true)"
     ));
     let t = Instant::now();
+    let conf = ironic_flow::ironic_conf(pxe.dir(), "");
     let ironic = out
         .meanwhile("starting Ironic", None, || {
-            Ironic::start_in(&net.ns, BRIDGE_IP, PORT, None)
+            Ironic::start_in(&net.ns, BRIDGE_IP, PORT, Some(&conf))
         })
         .context("starting Ironic 39.0.0 in the namespace")?;
     out.line(format!(
-        "Ironic up at {} in {:.1} s; its log: {}; consoles: {}",
+        "Ironic up at {} in {:.1} s; its log: {}; console: {}",
         ironic.url,
         t.elapsed().as_secs_f64(),
         ironic.log_path().display(),
-        net.logs.display()
+        system.console.display()
     ));
 
-    let machine = Machine::new(&net, target.spec("ironic", Boot::Network), &ironic.url);
-    net.block_on(async {
-        let uuid = ironic.enroll_ready("demo", MAC, false).await?;
-        if !uefi {
-            ironic
-                .patch(
-                    &uuid,
-                    json!([{"op": "replace", "path": "/properties/capabilities", "value": "boot_mode:bios"}]),
-                )
-                .await?;
-        }
+    let bmc_ref: &Bmc<'_> = &bmc;
+    let result = net.block_on(async {
+        let boot_mode = if uefi { "uefi" } else { "bios" };
+        let uuid = ironic_flow::enroll(&ironic, bmc_ref, &system, "demo", MAC, boot_mode).await?;
         out.line(format!(
-            "enrolled node demo ({uuid}): fake-hardware, port {MAC}, {} boot",
+            "enrolled node demo ({uuid}): redfish {}{}, ipxe boot, port {MAC}, {} boot; manageable",
+            bmc_ref.url(),
+            system.path(),
             if uefi { "UEFI" } else { "BIOS" }
         ));
+        let machine = Machine::new(bmc_ref, system.clone(), &target.disk);
         let mut flow = Flow::new(&ironic, &uuid, machine, FLOW_TIMEOUT).reporting(out);
-        flow.wait_for("manageable", FLOW_TIMEOUT).await?;
         let result = drive(&mut flow, &images, p).await;
         if let Err(e) = &result {
             flow.say(format!("failed: {e:#}"));
             flow.say(format!("Ironic's log: {}", ironic.log_path().display()));
         }
         result
-    })?
+    })?;
+    // Dropped in reverse order: Ironic stops before the BMC goes away.
+    result
 }
 
 /// Inspect, provide (cleaning), deploy, boot from disk.
@@ -214,7 +240,7 @@ async fn drive(flow: &mut Flow<'_, '_>, images: &ImageServer, p: &Prepared) -> R
     flow.say("");
     flow.say("== inspection: Ironic's agent inspect interface (1 vCPU, QEMU TCG)");
     let t = Instant::now();
-    let node = flow.inspect("").await?;
+    let node = flow.inspect().await?;
     let stored = flow.ironic.inventory(&flow.uuid).await?;
     let props = &node["properties"];
     flow.say(format!(
@@ -279,9 +305,15 @@ async fn drive(flow: &mut Flow<'_, '_>, images: &ImageServer, p: &Prepared) -> R
     show_deployed(
         flow.reporter().map(|r| &mut r.out),
         &booted.console,
-        booted.marker_after,
+        (booted.marker_after, "active"),
         p,
-    )
+    )?;
+    let boots = flow.machine.ramdisk_boots();
+    flow.say(format!(
+        "the machine network-booted the deploy ramdisk {boots} times through Ironic's iPXE \
+         (inspection, cleaning, deploy); Ironic powered it and set its boot device through the BMC"
+    ));
+    Ok(())
 }
 
 /// `get_deploy_steps, execute_deploy_step(write_image), …`.
@@ -303,11 +335,12 @@ fn command_names(commands: &[Value]) -> String {
 }
 
 /// The deployed system's console: the UEFI entry OVMF started, the marker
-/// line, the config drive (which must carry the instance uuid).
+/// line (`after`: how long after what it came), the config drive (which
+/// must carry the instance uuid).
 fn show_deployed(
     out: Option<&mut Printer>,
     console: &str,
-    marker_after: Duration,
+    after: (Duration, &str),
     p: &Prepared,
 ) -> Result<()> {
     let out = out.context("no printer")?;
@@ -319,8 +352,9 @@ fn show_deployed(
         .find(|l| l.contains(&testimage::marker_line(&p.marker)))
         .unwrap_or_default();
     out.line(format!(
-        "deployed system, {:.1} s after power-on: {}",
-        marker_after.as_secs_f64(),
+        "deployed system, {:.1} s after {}: {}",
+        after.0.as_secs_f64(),
+        after.1,
         line.trim()
     ));
     let meta =
@@ -463,7 +497,7 @@ fn with_test_conductor(out: &mut Printer, p: &Prepared, uefi: bool) -> Result<()
                 deploy::wait_booted(&mut disk, &needle, DISK_BOOT_TIMEOUT)
             })
         })?;
-        show_deployed(Some(out), &disk.console(), at, p)
+        show_deployed(Some(out), &disk.console(), (at, "power-on"), p)
     })?
 }
 
