@@ -18,6 +18,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     (
         "hardware and devices",
         &[
+            "burnin",
             "collectors",
             "disk",
             "hints",

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::params::{self, InstallBootloader, ParamsError};
-use super::{bootloader, clean, deploy, standby, Outcome};
+use super::{bootloader, clean, deploy, service, standby, Outcome};
 use crate::state::AgentState;
 
 /// Sync commands answer with their final result; async ones with `RUNNING`.
@@ -74,6 +74,20 @@ pub static COMMANDS: &[CommandSpec] = &[
         mode: Mode::Async,
         validate: params::check_execute_step,
         run: |s, p| Box::pin(deploy::execute_deploy_step(s, p)),
+    },
+    CommandSpec {
+        extension: "service",
+        method: "get_service_steps",
+        mode: Mode::Sync,
+        validate: any_params,
+        run: |s, p| Box::pin(service::get_service_steps(s, p)),
+    },
+    CommandSpec {
+        extension: "service",
+        method: "execute_service_step",
+        mode: Mode::Async,
+        validate: params::check_execute_step,
+        run: |s, p| Box::pin(service::execute_service_step(s, p)),
     },
     CommandSpec {
         extension: "standby",
