@@ -15,7 +15,8 @@
 //!    bundle), [`netconf`] (NICs up by DHCP in the ramdisk, or as
 //!    `network_data.json` says: bonds, VLANs, static addresses), [`pstore`]
 //!    (the kernel's crash store), [`burnin`] (the CPU, memory, disk and
-//!    network burn-in workloads).
+//!    network burn-in workloads), [`rescue`] (crypt hashes and the rescue
+//!    login).
 //! 3. Disk contents: [`image`] (the streaming image write), [`configdrive`]
 //!    (config drives after an image write), [`ignition`] (Ignition for
 //!    CoreOS-like images), [`uefi`] (boot entries), [`vmedia`] (what Ironic
@@ -57,6 +58,7 @@ pub mod net;
 pub mod netconf;
 pub mod power;
 pub mod pstore;
+pub mod rescue;
 pub mod server;
 pub mod state;
 #[cfg(feature = "test-conductor")]

@@ -27,6 +27,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "logs",
             "netconf",
             "pstore",
+            "rescue",
         ],
     ),
     (

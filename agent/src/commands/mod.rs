@@ -20,6 +20,7 @@ pub mod inject;
 pub mod logs;
 pub mod params;
 pub mod registry;
+pub mod rescue;
 pub mod service;
 pub mod standby;
 pub mod steps;

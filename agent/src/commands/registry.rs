@@ -146,6 +146,13 @@ pub static COMMANDS: &[CommandSpec] = &[
         run: |s, p| Box::pin(super::logs::collect_system_logs(s, p)),
     },
     CommandSpec {
+        extension: "rescue",
+        method: "finalize_rescue",
+        mode: Mode::Sync,
+        validate: params::check::<super::rescue::FinalizeRescue>,
+        run: |s, p| Box::pin(super::rescue::finalize_rescue(s, p)),
+    },
+    CommandSpec {
         extension: "system",
         method: "lockdown",
         mode: Mode::Sync,
