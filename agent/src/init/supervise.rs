@@ -170,6 +170,10 @@ fn spawn_rescue_ssh() -> Option<Pid> {
         say("this ramdisk has no SSH server: the rescue login is on the console only");
         return None;
     }
+    // Where dropbear makes its host keys (made by `sshkey=` otherwise).
+    if let Err(e) = std::fs::create_dir_all("/etc/dropbear") {
+        say(&format!("cannot create /etc/dropbear: {e}"));
+    }
     // Not `tool::run`: a long-running child that the reaper loop above waits for.
     match Command::new(super::ssh::DROPBEAR)
         .args(super::ssh::DROPBEAR_RESCUE_ARGS)
