@@ -1,9 +1,11 @@
 //! Real Ironic 39.0.0 (unmodified, `require_tls = true`) drives the
 //! agent's burn-in steps in host mode: servicing an `active` node with
 //! `burnin_cpu` and `burnin_memory` (short knobs in `driver_info`) brings
-//! it back to `active`, and a manual clean with `burnin_disk` writes and
-//! verifies a loop device this test creates. The agent's reports reach
-//! Ironic as the steps' results (Ironic logs them).
+//! it back to `active`, a manual clean with `burnin_disk` writes and
+//! verifies a loop device this test creates, and two nodes paired
+//! statically (`agent_burnin_fio_network_config`) run `burnin_network`
+//! against each other over loopback in both directions. The agent's
+//! reports reach Ironic as the steps' results (Ironic logs them).
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -194,4 +196,109 @@ async fn real_ironic_manual_clean_burns_in_a_loop_device() {
     );
     assert!(!agent.is_finished(), "the agent stopped");
     agent.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_ironic_pairs_two_nodes_for_the_network_burn_in() {
+    hardware_tests::require_root("the real-Ironic network burn-in test");
+    let (disk_a, disk_b) = (
+        LoopDevice::new(16 * MIB).expect("creating a loop device"),
+        LoopDevice::new(16 * MIB).expect("creating a loop device"),
+    );
+    let ironic = Ironic::start().expect("starting Ironic 39.0.0");
+    let nodes = [
+        ("agent-net-a", "52:54:00:c1:ea:14", "writer", &disk_a),
+        ("agent-net-b", "52:54:00:c1:ea:15", "reader", &disk_b),
+    ];
+    let mut uuids = Vec::new();
+    let mut agents = Vec::new();
+    for (name, mac, role, disk) in nodes {
+        let uuid = ironic.enroll_ready(name, mac, false).await.unwrap();
+        ironic
+            .patch(
+                &uuid,
+                json!([
+                    {"op": "add", "path": "/driver_info/agent_burnin_fio_network_config",
+                     "value": {"role": role, "partner": "127.0.0.1"}},
+                    {"op": "add", "path": "/driver_info/agent_burnin_fio_network_runtime", "value": 2},
+                    {"op": "add", "path": "/driver_info/agent_burnin_fio_network_pairing_timeout", "value": 120},
+                ]),
+            )
+            .await
+            .unwrap();
+        agents.push(agent::agent::start_detached(host_config(
+            &ironic.url,
+            mac,
+            &disk.path,
+        )));
+        uuids.push(uuid);
+    }
+    let t = Instant::now();
+    for uuid in &uuids {
+        ironic
+            .provision(
+                uuid,
+                json!({"target": "clean",
+                       "clean_steps": [{"interface": "deploy", "step": "burnin_network", "args": {}}]}),
+            )
+            .await
+            .unwrap();
+    }
+    for uuid in &uuids {
+        let node = ironic
+            .wait_for(uuid, "manageable", Duration::from_secs(240))
+            .await
+            .unwrap_or_else(|e| panic!("clean with burnin_network: {e:#}"));
+        assert!(node["last_error"].is_null(), "{}", node["last_error"]);
+    }
+    println!(
+        "burnin_network: both nodes manageable again after {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+    let log = std::fs::read_to_string(ironic.log_path()).unwrap();
+    // Each node's report as Ironic logged the finished step: its roles in
+    // order and the bytes of each direction.
+    let finished: std::collections::BTreeMap<&str, &str> = log
+        .lines()
+        .filter_map(|l| {
+            let node = l.split("clean command status for node ").nth(1)?;
+            let node = node.split(' ').next()?;
+            Some((node, l.split("'clean_result': {'directions': [").nth(1)?))
+        })
+        .collect();
+    let reports: Vec<(Vec<&str>, Vec<u64>)> = finished
+        .values()
+        .map(|r| {
+            let r = r.split("], 'partner'").next().unwrap_or_default();
+            let roles = r
+                .split("'role': '")
+                .skip(1)
+                .filter_map(|x| x.split('\'').next())
+                .collect();
+            let bytes = r
+                .split("{'bytes': ")
+                .skip(1)
+                .filter_map(|x| x.split(',').next()?.parse().ok())
+                .collect();
+            (roles, bytes)
+        })
+        .collect();
+    assert_eq!(
+        reports.len(),
+        2,
+        "two burnin_network reports expected:\n{}",
+        lines_with(&log, "'directions'")
+    );
+    let (a, b) = (&reports[0], &reports[1]);
+    let mut firsts = [a.0[0], b.0[0]];
+    firsts.sort_unstable();
+    assert_eq!(firsts, ["reader", "writer"], "{reports:?}");
+    assert_ne!(a.0[0], a.0[1], "the roles swap: {reports:?}");
+    // What one node sent, the other received, in both directions.
+    assert_eq!(a.1, b.1, "{reports:?}");
+    assert!(a.1.iter().all(|n| *n > 0), "{reports:?}");
+    for a in agents {
+        assert!(!a.is_finished(), "an agent stopped");
+        a.abort();
+    }
 }
