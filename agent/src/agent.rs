@@ -459,6 +459,20 @@ impl<C: Conductor> Session<C> {
                         self.lookup_again().await?;
                         next = Instant::now();
                     }
+                    AgentEvent::Rescued => {
+                        if let Some(server) = &self.server {
+                            server.stop();
+                        }
+                        tracing::warn!("rescued: API stopped, no more heartbeats; the network stays up");
+                        match self.state.config.mode {
+                            RunMode::Ramdisk => {
+                                // PID 1 sees the marker and opens the logins.
+                                tokio::time::sleep(Duration::from_millis(200)).await;
+                                std::process::exit(0);
+                            }
+                            RunMode::Host => std::future::pending::<()>().await,
+                        }
+                    }
                     AgentEvent::Lockdown => {
                         if let Some(server) = &self.server {
                             server.stop();

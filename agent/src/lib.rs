@@ -14,7 +14,9 @@
 //!    tables, erasing), [`logs`] (the agent's log and the system log
 //!    bundle), [`netconf`] (NICs up by DHCP in the ramdisk, or as
 //!    `network_data.json` says: bonds, VLANs, static addresses), [`pstore`]
-//!    (the kernel's crash store).
+//!    (the kernel's crash store), [`burnin`] (the CPU, memory, disk and
+//!    network burn-in workloads), [`rescue`] (crypt hashes and the rescue
+//!    login).
 //! 3. Disk contents: [`image`] (the streaming image write), [`configdrive`]
 //!    (config drives after an image write), [`ignition`] (Ignition for
 //!    CoreOS-like images), [`uefi`] (boot entries), [`vmedia`] (what Ironic
@@ -34,6 +36,7 @@
 
 pub mod agent;
 pub mod api;
+pub mod burnin;
 pub mod cli;
 pub mod collectors;
 pub mod commands;
@@ -56,6 +59,7 @@ pub mod net;
 pub mod netconf;
 pub mod power;
 pub mod pstore;
+pub mod rescue;
 pub mod server;
 pub mod startup;
 pub mod state;

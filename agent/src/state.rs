@@ -31,6 +31,10 @@ pub enum AgentEvent {
     Power(PowerAction),
     /// `system.lockdown`: stop serving and heartbeating for good.
     Lockdown,
+    /// `rescue.finalize_rescue` done: stop serving and heartbeating for
+    /// good, the network left up (the ramdisk's agent exits for PID 1 to
+    /// open the rescue logins).
+    Rescued,
 }
 
 /// What the conductor session is doing, for `agent status`.

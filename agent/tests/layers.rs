@@ -26,6 +26,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     (
         "hardware and devices",
         &[
+            "burnin",
             "collectors",
             "disk",
             "hints",
@@ -34,6 +35,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "logs",
             "netconf",
             "pstore",
+            "rescue",
         ],
     ),
     (

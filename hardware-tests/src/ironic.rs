@@ -32,6 +32,15 @@ impl Ironic {
         Self::launch(None, "127.0.0.1", port, None, None)
     }
 
+    /// [`Ironic::start`] with `extra_conf` (an ironic.conf fragment) loaded
+    /// last.
+    pub fn start_with(extra_conf: &str) -> Result<Self> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        Self::launch(None, "127.0.0.1", port, Some(extra_conf), None)
+    }
+
     /// Starts Ironic inside the network namespace `ns`, listening on
     /// `host:port` (an address of the namespace), with `extra_conf` (an
     /// ironic.conf fragment) loaded last. The API is only reachable from

@@ -46,7 +46,7 @@ const APPLETS: &[&str] = &[
     "sh", "ls", "cat", "cp", "mv", "rm", "mkdir", "mount", "umount", "ip", "ping", "ps", "dmesg",
     "free", "df", "less", "vi", "grep", "sed", "awk", "head", "tail", "lsmod", "wget", "sync",
     "poweroff", "reboot", "hexdump", "dd", "find", "ln", "sleep", "top", "uname", "env", "kill",
-    "chmod", "touch", "echo", "tr", "wc",
+    "chmod", "touch", "echo", "tr", "wc", "login", "getty",
 ];
 
 /// The tree as path → entry (sorted by path, parents before children).

@@ -78,7 +78,7 @@ pub async fn erase_devices_express_step(
 
 /// Whole disks to erase: the allowed devices in host mode, every disk in
 /// the ramdisk; minus the node's `properties.skip_block_devices` names.
-fn disks(policy: &WritePolicy, node: &Value) -> Result<Vec<PathBuf>> {
+pub(super) fn disks(policy: &WritePolicy, node: &Value) -> Result<Vec<PathBuf>> {
     let skip = skip_list(node);
     Ok(erasable_disks(policy)?
         .into_iter()

@@ -12,6 +12,8 @@ pub enum ErrorKind {
     Cleaning,
     /// A deploy step failed.
     Deployment,
+    /// A service step failed.
+    Servicing,
     /// Wrong or missing command parameters.
     InvalidCommandParams,
     /// Unexpected failure inside a command.
@@ -43,6 +45,7 @@ impl ErrorKind {
         match self {
             Self::Cleaning => "CleaningError",
             Self::Deployment => "DeploymentError",
+            Self::Servicing => "ServicingError",
             Self::InvalidCommandParams => "InvalidCommandParamsError",
             Self::CommandExecution => "CommandExecutionError",
             Self::BlockDeviceErase => "BlockDeviceEraseError",
@@ -62,6 +65,7 @@ impl ErrorKind {
         match self {
             Self::Cleaning => "Clean step failed",
             Self::Deployment => "Deploy step failed",
+            Self::Servicing => "Service step failed",
             Self::InvalidCommandParams => "Invalid command parameters",
             Self::CommandExecution => "Command execution failed",
             Self::BlockDeviceErase => "Error erasing block device",

@@ -7,6 +7,7 @@
 //! per-boot list that Ironic inspects after every heartbeat.
 
 pub mod bootloader;
+pub mod burnin;
 pub mod clean;
 pub mod coreos;
 pub mod deploy;
@@ -19,6 +20,8 @@ pub mod inject;
 pub mod logs;
 pub mod params;
 pub mod registry;
+pub mod rescue;
+pub mod service;
 pub mod standby;
 pub mod steps;
 pub mod system;

@@ -51,7 +51,8 @@ pub fn check<T: DeserializeOwned>(params: &Value) -> Result<(), ParamsError> {
     parse::<T>(params).map(drop)
 }
 
-/// The step a conductor asks `execute_clean_step` or `execute_deploy_step`
+/// The step a conductor asks `execute_clean_step`, `execute_deploy_step` or
+/// `execute_service_step`
 /// to run (the whole object is echoed back in the result).
 #[derive(Debug, Clone, Deserialize)]
 pub struct StepRequest {
@@ -62,7 +63,8 @@ pub struct StepRequest {
     pub args: Option<Map<String, Value>>,
 }
 
-/// `clean.execute_clean_step` / `deploy.execute_deploy_step`.
+/// `clean.execute_clean_step` / `deploy.execute_deploy_step` /
+/// `service.execute_service_step`.
 #[derive(Debug, Clone, Deserialize)]
 pub struct ExecuteStep {
     /// The step.
@@ -79,6 +81,9 @@ pub struct ExecuteStep {
     /// Likewise for deploy steps (`deploy_version`).
     #[serde(default)]
     pub deploy_version: Option<Value>,
+    /// Likewise for service steps (`service_version`).
+    #[serde(default)]
+    pub service_version: Option<Value>,
 }
 
 /// Checks an `execute_*_step` request: a named step with object arguments.

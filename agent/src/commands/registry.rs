@@ -10,7 +10,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::params::{self, InstallBootloader, ParamsError};
-use super::{bootloader, clean, deploy, standby, Outcome};
+use super::{bootloader, clean, deploy, service, standby, Outcome};
 use crate::state::AgentState;
 
 /// Sync commands answer with their final result; async ones with `RUNNING`.
@@ -76,6 +76,20 @@ pub static COMMANDS: &[CommandSpec] = &[
         run: |s, p| Box::pin(deploy::execute_deploy_step(s, p)),
     },
     CommandSpec {
+        extension: "service",
+        method: "get_service_steps",
+        mode: Mode::Sync,
+        validate: any_params,
+        run: |s, p| Box::pin(service::get_service_steps(s, p)),
+    },
+    CommandSpec {
+        extension: "service",
+        method: "execute_service_step",
+        mode: Mode::Async,
+        validate: params::check_execute_step,
+        run: |s, p| Box::pin(service::execute_service_step(s, p)),
+    },
+    CommandSpec {
         extension: "standby",
         method: "prepare_image",
         mode: Mode::Async,
@@ -130,6 +144,13 @@ pub static COMMANDS: &[CommandSpec] = &[
         mode: Mode::Sync,
         validate: any_params,
         run: |s, p| Box::pin(super::logs::collect_system_logs(s, p)),
+    },
+    CommandSpec {
+        extension: "rescue",
+        method: "finalize_rescue",
+        mode: Mode::Sync,
+        validate: params::check::<super::rescue::FinalizeRescue>,
+        run: |s, p| Box::pin(super::rescue::finalize_rescue(s, p)),
     },
     CommandSpec {
         extension: "system",

@@ -1,6 +1,7 @@
 //! The in-band steps as a static table of data (name, interface, priorities,
 //! flags, arguments) plus the shared logic of `get_*_steps` and
-//! `execute_*_step` for cleaning and deployment (PROTOCOL.md §1.7, §7.1).
+//! `execute_*_step` for cleaning, deployment and servicing (PROTOCOL.md
+//! §1.7, §7.1).
 //!
 //! Only steps this agent really implements are listed: Ironic runs every
 //! step reported with a priority above zero during automated cleaning, so
@@ -30,6 +31,8 @@ pub enum StepKind {
     Clean,
     /// `deploy.*`
     Deploy,
+    /// `service.*`
+    Service,
 }
 
 impl StepKind {
@@ -37,6 +40,7 @@ impl StepKind {
         match self {
             Self::Clean => "clean",
             Self::Deploy => "deploy",
+            Self::Service => "service",
         }
     }
 
@@ -44,6 +48,7 @@ impl StepKind {
         match self {
             Self::Clean => ErrorKind::Cleaning,
             Self::Deploy => ErrorKind::Deployment,
+            Self::Service => ErrorKind::Servicing,
         }
     }
 }
@@ -84,6 +89,9 @@ pub struct Step {
     pub clean_priority: Option<u32>,
     /// Priority as a deploy step, or `None` if it is not one.
     pub deploy_priority: Option<u32>,
+    /// Priority as a service step, or `None` if it is not one (Ironic runs
+    /// service steps in the order the user asked for; IPA reports 0).
+    pub service_priority: Option<u32>,
     /// Whether the conductor may abort it.
     pub abortable: bool,
     /// Whether the node must reboot after it.
@@ -101,6 +109,7 @@ pub static STEPS: &[Step] = &[
         interface: "deploy",
         clean_priority: None,
         deploy_priority: Some(0),
+        service_priority: Some(0),
         abortable: false,
         reboot_requested: false,
         argsinfo: &[
@@ -124,6 +133,7 @@ pub static STEPS: &[Step] = &[
         interface: "deploy",
         clean_priority: None,
         deploy_priority: Some(0),
+        service_priority: None,
         abortable: false,
         reboot_requested: false,
         argsinfo: &[
@@ -150,6 +160,7 @@ pub static STEPS: &[Step] = &[
         interface: "deploy",
         clean_priority: Some(99),
         deploy_priority: Some(0),
+        service_priority: None,
         abortable: true,
         reboot_requested: false,
         argsinfo: &[],
@@ -160,6 +171,7 @@ pub static STEPS: &[Step] = &[
         interface: "deploy",
         clean_priority: Some(10),
         deploy_priority: None,
+        service_priority: None,
         abortable: true,
         reboot_requested: false,
         argsinfo: &[],
@@ -170,6 +182,7 @@ pub static STEPS: &[Step] = &[
         interface: "deploy",
         clean_priority: Some(0),
         deploy_priority: None,
+        service_priority: None,
         abortable: true,
         reboot_requested: false,
         argsinfo: &[],
@@ -180,6 +193,7 @@ pub static STEPS: &[Step] = &[
         interface: "deploy",
         clean_priority: None,
         deploy_priority: Some(0),
+        service_priority: Some(0),
         abortable: false,
         reboot_requested: false,
         argsinfo: &[
@@ -201,6 +215,7 @@ pub static STEPS: &[Step] = &[
         interface: "deploy",
         clean_priority: Some(0),
         deploy_priority: None,
+        service_priority: None,
         abortable: true,
         reboot_requested: false,
         argsinfo: &[],
@@ -211,6 +226,7 @@ pub static STEPS: &[Step] = &[
         interface: "deploy",
         clean_priority: Some(0),
         deploy_priority: Some(0),
+        service_priority: None,
         abortable: true,
         reboot_requested: false,
         argsinfo: &[ArgInfo {
@@ -220,6 +236,50 @@ pub static STEPS: &[Step] = &[
         }],
         run: |s, c| Box::pin(super::firmware_state::clean_uefi_nvram_step(s, c)),
     },
+    Step {
+        name: "burnin_cpu",
+        interface: "deploy",
+        clean_priority: Some(0),
+        deploy_priority: None,
+        service_priority: Some(0),
+        abortable: true,
+        reboot_requested: false,
+        argsinfo: &[],
+        run: |s, c| Box::pin(super::burnin::burnin_cpu_step(s, c)),
+    },
+    Step {
+        name: "burnin_disk",
+        interface: "deploy",
+        clean_priority: Some(0),
+        deploy_priority: None,
+        service_priority: None,
+        abortable: true,
+        reboot_requested: false,
+        argsinfo: &[],
+        run: |s, c| Box::pin(super::burnin::burnin_disk_step(s, c)),
+    },
+    Step {
+        name: "burnin_memory",
+        interface: "deploy",
+        clean_priority: Some(0),
+        deploy_priority: None,
+        service_priority: Some(0),
+        abortable: true,
+        reboot_requested: false,
+        argsinfo: &[],
+        run: |s, c| Box::pin(super::burnin::burnin_memory_step(s, c)),
+    },
+    Step {
+        name: "burnin_network",
+        interface: "deploy",
+        clean_priority: Some(0),
+        deploy_priority: None,
+        service_priority: Some(0),
+        abortable: true,
+        reboot_requested: false,
+        argsinfo: &[],
+        run: |s, c| Box::pin(super::burnin::burnin_network_step(s, c)),
+    },
 ];
 
 impl Step {
@@ -227,6 +287,7 @@ impl Step {
         match kind {
             StepKind::Clean => self.clean_priority,
             StepKind::Deploy => self.deploy_priority,
+            StepKind::Service => self.service_priority,
         }
     }
 
@@ -262,7 +323,8 @@ fn configured_priority(state: &AgentState, step: &str, kind: StepKind) -> Option
         .then_some(state.config.inject_files_priority)
 }
 
-/// `get_clean_steps` / `get_deploy_steps`: caches the node and lists the steps.
+/// `get_clean_steps` / `get_deploy_steps` / `get_service_steps`: caches the
+/// node and lists the steps.
 pub async fn get_steps(state: Arc<AgentState>, params: Value, kind: StepKind) -> Outcome {
     // Parameters that are not an object carry no node (as before: ignored).
     let request: GetSteps = super::params::parse(&params).unwrap_or_default();
@@ -282,7 +344,8 @@ pub async fn get_steps(state: Arc<AgentState>, params: Value, kind: StepKind) ->
     }))
 }
 
-/// `execute_clean_step` / `execute_deploy_step`: version check, dispatch, and
+/// `execute_clean_step` / `execute_deploy_step` / `execute_service_step`:
+/// version check, dispatch, and
 /// the result echoing the step as Ironic requires (PROTOCOL.md §1.9).
 pub async fn execute_step(state: Arc<AgentState>, params: Value, kind: StepKind) -> Outcome {
     let word = kind.word();
@@ -296,6 +359,7 @@ pub async fn execute_step(state: Arc<AgentState>, params: Value, kind: StepKind)
     let theirs = match kind {
         StepKind::Clean => request.clean_version.as_ref(),
         StepKind::Deploy => request.deploy_version.as_ref(),
+        StepKind::Service => request.service_version.as_ref(),
     };
     if let Some(theirs) = theirs.filter(|v| !v.is_null()) {
         let ours = hardware_manager_version();

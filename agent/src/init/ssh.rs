@@ -16,6 +16,10 @@ pub const DROPBEAR: &str = "/usr/sbin/dropbear";
 /// when first needed, no password logins, port 22.
 pub const DROPBEAR_ARGS: &[&str] = &["-F", "-E", "-R", "-s", "-p", "22"];
 
+/// In rescue mode: the same, with password logins (the `rescue` user's;
+/// root's password stays locked).
+pub const DROPBEAR_RESCUE_ARGS: &[&str] = &["-F", "-E", "-R", "-p", "22"];
+
 /// The `sshkey` value of a kernel command line. The kernel keeps
 /// `sshkey="TYPE BASE64 comment"` together, but boot loaders such as iPXE
 /// strip the quotes on the way, leaving `sshkey=TYPE BASE64 comment` as

@@ -1,7 +1,11 @@
 //! PID 1's loop: reap every child (orphans included), restart the agent
 //! when it exits with the reason on the console, and keep the debug shell
-//! and the SSH server running when asked for.
+//! and the SSH server running when asked for. Once the agent has rescued
+//! the ramdisk (`/etc/.rescued`, PROTOCOL.md §1.8(d)) it is not restarted:
+//! PID 1 keeps a login prompt on each console and an SSH server that takes
+//! the `rescue` user's password instead.
 
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -23,16 +27,23 @@ pub struct Services {
 
 /// Runs forever.
 pub fn run(services: &Services) -> ! {
-    let mut agent = spawn_agent(services);
+    let mut rescued = crate::rescue::account::rescued(Path::new("/"));
+    let mut agent = if rescued { None } else { spawn_agent(services) };
     let mut shell = services.shell.then(spawn_shell).flatten();
     let mut ssh = services.ssh.then(spawn_ssh).flatten();
+    let mut logins: Vec<(Pid, String)> = Vec::new();
+    if rescued {
+        enter_rescue(&mut shell, &mut ssh, &mut logins);
+    }
     let mut restarts = 0u32;
     loop {
         let status = match waitpid(Pid::from_raw(-1), None) {
             Ok(s) => s,
             Err(nix::errno::Errno::ECHILD) => {
                 std::thread::sleep(Duration::from_secs(1));
-                agent = agent.or_else(|| spawn_agent(services));
+                if !rescued {
+                    agent = agent.or_else(|| spawn_agent(services));
+                }
                 continue;
             }
             Err(_) => continue,
@@ -43,6 +54,15 @@ pub fn run(services: &Services) -> ! {
             _ => continue,
         };
         if Some(pid) == agent {
+            if crate::rescue::account::rescued(Path::new("/")) {
+                say(&format!(
+                    "the agent {reason} after rescue; it stays stopped"
+                ));
+                agent = None;
+                rescued = true;
+                enter_rescue(&mut shell, &mut ssh, &mut logins);
+                continue;
+            }
             restarts += 1;
             let delay = Duration::from_secs(u64::from(restarts.min(5)));
             say(&format!(
@@ -60,13 +80,116 @@ pub fn run(services: &Services) -> ! {
             }
             agent = spawn_agent(services);
         } else if Some(pid) == shell {
+            if rescued {
+                shell = None;
+                continue;
+            }
             say(&format!("the debug shell {reason}; opening a new one"));
             std::thread::sleep(Duration::from_millis(500));
             shell = spawn_shell();
         } else if Some(pid) == ssh {
             say(&format!("the SSH server {reason}; restarting it"));
             std::thread::sleep(Duration::from_secs(1));
-            ssh = spawn_ssh();
+            ssh = if rescued {
+                spawn_rescue_ssh()
+            } else {
+                spawn_ssh()
+            };
+        } else if let Some(i) = logins.iter().position(|(p, _)| *p == pid) {
+            let (_, tty) = logins.remove(i);
+            std::thread::sleep(Duration::from_millis(500));
+            if let Some(p) = spawn_login(&tty) {
+                logins.push((p, tty));
+            }
+        }
+    }
+}
+
+/// Rescue mode: the debug shell closed (a login prompt takes the console),
+/// the SSH server restarted to take passwords, a login prompt on every
+/// console.
+fn enter_rescue(shell: &mut Option<Pid>, ssh: &mut Option<Pid>, logins: &mut Vec<(Pid, String)>) {
+    say("rescue mode: log in as `rescue` on the console or over SSH with the rescue password");
+    for pid in [shell.take(), ssh.take()].into_iter().flatten() {
+        // Our own children, by PID; reaped by the loop.
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+        let _ = waitpid(pid, None);
+    }
+    *ssh = spawn_rescue_ssh();
+    for tty in
+        console_ttys(&std::fs::read_to_string("/sys/class/tty/console/active").unwrap_or_default())
+    {
+        if let Some(p) = spawn_login(&tty) {
+            logins.push((p, tty));
+        }
+    }
+}
+
+/// The terminals behind `/dev/console` (`/sys/class/tty/console/active`,
+/// e.g. `tty0 ttyS0`); `tty0`, the current virtual terminal, is `tty1`.
+pub fn console_ttys(active: &str) -> Vec<String> {
+    let mut out: Vec<String> = active
+        .split_whitespace()
+        .map(|t| {
+            if t == "tty0" {
+                "tty1".to_string()
+            } else {
+                t.to_string()
+            }
+        })
+        .collect();
+    out.dedup();
+    if out.is_empty() {
+        out.push("console".into());
+    }
+    out
+}
+
+fn spawn_login(tty: &str) -> Option<Pid> {
+    // Not `tool::run`: a long-running child that the reaper loop above waits for.
+    let baud = if tty.starts_with("ttyS") || tty.starts_with("ttyAMA") {
+        "115200"
+    } else {
+        "38400"
+    };
+    match Command::new("/bin/busybox")
+        .args(["getty", "-L", baud, tty, "vt100"])
+        .env("PATH", "/bin:/sbin:/usr/bin:/usr/sbin")
+        .spawn()
+    {
+        Ok(c) => Some(Pid::from_raw(c.id() as i32)),
+        Err(e) => {
+            say(&format!("cannot open a login prompt on {tty}: {e}"));
+            None
+        }
+    }
+}
+
+fn spawn_rescue_ssh() -> Option<Pid> {
+    if !Path::new(super::ssh::DROPBEAR).exists() {
+        say("this ramdisk has no SSH server: the rescue login is on the console only");
+        return None;
+    }
+    // Where dropbear makes its host keys (made by `sshkey=` otherwise).
+    if let Err(e) = std::fs::create_dir_all("/etc/dropbear") {
+        say(&format!("cannot create /etc/dropbear: {e}"));
+    }
+    // Not `tool::run`: a long-running child that the reaper loop above waits for.
+    match Command::new(super::ssh::DROPBEAR)
+        .args(super::ssh::DROPBEAR_RESCUE_ARGS)
+        .env("PATH", "/bin:/sbin:/usr/bin:/usr/sbin")
+        .spawn()
+    {
+        Ok(c) => {
+            say("SSH server on port 22 (rescue: passwords accepted)");
+            Some(Pid::from_raw(c.id() as i32))
+        }
+        Err(e) => {
+            say(&format!(
+                "cannot start the SSH server {}: {e}",
+                super::ssh::DROPBEAR
+            ));
+            None
         }
     }
 }
@@ -121,5 +244,17 @@ fn spawn_ssh() -> Option<Pid> {
             ));
             None
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn login_prompts_go_to_the_consoles_terminals() {
+        assert_eq!(console_ttys("ttyS0\n"), ["ttyS0"]);
+        assert_eq!(console_ttys("tty0 ttyS0\n"), ["tty1", "ttyS0"]);
+        assert_eq!(console_ttys(""), ["console"]);
     }
 }

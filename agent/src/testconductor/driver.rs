@@ -62,10 +62,10 @@ pub(super) fn on_heartbeat(c: Arc<Inner>, uuid: String) {
                         n.wipe_token();
                         n.provision_state =
                             n.target_state.take().unwrap_or_else(|| "manageable".into());
-                        let how = if n.provision_state == "active" {
-                            "token wiped, powered on from its disk"
-                        } else {
-                            "powered off, token wiped"
+                        let how = match n.provision_state.as_str() {
+                            "active" => "token wiped, powered on from its disk",
+                            "rescue" => "the tenant logs in to the ramdisk",
+                            _ => "powered off, token wiped",
                         };
                         c.log(format!("C: node {uuid} -> {} ({how})", n.provision_state));
                     }
@@ -74,6 +74,8 @@ pub(super) fn on_heartbeat(c: Arc<Inner>, uuid: String) {
                         n.wipe_token();
                         n.provision_state = if n.provision_state == "clean wait" {
                             "clean failed".into()
+                        } else if n.provision_state == "rescue wait" {
+                            "rescue failed".into()
                         } else {
                             "deploy failed".into()
                         };
@@ -93,6 +95,25 @@ async fn drive(c: &Inner, node: &Node) -> Result<Next> {
     match node.operation.clone().context("no operation")? {
         // Inspection needs no call to the agent (spec ironic-calls.md).
         Operation::Inspect => Ok(Next::Wait(Operation::Inspect)),
+        // `agent_base.py` `_finalize_rescue`: one sync call that must succeed.
+        Operation::Rescue(hash) => {
+            let r = agent
+                .run(
+                    c,
+                    "rescue.finalize_rescue",
+                    json!({"rescue_password": hash, "hashed": true}),
+                    false,
+                )
+                .await?;
+            if r["command_status"] == "SUCCEEDED" {
+                Ok(Next::Finished)
+            } else {
+                Ok(Next::Failed(format!(
+                    "Node failed to perform rescue operation: Agent returned bad result for command finalize_rescue: {}",
+                    r["command_error"]
+                )))
+            }
+        }
         Operation::Deploy(phase) => super::deploy::drive(c, &agent, node, phase).await,
         Operation::Clean {
             requested,

@@ -377,6 +377,21 @@ impl TestConductor {
             .map(Some)
     }
 
+    /// Starts a rescue (Ironic's `agent` rescue interface): the node powers
+    /// on into the ramdisk and waits (`rescue wait`); the agent's first
+    /// heartbeat brings `rescue.finalize_rescue` with `password_hash` (a
+    /// crypt hash, as Ironic sends `hashed_rescue_password`), and the node
+    /// is `rescue`.
+    pub fn start_rescue(&self, uuid: &str, password_hash: &str) -> Result<()> {
+        self.inner.begin(
+            uuid,
+            "rescuing",
+            "rescue wait",
+            "rescue",
+            node::Operation::Rescue(password_hash.to_string()),
+        )
+    }
+
     /// Starts in-band inspection: the node powers on into the ramdisk and
     /// waits (`inspect wait`) for the agent's `continue_inspection`.
     pub fn start_inspect(&self, uuid: &str) -> Result<()> {

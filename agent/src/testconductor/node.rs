@@ -19,6 +19,9 @@ pub enum Operation {
     Inspect,
     /// A `direct` deploy of a whole-disk image.
     Deploy(DeployPhase),
+    /// Rescue (Ironic's `agent` rescue interface): the crypt hash of the
+    /// rescue password, sent with `rescue.finalize_rescue`.
+    Rescue(String),
 }
 
 /// Where a deploy stands (the conductor's deploy step, PROTOCOL.md §1.8 (a)).
@@ -179,6 +182,8 @@ impl Node {
                 | "wait call-back"
                 | "inspecting"
                 | "inspect wait"
+                | "rescuing"
+                | "rescue wait"
         )
     }
 
@@ -186,7 +191,7 @@ impl Node {
     pub fn is_waiting(&self) -> bool {
         matches!(
             self.provision_state.as_str(),
-            "clean wait" | "wait call-back"
+            "clean wait" | "wait call-back" | "rescue wait"
         )
     }
 

@@ -1,0 +1,427 @@
+//! The burn-in steps `burnin_cpu`, `burnin_memory`, `burnin_disk` and
+//! `burnin_network` (clean steps, priority 0; all but the disk one are also
+//! service steps, as in IPA): IPA's `driver_info` knobs read with IPA's
+//! names and defaults, the native workloads of [`crate::burnin`] run on a
+//! blocking thread, stopped by the operation's abort flag, and their report
+//! returned as the step's result (and logged). PROTOCOL.md §7.7.
+
+use std::path::Path;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::steps::StepCall;
+use super::{CommandError, ErrorKind};
+use crate::burnin::{self, knobs, network, BurninError, Stop};
+use crate::config::RunMode;
+use crate::disk::WritePolicy;
+use crate::state::AgentState;
+
+/// IPA's default for every stress-ng timeout: a day.
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(86400);
+/// Memory left to the agent and the kernel by `burnin_memory` in the ramdisk.
+const MEMORY_RESERVE: u64 = 64 << 20;
+/// The share of available memory `burnin_memory` may take in host mode
+/// (this machine is not a node being burnt in).
+const HOST_MEMORY_SHARE: f64 = 0.25;
+
+fn to_command_error(e: BurninError) -> CommandError {
+    let kind = match e {
+        BurninError::Knob { .. } => ErrorKind::InvalidCommandParams,
+        BurninError::Unsupported(_) => ErrorKind::IncompatibleHardwareMethod,
+        BurninError::Failed { .. } | BurninError::Aborted(_) => ErrorKind::CommandExecution,
+    };
+    CommandError::new(kind, e.to_string())
+}
+
+/// `driver_info[key]`, if set (and not `null`).
+fn knob<'a>(node: &'a Value, key: &str) -> Option<&'a Value> {
+    node["driver_info"].get(key).filter(|v| !v.is_null())
+}
+
+fn duration_knob(node: &Value, key: &str, default: Duration) -> Result<Duration, BurninError> {
+    knob(node, key).map_or(Ok(default), |v| knobs::duration(key, v))
+}
+
+fn count_knob(node: &Value, key: &str, default: u64) -> Result<u64, BurninError> {
+    knob(node, key).map_or(Ok(default), |v| knobs::count(key, v))
+}
+
+/// Runs `work` on a blocking thread with the operation's abort flag.
+async fn blocking<T: Send + 'static>(
+    state: &AgentState,
+    work: impl FnOnce(&AtomicBool) -> Result<T, BurninError> + Send + 'static,
+) -> Result<T, CommandError> {
+    let cancel = state.abort_flag();
+    tokio::task::spawn_blocking(move || work(&cancel))
+        .await
+        .map_err(|e| CommandError::new(ErrorKind::CommandExecution, e.to_string()))?
+        .map_err(to_command_error)
+}
+
+/// The report as the step's result; in the ramdisk also written to the
+/// `*_outputfile` the node names (IPA's tools write their logs there).
+fn finish<R: Serialize>(state: &AgentState, node: &Value, key: &str, report: &R) -> Value {
+    let v = serde_json::to_value(report).unwrap_or(Value::Null);
+    tracing::info!(result = %v, "burn-in report");
+    if let Some(path) = knob(node, key).and_then(Value::as_str) {
+        match state.config.mode {
+            RunMode::Ramdisk => {
+                if let Err(e) = std::fs::write(path, format!("{v:#}\n")) {
+                    tracing::warn!(%key, path, "cannot write the burn-in report: {e}");
+                }
+            }
+            RunMode::Host => tracing::info!(
+                %key,
+                path,
+                "host mode: the report is not written to this machine's files"
+            ),
+        }
+    }
+    v
+}
+
+/// `burnin_cpu`: `agent_burnin_cpu_cpu` workers (0: one per CPU) for
+/// `agent_burnin_cpu_timeout`.
+pub async fn burnin_cpu_step(
+    state: Arc<AgentState>,
+    call: StepCall,
+) -> Result<Value, CommandError> {
+    let node = &call.node;
+    let workers = count_knob(node, "agent_burnin_cpu_cpu", 0).map_err(to_command_error)?;
+    let timeout = duration_knob(node, "agent_burnin_cpu_timeout", DEFAULT_TIMEOUT)
+        .map_err(to_command_error)?;
+    let workers = usize::try_from(workers).unwrap_or(usize::MAX).min(4096);
+    let report = blocking(&state, move |cancel| {
+        burnin::cpu::run(
+            workers,
+            Stop {
+                deadline: Some(Instant::now() + timeout),
+                cancel,
+            },
+        )
+    })
+    .await?;
+    Ok(finish(&state, node, "agent_burnin_cpu_outputfile", &report))
+}
+
+/// How many bytes `burnin_memory` tests: `agent_burnin_vm_vm-bytes` (IPA's
+/// default `98%`) of what is available, less a reserve in the ramdisk, at
+/// most a quarter of it in host mode.
+fn memory_bytes(node: &Value, mode: RunMode, available: u64) -> Result<u64, BurninError> {
+    let key = "agent_burnin_vm_vm-bytes";
+    let asked = match knob(node, key) {
+        Some(v) => knobs::bytes(key, v, available)?,
+        None => knobs::bytes(key, &Value::from("98%"), available)?,
+    };
+    let limit = match mode {
+        RunMode::Ramdisk => available.saturating_sub(MEMORY_RESERVE),
+        RunMode::Host => (available as f64 * HOST_MEMORY_SHARE) as u64,
+    };
+    if asked > limit {
+        tracing::warn!(
+            asked,
+            limit,
+            available,
+            "burnin_memory: testing {limit} bytes, not {asked}"
+        );
+    }
+    Ok(asked.min(limit))
+}
+
+/// `burnin_memory`: `agent_burnin_vm_vm` workers (0: one per CPU) over
+/// `agent_burnin_vm_vm-bytes` for `agent_burnin_vm_timeout`.
+pub async fn burnin_memory_step(
+    state: Arc<AgentState>,
+    call: StepCall,
+) -> Result<Value, CommandError> {
+    let node = &call.node;
+    let workers = count_knob(node, "agent_burnin_vm_vm", 0).map_err(to_command_error)?;
+    let timeout = duration_knob(node, "agent_burnin_vm_timeout", DEFAULT_TIMEOUT)
+        .map_err(to_command_error)?;
+    let available =
+        burnin::memory::available_bytes(Path::new("/proc")).map_err(to_command_error)?;
+    let bytes = memory_bytes(node, state.config.mode, available).map_err(to_command_error)?;
+    let workers = match usize::try_from(workers).unwrap_or(usize::MAX).min(4096) {
+        0 => burnin::cpu::usable_cpus().len().max(1),
+        n => n,
+    };
+    let report = blocking(&state, move |cancel| {
+        burnin::memory::run(
+            workers,
+            bytes,
+            Stop {
+                deadline: Some(Instant::now() + timeout),
+                cancel,
+            },
+        )
+    })
+    .await?;
+    Ok(finish(&state, node, "agent_burnin_vm_outputfile", &report))
+}
+
+/// `burnin_disk`: every disk the erase steps may touch (less the node's
+/// `skip_block_devices`), `agent_burnin_fio_disk_loops` passes (4), or
+/// passes for `agent_burnin_fio_disk_runtime` seconds when that is not 0.
+pub async fn burnin_disk_step(
+    state: Arc<AgentState>,
+    call: StepCall,
+) -> Result<Value, CommandError> {
+    let node = call.node.clone();
+    let loops = count_knob(&node, "agent_burnin_fio_disk_loops", 4).map_err(to_command_error)?;
+    let runtime =
+        count_knob(&node, "agent_burnin_fio_disk_runtime", 0).map_err(to_command_error)?;
+    if knob(&node, "agent_burnin_fio_disk_smart_test").is_some_and(|v| v.as_bool() == Some(true)) {
+        return Err(to_command_error(BurninError::Unsupported(
+            "agent_burnin_fio_disk_smart_test: SMART self-tests are not supported by this agent (IPA runs smartctl, which this ramdisk does not have); unset it to burn the disks in without them".into(),
+        )));
+    }
+    let plan = burnin::disk::Plan {
+        loops,
+        wipe_special: crate::disk::fullerase::guard::wipe_special_allowed(&node),
+    };
+    let policy = WritePolicy::from_config(&state.config);
+    let disks = super::erase::disks(&policy, &node)
+        .map_err(|e| CommandError::from_anyhow(ErrorKind::CommandExecution, &e))?;
+    let report = blocking(&state, move |cancel| {
+        let deadline = (runtime > 0).then(|| Instant::now() + Duration::from_secs(runtime));
+        burnin::disk::run(&disks, &policy, plan, Stop { deadline, cancel })
+    })
+    .await?;
+    Ok(finish(
+        &state,
+        &node,
+        "agent_burnin_fio_disk_outputfile",
+        &report,
+    ))
+}
+
+/// The network burn-in's plan from `driver_info`: the static
+/// `agent_burnin_fio_network_config` (`role`, `partner`); dynamic pairing
+/// through a tooz backend is refused precisely.
+fn network_plan(node: &Value, mode: RunMode) -> Result<network::Plan, BurninError> {
+    let runtime = match knob(node, "agent_burnin_fio_network_runtime") {
+        Some(v) => Duration::from_secs(knobs::count("agent_burnin_fio_network_runtime", v)?),
+        None => Duration::from_secs(21600),
+    };
+    let pairing_timeout = Duration::from_secs(count_knob(
+        node,
+        "agent_burnin_fio_network_pairing_timeout",
+        900,
+    )?);
+    let Some(config) = knob(node, "agent_burnin_fio_network_config") else {
+        return Err(match knob(node, "agent_burnin_fio_network_pairing_backend_url") {
+            None => BurninError::Unsupported("fio (network): dynamic pairing config is missing agent_burnin_fio_network_pairing_backend_url".into()),
+            Some(url) => BurninError::Unsupported(format!(
+                "fio (network): dynamic pairing through the tooz backend {url} is not supported by this agent (it speaks no tooz coordination protocol); pair the nodes statically with agent_burnin_fio_network_config {{\"role\": \"writer\"|\"reader\", \"partner\": HOST}}"
+            )),
+        });
+    };
+    let key = "agent_burnin_fio_network_config";
+    let role = config["role"].as_str().unwrap_or_default();
+    let role = network::Role::parse(role).ok_or_else(|| BurninError::Knob {
+        key: key.into(),
+        reason: format!("fio (network) found an unknown role: {}", config["role"]),
+    })?;
+    let partner = config["partner"]
+        .as_str()
+        .filter(|p| !p.trim().is_empty())
+        .ok_or_else(|| BurninError::Knob {
+            key: key.into(),
+            reason: "fio (network) failed to find partner".into(),
+        })?
+        .trim()
+        .to_string();
+    let mut plan = network::Plan::ipa(role, partner, runtime, pairing_timeout);
+    if mode == RunMode::Host {
+        // This machine is no node: only loopback partners, listening on
+        // loopback only.
+        let loopback = plan
+            .partner
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|a| a.is_loopback())
+            || plan.partner == "localhost";
+        if !loopback {
+            return Err(BurninError::Unsupported(format!(
+                "host mode: the network burn-in only pairs with a loopback partner, not {}",
+                plan.partner
+            )));
+        }
+        plan.listen = std::net::IpAddr::from([127, 0, 0, 1]);
+    }
+    Ok(plan)
+}
+
+/// `burnin_network`: both directions with the partner.
+pub async fn burnin_network_step(
+    state: Arc<AgentState>,
+    call: StepCall,
+) -> Result<Value, CommandError> {
+    let node = call.node.clone();
+    let plan = network_plan(&node, state.config.mode).map_err(to_command_error)?;
+    let report = blocking(&state, move |cancel| {
+        network::run(
+            &plan,
+            Stop {
+                deadline: None,
+                cancel,
+            },
+        )
+    })
+    .await?;
+    Ok(finish(
+        &state,
+        &node,
+        "agent_burnin_fio_network_outputfile",
+        &report,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::config::Config;
+
+    fn call(driver_info: Value) -> StepCall {
+        StepCall {
+            node: json!({"driver_info": driver_info}),
+            ports: json!([]),
+            args: serde_json::Map::new(),
+        }
+    }
+
+    fn state(config: Config) -> Arc<AgentState> {
+        Arc::new(AgentState::new(config, None))
+    }
+
+    #[tokio::test]
+    async fn cpu_and_memory_run_for_the_knobs_time_and_report() {
+        let s = state(Config::default());
+        let t = Instant::now();
+        let r = burnin_cpu_step(
+            s.clone(),
+            call(json!({"agent_burnin_cpu_cpu": 2, "agent_burnin_cpu_timeout": "0.4"})),
+        )
+        .await
+        .unwrap();
+        assert!(t.elapsed() >= Duration::from_millis(400));
+        assert_eq!(r["workers"].as_array().unwrap().len(), 2, "{r}");
+        let r = burnin_memory_step(
+            s,
+            call(json!({"agent_burnin_vm_vm": 1, "agent_burnin_vm_vm-bytes": "16M", "agent_burnin_vm_timeout": 1})),
+        )
+        .await
+        .unwrap();
+        assert_eq!(r["bytes"], 16 << 20, "{r}");
+        assert!(r["passes"][0].as_u64().unwrap() >= 1, "{r}");
+    }
+
+    #[tokio::test]
+    async fn bad_knobs_are_invalid_parameters_naming_the_knob() {
+        let s = state(Config::default());
+        let e = burnin_cpu_step(s.clone(), call(json!({"agent_burnin_cpu_timeout": 0})))
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind, ErrorKind::InvalidCommandParams);
+        assert!(e.details.starts_with("agent_burnin_cpu_timeout: "), "{e:?}");
+        let e = burnin_memory_step(s, call(json!({"agent_burnin_vm_vm-bytes": "lots"})))
+            .await
+            .unwrap_err();
+        assert!(e.details.starts_with("agent_burnin_vm_vm-bytes: "), "{e:?}");
+    }
+
+    #[test]
+    fn memory_is_capped_in_host_mode_and_keeps_a_reserve_in_the_ramdisk() {
+        let gib = 1u64 << 30;
+        let node = json!({"driver_info": {}});
+        assert_eq!(memory_bytes(&node, RunMode::Host, 4 * gib).unwrap(), gib);
+        assert_eq!(
+            memory_bytes(&node, RunMode::Ramdisk, 4 * gib).unwrap(),
+            (4.0 * gib as f64 * 0.98) as u64
+        );
+        let all = json!({"driver_info": {"agent_burnin_vm_vm-bytes": "100%"}});
+        assert_eq!(
+            memory_bytes(&all, RunMode::Ramdisk, 4 * gib).unwrap(),
+            4 * gib - MEMORY_RESERVE
+        );
+    }
+
+    #[tokio::test]
+    async fn disk_burn_in_writes_only_allowed_devices_and_honours_the_skip_list() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+        std::fs::write(&a, vec![1u8; 1 << 20]).unwrap();
+        std::fs::write(&b, vec![1u8; 1 << 20]).unwrap();
+        let s = state(Config {
+            allowed_devices: vec![a.clone(), b.clone()],
+            ..Config::default()
+        });
+        let mut c = call(json!({"agent_burnin_fio_disk_loops": 1}));
+        c.node["properties"] = json!({"skip_block_devices": [{"name": b.display().to_string()}]});
+        let r = burnin_disk_step(s.clone(), c).await.unwrap();
+        assert_eq!(r.as_array().unwrap().len(), 1, "{r}");
+        assert_eq!(r[0]["device"], a.display().to_string());
+        assert_eq!(r[0]["passes"], 1);
+        assert_ne!(std::fs::read(&a).unwrap(), vec![1u8; 1 << 20]);
+        assert_eq!(std::fs::read(&b).unwrap(), vec![1u8; 1 << 20], "skipped");
+        let e = burnin_disk_step(s, call(json!({"agent_burnin_fio_disk_smart_test": true})))
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind, ErrorKind::IncompatibleHardwareMethod);
+    }
+
+    #[test]
+    fn network_pairing_as_ipa_configures_it() {
+        let plan = |di: Value, mode| network_plan(&json!({"driver_info": di}), mode);
+        let p = plan(
+            json!({"agent_burnin_fio_network_config": {"role": "reader", "partner": "10.0.0.2"}, "agent_burnin_fio_network_runtime": 30}),
+            RunMode::Ramdisk,
+        )
+        .unwrap();
+        assert_eq!(
+            (p.role, p.partner.as_str(), p.port, p.streams),
+            (network::Role::Reader, "10.0.0.2", 9000, 16)
+        );
+        assert_eq!(p.runtime, Duration::from_secs(30));
+        let e = plan(json!({}), RunMode::Ramdisk).unwrap_err().to_string();
+        assert!(
+            e.contains("agent_burnin_fio_network_pairing_backend_url"),
+            "{e}"
+        );
+        let e = plan(
+            json!({"agent_burnin_fio_network_pairing_backend_url": "etcd3+http://x:2379"}),
+            RunMode::Ramdisk,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("tooz") && e.contains("agent_burnin_fio_network_config"),
+            "{e}"
+        );
+        let e = plan(
+            json!({"agent_burnin_fio_network_config": {"role": "sender", "partner": "x"}}),
+            RunMode::Ramdisk,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("unknown role"), "{e}");
+        let e = plan(
+            json!({"agent_burnin_fio_network_config": {"role": "writer", "partner": "10.0.0.2"}}),
+            RunMode::Host,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("loopback"), "{e}");
+        let p = plan(
+            json!({"agent_burnin_fio_network_config": {"role": "writer", "partner": "127.0.0.1"}}),
+            RunMode::Host,
+        )
+        .unwrap();
+        assert!(p.listen.is_loopback());
+    }
+}

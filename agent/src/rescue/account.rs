@@ -1,0 +1,159 @@
+//! The `rescue` account, as IPA's ramdisk provides it after
+//! `finalize_rescue`: a login named `rescue` with the password hash Ironic
+//! sent, for the console and SSH. IPA's ramdisk gives that user
+//! passwordless sudo; this ramdisk has no sudo, so `rescue` is a uid-0
+//! account. Written into `passwd`, `shadow` and `group` under a root
+//! directory (tests use a scratch one), with IPA's password file and its
+//! `/etc/.rescued` marker.
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+use anyhow::{Context, Result};
+
+use super::crypt;
+
+/// The user Ironic's rescue hands to the tenant.
+pub const USER: &str = "rescue";
+/// IPA's marker that the ramdisk is rescued (the agent stays stopped).
+pub const RESCUED_MARKER: &str = "etc/.rescued";
+/// Where IPA writes the hash for its ramdisk's rescue script.
+pub const PASSWORD_FILE: &str = "etc/ipa-rescue-config/ipa-rescue-password";
+
+/// `text` without the lines for `name` (`name:` first field), plus `line`.
+fn replace_entry(text: &str, name: &str, line: &str) -> String {
+    let mut out: String = text
+        .lines()
+        .filter(|l| l.split(':').next() != Some(name))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    out.push_str(line);
+    out.push('\n');
+    out
+}
+
+fn edit(path: &Path, mode: u32, f: impl FnOnce(&str) -> String) -> Result<()> {
+    let old = match fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    };
+    let tmp = path.with_extension("rescue-tmp");
+    fs::write(&tmp, f(&old)).with_context(|| format!("writing {}", tmp.display()))?;
+    fs::set_permissions(&tmp, fs::Permissions::from_mode(mode))?;
+    fs::rename(&tmp, path).with_context(|| format!("replacing {}", path.display()))
+}
+
+/// Days since 1970 (shadow's last-change field).
+fn today() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() / 86400)
+}
+
+/// Creates (or replaces) the `rescue` account under `root` with `hash` (a
+/// `$5$`/`$6$` hash, checked again here), keeps root's password locked,
+/// writes IPA's password file and the rescued marker.
+pub fn install(root: &Path, hash: &str) -> Result<()> {
+    crypt::check_hash(hash).context("the rescue password hash")?;
+    let etc = root.join("etc");
+    fs::create_dir_all(&etc)?;
+    let home = root.join("home").join(USER);
+    fs::create_dir_all(&home)?;
+    fs::set_permissions(&home, fs::Permissions::from_mode(0o700))?;
+    edit(&etc.join("passwd"), 0o644, |t| {
+        let t = if t.lines().any(|l| l.starts_with("root:")) {
+            t.to_string()
+        } else {
+            replace_entry(t, "root", "root:x:0:0:root:/root:/bin/sh")
+        };
+        replace_entry(
+            &t,
+            USER,
+            &format!("{USER}:x:0:0:rescue:/home/{USER}:/bin/sh"),
+        )
+    })?;
+    edit(&etc.join("group"), 0o644, |t| {
+        if t.lines().any(|l| l.starts_with("root:")) {
+            t.to_string()
+        } else {
+            replace_entry(t, "root", "root:x:0:")
+        }
+    })?;
+    let day = today();
+    edit(&etc.join("shadow"), 0o600, |t| {
+        let t = if t.lines().any(|l| l.starts_with("root:")) {
+            t.to_string()
+        } else {
+            replace_entry(t, "root", &format!("root:*:{day}:0:99999:7:::"))
+        };
+        replace_entry(&t, USER, &format!("{USER}:{hash}:{day}:0:99999:7:::"))
+    })?;
+    let pw = root.join(PASSWORD_FILE);
+    fs::create_dir_all(pw.parent().expect("has a parent"))?;
+    fs::write(&pw, hash).with_context(|| format!("writing {}", pw.display()))?;
+    fs::set_permissions(&pw, fs::Permissions::from_mode(0o600))?;
+    fs::write(root.join(RESCUED_MARKER), b"")
+        .with_context(|| format!("writing {}", root.join(RESCUED_MARKER).display()))?;
+    Ok(())
+}
+
+/// Whether the ramdisk under `root` was rescued.
+pub fn rescued(root: &Path) -> bool {
+    root.join(RESCUED_MARKER).exists()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HASH: &str = "$6$saltsalt$TVLlQcbpFVof5W3Yz4DTP6gRstiNuHwwTt6GLc1E5n0U0aDehy0S5knV8wiOQSpT0Y77vwPZN.Pq.H91p5hVO1";
+
+    #[test]
+    fn writes_the_account_as_login_and_dropbear_read_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        fs::create_dir_all(root.join("etc")).unwrap();
+        fs::write(root.join("etc/passwd"), "root:x:0:0:root:/root:/bin/sh\n").unwrap();
+        assert!(!rescued(root));
+        install(root, HASH).unwrap();
+        // Twice (a second finalize_rescue) leaves one entry.
+        install(root, HASH).unwrap();
+        let passwd = fs::read_to_string(root.join("etc/passwd")).unwrap();
+        assert_eq!(
+            passwd,
+            "root:x:0:0:root:/root:/bin/sh\nrescue:x:0:0:rescue:/home/rescue:/bin/sh\n"
+        );
+        let shadow = fs::read_to_string(root.join("etc/shadow")).unwrap();
+        let lines: Vec<&str> = shadow.lines().collect();
+        assert_eq!(lines.len(), 2, "{shadow}");
+        assert!(
+            lines[0].starts_with("root:*:"),
+            "root stays locked: {shadow}"
+        );
+        let fields: Vec<&str> = lines[1].split(':').collect();
+        assert_eq!((fields[0], fields[1]), ("rescue", HASH));
+        assert!(crypt::verify("secret", fields[1]));
+        let mode = fs::metadata(root.join("etc/shadow"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+        assert_eq!(fs::read_to_string(root.join(PASSWORD_FILE)).unwrap(), HASH);
+        assert!(root.join("home/rescue").is_dir());
+        assert_eq!(
+            fs::read_to_string(root.join("etc/group")).unwrap(),
+            "root:x:0:\n"
+        );
+        assert!(rescued(root));
+    }
+
+    #[test]
+    fn a_hash_that_could_break_shadow_is_refused_before_anything_is_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = install(dir.path(), &format!("{HASH}:0:0\nroot::")).unwrap_err();
+        assert!(format!("{e:#}").contains("rescue password hash"), "{e:#}");
+        assert!(!dir.path().join("etc").exists());
+    }
+}
