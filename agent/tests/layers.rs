@@ -43,6 +43,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "ignition",
             "image",
             "inject",
+            "partimage",
             "uefi",
             "vmedia",
         ],

@@ -18,6 +18,7 @@ pub mod image;
 pub mod inject;
 pub mod logs;
 pub mod params;
+pub mod partition_image;
 pub mod registry;
 pub mod standby;
 pub mod steps;
