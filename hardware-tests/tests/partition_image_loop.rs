@@ -18,48 +18,11 @@ use agent::testconductor::image_server::{Fault, ImageServer};
 use base64::Engine as _;
 use hardware_tests::agentapi::AgentApi;
 use hardware_tests::loopdev::LoopDevice;
+use hardware_tests::partimage::{ext4_cat, fat_cat, BOOTX64, GRUBX64, GRUB_CFG, MARKER, ROOT_UUID};
 use hardware_tests::run;
 use serde_json::{json, Value};
 
 const MIB: u64 = 1 << 20;
-const ROOT_UUID: &str = "3f8c2b1a-5d6e-4f70-8a9b-0c1d2e3f4a5b";
-const BOOTX64: &[u8] = b"MZ pretend removable-path loader\n";
-const GRUBX64: &[u8] = b"MZ pretend vendor grub\n";
-const GRUB_CFG: &str = "set default=0\nmenuentry test { linux /vmlinuz }\n";
-
-/// A 48 MiB ext4 partition image with a marker, an fstab and UEFI loaders
-/// under /boot/efi/EFI (as a distribution's image carries them).
-fn partition_image(dir: &Path) -> PathBuf {
-    let tree = dir.join("tree");
-    for d in [
-        "etc",
-        "boot/efi/EFI/BOOT",
-        "boot/efi/EFI/debian",
-        "boot/grub2",
-    ] {
-        std::fs::create_dir_all(tree.join(d)).unwrap();
-    }
-    std::fs::write(tree.join("marker"), "partition image marker\n").unwrap();
-    std::fs::write(
-        tree.join("etc/fstab"),
-        format!("UUID={ROOT_UUID} / ext4 defaults 0 1\n"),
-    )
-    .unwrap();
-    std::fs::write(tree.join("boot/efi/EFI/BOOT/BOOTX64.EFI"), BOOTX64).unwrap();
-    std::fs::write(tree.join("boot/efi/EFI/debian/grubx64.efi"), GRUBX64).unwrap();
-    std::fs::write(tree.join("boot/grub2/grub.cfg"), GRUB_CFG).unwrap();
-    let img = dir.join("root.img");
-    std::fs::File::create(&img)
-        .unwrap()
-        .set_len(48 * MIB)
-        .unwrap();
-    run(Command::new("mkfs.ext4")
-        .args(["-q", "-F", "-L", "cloudimg-rootfs", "-U", ROOT_UUID, "-d"])
-        .arg(&tree)
-        .arg(&img))
-    .unwrap();
-    img
-}
 
 fn sha256(path: &Path) -> String {
     let d = ring::digest::digest(&ring::digest::SHA256, &std::fs::read(path).unwrap());
@@ -145,29 +108,11 @@ fn same_prefix(dev: &Path, file: &Path) {
     );
 }
 
-fn debugfs_cat(dev: &Path, path: &str) -> String {
-    run(Command::new("debugfs")
-        .args(["-R", &format!("cat {path}")])
-        .arg(dev))
-    .unwrap()
-}
-
-fn mtype(dev: &Path, path: &str) -> Vec<u8> {
-    let out = Command::new("mtype")
-        .args(["-i"])
-        .arg(dev)
-        .arg(format!("::{path}"))
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "mtype {path}: {:?}", out);
-    out.stdout
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn partition_image_is_laid_out_written_and_its_loaders_copied() {
     hardware_tests::require_root("the partition image loop-device test");
     let dir = tempfile::tempdir().unwrap();
-    let img = partition_image(dir.path());
+    let img = hardware_tests::partimage::ext4_image(dir.path()).unwrap();
     let sha = sha256(&img);
     let qcow = dir.path().join("root.qcow2");
     run(Command::new("qemu-img")
@@ -232,12 +177,12 @@ async fn partition_image_is_laid_out_written_and_its_loaders_copied() {
     assert_eq!(blkid(&p(3), "LABEL"), "swap1");
     assert_eq!(blkid(&p(4), "LABEL"), "CONFIG-2");
     assert_eq!(
-        mtype(&p(4), "/openstack/latest/meta_data.json"),
+        fat_cat(&p(4), "/openstack/latest/meta_data.json").unwrap(),
         br#"{"uuid": "part-node"}"#
     );
     assert_eq!(blkid(&p(5), "UUID"), ROOT_UUID);
     same_prefix(&p(5), &img);
-    assert_eq!(debugfs_cat(&p(5), "/marker"), "partition image marker");
+    assert_eq!(ext4_cat(&p(5), "/marker").unwrap(), MARKER.trim_end());
 
     let esp_uuid = blkid(&p(1), "UUID");
     let got = uuids(&api).await;
@@ -265,12 +210,15 @@ async fn partition_image_is_laid_out_written_and_its_loaders_copied() {
         .await
         .unwrap();
     assert_eq!(r["command_status"], "SUCCEEDED", "{r}");
-    assert_eq!(mtype(&p(1), "/EFI/BOOT/BOOTX64.EFI"), BOOTX64);
-    assert_eq!(mtype(&p(1), "/EFI/debian/grubx64.efi"), GRUBX64);
-    assert_eq!(mtype(&p(1), "/EFI/debian/grub.cfg"), GRUB_CFG.as_bytes());
+    assert_eq!(fat_cat(&p(1), "/EFI/BOOT/BOOTX64.EFI").unwrap(), BOOTX64);
+    assert_eq!(fat_cat(&p(1), "/EFI/debian/grubx64.efi").unwrap(), GRUBX64);
+    assert_eq!(
+        fat_cat(&p(1), "/EFI/debian/grub.cfg").unwrap(),
+        GRUB_CFG.as_bytes()
+    );
     // What firmware and fsck.fat demand of the directories written.
     run(Command::new("fsck.fat").arg("-n").arg(p(1))).unwrap();
-    let fstab = debugfs_cat(&p(5), "/etc/fstab");
+    let fstab = ext4_cat(&p(5), "/etc/fstab").unwrap();
     assert!(
         fstab.contains(&format!(
             "UUID={esp_uuid}\t/boot/efi\tvfat\tumask=0077\t0\t1"
