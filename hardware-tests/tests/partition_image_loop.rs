@@ -230,6 +230,45 @@ async fn partition_image_is_laid_out_written_and_its_loaders_copied() {
         "{fstab}"
     );
 
+    // A rebuild with preserve_ephemeral keeps the table and the ephemeral
+    // filesystem's content; with another layout it is refused.
+    let kept = dir.path().join("kept.txt");
+    std::fs::write(&kept, "tenant data\n").unwrap();
+    run(Command::new("debugfs")
+        .args(["-w", "-R", &format!("write {} kept.txt", kept.display())])
+        .arg(p(2)))
+    .unwrap();
+    let eph_uuid = blkid(&p(2), "UUID");
+    let mut preserve = uefi.clone();
+    preserve["preserve_ephemeral"] = json!(true);
+    let r = api
+        .run(
+            "standby.prepare_image",
+            json!({"image_info": image_info(&server, "root.img", &sha, preserve.clone()),
+                   "configdrive": gzip_b64(&cd)}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r["command_status"], "SUCCEEDED", "{r}");
+    assert_eq!(table(&disk.path).1, parts, "the table is kept");
+    assert_eq!(blkid(&p(2), "UUID"), eph_uuid);
+    assert_eq!(ext4_cat(&p(2), "/kept.txt").unwrap(), "tenant data");
+    assert_eq!(blkid(&p(5), "UUID"), ROOT_UUID);
+    preserve["swap_mb"] = json!(64);
+    let r = api
+        .run(
+            "standby.prepare_image",
+            json!({"image_info": image_info(&server, "root.img", &sha, preserve),
+                   "configdrive": gzip_b64(&cd)}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r["command_status"], "FAILED", "{r}");
+    let details = r["command_error"]["details"].as_str().unwrap();
+    assert!(details.contains("the disk layout changed"), "{details}");
+    assert_eq!(table(&disk.path).1, parts, "nothing was touched");
+    assert_eq!(ext4_cat(&p(2), "/kept.txt").unwrap(), "tenant data");
+
     // BIOS on msdos from a compressed qcow2, no ephemeral: the root is
     // the active partition; GRUB would be needed, which IPA refuses.
     let bios = json!({"root_mb": 64, "swap_mb": 16, "ephemeral_mb": 0,
