@@ -77,14 +77,15 @@ fn sfdisk_json(disk: &Path) -> Value {
 fn table(disk: &Path) -> (String, Vec<(u64, u64, String)>) {
     let j = sfdisk_json(disk);
     let pt = &j["partitiontable"];
+    let sector = pt["sectorsize"].as_u64().unwrap_or(512);
     let parts = pt["partitions"]
         .as_array()
         .unwrap()
         .iter()
         .map(|p| {
             (
-                p["start"].as_u64().unwrap() * 512 / MIB,
-                p["size"].as_u64().unwrap() * 512 / MIB,
+                p["start"].as_u64().unwrap() * sector / MIB,
+                p["size"].as_u64().unwrap() * sector / MIB,
                 p["type"].as_str().unwrap().to_string(),
             )
         })
@@ -355,4 +356,56 @@ async fn partition_image_is_laid_out_written_and_its_loaders_copied() {
         String::from_utf8_lossy(&left.stdout)
     );
     assert_eq!(blkid(&disk.path, "PTTYPE"), "");
+}
+
+/// On a disk with 4096-byte logical sectors: the GPT's usable sectors, the
+/// ESP's FAT and the loaders copied to it follow the disk's sector size.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partition_image_on_a_4kn_disk() {
+    hardware_tests::require_root("the partition image 4Kn loop-device test");
+    let dir = tempfile::tempdir().unwrap();
+    let img = hardware_tests::partimage::ext4_image(dir.path()).unwrap();
+    let sha = sha256(&img);
+    let server = ImageServer::start().unwrap();
+    server.route("/root.img", &img, &[], Fault::None);
+    let disk = LoopDevice::with_sector_size(1024 * MIB, 4096).unwrap();
+    let api = AgentApi::start(Config {
+        mode: RunMode::Host,
+        allowed_devices: vec![disk.path.clone()],
+        ..Config::default()
+    })
+    .await
+    .unwrap();
+    let layout = json!({"root_mb": 64, "swap_mb": 8, "ephemeral_mb": 0,
+        "ephemeral_format": null, "deploy_boot_mode": "uefi", "disk_label": "gpt"});
+    let r = api
+        .run(
+            "standby.prepare_image",
+            json!({"image_info": image_info(&server, "root.img", &sha, layout)}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r["command_status"], "SUCCEEDED", "{r}");
+    let j = sfdisk_json(&disk.path);
+    assert_eq!(j["partitiontable"]["sectorsize"], 4096, "{j}");
+    assert_eq!(j["partitiontable"]["firstlba"], 6, "{j}");
+    let (label, parts) = table(&disk.path);
+    assert_eq!(label, "gpt");
+    let sizes: Vec<(u64, u64)> = parts.iter().map(|(a, b, _)| (*a, *b)).collect();
+    assert_eq!(sizes, [(1, 550), (551, 8), (559, 64)]);
+    let p = |n| part(&disk.path, n);
+    run(Command::new("fsck.fat").arg("-n").arg(p(1))).unwrap();
+    assert_eq!(blkid(&p(2), "TYPE"), "swap");
+    assert_eq!(blkid(&p(3), "UUID"), ROOT_UUID);
+    same_prefix(&p(3), &img);
+    let r = api
+        .run(
+            "image.install_bootloader",
+            json!({"root_uuid": ROOT_UUID, "target_boot_mode": "uefi"}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r["command_status"], "SUCCEEDED", "{r}");
+    run(Command::new("fsck.fat").arg("-n").arg(p(1))).unwrap();
+    assert_eq!(fat_cat(&p(1), "/EFI/BOOT/BOOTX64.EFI").unwrap(), BOOTX64);
 }
