@@ -6,7 +6,8 @@
 //! `install_bootloader` with the root filesystem's and the ESP's UUIDs; the
 //! node reaches `active` with `root_uuid_or_disk_id` the image's filesystem
 //! UUID, and the disk holds IPA's layout, the image in its root partition
-//! and the image's loaders on the ESP.
+//! and the image's loaders on the ESP. An undeploy with automated cleaning
+//! then leaves no signature on the disk.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -133,6 +134,31 @@ async fn real_ironic_deploys_a_uefi_partition_image() {
     assert!(ext4_cat(&p(4), "/etc/fstab")
         .unwrap()
         .contains(&format!("UUID={esp_uuid}\t/boot/efi")));
+
+    // Undeploy with automated cleaning: every partition and the table go.
+    ironic
+        .patch(
+            &uuid,
+            json!([{"op": "replace", "path": "/automated_clean", "value": true}]),
+        )
+        .await
+        .unwrap();
+    let t = Instant::now();
+    ironic
+        .provision(&uuid, json!({"target": "deleted"}))
+        .await
+        .unwrap();
+    let node = ironic
+        .wait_for(&uuid, "available", Duration::from_secs(240))
+        .await
+        .unwrap_or_else(|e| panic!("undeploy: {e:#}"));
+    println!(
+        "undeploy: available after {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+    assert!(node["last_error"].is_null(), "{}", node["last_error"]);
+    let left = disk.signatures().unwrap();
+    assert!(left.is_empty(), "undeploy left signatures {left:?}");
     assert!(!agent.is_finished(), "the agent stopped");
     agent.abort();
 }
