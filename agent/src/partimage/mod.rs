@@ -121,7 +121,11 @@ pub fn prepare(
     let partuuids = if preserve_ephemeral {
         check_existing(disk, layout, sector).map_err(|e| fail(disk, e))?
     } else {
-        write_table(disk, layout.label, sector, total, &entries).map_err(|e| fail(disk, e))?
+        write_table(disk, layout.label, sector, total, &entries).map_err(|e| {
+            // A table written in part (the backup copy alone) goes too.
+            wipe_table(disk);
+            fail(disk, e)
+        })?
     };
     let result = (|| -> anyhow::Result<Prepared> {
         let paths = partition_paths(&dev, layout)?;
