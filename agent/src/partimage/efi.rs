@@ -340,3 +340,49 @@ fn append_fstab(top: &Beneath, esp_uuid: &str) -> Result<bool> {
     })?;
     Ok(added)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::Cursor;
+
+    use super::*;
+
+    #[test]
+    fn the_copy_follows_no_link_out_of_the_tenant_filesystem() {
+        let dir = tempfile::tempdir().unwrap();
+        let efi = dir.path().join("boot/efi/EFI");
+        std::fs::create_dir_all(efi.join("BOOT")).unwrap();
+        std::fs::write(efi.join("BOOT/BOOTX64.EFI"), b"loader").unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("secret"), b"not the tenant's").unwrap();
+        std::os::unix::fs::symlink(outside.path(), efi.join("evil")).unwrap();
+        std::os::unix::fs::symlink(outside.path().join("secret"), efi.join("BOOT/link.efi"))
+            .unwrap();
+        let top = Beneath::open(dir.path()).unwrap();
+        let src = top.dir("boot/efi/EFI").unwrap();
+
+        let mut img = Cursor::new(vec![0u8; 8 << 20]);
+        fatfs::format_volume(&mut img, fatfs::FormatVolumeOptions::new()).unwrap();
+        let mut files = Vec::new();
+        {
+            let fs = fatfs::FileSystem::new(&mut img, fatfs::FsOptions::new()).unwrap();
+            {
+                let dst = fs.root_dir().create_dir("EFI").unwrap();
+                copy_tree(&src, &dst, "EFI", 0, &mut files).unwrap();
+            }
+            fs.unmount().unwrap();
+        }
+        assert_eq!(files, ["EFI/BOOT/BOOTX64.EFI"]);
+        img.set_position(0);
+        let fs = fatfs::FileSystem::new(&mut img, fatfs::FsOptions::new()).unwrap();
+        let root = fs.root_dir();
+        let mut data = Vec::new();
+        root.open_file("EFI/BOOT/BOOTX64.EFI")
+            .unwrap()
+            .read_to_end(&mut data)
+            .unwrap();
+        assert_eq!(data, b"loader");
+        assert!(root.open_dir("EFI/evil").is_err());
+        assert!(root.open_file("EFI/BOOT/link.efi").is_err());
+    }
+}
