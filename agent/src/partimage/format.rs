@@ -98,6 +98,35 @@ pub fn swap(path: &Path, label: &str) -> Result<uuid::Uuid> {
     Ok(id)
 }
 
+/// Checks, before the disk is touched, that a `fs` filesystem can be made:
+/// vfat always, the others when `mkfs.<fs>` is on the PATH.
+pub fn check_mkfs(fs: &str) -> Result<()> {
+    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/sbin:/usr/bin:/sbin:/bin".into());
+    check_mkfs_in(fs, &path)
+}
+
+fn check_mkfs_in(fs: &str, path: &std::ffi::OsStr) -> Result<()> {
+    if fs == "vfat" {
+        return Ok(());
+    }
+    if !matches!(fs, "ext2" | "ext3" | "ext4" | "xfs" | "btrfs") {
+        bail!("cannot make a {fs:?} filesystem");
+    }
+    let tool = format!("mkfs.{fs}");
+    let found = std::env::split_paths(path).any(|d| {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::metadata(d.join(&tool))
+            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    });
+    if !found {
+        bail!(
+            "ephemeral_format {fs} needs {tool}, which is not installed here \
+             (the deploy ramdisk ships no mkfs tools; vfat is made natively)"
+        );
+    }
+    Ok(())
+}
+
 /// Makes a `fs` filesystem labelled `label` on `path` (IPA's
 /// `utils.mkfs`): vfat natively, the others with `mkfs.<fs>`.
 pub fn mkfs(fs: &str, path: &Path, label: &str, sector: u64) -> Result<()> {
@@ -161,6 +190,24 @@ mod tests {
         assert_eq!(probe(&p, "TYPE").as_deref(), Some("vfat"));
         assert_eq!(probe(&p, "LABEL").as_deref(), Some("efi-part"));
         assert!(probe(&p, "UUID").is_some());
+    }
+
+    #[test]
+    fn missing_mkfs_tools_are_found_before_the_disk_is_touched() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let tool = dir.path().join("mkfs.ext4");
+        std::fs::write(&tool, "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let path = dir.path().as_os_str();
+        check_mkfs_in("vfat", path).unwrap();
+        check_mkfs_in("ext4", path).unwrap();
+        let e = check_mkfs_in("xfs", path).unwrap_err().to_string();
+        assert!(e.contains("needs mkfs.xfs"), "{e}");
+        assert!(check_mkfs_in("ntfs", path).is_err());
+        // Not executable: not a tool.
+        std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert!(check_mkfs_in("ext4", path).is_err());
     }
 
     #[test]

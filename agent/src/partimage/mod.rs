@@ -118,6 +118,12 @@ pub fn prepare(
         (sector, size / sector)
     };
     let entries = layout.entries(sector, total)?;
+    if layout.get(Role::Ephemeral).is_some() && !preserve_ephemeral {
+        let fs = ephemeral_format
+            .context("an ephemeral partition needs ephemeral_format")
+            .and_then(|fs| format::check_mkfs(fs).map(|()| fs));
+        fs.map_err(|e| fail(disk, e))?;
+    }
     let partuuids = if preserve_ephemeral {
         check_existing(disk, layout, sector).map_err(|e| fail(disk, e))?
     } else {
