@@ -19,7 +19,8 @@
 //!    login).
 //! 3. Disk contents: [`image`] (the streaming image write), [`configdrive`]
 //!    (config drives after an image write), [`ignition`] (Ignition for
-//!    CoreOS-like images), [`uefi`] (boot entries), [`vmedia`] (what Ironic
+//!    CoreOS-like images), [`partimage`] (partition images: layout, table,
+//!    the other partitions, their UEFI loaders), [`uefi`] (boot entries), [`vmedia`] (what Ironic
 //!    puts on virtual media for the ramdisk).
 //! 4. [`conductor`]: the client of Ironic's ramdisk endpoints.
 //! 5. The agent's core: [`commands`] (every command and step handler, and
@@ -57,6 +58,7 @@ pub mod lldp;
 pub mod logs;
 pub mod net;
 pub mod netconf;
+pub mod partimage;
 pub mod power;
 pub mod pstore;
 pub mod rescue;

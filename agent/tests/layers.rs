@@ -45,6 +45,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "ignition",
             "image",
             "inject",
+            "partimage",
             "uefi",
             "vmedia",
         ],

@@ -10,6 +10,7 @@ pub mod bed;
 pub mod ironic;
 pub mod loopdev;
 pub mod netns;
+pub mod partimage;
 pub mod testimage;
 
 use std::path::PathBuf;

@@ -1,11 +1,14 @@
 //! `image.install_bootloader` (PROTOCOL.md §5.8), called by Ironic after a UEFI
-//! whole-disk deploy. Host mode never touches this machine's NVRAM: the
-//! command succeeds and says so. In the ramdisk, BIOS whole-disk images
+//! whole-disk deploy. Host mode never touches this machine's NVRAM: where
+//! the ramdisk would write boot entries the command succeeds and says so. In the ramdisk, BIOS whole-disk images
 //! need nothing; for UEFI the loaders on the image's EFI system partition
 //! get boot entries written natively into efivarfs ([`crate::uefi`]).
 //! Failures fail the command unless `ignore_bootloader_failure` is set.
-//! A BIOS call for a partition image (a filesystem UUID as `root_uuid`)
-//! would need GRUB installed from the tenant's image: refused with IPA's
+//! A UEFI call for a partition image (a filesystem UUID as `root_uuid`)
+//! first copies the image's own loaders to the ESP the deploy made
+//! ([`crate::partimage::efi`]; also in host mode, on the allowed device).
+//! A BIOS call for a partition image, or a UEFI one whose image has no
+//! loaders, would need GRUB installed from the tenant's image: refused with IPA's
 //! `InvalidImage` unless the conductor's lookup allowed it
 //! (`enable_bios_bootloader_install`, off by default since that install
 //! runs the tenant's code as root), and then refused as not supported.
@@ -32,13 +35,20 @@ pub async fn install_bootloader(state: Arc<AgentState>, params: Value) -> Outcom
         .ignore_bootloader_failure
         .or(state.config.ignore_bootloader_failure)
         .unwrap_or(false);
-    if state.config.mode == RunMode::Host {
-        tracing::warn!(
-            target_boot_mode = mode,
-            root_uuid,
-            "host mode: this machine's boot entries are not touched"
-        );
-        return Outcome::Done(Value::Null);
+    let finish = |result: Result<(), CommandError>| match result {
+        Ok(()) => Outcome::Done(Value::Null),
+        Err(err) if ignore => {
+            tracing::warn!("install_bootloader failed but failures are ignored: {err:?}");
+            Outcome::Done(Value::Null)
+        }
+        Err(err) => Outcome::Failed(err),
+    };
+    if mode == "uefi" && !is_whole_disk(root_uuid) {
+        // A partition image: its own loaders go to the ESP first.
+        if let Err(e) = partition_image_loaders(&state, root_uuid).await {
+            tracing::error!(root_uuid, "{}", e.details);
+            return finish(Err(e));
+        }
     }
     if mode != "uefi" {
         if is_whole_disk(root_uuid) {
@@ -59,6 +69,14 @@ pub async fn install_bootloader(state: Arc<AgentState>, params: Value) -> Outcom
         }
         return Outcome::Failed(err);
     }
+    if state.config.mode == RunMode::Host {
+        tracing::warn!(
+            target_boot_mode = mode,
+            root_uuid,
+            "host mode: this machine's boot entries are not touched"
+        );
+        return Outcome::Done(Value::Null);
+    }
     let efivars = std::path::Path::new(crate::uefi::efivars::EFIVARS);
     let result = match super::image::choose_device(&state) {
         Err(e) => Err(e),
@@ -74,14 +92,41 @@ pub async fn install_bootloader(state: Arc<AgentState>, params: Value) -> Outcom
             })
             .map(|entries| tracing::info!(?entries, "UEFI boot entries created")),
     };
-    let Err(err) = result else {
-        return Outcome::Done(Value::Null);
-    };
-    if ignore {
-        tracing::warn!("install_bootloader failed but failures are ignored: {err:?}");
-        return Outcome::Done(Value::Null);
+    finish(result)
+}
+
+/// UEFI, partition image: copies the image's loaders (its root
+/// filesystem's `boot/efi/EFI`) to the ESP the deploy created
+/// ([`crate::partimage::efi`]). An image without them would need GRUB
+/// installed from it: IPA's refusal then, as for BIOS.
+async fn partition_image_loaders(state: &AgentState, root_uuid: &str) -> Result<(), CommandError> {
+    let device = super::image::choose_device(state)?;
+    let root = root_uuid.to_string();
+    let preserved =
+        tokio::task::spawn_blocking(move || crate::partimage::efi::preserve_assets(&device, &root))
+            .await
+            .map_err(|e| CommandError::new(ErrorKind::CommandExecution, e.to_string()))?
+            .map_err(|e| {
+                CommandError::new(
+                    ErrorKind::CommandExecution,
+                    format!("copying the image's UEFI loaders to the EFI system partition: {e:#}"),
+                )
+            })?;
+    match preserved {
+        Some(p) => {
+            tracing::info!(files = ?p.files, fstab = p.fstab, "the image's UEFI loaders are on the EFI system partition");
+            Ok(())
+        }
+        None => {
+            tracing::warn!(
+                "the partition image has no boot/efi/EFI directory: it needs GRUB installed"
+            );
+            let allowed = state
+                .lookup_config()
+                .is_some_and(|c| c.bios_bootloader_install);
+            Err(bios_grub_refusal(allowed))
+        }
     }
-    Outcome::Failed(err)
 }
 
 /// Whether `root_uuid` is what a whole-disk image reports (nothing, or the

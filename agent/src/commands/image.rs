@@ -2,6 +2,7 @@
 //! step, both running the streaming pipeline of [`crate::image`] on the
 //! target device, with progress visible in the command list while running;
 //! then the partition check and the config drive ([`crate::configdrive`]).
+//! Partition images go to [`super::partition_image`].
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -37,11 +38,11 @@ pub fn error_kind(e: &ImageError) -> ErrorKind {
     }
 }
 
-fn image_error(e: ImageError) -> CommandError {
+pub(crate) fn image_error(e: ImageError) -> CommandError {
     CommandError::new(error_kind(&e), e.to_string())
 }
 
-fn crashed(what: &str, e: tokio::task::JoinError) -> CommandError {
+pub(crate) fn crashed(what: &str, e: tokio::task::JoinError) -> CommandError {
     CommandError::new(ErrorKind::ImageWrite, format!("{what} crashed: {e}"))
 }
 
@@ -89,7 +90,7 @@ pub(crate) fn http_options(state: &AgentState) -> HttpOptions {
 
 /// The conductor's deep image inspection settings from its lookup answer
 /// (IPA's defaults before any lookup).
-fn format_policy(state: &AgentState, disk_format: Option<&str>) -> FormatPolicy {
+pub(crate) fn format_policy(state: &AgentState, disk_format: Option<&str>) -> FormatPolicy {
     match state.lookup_config() {
         Some(c) => FormatPolicy::from_conductor(
             c.deep_image_inspection,
@@ -110,9 +111,13 @@ fn md5_allowed(state: &AgentState) -> bool {
 /// Parameter check of `standby.prepare_image` (HTTP 400 on failure).
 pub fn validate_prepare_image(params: &Value) -> Result<(), ParamsError> {
     let p: PrepareImage = super::params::parse(params)?;
-    info::parse(&p.image_info, HttpOptions::default(), true)
-        .map(drop)
-        .map_err(|e| ParamsError::at("image_info", e.to_string()))
+    let parsed = info::parse(&p.image_info, HttpOptions::default(), true)
+        .map_err(|e| ParamsError::at("image_info", e.to_string()))?;
+    if parsed.partition {
+        super::partition_image::layout_params(&p.image_info)
+            .map_err(|e| ParamsError::at("image_info", e.details))?;
+    }
+    Ok(())
 }
 
 /// `standby.prepare_image` (async).
@@ -121,9 +126,15 @@ pub async fn prepare_image(state: Arc<AgentState>, params: Value) -> Outcome {
         Ok(p) => p,
         Err(e) => return Outcome::Failed(e),
     };
-    write(state, p.image_info, p.configdrive.unwrap_or(Value::Null))
-        .await
-        .into()
+    let node = state.node();
+    write(
+        state,
+        p.image_info,
+        p.configdrive.unwrap_or(Value::Null),
+        node,
+    )
+    .await
+    .into()
 }
 
 /// The `write_image` deploy step.
@@ -136,15 +147,26 @@ pub async fn write_image_step(
         .configdrive
         .or_else(|| args.image_info.get("configdrive").cloned())
         .unwrap_or(Value::Null);
-    write(state, args.image_info, configdrive).await
+    let node = Some(call.node)
+        .filter(Value::is_object)
+        .or_else(|| state.node());
+    write(state, args.image_info, configdrive, node).await
 }
 
 async fn write(
     state: Arc<AgentState>,
     image_info: Value,
     configdrive: Value,
+    node: Option<Value>,
 ) -> Result<Value, CommandError> {
     let parsed = parse_image_info(&state, &image_info)?;
+    // A partition image's layout keys are checked before anything is
+    // downloaded or touched.
+    let layout = if parsed.partition {
+        Some(super::partition_image::layout_params(&image_info)?)
+    } else {
+        None
+    };
     // The config drive is decoded (and downloaded) before the disk is
     // touched, so a bad one fails the step with the disk unchanged.
     let http = http_options(&state);
@@ -153,6 +175,9 @@ async fn write(
             .await
             .map_err(|e| crashed("config drive decoder", e))?
             .map_err(configdrive_error)?;
+    if let Some(layout) = layout {
+        return super::partition_image::write(state, parsed, layout, configdrive, node).await;
+    }
     write_whole_disk(state, parsed, move |dev| {
         finish_whole_disk(dev, configdrive.as_deref())
     })
@@ -179,6 +204,15 @@ pub(crate) async fn write_whole_disk<F>(
 where
     F: FnOnce(&Path) -> Result<(), CommandError> + Send + 'static,
 {
+    if parsed.partition {
+        return Err(CommandError::new(
+            ErrorKind::InvalidCommandParams,
+            format!(
+                "image {} is a partition image (image_type partition); this step writes whole-disk images only",
+                parsed.id
+            ),
+        ));
+    }
     let device = choose_device(&state)?;
     let policy = WritePolicy::from_config(&state.config);
     let progress = Arc::new(Progress::default());

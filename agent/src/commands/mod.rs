@@ -19,6 +19,7 @@ pub mod image;
 pub mod inject;
 pub mod logs;
 pub mod params;
+pub mod partition_image;
 pub mod registry;
 pub mod rescue;
 pub mod service;

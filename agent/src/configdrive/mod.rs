@@ -6,6 +6,9 @@
 //! the rest of the partition, flush, and check that libblkid reads a
 //! `config-2` label back.
 //!
+//! A partition image's config-drive partition is filled by
+//! [`write_partition`].
+//!
 //! Also owns IPA's post-write check that a whole-disk image left at least
 //! one partition ([`check_partitioned`]).
 
@@ -154,34 +157,9 @@ fn place(device: &Path, data: &[u8]) -> Result<Placed, TargetError> {
         Some(p) => (p, true),
         None => (table::add_config_partition(&mut f, &table, size)?, false),
     };
-    // A vfat image with sectors smaller than the disk's cannot be mounted
-    // there: rebuild it with the disk's sector size.
-    let rebuilt = vfat::adapt(data, sector, part.len)?;
-    let data = rebuilt.as_deref().unwrap_or(data);
-    if data.len() as u64 > part.len {
-        return Err(TargetError::TooBig {
-            bytes: data.len(),
-            number: part.number,
-            room: part.len,
-        });
-    }
     tracing::info!(device = %device.display(), partition = part.number, offset = part.start,
         bytes = data.len(), reused, "writing the config drive");
-    Disk::write_at(&mut f, data, part.start).map_err(io("writing"))?;
-    zero(
-        &f,
-        part.start + data.len() as u64,
-        part.len - data.len() as u64,
-    )
-    .map_err(io("clearing the rest of the partition"))?;
-    f.sync_all().map_err(io("flushing"))?;
-    let label = probe_label(&f, part.start, part.len);
-    if !label
-        .as_deref()
-        .is_some_and(|l| l.eq_ignore_ascii_case("config-2"))
-    {
-        tracing::warn!(device = %device.display(), ?label, "the config drive carries no filesystem labelled config-2");
-    }
+    let label = fill(&mut f, device, &part, data, sector)?;
     if ioctl::size_bytes(&f).is_ok() {
         // Loop devices without partition scanning refuse (EINVAL); the
         // ramdisk's disks accept.
@@ -194,6 +172,67 @@ fn place(device: &Path, data: &[u8]) -> Result<Placed, TargetError> {
         reused,
         label,
     })
+}
+
+/// Writes `data` as the whole content of the partition device `path` (a
+/// partition image's config-drive partition, PROTOCOL.md §5.6), adapted to
+/// the device's sector size as [`write`] does. Returns the label read back.
+pub fn write_partition(path: &Path, data: &[u8]) -> Result<Option<String>, ConfigDriveError> {
+    let placed = (|| {
+        let (mut f, size, sector) = open_rw(path)?;
+        let part = Part {
+            number: 0,
+            start: 0,
+            len: size,
+            name: String::new(),
+            type_guid: [0; 16],
+            guid: [0; 16],
+            mbr_type: 0,
+        };
+        fill(&mut f, path, &part, data, sector)
+    })();
+    placed.map_err(|reason| ConfigDriveError::Place {
+        device: path.display().to_string(),
+        reason,
+    })
+}
+
+/// Writes the (adapted) image at the start of `part`, zeroes the rest,
+/// flushes, and reads the filesystem label back.
+fn fill(
+    f: &mut File,
+    device: &Path,
+    part: &Part,
+    data: &[u8],
+    sector: u64,
+) -> Result<Option<String>, TargetError> {
+    // A vfat image with sectors smaller than the disk's cannot be mounted
+    // there: rebuild it with the disk's sector size.
+    let rebuilt = vfat::adapt(data, sector, part.len)?;
+    let data = rebuilt.as_deref().unwrap_or(data);
+    if data.len() as u64 > part.len {
+        return Err(TargetError::TooBig {
+            bytes: data.len(),
+            number: part.number,
+            room: part.len,
+        });
+    }
+    Disk::write_at(f, data, part.start).map_err(io("writing"))?;
+    zero(
+        f,
+        part.start + data.len() as u64,
+        part.len - data.len() as u64,
+    )
+    .map_err(io("clearing the rest of the partition"))?;
+    f.sync_all().map_err(io("flushing"))?;
+    let label = probe_label(f, part.start, part.len);
+    if !label
+        .as_deref()
+        .is_some_and(|l| l.eq_ignore_ascii_case("config-2"))
+    {
+        tracing::warn!(device = %device.display(), ?label, "the config drive carries no filesystem labelled config-2");
+    }
+    Ok(label)
 }
 
 /// The partition named (GPT) or whose filesystem is labelled `config-2`,

@@ -71,3 +71,60 @@ pub fn discard(f: &File, offset: u64, len: u64, secure: bool) -> io::Result<()> 
     r.map_err(io::Error::from)?;
     Ok(())
 }
+
+/// `struct blkpg_partition` (linux/blkpg.h).
+#[repr(C)]
+struct BlkpgPartition {
+    start: i64,
+    length: i64,
+    pno: libc::c_int,
+    devname: [u8; 64],
+    volname: [u8; 64],
+}
+
+/// `struct blkpg_ioctl_arg`.
+#[repr(C)]
+struct BlkpgIoctlArg {
+    op: libc::c_int,
+    flags: libc::c_int,
+    datalen: libc::c_int,
+    data: *mut libc::c_void,
+}
+
+nix::ioctl_write_ptr_bad!(blkpg, nix::request_code_none!(0x12, 105), BlkpgIoctlArg);
+
+const BLKPG_ADD_PARTITION: libc::c_int = 1;
+const BLKPG_DEL_PARTITION: libc::c_int = 2;
+
+fn blkpg_op(f: &File, op: libc::c_int, number: u32, start: u64, len: u64) -> io::Result<()> {
+    let mut part = BlkpgPartition {
+        start: i64::try_from(start).map_err(|_| io::Error::other("partition start too large"))?,
+        length: i64::try_from(len).map_err(|_| io::Error::other("partition length too large"))?,
+        pno: libc::c_int::try_from(number)
+            .map_err(|_| io::Error::other("partition number too large"))?,
+        devname: [0; 64],
+        volname: [0; 64],
+    };
+    let arg = BlkpgIoctlArg {
+        op,
+        flags: 0,
+        datalen: std::mem::size_of::<BlkpgPartition>() as libc::c_int,
+        data: std::ptr::addr_of_mut!(part).cast(),
+    };
+    // SAFETY: valid fd; the kernel reads `arg` and the `part` it points to,
+    // both of which outlive the call.
+    unsafe { blkpg(f.as_raw_fd(), &arg) }.map_err(io::Error::from)?;
+    Ok(())
+}
+
+/// Tells the kernel about partition `number` at `start`, `len` bytes
+/// (BLKPG_ADD_PARTITION, what `partx --add` does), for kernels that do not
+/// parse the table themselves.
+pub fn add_partition(f: &File, number: u32, start: u64, len: u64) -> io::Result<()> {
+    blkpg_op(f, BLKPG_ADD_PARTITION, number, start, len)
+}
+
+/// Removes the kernel's partition `number` (BLKPG_DEL_PARTITION).
+pub fn delete_partition(f: &File, number: u32) -> io::Result<()> {
+    blkpg_op(f, BLKPG_DEL_PARTITION, number, 0, 0)
+}

@@ -197,6 +197,30 @@ impl Beneath {
         }
     }
 
+    /// The contents of the regular file `name`, opened read-only (no link
+    /// followed); refused when larger than `limit` bytes.
+    pub fn read_regular(&self, name: &str, limit: u64) -> Result<Vec<u8>> {
+        let path = self.path.join(name);
+        let fd = openat2(&self.fd, name, how(OFlag::O_RDONLY | OFlag::O_NONBLOCK, 0))
+            .map_err(|e| anyhow::anyhow!("opening {}: {}", path.display(), explain(e)))?;
+        let st = fstat(fd.as_fd()).with_context(|| format!("examining {}", path.display()))?;
+        if SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT != SFlag::S_IFREG {
+            bail!("{} is not a regular file", path.display());
+        }
+        if st.st_size as u64 > limit {
+            bail!("{} is larger than {limit} bytes", path.display());
+        }
+        let mut data = Vec::new();
+        File::from(fd)
+            .take(limit + 1)
+            .read_to_end(&mut data)
+            .with_context(|| format!("reading {}", path.display()))?;
+        if data.len() as u64 > limit {
+            bail!("{} is larger than {limit} bytes", path.display());
+        }
+        Ok(data)
+    }
+
     /// The names in this directory, sorted.
     pub fn names(&self) -> Result<Vec<String>> {
         let dup = self

@@ -17,6 +17,8 @@ pub struct ImageInfo {
     pub request: WriteRequest,
     /// The conductor's `disk_format` (a hint; the bytes decide).
     pub disk_format: Option<String>,
+    /// `image_type: partition` (PROTOCOL.md §5.6).
+    pub partition: bool,
 }
 
 fn invalid(msg: impl Into<String>) -> ImageError {
@@ -70,11 +72,9 @@ pub fn parse(
             "image_info.urls: {u:?} is not an http:// or https:// URL"
         )));
     }
-    if opt_str(info, "image_type")? == Some("partition") {
-        return Err(invalid(
-            "partition images are not supported yet; use a whole-disk image",
-        ));
-    }
+    // Only "partition" is a partition image (whose layout keys the
+    // partition image code reads); Ironic sends no image_type otherwise.
+    let partition = opt_str(info, "image_type")? == Some("partition");
 
     let checksum = opt_str(info, "checksum")?;
     if checksum == Some("") {
@@ -159,6 +159,7 @@ pub fn parse(
     Ok(ImageInfo {
         id: id.to_string(),
         disk_format: opt_str(info, "disk_format")?.map(str::to_string),
+        partition,
         request: WriteRequest {
             urls,
             checksum: spec,
@@ -197,6 +198,24 @@ mod tests {
             ChecksumSource::Literal(SHA.into())
         );
         assert_eq!(info.disk_format.as_deref(), Some("raw"));
+        assert!(!info.partition);
+    }
+
+    #[test]
+    fn partition_images_are_recognised_by_image_type() {
+        let info = p(
+            json!({"id": "p.img", "urls": ["http://h/p.img"], "checksum": SHA,
+            "image_type": "partition", "root_mb": 2048, "swap_mb": 0, "ephemeral_mb": 0,
+            "ephemeral_format": null, "preserve_ephemeral": false, "deploy_boot_mode": "bios"}),
+        )
+        .unwrap();
+        assert!(info.partition);
+        // Any other image_type is a whole disk (Ironic sends none for those).
+        let info = p(
+            json!({"id": "a", "urls": ["http://h/a"], "checksum": SHA, "image_type": "whole-disk"}),
+        )
+        .unwrap();
+        assert!(!info.partition);
     }
 
     #[test]
@@ -238,10 +257,6 @@ mod tests {
             (
                 json!({"id": "a", "urls": ["http://h/u"], "checksum": "0".repeat(32)}),
                 "MD5",
-            ),
-            (
-                json!({"id": "a", "urls": ["http://h/u"], "checksum": SHA, "image_type": "partition"}),
-                "partition images",
             ),
             (
                 json!({"id": "a", "urls": ["http://h/u"], "checksum": SHA, "image_server_auth_strategy": "http_basic"}),

@@ -3,10 +3,14 @@
 //! `sgdisk -n 0:-64MB:0` (GPT, both copies and their CRCs updated) or
 //! `parted mkpart primary fat32 -64MiB -0` (MBR, below 2 TiB) do.
 //!
+//! A new table over a whole disk (partition images): [`create`].
+//!
 //! Pure byte work on a [`Disk`] (anything with positioned reads and writes),
 //! so unit tests run on memory.
 
 use std::os::unix::fs::FileExt;
+
+pub mod create;
 
 use super::gpt::{header_crc, put_u32, put_u64, u32_at, u64_at};
 

@@ -30,7 +30,7 @@ pub(crate) fn sparse_disk(dir: &Path, mib: u64, script: &str) -> std::path::Path
     path
 }
 
-fn sfdisk_json(path: &Path) -> serde_json::Value {
+pub(crate) fn sfdisk_json(path: &Path) -> serde_json::Value {
     let out = Command::new("sfdisk")
         .arg("--json")
         .arg(path)
