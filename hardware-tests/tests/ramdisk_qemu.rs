@@ -92,6 +92,12 @@ fn ramdisk_boots_looks_up_and_heartbeats_in_qemu() {
             let shell = tokio::task::block_in_place(|| {
                 vm.wait_console("shell-ok-42", Duration::from_secs(30))
             });
+            // The VLAN's DHCP gives up in the background (agent.dhcp-timeout)
+            // and may report after the clean is done: wait for its line
+            // (the assertion below fails if it never comes).
+            let _ = tokio::task::block_in_place(|| {
+                vm.wait_console(&format!("eth0.42 {MAC}: no address"), Duration::from_secs(30))
+            });
             (outcome, shell, vm.console(), conductor.transcript(), heartbeat_at)
         })
         .unwrap();
