@@ -33,33 +33,9 @@ const FLOW_TIMEOUT: Duration = Duration::from_secs(300);
 /// The agent rescue interface, added to the bed's Ironic configuration.
 const RESCUE_CONF: &str = "[DEFAULT]\nenabled_rescue_interfaces = no-rescue,agent\n";
 
+/// `ssh rescue@GUEST COMMAND` from inside the bed's namespace.
 fn ssh(ns: &str, dir: &std::path::Path, password: &str, command: &str) -> anyhow::Result<String> {
-    let askpass = dir.join(format!("askpass-{}", password.len()));
-    std::fs::write(&askpass, format!("#!/bin/sh\necho '{password}'\n"))?;
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&askpass, std::fs::Permissions::from_mode(0o700))?;
-    run(Command::new("ip")
-        .args(["netns", "exec", ns, "setsid", "-w", "ssh"])
-        .args([
-            "-o",
-            "StrictHostKeyChecking=no",
-            "-o",
-            "UserKnownHostsFile=/dev/null",
-            "-o",
-            "PubkeyAuthentication=no",
-            "-o",
-            "PreferredAuthentications=password,keyboard-interactive",
-            "-o",
-            "NumberOfPasswordPrompts=1",
-            "-o",
-            "ConnectTimeout=20",
-            &format!("rescue@{GUEST}"),
-            command,
-        ])
-        .env("SSH_ASKPASS", &askpass)
-        .env("SSH_ASKPASS_REQUIRE", "force")
-        .env("DISPLAY", ":0")
-        .stdin(std::process::Stdio::null()))
+    hardware_tests::bed::ssh::with_password(ns, dir, &format!("rescue@{GUEST}"), password, command)
 }
 
 #[test]

@@ -19,35 +19,9 @@ const MAC: &str = "52:54:00:30:00:07";
 const GUEST: &str = "10.99.0.67";
 const PASSWORD: &str = "Rescue-me-42";
 
-/// `ssh rescue@GUEST COMMAND` from inside the bed's namespace with
-/// `password` given through SSH_ASKPASS (no terminal needed).
+/// `ssh rescue@GUEST COMMAND` from inside the bed's namespace.
 fn ssh(ns: &str, dir: &std::path::Path, password: &str, command: &str) -> anyhow::Result<String> {
-    let askpass = dir.join(format!("askpass-{}", password.len()));
-    std::fs::write(&askpass, format!("#!/bin/sh\necho '{password}'\n"))?;
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&askpass, std::fs::Permissions::from_mode(0o700))?;
-    run(Command::new("ip")
-        .args(["netns", "exec", ns, "setsid", "-w", "ssh"])
-        .args([
-            "-o",
-            "StrictHostKeyChecking=no",
-            "-o",
-            "UserKnownHostsFile=/dev/null",
-            "-o",
-            "PubkeyAuthentication=no",
-            "-o",
-            "PreferredAuthentications=password,keyboard-interactive",
-            "-o",
-            "NumberOfPasswordPrompts=1",
-            "-o",
-            "ConnectTimeout=20",
-            &format!("rescue@{GUEST}"),
-            command,
-        ])
-        .env("SSH_ASKPASS", &askpass)
-        .env("SSH_ASKPASS_REQUIRE", "force")
-        .env("DISPLAY", ":0")
-        .stdin(std::process::Stdio::null()))
+    hardware_tests::bed::ssh::with_password(ns, dir, &format!("rescue@{GUEST}"), password, command)
 }
 
 #[test]

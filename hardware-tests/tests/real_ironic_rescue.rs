@@ -6,7 +6,6 @@
 //! account of this machine changes (host mode simulates the login). Then
 //! `unrescue` brings the node back to `active`.
 
-use std::process::Command;
 use std::time::Duration;
 
 use agent::testconductor::demo::host_config;
@@ -21,28 +20,10 @@ const MIB: u64 = 1 << 20;
 /// rescue support to validate, and there is no ramdisk to boot here.
 const CONF: &str = "[DEFAULT]\nenabled_rescue_interfaces = no-rescue,fake,agent\n\n[agent]\nmanage_agent_boot = false\n";
 
+/// An 8 MiB GPT disk image with one partition; its sha256.
 fn make_image(path: &std::path::Path) -> String {
-    std::fs::File::create(path)
-        .unwrap()
-        .set_len(8 * MIB)
-        .unwrap();
-    let mut child = Command::new("sfdisk")
-        .args(["--quiet", "--no-reread", "--no-tell-kernel"])
-        .arg(path)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    use std::io::Write;
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(b"label: gpt\nname=root\n")
-        .unwrap();
-    assert!(child.wait().unwrap().success());
-    let sha = ring::digest::digest(&ring::digest::SHA256, &std::fs::read(path).unwrap());
-    sha.as_ref().iter().map(|b| format!("{b:02x}")).collect()
+    hardware_tests::images::sfdisk_image(path, 8 * MIB, "label: gpt\nname=root\n").unwrap();
+    hardware_tests::images::sha256_hex(&std::fs::read(path).unwrap())
 }
 
 fn machine_accounts() -> (Vec<u8>, Vec<u8>, bool) {

@@ -7,7 +7,6 @@
 //! against each other over loopback in both directions. The agent's
 //! reports reach Ironic as the steps' results (Ironic logs them).
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use agent::testconductor::demo::host_config;
@@ -18,29 +17,10 @@ use serde_json::json;
 
 const MIB: u64 = 1 << 20;
 
-/// A 8 MiB GPT disk image with one partition; its sha256.
+/// An 8 MiB GPT disk image with one partition; its sha256.
 fn make_image(path: &std::path::Path) -> String {
-    std::fs::File::create(path)
-        .unwrap()
-        .set_len(8 * MIB)
-        .unwrap();
-    let mut child = Command::new("sfdisk")
-        .args(["--quiet", "--no-reread", "--no-tell-kernel"])
-        .arg(path)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    use std::io::Write;
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(b"label: gpt\nname=root\n")
-        .unwrap();
-    assert!(child.wait().unwrap().success());
-    let sha = ring::digest::digest(&ring::digest::SHA256, &std::fs::read(path).unwrap());
-    sha.as_ref().iter().map(|b| format!("{b:02x}")).collect()
+    hardware_tests::images::sfdisk_image(path, 8 * MIB, "label: gpt\nname=root\n").unwrap();
+    hardware_tests::images::sha256_hex(&std::fs::read(path).unwrap())
 }
 
 /// The lines of Ironic's log that mention `needle` (for failure messages).

@@ -20,6 +20,7 @@
 //! * [`redfish`]: a real Redfish BMC (sushy-tools' emulator with its libvirt
 //!   driver, a private libvirtd) running bed machines as libvirt domains:
 //!   power, boot device and virtual media set over Redfish.
+//! * [`ssh`]: password logins to a guest from inside the namespace.
 //! * [`vmedia_disc`]: the conductor certificate, its TLS server side and
 //!   the `config-2` disc carrying its CA, for ramdisks booted directly.
 //! * [`http_root`]: Ironic's `http_root` served on the bed's network, with
@@ -38,6 +39,7 @@ pub mod ironic_flow;
 pub mod lldp;
 pub mod net;
 pub mod redfish;
+pub mod ssh;
 pub mod vm;
 pub mod vmedia_disc;
 
