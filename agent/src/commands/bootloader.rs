@@ -58,16 +58,9 @@ pub async fn install_bootloader(state: Arc<AgentState>, params: Value) -> Outcom
             );
             return Outcome::Done(Value::Null);
         }
-        let allowed = state
-            .lookup_config()
-            .is_some_and(|c| c.bios_bootloader_install);
-        let err = bios_grub_refusal(allowed);
+        let err = bios_grub_refusal(grub_allowed(&state));
         tracing::error!(root_uuid, "{}", err.details);
-        if ignore {
-            tracing::warn!("install_bootloader failed but failures are ignored");
-            return Outcome::Done(Value::Null);
-        }
-        return Outcome::Failed(err);
+        return finish(Err(err));
     }
     if state.config.mode == RunMode::Host {
         tracing::warn!(
@@ -121,10 +114,7 @@ async fn partition_image_loaders(state: &AgentState, root_uuid: &str) -> Result<
             tracing::warn!(
                 "the partition image has no boot/efi/EFI directory: it needs GRUB installed"
             );
-            let allowed = state
-                .lookup_config()
-                .is_some_and(|c| c.bios_bootloader_install);
-            Err(bios_grub_refusal(allowed))
+            Err(bios_grub_refusal(grub_allowed(state)))
         }
     }
 }
@@ -134,6 +124,13 @@ async fn partition_image_loaders(state: &AgentState, root_uuid: &str) -> Result<
 /// image's root filesystem UUID.
 fn is_whole_disk(root_uuid: &str) -> bool {
     root_uuid.is_empty() || root_uuid.starts_with("0x")
+}
+
+/// The conductor's `enable_bios_bootloader_install` from its lookup.
+fn grub_allowed(state: &AgentState) -> bool {
+    state
+        .lookup_config()
+        .is_some_and(|c| c.bios_bootloader_install)
 }
 
 /// Why a BIOS boot loader is not installed for a partition image.

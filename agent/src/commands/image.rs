@@ -16,6 +16,7 @@ use crate::config::RunMode;
 use crate::configdrive::{self, ConfigDriveError};
 use crate::disk::WritePolicy;
 use crate::image::fetch::HttpOptions;
+use crate::image::policy::IPA_DEFAULT_PERMITTED;
 use crate::image::progress::Progress;
 use crate::image::{info, FormatPolicy, ImageError};
 use crate::state::AgentState;
@@ -91,17 +92,13 @@ pub(crate) fn http_options(state: &AgentState) -> HttpOptions {
 /// The conductor's deep image inspection settings from its lookup answer
 /// (IPA's defaults before any lookup).
 pub(crate) fn format_policy(state: &AgentState, disk_format: Option<&str>) -> FormatPolicy {
-    match state.lookup_config() {
-        Some(c) => FormatPolicy::from_conductor(
-            c.deep_image_inspection,
-            &c.permitted_image_formats,
-            disk_format,
-        ),
-        None => FormatPolicy {
-            expected: disk_format.map(str::to_ascii_lowercase),
-            ..FormatPolicy::default()
-        },
-    }
+    let c = state.lookup_config();
+    let permitted = c.as_ref().map_or_else(
+        || IPA_DEFAULT_PERMITTED.map(String::from).to_vec(),
+        |c| c.permitted_image_formats.clone(),
+    );
+    let deep = c.as_ref().is_none_or(|c| c.deep_image_inspection);
+    FormatPolicy::from_conductor(deep, &permitted, disk_format)
 }
 
 fn md5_allowed(state: &AgentState) -> bool {

@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use crate::image::policy::IPA_DEFAULT_PERMITTED;
+
 /// Largest `heartbeat_timeout` accepted, in seconds (a day; Ironic's
 /// default is 300): anything larger, infinite or NaN is refused rather than
 /// turned into a duration that cannot exist.
@@ -118,7 +120,7 @@ pub fn parse_lookup(doc: &Value) -> Result<LookupResult, LookupError> {
                         .map(String::from)
                         .collect()
                 })
-                .unwrap_or_else(|| vec!["raw".into(), "gpt".into(), "qcow2".into()]),
+                .unwrap_or_else(|| IPA_DEFAULT_PERMITTED.map(String::from).to_vec()),
             deep_image_inspection: !flag(&config, "disable_deep_image_inspection"),
             skip_bmc_detect: flag(&config, "agent_skip_bmc_detect"),
             bios_bootloader_install: flag(&config, "enable_bios_bootloader_install"),

@@ -26,18 +26,6 @@ pub const DIR: &str = "etc/ironic-python-agent.d";
 /// Largest configuration file read.
 const MAX_FILE_BYTES: u64 = 1 << 20;
 
-/// oslo.log options IPA's files may carry, which this agent does not use.
-const LOG_OPTIONS: &[(&str, &str)] = &[
-    (
-        "log_file",
-        "logs go to the console and the agent's log buffer",
-    ),
-    (
-        "use_stderr",
-        "logs go to the console and the agent's log buffer",
-    ),
-];
-
 /// What the files say.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct FileOptions {
@@ -127,9 +115,7 @@ fn parse_into(text: &str, source: &str, out: &mut FileOptions) {
             out.cafile = (!value.is_empty()).then(|| PathBuf::from(&value));
         } else if let Some(param) = super::ipa_params::file_option_param(&key) {
             out.params.push((param.to_string(), value));
-        } else if let Some(why) = super::ipa_params::file_option_refusal(&key)
-            .or_else(|| LOG_OPTIONS.iter().find(|(k, _)| *k == key).map(|(_, w)| *w))
-        {
+        } else if let Some(why) = super::ipa_params::file_option_refusal(&key) {
             out.notes
                 .push(format!("{source}: option {key} ignored: {why}"));
         } else {

@@ -159,9 +159,7 @@ pub const PARAMS: &[Param] = &[
 /// The kernel parameter a configuration file's `option` sets, for the
 /// options this agent supports and parses as a kernel parameter.
 pub fn file_option_param(option: &str) -> Option<&'static str> {
-    PARAMS
-        .iter()
-        .find(|p| same_option(p.option, option))
+    find(option)
         .filter(|p| matches!(p.status, Status::Supported(_)))
         .and_then(|p| p.kernel)
         .filter(|k| !k.ends_with('*'))
@@ -170,11 +168,14 @@ pub fn file_option_param(option: &str) -> Option<&'static str> {
 /// Why a configuration file's `option` is not used, for IPA options this
 /// agent does not support.
 pub fn file_option_refusal(option: &str) -> Option<&'static str> {
-    PARAMS
-        .iter()
-        .find(|p| same_option(p.option, option))
+    find(option)
         .filter(|p| !matches!(p.status, Status::Supported(_)))
         .map(|p| p.status.text())
+}
+
+/// The table's row for `option`.
+fn find(option: &str) -> Option<&'static Param> {
+    PARAMS.iter().find(|p| same_option(p.option, option))
 }
 
 /// Option names compare with `-` and `_` alike, as oslo.config does.
