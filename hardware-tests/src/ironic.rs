@@ -317,6 +317,22 @@ impl Ironic {
         self.wait_for(uuid, state, timeout).await
     }
 
+    /// The patch that gives a node the whole-disk image at `url` with
+    /// sha256 `sha256` (`root_gb` 1), as the host-mode deploy tests set
+    /// it, followed by the operations in `extra` (a JSON array).
+    pub fn image_patch(url: &str, sha256: &str, extra: Value) -> Value {
+        let mut ops = vec![
+            serde_json::json!({"op": "add", "path": "/instance_info/image_source", "value": url}),
+            serde_json::json!({"op": "add", "path": "/instance_info/image_os_hash_algo", "value": "sha256"}),
+            serde_json::json!({"op": "add", "path": "/instance_info/image_os_hash_value", "value": sha256}),
+            serde_json::json!({"op": "add", "path": "/instance_info/root_gb", "value": 1}),
+        ];
+        if let Value::Array(more) = extra {
+            ops.extend(more);
+        }
+        Value::Array(ops)
+    }
+
     /// `POST /v1/deploy_templates`: a deploy template named `name` (a
     /// `CUSTOM_` trait) with these steps.
     pub async fn create_deploy_template(&self, name: &str, steps: Value) -> Result<Value> {

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use agent::testconductor::demo::host_config;
 use agent::testconductor::image_server::{Fault, ImageServer};
+use hardware_tests::images;
 use hardware_tests::ironic::Ironic;
 use hardware_tests::loopdev::LoopDevice;
 use serde_json::json;
@@ -23,33 +24,14 @@ const MIB: u64 = 1 << 20;
 
 /// A 32 MiB GPT disk image with one partition full of random bytes.
 fn make_image(path: &Path) -> (Vec<u8>, String) {
-    std::fs::File::create(path)
-        .unwrap()
-        .set_len(32 * MIB)
-        .unwrap();
-    let mut child = Command::new("sfdisk")
-        .args(["--quiet", "--no-reread", "--no-tell-kernel"])
-        .arg(path)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    use std::io::Write;
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(b"label: gpt\nname=root\n")
-        .unwrap();
-    assert!(child.wait().unwrap().success());
+    images::sfdisk_image(path, 32 * MIB, "label: gpt\nname=root\n").unwrap();
     let mut img = std::fs::read(path).unwrap();
     let mut rng = fastrand::Rng::with_seed(6);
     for b in &mut img[(2 * MIB) as usize..(6 * MIB) as usize] {
         *b = rng.u8(..);
     }
     std::fs::write(path, &img).unwrap();
-    let sha = ring::digest::digest(&ring::digest::SHA256, &img);
-    let hex = sha.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+    let hex = images::sha256_hex(&img);
     (img, hex)
 }
 
@@ -106,13 +88,11 @@ async fn real_ironic_deploys_with_config_drive_undeploys_and_reports_bad_checksu
         .await
         .unwrap();
     let set_image = |hash: String| {
-        json!([
-            {"op": "add", "path": "/instance_info/image_source", "value": image_url},
-            {"op": "add", "path": "/instance_info/image_os_hash_algo", "value": "sha256"},
-            {"op": "add", "path": "/instance_info/image_os_hash_value", "value": hash},
-            {"op": "add", "path": "/instance_info/image_disk_format", "value": "raw"},
-            {"op": "add", "path": "/instance_info/root_gb", "value": 1},
-        ])
+        Ironic::image_patch(
+            &image_url,
+            &hash,
+            json!([{"op": "add", "path": "/instance_info/image_disk_format", "value": "raw"}]),
+        )
     };
     ironic.patch(&uuid, set_image(sha.clone())).await.unwrap();
 
@@ -231,13 +211,11 @@ async fn real_ironic_locks_the_agent_down_when_power_off_is_disabled() {
     ironic
         .patch(
             &uuid,
-            json!([
-                {"op": "replace", "path": "/disable_power_off", "value": true},
-                {"op": "add", "path": "/instance_info/image_source", "value": server.url("/images/test.raw")},
-                {"op": "add", "path": "/instance_info/image_os_hash_algo", "value": "sha256"},
-                {"op": "add", "path": "/instance_info/image_os_hash_value", "value": sha},
-                {"op": "add", "path": "/instance_info/root_gb", "value": 1},
-            ]),
+            Ironic::image_patch(
+                &server.url("/images/test.raw"),
+                &sha,
+                json!([{"op": "replace", "path": "/disable_power_off", "value": true}]),
+            ),
         )
         .await
         .unwrap();
@@ -272,25 +250,12 @@ async fn real_ironic_deploys_a_coreos_like_image_and_the_agent_injects_ignition(
     hardware_tests::require_root("the real-Ironic Ignition test");
     let dir = tempfile::tempdir().unwrap();
     let image_path = dir.path().join("coreos.raw");
-    std::fs::File::create(&image_path)
-        .unwrap()
-        .set_len(64 * MIB)
-        .unwrap();
-    let mut child = Command::new("sfdisk")
-        .args(["--quiet", "--no-reread", "--no-tell-kernel"])
-        .arg(&image_path)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    use std::io::Write;
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(b"label: gpt\nsize=32MiB, name=boot\nname=root\n")
-        .unwrap();
-    assert!(child.wait().unwrap().success());
+    images::sfdisk_image(
+        &image_path,
+        64 * MIB,
+        "label: gpt\nsize=32MiB, name=boot\nname=root\n",
+    )
+    .unwrap();
     hardware_tests::run(
         Command::new("mkfs.ext4")
             .args(["-q", "-F", "-L", "boot", "-E", "offset=1048576"])
@@ -298,9 +263,7 @@ async fn real_ironic_deploys_a_coreos_like_image_and_the_agent_injects_ignition(
             .arg("32M"),
     )
     .unwrap();
-    let img = std::fs::read(&image_path).unwrap();
-    let sha = ring::digest::digest(&ring::digest::SHA256, &img);
-    let sha: String = sha.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+    let sha = images::sha256_hex(&std::fs::read(&image_path).unwrap());
     let server = ImageServer::start().unwrap();
     server.route("/images/coreos.raw", &image_path, &[], Fault::None);
     let disk = LoopDevice::new(192 * MIB).expect("creating a loop device");
@@ -314,12 +277,7 @@ async fn real_ironic_deploys_a_coreos_like_image_and_the_agent_injects_ignition(
     ironic
         .patch(
             &uuid,
-            json!([
-                {"op": "add", "path": "/instance_info/image_source", "value": server.url("/images/coreos.raw")},
-                {"op": "add", "path": "/instance_info/image_os_hash_algo", "value": "sha256"},
-                {"op": "add", "path": "/instance_info/image_os_hash_value", "value": sha},
-                {"op": "add", "path": "/instance_info/root_gb", "value": 1},
-            ]),
+            Ironic::image_patch(&server.url("/images/coreos.raw"), &sha, json!([])),
         )
         .await
         .unwrap();
@@ -367,18 +325,7 @@ async fn real_ironic_runs_inject_files_from_a_deploy_template() {
     std::fs::create_dir_all(rootfs.join("etc")).unwrap();
     std::fs::write(rootfs.join("etc/hostname"), "tenant\n").unwrap();
     let image_path = dir.path().join("tenant.raw");
-    std::fs::File::create(&image_path)
-        .unwrap()
-        .set_len(40 * MIB)
-        .unwrap();
-    hardware_tests::run(Command::new("bash").args([
-        "-c",
-        &format!(
-            "printf 'label: gpt\\nsize=32MiB, name=root\\n' | sfdisk --quiet --no-reread --no-tell-kernel {}",
-            image_path.display()
-        ),
-    ]))
-    .unwrap();
+    images::sfdisk_image(&image_path, 40 * MIB, "label: gpt\nsize=32MiB, name=root\n").unwrap();
     hardware_tests::run(
         Command::new("mkfs.ext4")
             .args(["-q", "-F", "-L", "root", "-E", "offset=1048576", "-d"])
@@ -387,9 +334,7 @@ async fn real_ironic_runs_inject_files_from_a_deploy_template() {
             .arg("32M"),
     )
     .unwrap();
-    let img = std::fs::read(&image_path).unwrap();
-    let sha = ring::digest::digest(&ring::digest::SHA256, &img);
-    let sha: String = sha.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+    let sha = images::sha256_hex(&std::fs::read(&image_path).unwrap());
     let server = ImageServer::start().unwrap();
     server.route("/images/tenant.raw", &image_path, &[], Fault::None);
     let disk = LoopDevice::new(64 * MIB).expect("creating a loop device");
@@ -416,13 +361,11 @@ async fn real_ironic_runs_inject_files_from_a_deploy_template() {
     ironic
         .patch(
             &uuid,
-            json!([
-                {"op": "add", "path": "/instance_info/image_source", "value": server.url("/images/tenant.raw")},
-                {"op": "add", "path": "/instance_info/image_os_hash_algo", "value": "sha256"},
-                {"op": "add", "path": "/instance_info/image_os_hash_value", "value": sha},
-                {"op": "add", "path": "/instance_info/root_gb", "value": 1},
-                {"op": "add", "path": "/instance_info/traits", "value": ["CUSTOM_INJECT"]},
-            ]),
+            Ironic::image_patch(
+                &server.url("/images/tenant.raw"),
+                &sha,
+                json!([{"op": "add", "path": "/instance_info/traits", "value": ["CUSTOM_INJECT"]}]),
+            ),
         )
         .await
         .unwrap();

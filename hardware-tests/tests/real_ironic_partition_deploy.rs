@@ -69,16 +69,16 @@ async fn real_ironic_deploys_a_uefi_partition_image() {
     ironic
         .patch(
             &uuid,
-            json!([
-                {"op": "add", "path": "/properties/capabilities", "value": "boot_mode:uefi"},
-                {"op": "add", "path": "/instance_info/image_source", "value": server.url("/images/root.img")},
-                {"op": "add", "path": "/instance_info/image_type", "value": "partition"},
-                {"op": "add", "path": "/instance_info/image_os_hash_algo", "value": "sha256"},
-                {"op": "add", "path": "/instance_info/image_os_hash_value", "value": sha},
-                {"op": "add", "path": "/instance_info/image_disk_format", "value": "raw"},
-                {"op": "add", "path": "/instance_info/root_gb", "value": 1},
-                {"op": "add", "path": "/instance_info/swap_mb", "value": 64},
-            ]),
+            Ironic::image_patch(
+                &server.url("/images/root.img"),
+                &sha,
+                json!([
+                    {"op": "add", "path": "/properties/capabilities", "value": "boot_mode:uefi"},
+                    {"op": "add", "path": "/instance_info/image_type", "value": "partition"},
+                    {"op": "add", "path": "/instance_info/image_disk_format", "value": "raw"},
+                    {"op": "add", "path": "/instance_info/swap_mb", "value": 64},
+                ]),
+            ),
         )
         .await
         .unwrap();

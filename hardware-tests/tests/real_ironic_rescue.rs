@@ -54,13 +54,11 @@ async fn real_ironic_rescues_and_unrescues_a_host_mode_agent() {
     ironic
         .patch(
             &uuid,
-            json!([
-                {"op": "replace", "path": "/rescue_interface", "value": "agent"},
-                {"op": "add", "path": "/instance_info/image_source", "value": server.url("/images/test.raw")},
-                {"op": "add", "path": "/instance_info/image_os_hash_algo", "value": "sha256"},
-                {"op": "add", "path": "/instance_info/image_os_hash_value", "value": sha},
-                {"op": "add", "path": "/instance_info/root_gb", "value": 1},
-            ]),
+            Ironic::image_patch(
+                &server.url("/images/test.raw"),
+                &sha,
+                json!([{"op": "replace", "path": "/rescue_interface", "value": "agent"}]),
+            ),
         )
         .await
         .unwrap();
