@@ -14,7 +14,8 @@
 //! /CN=…`, i.e. `CA:TRUE`) must see a lookup and heartbeats from the
 //! bond's static address, trusted through the CA file from the disc (no
 //! `ipa-insecure`), with no DHCP server on the network at all, and a manual
-//! clean (`erase_devices_metadata`) must finish.
+//! clean (`erase_devices_metadata`) must finish. Init records the four
+//! interfaces for `coreos_copy_network`.
 //!
 //! The kernel is handed to QEMU directly; booting the ISO Ironic builds
 //! itself, through a Redfish BMC, is the Metal3 suite's part.
@@ -162,6 +163,9 @@ fn vmedia_static_bond_without_dhcp_and_the_isos_ca() {
         "/etc/ironic-python-agent.d/ironic-tls.conf",
         "bond0 (bond active-backup of eth0+eth1, link \"bond0\") 10.99.0.50/24 route 0.0.0.0/0 via 10.99.0.1 from network_data.json",
         "bond0.100 (VLAN 100 on bond0, link \"vlan100\") 10.98.0.10/24 from network_data.json",
+        // What coreos_copy_network would carry into a CoreOS image: the two
+        // NICs, the bond and the VLAN.
+        "net: 4 interface(s) recorded in /run/ironic-agent/network.json",
         "phase network done",
     ] {
         assert!(console.contains(line), "console lacks {line:?}{ctx}");

@@ -116,6 +116,10 @@ pub struct ServeArgs {
     /// A device the agent may write (repeatable). Nothing else is touched.
     #[arg(long = "allow-device")]
     pub allow_device: Vec<PathBuf>,
+    /// A network record (JSON, as the ramdisk's init writes it) that
+    /// `install_coreos` with `coreos_copy_network` carries into the image.
+    #[arg(long)]
+    pub network_record: Option<PathBuf>,
     /// Serve plain HTTP even when the conductor supports auto-TLS.
     #[arg(long)]
     pub no_tls: bool,
@@ -299,6 +303,7 @@ pub fn ramdisk_config(args: &RamdiskArgs, debug: bool) -> Result<Config> {
     let mut c = config::load(None, Some(std::path::Path::new("/")))?;
     c.mode = RunMode::Ramdisk;
     c.debug |= debug;
+    c.network_record = Some(crate::netconf::record::RAMDISK_PATH.into());
     if c.advertise_host.is_none() {
         c.advertise_host = args.advertise_host;
     }
@@ -351,6 +356,7 @@ pub fn host_config(args: &ServeArgs, debug: bool) -> Result<Config> {
         c.listen_port = p;
     }
     c.allowed_devices = args.allow_device.clone();
+    c.network_record.clone_from(&args.network_record);
     if args.no_tls {
         c.auto_tls = false;
     }

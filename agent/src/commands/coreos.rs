@@ -19,6 +19,15 @@
 //!   split at commas like coreos-installer's `--append-karg`), else the
 //!   config drive dict's `meta_data.coreos_append_karg`.
 //!
+//! * the ramdisk's network (coreos-installer's `--copy-network`): step
+//!   argument `copy_network`, else the config drive dict's
+//!   `meta_data.coreos_copy_network` (what OpenShift's hardware manager
+//!   reads). NetworkManager keyfiles rendered from the record init wrote
+//!   after bring-up ([`crate::netconf::record`]) go to the boot
+//!   filesystem's `coreos-firstboot-network/`, which CoreOS's initramfs
+//!   copies into the system on first boot. Asked for without a record
+//!   (host mode without `--network-record`) is an error before the write.
+//!
 //! The root device comes from the root-device hints, as for `write_image`.
 //! Everything is validated and the config drive decoded before the disk is
 //! touched.
@@ -32,6 +41,8 @@ use super::image::{parse_image_info, write_whole_disk};
 use super::params::{IgnitionText, InstallCoreosArgs, KernelArgs};
 use super::steps::StepCall;
 use super::{CommandError, ErrorKind};
+use crate::netconf::nm_keyfile::{self, Keyfile};
+use crate::netconf::record::NetRecord;
 use crate::state::AgentState;
 
 fn invalid(msg: impl Into<String>) -> CommandError {
@@ -60,14 +71,19 @@ pub async fn install_coreos_step(
     let parsed = parse_image_info(&state, &image_info)?;
     let kargs = kernel_args(args.append_karg, &instance_info)?;
     let ignition = ignition_config(&state, args.ignition, &instance_info).await?;
+    let network = match copy_network(args.copy_network, &instance_info)? {
+        true => network_keyfiles(state.config.network_record.as_deref())?,
+        false => Vec::new(),
+    };
     tracing::info!(
         image = %parsed.id,
         ignition = ignition.is_some(),
         kargs = ?kargs,
+        network_files = network.len(),
         "installing CoreOS"
     );
     let mut result = write_whole_disk(state, parsed, move |dev| {
-        finish(dev, ignition.as_deref(), &kargs)
+        finish(dev, ignition.as_deref(), &kargs, &network)
     })
     .await?;
     if let Some(r) = result.get_mut("result") {
@@ -81,7 +97,12 @@ pub async fn install_coreos_step(
 
 /// After the verified write: the image must be CoreOS-like (a `boot`
 /// filesystem); then the Ignition config and kernel arguments go there.
-fn finish(device: &Path, ignition: Option<&[u8]>, kargs: &[String]) -> Result<(), CommandError> {
+fn finish(
+    device: &Path,
+    ignition: Option<&[u8]>,
+    kargs: &[String],
+    network: &[Keyfile],
+) -> Result<(), CommandError> {
     crate::configdrive::check_partitioned(device).map_err(deploy_error)?;
     let boot = crate::ignition::boot_partition(device)
         .map_err(deploy_error)?
@@ -94,7 +115,7 @@ fn finish(device: &Path, ignition: Option<&[u8]>, kargs: &[String]) -> Result<()
     if ignition.is_none() {
         tracing::warn!("install_coreos without an Ignition config");
     }
-    crate::ignition::inject(device, &boot, ignition, kargs)
+    crate::ignition::inject(device, &boot, ignition, kargs, network)
         .map_err(|e| deploy_error(format!("Ignition: {e}")))
 }
 
@@ -130,6 +151,55 @@ fn image_info_from_instance(ii: &Value) -> Result<Value, CommandError> {
         }
     }
     Ok(info)
+}
+
+/// Whether to carry the ramdisk's network over: the step argument, else
+/// the config drive dict's `meta_data.coreos_copy_network` (a boolean, or
+/// its usual string forms).
+fn copy_network(arg: Option<bool>, ii: &Value) -> Result<bool, CommandError> {
+    if let Some(b) = arg {
+        return Ok(b);
+    }
+    let v = ii
+        .get("configdrive")
+        .and_then(|c| c.get("meta_data"))
+        .and_then(|m| m.get("coreos_copy_network"));
+    match v {
+        None | Some(Value::Null) => Ok(false),
+        Some(Value::Bool(b)) => Ok(*b),
+        Some(Value::String(s)) => match s.trim().to_ascii_lowercase().as_str() {
+            "true" | "yes" | "1" | "on" => Ok(true),
+            "false" | "no" | "0" | "off" | "" => Ok(false),
+            _ => Err(invalid(format!(
+                "meta_data.coreos_copy_network {s:?} is not a boolean"
+            ))),
+        },
+        Some(other) => Err(invalid(format!(
+            "meta_data.coreos_copy_network {other} is not a boolean"
+        ))),
+    }
+}
+
+/// The keyfiles for the ramdisk's network, from the record at `path`.
+fn network_keyfiles(path: Option<&Path>) -> Result<Vec<Keyfile>, CommandError> {
+    let path = path.ok_or_else(|| {
+        invalid("install_coreos: coreos_copy_network asks for the ramdisk's network configuration, but this agent runs outside the ramdisk and was given no --network-record")
+    })?;
+    let record = NetRecord::load(path)
+        .map_err(|e| deploy_error(format!("install_coreos: coreos_copy_network: {e:#}")))?
+        .ok_or_else(|| {
+            deploy_error(format!(
+                "install_coreos: coreos_copy_network asks for the ramdisk's network configuration, but there is no record of it at {}",
+                path.display()
+            ))
+        })?;
+    if record.ifaces.is_empty() {
+        return Err(deploy_error(format!(
+            "install_coreos: coreos_copy_network: the record at {} has no configured interface",
+            path.display()
+        )));
+    }
+    Ok(nm_keyfile::render(&record))
 }
 
 /// The kernel arguments to append: the step argument (already checked),
@@ -243,6 +313,40 @@ mod tests {
         );
         let bad = json!({"configdrive": {"meta_data": {"coreos_append_karg": 3}}});
         assert!(kernel_args(None, &bad).is_err());
+    }
+
+    #[test]
+    fn copy_network_from_the_argument_or_meta_data() {
+        let md = |v: Value| json!({"configdrive": {"meta_data": {"coreos_copy_network": v}}});
+        assert!(copy_network(None, &md(json!(true))).unwrap());
+        assert!(copy_network(None, &md(json!("True"))).unwrap());
+        assert!(!copy_network(None, &md(json!("false"))).unwrap());
+        assert!(!copy_network(Some(false), &md(json!(true))).unwrap());
+        assert!(copy_network(Some(true), &json!({})).unwrap());
+        assert!(!copy_network(None, &json!({"configdrive": "H4sI..."})).unwrap());
+        let e = copy_network(None, &md(json!("maybe"))).unwrap_err();
+        assert_eq!(
+            e.details,
+            "meta_data.coreos_copy_network \"maybe\" is not a boolean"
+        );
+        assert!(copy_network(None, &md(json!([1]))).is_err());
+    }
+
+    #[test]
+    fn copy_network_needs_a_record_with_interfaces() {
+        let e = network_keyfiles(None).unwrap_err();
+        assert!(e.details.contains("--network-record"), "{}", e.details);
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("network.json");
+        let e = network_keyfiles(Some(&p)).unwrap_err();
+        assert!(e.details.contains("no record of it at"), "{}", e.details);
+        NetRecord::default().save(&p).unwrap();
+        let e = network_keyfiles(Some(&p)).unwrap_err();
+        assert!(
+            e.details.contains("no configured interface"),
+            "{}",
+            e.details
+        );
     }
 
     #[tokio::test]

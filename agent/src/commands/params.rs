@@ -155,6 +155,9 @@ pub struct InstallCoreosArgs {
     /// Extra kernel arguments.
     #[serde(default)]
     pub append_karg: Option<KernelArgs>,
+    /// Carry the ramdisk's network into the image (`--copy-network`).
+    #[serde(default)]
+    pub copy_network: Option<bool>,
 }
 
 /// An Ignition config given as a JSON object or as its text: the bytes to

@@ -152,6 +152,11 @@ pub static STEPS: &[Step] = &[
                 description: "kernel arguments to append (list, or comma-separated); default: the config drive's meta_data.coreos_append_karg",
                 required: false,
             },
+            ArgInfo {
+                name: "copy_network",
+                description: "carry the ramdisk's network into the image as NetworkManager keyfiles (coreos-installer --copy-network); default: the config drive's meta_data.coreos_copy_network",
+                required: false,
+            },
         ],
         run: |s, c| Box::pin(super::coreos::install_coreos_step(s, c)),
     },

@@ -113,6 +113,9 @@ pub struct Config {
     pub max_request_bytes: usize,
     /// Devices the agent may write in host mode (`--allow-device`).
     pub allowed_devices: Vec<PathBuf>,
+    /// The record of the ramdisk's network (`coreos_copy_network`): in the
+    /// ramdisk what init wrote, in host mode `--network-record`.
+    pub network_record: Option<PathBuf>,
     /// Ramdisk or host mode.
     pub mode: RunMode,
     /// NTP server the clock is set from before any TLS (`ipa-ntp-server`).
@@ -204,6 +207,7 @@ impl Default for Config {
             min_heartbeat_interval: DEFAULT_MIN_HEARTBEAT_INTERVAL,
             max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
             allowed_devices: Vec::new(),
+            network_record: None,
             mode: RunMode::Host,
             ntp_server: None,
             hardware_initialization_delay: Duration::ZERO,

@@ -33,6 +33,7 @@ use beneath::Beneath;
 
 use crate::configdrive::probe_label;
 use crate::disk::table::{self, Part};
+use crate::netconf::nm_keyfile::{Keyfile, FIRSTBOOT_DIR};
 
 /// Where the config drive keeps user data.
 const USER_DATA: &str = "openstack/latest/user_data";
@@ -95,7 +96,7 @@ pub fn from_config_drive(device: &Path, drive: &[u8]) -> Result<bool, IgnitionEr
     };
     match iso::read_file(drive, USER_DATA) {
         Some(data) if is_ignition(&data) => {
-            inject(device, &boot, Some(&data), &[])?;
+            inject(device, &boot, Some(&data), &[], &[])?;
             Ok(true)
         }
         _ => {
@@ -106,12 +107,14 @@ pub fn from_config_drive(device: &Path, drive: &[u8]) -> Result<bool, IgnitionEr
 }
 
 /// Writes `config` (when given) into the `boot` filesystem at `boot`, makes
-/// sure the first-boot stamp exists and appends `kargs`.
+/// sure the first-boot stamp exists, appends `kargs` and puts the
+/// `network` keyfiles where `coreos-installer --copy-network` does.
 pub fn inject(
     device: &Path,
     boot: &Part,
     config: Option<&[u8]>,
     kargs: &[String],
+    network: &[Keyfile],
 ) -> Result<(), IgnitionError> {
     if config.is_some_and(|c| !is_ignition(c)) {
         return Err(IgnitionError::NotIgnition);
@@ -119,6 +122,9 @@ pub fn inject(
     let m = mount::Mounted::new(device, boot.start, boot.len, "ext4", false)?;
     let root = m.path();
     write_files(&root, config, kargs).map_err(IgnitionError::Files)?;
+    if !network.is_empty() {
+        write_network(&root, network).map_err(IgnitionError::Files)?;
+    }
     m.unmount()?;
     tracing::info!(device = %device.display(), partition = boot.number, "Ignition config written");
     Ok(())
@@ -138,6 +144,24 @@ fn write_files(root: &Path, config: Option<&[u8]>, kargs: &[String]) -> anyhow::
     if !kargs.is_empty() {
         append_kargs(&root, kargs)?;
     }
+    Ok(())
+}
+
+/// Writes the keyfiles into `coreos-firstboot-network/` of the boot
+/// filesystem mounted at `root` (directory 0755, files 0600 as
+/// NetworkManager requires), replacing files of the same name.
+fn write_network(root: &Path, files: &[Keyfile]) -> anyhow::Result<()> {
+    let root = Beneath::open(root)?;
+    root.ensure_dir(FIRSTBOOT_DIR, 0o755)?;
+    let dir = root.dir(FIRSTBOOT_DIR)?;
+    for f in files {
+        dir.write_file(&f.name, f.text.as_bytes(), 0o600)?;
+    }
+    tracing::info!(
+        files = files.len(),
+        "ramdisk network written to {}",
+        root.display(FIRSTBOOT_DIR)
+    );
     Ok(())
 }
 
@@ -265,6 +289,34 @@ mod tests {
         // Again: the config is replaced, the stamp and arguments not repeated.
         write_files(root, Some(b"{}"), &["quiet".into()]).unwrap();
         assert_eq!(fs::read(root.join("ignition/config.ign")).unwrap(), b"{}");
+    }
+
+    #[test]
+    fn network_keyfiles_land_private_in_the_firstboot_directory() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let files = [Keyfile {
+            name: "ironic-eth0.nmconnection".into(),
+            text: "[connection]\n".into(),
+        }];
+        write_network(dir.path(), &files).unwrap();
+        // Twice: a second deploy replaces, never fails on what is there.
+        write_network(dir.path(), &files).unwrap();
+        let p = dir
+            .path()
+            .join(FIRSTBOOT_DIR)
+            .join("ironic-eth0.nmconnection");
+        assert_eq!(std::fs::read_to_string(&p).unwrap(), "[connection]\n");
+        assert_eq!(
+            std::fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        // A link planted in the image is not followed.
+        let other = tempfile::tempdir().unwrap();
+        let root2 = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(other.path(), root2.path().join(FIRSTBOOT_DIR)).unwrap();
+        assert!(write_network(root2.path(), &files).is_err());
+        assert_eq!(std::fs::read_dir(other.path()).unwrap().count(), 0);
     }
 
     #[test]

@@ -126,6 +126,18 @@ pub fn main() -> ! {
     for n in &nics {
         say(&format!("net: {}", crate::netconf::describe(n)));
     }
+    // For `coreos_copy_network`: what the network ended up as.
+    let record =
+        crate::netconf::record::NetRecord::from_bringup(plan.as_ref(), fixed.as_ref(), &nics);
+    let record_path = Path::new(crate::netconf::record::RAMDISK_PATH);
+    match record.save(record_path) {
+        Ok(()) => say(&format!(
+            "net: {} interface(s) recorded in {}",
+            record.ifaces.len(),
+            record_path.display()
+        )),
+        Err(e) => say(&format!("net: no network record: {e:#}")),
+    }
     say("phase network done");
 
     let mut agent_args = vec!["ramdisk".to_string()];

@@ -19,6 +19,8 @@ pub mod dhcp;
 pub mod dhcp6;
 pub mod iface;
 pub mod network_data;
+pub mod nm_keyfile;
+pub mod record;
 pub mod static_ip;
 pub mod vlan;
 
