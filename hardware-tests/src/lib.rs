@@ -7,6 +7,7 @@
 
 pub mod agentapi;
 pub mod bed;
+pub mod debs;
 pub mod images;
 pub mod ironic;
 pub mod loopdev;

@@ -298,19 +298,10 @@ async fn install_coreos_copies_the_ramdisks_network() {
 
     // Debian's NetworkManager reads each one (nmcli --offline checks a
     // keyfile without a daemon) and keeps what matters.
-    let nmcli = String::from_utf8(
-        Command::new(hardware_tests::repo_root().join("ci/fetch-nmcli"))
-            .output()
-            .unwrap()
-            .stdout,
-    )
-    .unwrap();
-    let nmcli: Vec<&str> = nmcli.split_whitespace().collect();
-    assert!(nmcli.len() >= 2, "ci/fetch-nmcli printed {nmcli:?}");
     for (name, text, _) in &files {
         use std::io::Write;
-        let mut child = Command::new(nmcli[0])
-            .args(&nmcli[1..])
+        let mut child = hardware_tests::debs::nmcli()
+            .unwrap()
             .args([
                 "--offline",
                 "connection",

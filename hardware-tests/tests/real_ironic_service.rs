@@ -3,8 +3,9 @@
 //! `burnin_cpu` and `burnin_memory` (short knobs in `driver_info`) brings
 //! it back to `active`, a manual clean with `burnin_disk` writes and
 //! verifies a loop device this test creates, and two nodes paired
-//! statically (`agent_burnin_fio_network_config`) run `burnin_network`
-//! against each other over loopback in both directions. The agent's
+//! statically (`agent_burnin_fio_network_config`), or dynamically through
+//! a real etcd (`agent_burnin_fio_network_pairing_backend_url`), run
+//! `burnin_network` against each other over loopback in both directions. The agent's
 //! reports reach Ironic as the steps' results (Ironic logs them).
 
 use std::time::{Duration, Instant};
@@ -180,6 +181,21 @@ async fn real_ironic_manual_clean_burns_in_a_loop_device() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn real_ironic_pairs_two_nodes_for_the_network_burn_in() {
+    two_nodes_burn_in_the_network(None).await;
+}
+
+/// The same with dynamic pairing through a real etcd (tooz's etcd3
+/// gateway layout, `agent_burnin_fio_network_pairing_backend_url`): each
+/// agent advertises its own loopback address, which is its member id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_ironic_pairs_two_nodes_through_etcd_for_the_network_burn_in() {
+    let etcd = hardware_tests::debs::Etcd::start(23794).unwrap();
+    two_nodes_burn_in_the_network(Some(&etcd.tooz_url())).await;
+}
+
+/// Two nodes cleaned with `burnin_network`, paired statically (`None`)
+/// or through the tooz backend at `backend`.
+async fn two_nodes_burn_in_the_network(backend: Option<&str>) {
     hardware_tests::require_root("the real-Ironic network burn-in test");
     let (disk_a, disk_b) = (
         LoopDevice::new(16 * MIB).expect("creating a loop device"),
@@ -187,30 +203,49 @@ async fn real_ironic_pairs_two_nodes_for_the_network_burn_in() {
     );
     let ironic = Ironic::start().expect("starting Ironic 39.0.0");
     let nodes = [
-        ("agent-net-a", "52:54:00:c1:ea:14", "writer", &disk_a),
-        ("agent-net-b", "52:54:00:c1:ea:15", "reader", &disk_b),
+        (
+            "agent-net-a",
+            "52:54:00:c1:ea:14",
+            "writer",
+            &disk_a,
+            [127, 0, 0, 2],
+        ),
+        (
+            "agent-net-b",
+            "52:54:00:c1:ea:15",
+            "reader",
+            &disk_b,
+            [127, 0, 0, 3],
+        ),
     ];
     let mut uuids = Vec::new();
     let mut agents = Vec::new();
-    for (name, mac, role, disk) in nodes {
+    for (name, mac, role, disk, addr) in nodes {
         let uuid = ironic.enroll_ready(name, mac, false).await.unwrap();
+        let pairing = match backend {
+            None => json!({"op": "add", "path": "/driver_info/agent_burnin_fio_network_config",
+                           "value": {"role": role, "partner": "127.0.0.1"}}),
+            Some(url) => json!({"op": "add",
+                "path": "/driver_info/agent_burnin_fio_network_pairing_backend_url", "value": url}),
+        };
         ironic
             .patch(
                 &uuid,
                 json!([
-                    {"op": "add", "path": "/driver_info/agent_burnin_fio_network_config",
-                     "value": {"role": role, "partner": "127.0.0.1"}},
+                    pairing,
                     {"op": "add", "path": "/driver_info/agent_burnin_fio_network_runtime", "value": 2},
                     {"op": "add", "path": "/driver_info/agent_burnin_fio_network_pairing_timeout", "value": 120},
                 ]),
             )
             .await
             .unwrap();
-        agents.push(agent::agent::start_detached(host_config(
-            &ironic.url,
-            mac,
-            &disk.path,
-        )));
+        let mut config = host_config(&ironic.url, mac, &disk.path);
+        if backend.is_some() {
+            // Distinct member ids, each the address the other connects to.
+            config.advertise_host = Some(std::net::IpAddr::from(addr));
+            config.listen_host = std::net::IpAddr::from(addr);
+        }
+        agents.push(agent::agent::start_detached(config));
         uuids.push(uuid);
     }
     let t = Instant::now();

@@ -18,6 +18,7 @@ pub mod disk;
 pub mod knobs;
 pub mod memory;
 pub mod network;
+pub mod pairing;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;

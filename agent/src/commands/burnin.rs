@@ -15,7 +15,7 @@ use serde_json::Value;
 
 use super::steps::StepCall;
 use super::{CommandError, ErrorKind};
-use crate::burnin::{self, knobs, network, BurninError, Stop};
+use crate::burnin::{self, knobs, network, pairing, BurninError, Stop};
 use crate::config::RunMode;
 use crate::disk::WritePolicy;
 use crate::state::AgentState;
@@ -199,10 +199,23 @@ pub async fn burnin_disk_step(
     ))
 }
 
-/// The network burn-in's plan from `driver_info`: the static
-/// `agent_burnin_fio_network_config` (`role`, `partner`); dynamic pairing
-/// through a tooz backend is refused precisely.
-fn network_plan(node: &Value, mode: RunMode) -> Result<network::Plan, BurninError> {
+/// How the network burn-in finds its partner, from `driver_info`.
+enum Partner {
+    /// `agent_burnin_fio_network_config` (`role`, `partner`).
+    Static(network::Plan),
+    /// Through a tooz backend (`agent_burnin_fio_network_pairing_*`).
+    Dynamic {
+        url: String,
+        group: String,
+        runtime: Duration,
+        pairing_timeout: Duration,
+    },
+}
+
+/// The network burn-in's partner and knobs from `driver_info`: the static
+/// `agent_burnin_fio_network_config`, else dynamic pairing through the
+/// tooz backend at `agent_burnin_fio_network_pairing_backend_url`.
+fn network_partner(node: &Value) -> Result<Partner, BurninError> {
     let runtime = match knob(node, "agent_burnin_fio_network_runtime") {
         Some(v) => Duration::from_secs(knobs::count("agent_burnin_fio_network_runtime", v)?),
         None => Duration::from_secs(21600),
@@ -213,11 +226,37 @@ fn network_plan(node: &Value, mode: RunMode) -> Result<network::Plan, BurninErro
         900,
     )?);
     let Some(config) = knob(node, "agent_burnin_fio_network_config") else {
-        return Err(match knob(node, "agent_burnin_fio_network_pairing_backend_url") {
-            None => BurninError::Unsupported("fio (network): dynamic pairing config is missing agent_burnin_fio_network_pairing_backend_url".into()),
-            Some(url) => BurninError::Unsupported(format!(
-                "fio (network): dynamic pairing through the tooz backend {url} is not supported by this agent (it speaks no tooz coordination protocol); pair the nodes statically with agent_burnin_fio_network_config {{\"role\": \"writer\"|\"reader\", \"partner\": HOST}}"
-            )),
+        let key = "agent_burnin_fio_network_pairing_backend_url";
+        let url = match knob(node, key) {
+            None | Some(Value::Null) => {
+                return Err(BurninError::Unsupported(format!(
+                    "fio (network): dynamic pairing config is missing {key}"
+                )))
+            }
+            Some(Value::String(u)) if !u.trim().is_empty() => u.trim().to_string(),
+            Some(other) => {
+                return Err(BurninError::Knob {
+                    key: key.into(),
+                    reason: format!("{other} is not a tooz backend URL"),
+                })
+            }
+        };
+        let group_key = "agent_burnin_fio_network_pairing_group_name";
+        let group = match knob(node, group_key) {
+            None | Some(Value::Null) => "ironic.network-burnin".to_string(),
+            Some(Value::String(g)) if !g.is_empty() && !g.contains('/') => g.clone(),
+            Some(other) => {
+                return Err(BurninError::Knob {
+                    key: group_key.into(),
+                    reason: format!("{other} is not a group name"),
+                })
+            }
+        };
+        return Ok(Partner::Dynamic {
+            url,
+            group,
+            runtime,
+            pairing_timeout,
         });
     };
     let key = "agent_burnin_fio_network_config";
@@ -235,22 +274,98 @@ fn network_plan(node: &Value, mode: RunMode) -> Result<network::Plan, BurninErro
         })?
         .trim()
         .to_string();
-    let mut plan = network::Plan::ipa(role, partner, runtime, pairing_timeout);
-    if mode == RunMode::Host {
-        // This machine is no node: only loopback partners, listening on
-        // loopback only.
-        let loopback = plan
-            .partner
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|a| a.is_loopback())
-            || plan.partner == "localhost";
-        if !loopback {
-            return Err(BurninError::Unsupported(format!(
-                "host mode: the network burn-in only pairs with a loopback partner, not {}",
-                plan.partner
-            )));
+    Ok(Partner::Static(network::Plan::ipa(
+        role,
+        partner,
+        runtime,
+        pairing_timeout,
+    )))
+}
+
+/// In host mode this machine is no node: only loopback partners, and the
+/// writer listens on loopback only (`own`, our loopback member address
+/// when pairing dynamically, else 127.0.0.1).
+fn host_mode_limits(
+    plan: &mut network::Plan,
+    own: Option<std::net::IpAddr>,
+) -> Result<(), BurninError> {
+    let loopback = plan
+        .partner
+        .parse::<std::net::IpAddr>()
+        .is_ok_and(|a| a.is_loopback())
+        || plan.partner == "localhost";
+    if !loopback {
+        return Err(BurninError::Unsupported(format!(
+            "host mode: the network burn-in only pairs with a loopback partner, not {}",
+            plan.partner
+        )));
+    }
+    plan.listen = own
+        .filter(|a| a.is_loopback())
+        .unwrap_or(std::net::IpAddr::from([127, 0, 0, 1]));
+    Ok(())
+}
+
+/// Our member id for dynamic pairing: the address in our callback URL,
+/// which the partner can reach without DNS.
+fn member_address(state: &AgentState) -> Option<String> {
+    let url = state.session().callback_url?;
+    let host = url.split_once("://")?.1.split('/').next()?;
+    let host = match host.rsplit_once(':') {
+        Some((h, p)) if p.parse::<u16>().is_ok() => h,
+        _ => host,
+    };
+    Some(
+        host.trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_string(),
+    )
+    .filter(|h| !h.is_empty())
+}
+
+/// The plan: the static one, or the partner found through the backend.
+async fn network_plan(state: &AgentState, node: &Value) -> Result<network::Plan, CommandError> {
+    let mode = state.config.mode;
+    let (mut plan, own) = match network_partner(node).map_err(to_command_error)? {
+        Partner::Static(plan) => (plan, None),
+        Partner::Dynamic {
+            url,
+            group,
+            runtime,
+            pairing_timeout,
+        } => {
+            let me = member_address(state).ok_or_else(|| {
+                to_command_error(BurninError::Unsupported(
+                    "fio (network): dynamic pairing needs this agent's address, and it has sent no heartbeat yet".into(),
+                ))
+            })?;
+            let client = crate::tls::http_client(
+                state.config.insecure,
+                state.config.cafile.as_deref(),
+                Duration::from_secs(30),
+            )
+            .map_err(|e| {
+                to_command_error(BurninError::failed("network pairing", format!("{e:#}")))
+            })?;
+            tracing::info!(backend = %url, %group, member = %me, "dynamic pairing for network burn-in");
+            let (partner, role) = pairing::find_partner(client, &url, &group, &me, pairing_timeout)
+                .await
+                .map_err(|e| {
+                    to_command_error(BurninError::failed(
+                        format!("fio (network) pairing through {url}"),
+                        format!("{e:#}"),
+                    ))
+                })?;
+            tracing::info!(%partner, ?role, "fio (network): partner found");
+            let own = me.parse::<std::net::IpAddr>().ok();
+            (
+                network::Plan::ipa(role, partner, runtime, pairing_timeout),
+                own,
+            )
         }
-        plan.listen = std::net::IpAddr::from([127, 0, 0, 1]);
+    };
+    if mode == RunMode::Host {
+        host_mode_limits(&mut plan, own).map_err(to_command_error)?;
     }
     Ok(plan)
 }
@@ -261,7 +376,7 @@ pub async fn burnin_network_step(
     call: StepCall,
 ) -> Result<Value, CommandError> {
     let node = call.node.clone();
-    let plan = network_plan(&node, state.config.mode).map_err(to_command_error)?;
+    let plan = network_plan(&state, &node).await?;
     let report = blocking(&state, move |cancel| {
         network::run(
             &plan,
@@ -377,51 +492,81 @@ mod tests {
 
     #[test]
     fn network_pairing_as_ipa_configures_it() {
-        let plan = |di: Value, mode| network_plan(&json!({"driver_info": di}), mode);
-        let p = plan(
+        let partner = |di: Value| network_partner(&json!({"driver_info": di}));
+        let stat = |di: Value| match partner(di).unwrap() {
+            Partner::Static(p) => p,
+            Partner::Dynamic { .. } => panic!("dynamic"),
+        };
+        let p = stat(
             json!({"agent_burnin_fio_network_config": {"role": "reader", "partner": "10.0.0.2"}, "agent_burnin_fio_network_runtime": 30}),
-            RunMode::Ramdisk,
-        )
-        .unwrap();
+        );
         assert_eq!(
             (p.role, p.partner.as_str(), p.port, p.streams),
             (network::Role::Reader, "10.0.0.2", 9000, 16)
         );
         assert_eq!(p.runtime, Duration::from_secs(30));
-        let e = plan(json!({}), RunMode::Ramdisk).unwrap_err().to_string();
+        let e = partner(json!({})).err().unwrap().to_string();
         assert!(
             e.contains("agent_burnin_fio_network_pairing_backend_url"),
             "{e}"
         );
-        let e = plan(
-            json!({"agent_burnin_fio_network_pairing_backend_url": "etcd3+http://x:2379"}),
-            RunMode::Ramdisk,
+        match partner(
+            json!({"agent_burnin_fio_network_pairing_backend_url": "etcd3+http://x:2379",
+                             "agent_burnin_fio_network_pairing_timeout": 60}),
         )
-        .unwrap_err()
-        .to_string();
-        assert!(
-            e.contains("tooz") && e.contains("agent_burnin_fio_network_config"),
-            "{e}"
-        );
-        let e = plan(
-            json!({"agent_burnin_fio_network_config": {"role": "sender", "partner": "x"}}),
-            RunMode::Ramdisk,
+        .unwrap()
+        {
+            Partner::Dynamic {
+                url,
+                group,
+                pairing_timeout,
+                ..
+            } => {
+                assert_eq!(url, "etcd3+http://x:2379");
+                assert_eq!(group, "ironic.network-burnin", "IPA's default group");
+                assert_eq!(pairing_timeout, Duration::from_secs(60));
+            }
+            Partner::Static(_) => panic!("static"),
+        }
+        let e = partner(
+            json!({"agent_burnin_fio_network_pairing_backend_url": "etcd3+http://x",
+                               "agent_burnin_fio_network_pairing_group_name": "a/b"}),
         )
-        .unwrap_err()
+        .err()
+        .unwrap()
         .to_string();
+        assert!(e.contains("not a group name"), "{e}");
+        let e =
+            partner(json!({"agent_burnin_fio_network_config": {"role": "sender", "partner": "x"}}))
+                .err()
+                .unwrap()
+                .to_string();
         assert!(e.contains("unknown role"), "{e}");
-        let e = plan(
+        let mut p = stat(
             json!({"agent_burnin_fio_network_config": {"role": "writer", "partner": "10.0.0.2"}}),
-            RunMode::Host,
-        )
-        .unwrap_err()
-        .to_string();
+        );
+        let e = host_mode_limits(&mut p, None).unwrap_err().to_string();
         assert!(e.contains("loopback"), "{e}");
-        let p = plan(
+        let mut p = stat(
             json!({"agent_burnin_fio_network_config": {"role": "writer", "partner": "127.0.0.1"}}),
-            RunMode::Host,
-        )
-        .unwrap();
-        assert!(p.listen.is_loopback());
+        );
+        host_mode_limits(&mut p, None).unwrap();
+        assert_eq!(p.listen, std::net::IpAddr::from([127, 0, 0, 1]));
+        host_mode_limits(&mut p, Some("127.0.0.7".parse().unwrap())).unwrap();
+        assert_eq!(p.listen, std::net::IpAddr::from([127, 0, 0, 7]));
+    }
+
+    #[test]
+    fn member_address_is_the_callback_host() {
+        let s = state(Config::default());
+        assert_eq!(member_address(&s), None);
+        for (url, want) in [
+            ("https://10.0.0.5:9999", "10.0.0.5"),
+            ("http://[fd00::5]:9999/", "fd00::5"),
+            ("http://node-1", "node-1"),
+        ] {
+            s.update_session(|i| i.callback_url = Some(url.into()));
+            assert_eq!(member_address(&s).as_deref(), Some(want), "{url}");
+        }
     }
 }
