@@ -1,16 +1,26 @@
-//! Real Ironic 39.0.0 rescues a deployed QEMU machine on the test bed,
-//! through the bed's Redfish BMC and its `ipxe` boot interface, as
-//! `ironic_drives_ramdisk.rs` drives its machine
-//! (`hardware_tests::bed::ironic_flow`): `provide` and a deploy of the test
-//! image to `active`, the system boots from its disk; then `rescue` with a
-//! password: Ironic sets PXE first and powers the domain on, it
-//! network-boots the ramdisk (the node's `rescue_kernel`/`rescue_ramdisk`),
-//! Ironic's `rescue.finalize_rescue` brings the password's crypt hash, the
-//! node is `rescue`, and `rescue` logs in over SSH with that password (a
-//! wrong one is refused) while the agent's API no longer answers.
-//! `unrescue` brings the node back to `active`: Ironic powers the domain
-//! off and boots it from its disk, and the deployed system prints its
-//! marker again, untouched.
+//! Real Ironic 39.0.0 takes a QEMU machine on the test bed through the
+//! day-2 operations operators run after a deploy, through the bed's
+//! Redfish BMC and its `ipxe` boot interface, as `ironic_drives_ramdisk.rs`
+//! drives its machine (`hardware_tests::bed::ironic_flow`):
+//!
+//! 1. a manual clean with `burnin_disk` (5 s of write-and-verify passes on
+//!    the VM's disk, `agent_burnin_fio_disk_runtime`), back to `manageable`;
+//! 2. `provide`, then a deploy of the test image whose instance trait
+//!    selects a **deploy template** with `inject_files`: the file lands in
+//!    the image's ESP (found by its `EFI` directory), read back from the
+//!    disk with mtools after the system booted from it;
+//! 3. **servicing** the `active` node with `burnin_cpu` + `burnin_memory`
+//!    (short knobs in `driver_info`): Ironic boots the ramdisk for
+//!    `service wait`, the node returns to `active` and boots its disk;
+//! 4. **rescue** with a password: Ironic sets PXE first and powers the
+//!    domain on, it network-boots the ramdisk (the node's
+//!    `rescue_kernel`/`rescue_ramdisk`), Ironic's `rescue.finalize_rescue`
+//!    brings the password's crypt hash, the node is `rescue`, and `rescue`
+//!    logs in over SSH with that password (a wrong one is refused) while
+//!    the agent's API no longer answers;
+//! 5. `unrescue` brings the node back to `active`: Ironic powers the domain
+//!    off and boots it from its disk, and the deployed system prints its
+//!    marker again, untouched.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -32,6 +42,34 @@ const FLOW_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// The agent rescue interface, added to the bed's Ironic configuration.
 const RESCUE_CONF: &str = "[DEFAULT]\nenabled_rescue_interfaces = no-rescue,agent\n";
+/// What the deploy template injects, and where.
+const INJECTED: (&str, &str) = (
+    "/EFI/ironic-injected.txt",
+    "put there by a deploy template\n",
+);
+
+/// Waits until the deployed system printed its marker after console
+/// position `mark`.
+async fn disk_booted(flow: &Flow<'_, '_>, mark: usize, after: &str) {
+    let line = testimage::marker_line(MARKER);
+    let deadline = Instant::now() + Duration::from_secs(180);
+    while !flow.machine.console_since(mark).contains(&line) {
+        assert!(
+            Instant::now() < deadline,
+            "the deployed system did not boot after {after}; console: {}",
+            flow.machine.console_path().display()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// The log lines of Ironic that mention `what`.
+fn lines_with(log: &str, what: &str) -> String {
+    log.lines()
+        .filter(|l| l.contains(what))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
 
 /// `ssh rescue@GUEST COMMAND` from inside the bed's namespace.
 fn ssh(ns: &str, dir: &std::path::Path, password: &str, command: &str) -> anyhow::Result<String> {
@@ -103,7 +141,51 @@ fn ironic_rescues_a_deployed_machine_and_unrescues_it() {
             )
             .await
             .unwrap();
+        // Short burn-ins (IPA's knob names and value forms).
+        ironic
+            .patch(
+                &uuid,
+                json!([
+                    {"op": "add", "path": "/driver_info/agent_burnin_fio_disk_runtime", "value": 5},
+                    {"op": "add", "path": "/driver_info/agent_burnin_cpu_cpu", "value": 1},
+                    {"op": "add", "path": "/driver_info/agent_burnin_cpu_timeout", "value": 3},
+                    {"op": "add", "path": "/driver_info/agent_burnin_vm_vm", "value": 1},
+                    {"op": "add", "path": "/driver_info/agent_burnin_vm_vm-bytes", "value": "32M"},
+                    {"op": "add", "path": "/driver_info/agent_burnin_vm_timeout", "value": "3s"},
+                ]),
+            )
+            .await
+            .unwrap();
         let mut flow = Flow::new(&ironic, &uuid, machine, FLOW_TIMEOUT);
+
+        // 1. A manual clean with burnin_disk.
+        let t = Instant::now();
+        let node = flow
+            .manual_clean(json!([{"interface": "deploy", "step": "burnin_disk", "args": {}}]))
+            .await
+            .unwrap_or_else(|e| panic!("manual clean with burnin_disk: {e:#}"));
+        assert!(node["last_error"].is_null(), "{}", node["last_error"]);
+        println!("burnin_disk: manageable again after {:.1} s", t.elapsed().as_secs_f64());
+        let log = std::fs::read_to_string(ironic.log_path()).unwrap();
+        assert!(
+            log.contains("'clean_result': [{'bytes_verified': ")
+                && log.contains("'device': '/dev/vda'"),
+            "no burnin_disk report for /dev/vda in Ironic's log:\n{}",
+            lines_with(&log, "burnin_disk")
+        );
+
+        // 2. A deploy whose trait selects a template with inject_files.
+        use base64::Engine as _;
+        ironic
+            .create_deploy_template(
+                "CUSTOM_INJECT",
+                json!([{"interface": "deploy", "step": "inject_files", "priority": 50,
+                        "args": {"files": [{"path": INJECTED.0,
+                            "content": base64::engine::general_purpose::STANDARD.encode(INJECTED.1)}]}}]),
+            )
+            .await
+            .unwrap();
+        ironic.set_traits(&uuid, &["CUSTOM_INJECT"]).await.unwrap();
         flow.provide().await.unwrap_or_else(|e| panic!("provide: {e:#}"));
         let node = flow
             .deploy(
@@ -112,6 +194,7 @@ fn ironic_rescues_a_deployed_machine_and_unrescues_it() {
                     {"op": "add", "path": "/instance_info/image_os_hash_algo", "value": "sha256"},
                     {"op": "add", "path": "/instance_info/image_os_hash_value", "value": sha},
                     {"op": "add", "path": "/instance_info/image_disk_format", "value": "raw"},
+                    {"op": "add", "path": "/instance_info/traits", "value": ["CUSTOM_INJECT"]},
                 ]),
                 json!({"meta_data": {"uuid": "rescuevm-cd", "hostname": "rescuevm"}}),
             )
@@ -121,6 +204,45 @@ fn ironic_rescues_a_deployed_machine_and_unrescues_it() {
         flow.boot_disk(MARKER, Duration::from_secs(180))
             .await
             .unwrap_or_else(|e| panic!("first disk boot: {e:#}"));
+        // The system powered itself off: read the file from its ESP.
+        let injected = run(Command::new("mtype").arg("-i").arg(format!(
+            "{}@@1M",
+            spec.disks[0].path.display()
+        )).arg(format!("::{}", INJECTED.0)));
+        // (`run` trims its output.)
+        assert_eq!(
+            injected.unwrap_or_else(|e| panic!("the template's file is not on the ESP: {e:#}")),
+            INJECTED.1.trim_end()
+        );
+        let log = std::fs::read_to_string(ironic.log_path()).unwrap();
+        assert!(log.contains("inject_files"), "Ironic never ran inject_files");
+
+        // 3. Servicing with CPU and memory burn-in.
+        let t = Instant::now();
+        let mark = flow.machine.console_len();
+        let node = flow
+            .service(json!([
+                {"interface": "deploy", "step": "burnin_cpu", "args": {}},
+                {"interface": "deploy", "step": "burnin_memory", "args": {}},
+            ]))
+            .await
+            .unwrap_or_else(|e| panic!("service: {e:#}"));
+        assert!(node["last_error"].is_null(), "{}", node["last_error"]);
+        disk_booted(&flow, mark, "servicing").await;
+        println!(
+            "service: active again and booted from disk after {:.1} s",
+            t.elapsed().as_secs_f64()
+        );
+        let log = std::fs::read_to_string(ironic.log_path()).unwrap();
+        assert!(
+            log.contains("'service_result': {'rounds_per_second': ")
+                && log.contains("'step': 'burnin_memory'"),
+            "no burn-in reports in Ironic's log:\n{}",
+            lines_with(&log, "burnin_")
+        );
+        // The deployed system powers itself off after its marker.
+        tokio::task::block_in_place(|| flow.machine.wait_shut_off(Duration::from_secs(60)))
+            .unwrap_or_else(|e| panic!("after servicing: {e:#}"));
 
         // Rescue.
         let t = Instant::now();
@@ -184,16 +306,7 @@ fn ironic_rescues_a_deployed_machine_and_unrescues_it() {
         flow.machine
             .expect_boot_device("disk", "active after unrescue")
             .unwrap();
-        let line = testimage::marker_line(MARKER);
-        let deadline = Instant::now() + Duration::from_secs(180);
-        while !flow.machine.console_since(mark).contains(&line) {
-            assert!(
-                Instant::now() < deadline,
-                "the deployed system did not boot after unrescue; console: {}",
-                flow.machine.console_path().display()
-            );
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
+        disk_booted(&flow, mark, "unrescue").await;
         println!("rescue: unrescued, the deployed system boots again");
     })
     .unwrap();

@@ -344,6 +344,43 @@ impl<'a, 'b> Flow<'a, 'b> {
         Ok(node)
     }
 
+    /// A manual clean with `steps` until `manageable`: the ramdisk booted
+    /// for `clean wait`, the machine powered off by Ironic afterwards.
+    /// Returns the node.
+    pub async fn manual_clean(&mut self, steps: Value) -> Result<Value> {
+        self.ironic
+            .provision(&self.uuid, json!({"target": "clean", "clean_steps": steps}))
+            .await?;
+        self.ramdisk_wanted("clean wait").await?;
+        let node = self
+            .wait_for("manageable", self.timeout)
+            .await
+            .context("manual clean")?;
+        self.follow_power_off().await?;
+        Ok(node)
+    }
+
+    /// Servicing an `active` node with `steps`: Ironic boots the ramdisk
+    /// for `service wait`, runs the steps and returns the node to
+    /// `active` with the disk first. Returns the node.
+    pub async fn service(&mut self, steps: Value) -> Result<Value> {
+        self.ironic
+            .provision(
+                &self.uuid,
+                json!({"target": "service", "service_steps": steps}),
+            )
+            .await?;
+        self.ramdisk_wanted("service wait").await?;
+        let node = self
+            .wait_for("active", self.timeout)
+            .await
+            .context("servicing")?;
+        self.machine
+            .expect_boot_device("disk", "active after servicing")
+            .context("Ironic's boot device after servicing")?;
+        Ok(node)
+    }
+
     /// `provide` with automated cleaning, until `available`.
     pub async fn provide(&mut self) -> Result<Value> {
         self.ironic

@@ -6,10 +6,15 @@
 //! alone) and the baselines (`curl | sha256sum | dd oflag=direct`,
 //! `qemu-img convert -O raw` from a local file) and prints ratios.
 //!
+//! With `--ipa PYTHON` (a venv holding ironic-python-agent 13.0.0, as
+//! `ci/bench` makes) the incumbent writes the raw and qcow2 images too
+//! ([`ipa`]) and the table gets ours / IPA.
+//!
 //! Usage (root): `image-bench [--size-mib 2048] [--reps 2] [--agent PATH]
-//! [--only raw,zstd,gzip,xz,qcow2,qcow2c] [--check-targets]`
+//! [--ipa PYTHON] [--only raw,zstd,gzip,xz,qcow2,qcow2c] [--check-targets]`
 
 mod floor;
+mod ipa;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -26,6 +31,7 @@ struct Opts {
     agent: PathBuf,
     check: bool,
     only: Option<Vec<String>>,
+    ipa: Option<PathBuf>,
 }
 
 fn parse_args() -> Result<Opts> {
@@ -35,6 +41,7 @@ fn parse_args() -> Result<Opts> {
         agent: hardware_tests::repo_root().join("target/release/agent"),
         check: false,
         only: None,
+        ipa: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -43,6 +50,7 @@ fn parse_args() -> Result<Opts> {
             "--reps" => o.reps = args.next().context("--reps N")?.parse::<usize>()?.max(1),
             "--agent" => o.agent = args.next().context("--agent PATH")?.into(),
             "--check-targets" => o.check = true,
+            "--ipa" => o.ipa = Some(args.next().context("--ipa PYTHON")?.into()),
             "--only" => {
                 o.only = Some(
                     args.next()
@@ -445,7 +453,34 @@ fn main() -> Result<()> {
             size,
         )?;
         let file_len = std::fs::metadata(d.join(v))?.len();
-        rows.push((*v, file_len, r));
+        // The incumbent, for the formats it takes.
+        let ipa_format = match short[i] {
+            "raw" => Some("raw"),
+            "qcow2" | "qcow2c" => Some("qcow2"),
+            _ => None,
+        };
+        let ipa_secs = match (&o.ipa, ipa_format) {
+            (Some(python), Some(format)) => Some(ipa::write(
+                python,
+                d,
+                &ipa::Image {
+                    url: &server.url(&format!("/{v}")),
+                    sha256: &digests[i],
+                    disk_format: format,
+                },
+                &dev,
+                || {
+                    let got = sha256_prefix(&dev, size)?;
+                    if got != image_sha {
+                        bail!("IPA left the device without the image ({got})");
+                    }
+                    Ok(())
+                },
+                o.reps,
+            )?),
+            _ => None,
+        };
+        rows.push((*v, file_len, r, ipa_secs));
     }
 
     println!(
@@ -475,7 +510,16 @@ fn main() -> Result<()> {
         "× base"
     );
     let mut misses = Vec::new();
-    for (name, file_len, r) in &rows {
+    let mut vs_ipa = Vec::new();
+    for (name, file_len, r, ipa_secs) in &rows {
+        if let Some(ipa) = ipa_secs {
+            vs_ipa.push(format!(
+                "{name}: ours {:.0} MB/s, IPA 13.0.0 {:.0} MB/s: ours / IPA = {:.2}",
+                mbps(size, r.secs),
+                mbps(size, *ipa),
+                ipa / r.secs
+            ));
+        }
         let rate = mbps(size, r.secs);
         let sha_over_file = sha_bound * size as f64 / *file_len as f64;
         let (bound, base, floor) = match *name {
@@ -529,6 +573,9 @@ fn main() -> Result<()> {
             )),
             _ => {}
         }
+    }
+    if !vs_ipa.is_empty() {
+        println!("\nagainst ironic-python-agent 13.0.0's prepare_image, same images, server and device (IPA takes no zstd, gzip or xz):\n  {}", vs_ipa.join("\n  "));
     }
     if misses.is_empty() {
         println!("\ntargets: all met");
