@@ -1,7 +1,8 @@
 //! Real Ironic 39.0.0 (unmodified, `require_tls = true`) drives the
 //! agent's burn-in steps in host mode: servicing an `active` node with
 //! `burnin_cpu` and `burnin_memory` (short knobs in `driver_info`) brings
-//! it back to `active`, a manual clean with `burnin_disk` writes and
+//! it back to `active`, and so does re-imaging it by servicing with
+//! `write_image` (the new image in the step's arguments), a manual clean with `burnin_disk` writes and
 //! verifies a loop device this test creates, and two nodes paired
 //! statically (`agent_burnin_fio_network_config`), or dynamically through
 //! a real etcd (`agent_burnin_fio_network_pairing_backend_url`), run
@@ -119,6 +120,49 @@ async fn real_ironic_services_an_active_node_with_cpu_and_memory_burn_in() {
         )),
         "no burnin_memory report of 32 MiB in Ironic's log:\n{}",
         lines_with(&log, "burnin_memory")
+    );
+
+    // Re-imaging by servicing: the agent's write_image service step with
+    // the new image in its arguments (IPA's image_info shape).
+    let image_b = dir.path().join("other.raw");
+    hardware_tests::images::sfdisk_image(&image_b, 8 * MIB, "label: gpt\nname=reimaged\n").unwrap();
+    let bytes_b = std::fs::read(&image_b).unwrap();
+    let sha_b = hardware_tests::images::sha256_hex(&bytes_b);
+    server.route("/images/other.raw", &image_b, &[], Fault::None);
+    ironic
+        .provision(
+            &uuid,
+            json!({"target": "service", "service_steps": [
+                {"interface": "deploy", "step": "write_image", "args": {"image_info": {
+                    "id": "other.raw", "urls": [server.url("/images/other.raw")],
+                    "disk_format": "raw", "os_hash_algo": "sha256", "os_hash_value": sha_b}}},
+            ]}),
+        )
+        .await
+        .unwrap();
+    let node = ironic
+        .wait_for(&uuid, "active", Duration::from_secs(240))
+        .await
+        .unwrap_or_else(|e| panic!("servicing with write_image: {e:#}"));
+    assert!(node["last_error"].is_null(), "{}", node["last_error"]);
+    // The partition entries (LBA 2 on) name the new image's partition;
+    // the headers differ from the image's as the backup GPT moved to the
+    // end of the larger device.
+    let on_disk = std::fs::read(&disk.path).unwrap();
+    let utf16 = |s: &str| -> Vec<u8> { s.encode_utf16().flat_map(u16::to_le_bytes).collect() };
+    let entries = &on_disk[1024..1024 + 128];
+    assert!(
+        entries == &bytes_b[1024..1024 + 128]
+            && entries
+                .windows(16)
+                .any(|w| w == utf16("reimaged").as_slice()),
+        "the device does not hold the re-imaged disk's partition table"
+    );
+    let log = std::fs::read_to_string(ironic.log_path()).unwrap();
+    assert!(
+        log.contains("'step': 'write_image'") && log.contains("service.execute_service_step"),
+        "no write_image service step in Ironic's log:\n{}",
+        lines_with(&log, "write_image")
     );
     assert!(!agent.is_finished(), "the agent stopped");
     agent.abort();
