@@ -333,6 +333,19 @@ impl Ironic {
         Value::Array(ops)
     }
 
+    /// The `driver_info` patch for short CPU and memory burn-ins (IPA's
+    /// knob names and value forms: one CPU worker for 3 s, one memory
+    /// worker over 32 MiB for "3s").
+    pub fn short_burnin_patch() -> Value {
+        serde_json::json!([
+            {"op": "add", "path": "/driver_info/agent_burnin_cpu_cpu", "value": 1},
+            {"op": "add", "path": "/driver_info/agent_burnin_cpu_timeout", "value": 3},
+            {"op": "add", "path": "/driver_info/agent_burnin_vm_vm", "value": 1},
+            {"op": "add", "path": "/driver_info/agent_burnin_vm_vm-bytes", "value": "32M"},
+            {"op": "add", "path": "/driver_info/agent_burnin_vm_timeout", "value": "3s"},
+        ])
+    }
+
     /// `POST /v1/deploy_templates`: a deploy template named `name` (a
     /// `CUSTOM_` trait) with these steps.
     pub async fn create_deploy_template(&self, name: &str, steps: Value) -> Result<Value> {

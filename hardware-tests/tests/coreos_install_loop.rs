@@ -22,6 +22,31 @@ const MIB: u64 = 1 << 20;
 const STAMP: &str = "set ignition_network_kcmdline='ip=dhcp'\n";
 const BLS: &str = "title Fedora CoreOS 42\nversion 1\nlinux /ostree/fedora-coreos/vmlinuz\ninitrd /ostree/fedora-coreos/initramfs.img\noptions $ignition_firstboot root=UUID=abc rw ostree=/ostree/boot.1/fedora-coreos/0\n";
 
+/// The CoreOS-like image served at `/fcos.raw`, and a loop device for it.
+struct Fixture {
+    _dir: tempfile::TempDir,
+    img: std::path::PathBuf,
+    sha: String,
+    server: ImageServer,
+    disk: LoopDevice,
+}
+
+fn fixture() -> Fixture {
+    hardware_tests::require_root("the install_coreos loop-device test");
+    let dir = tempfile::tempdir().unwrap();
+    let (img, sha) = coreos_image(dir.path());
+    let server = ImageServer::start().unwrap();
+    server.route("/fcos.raw", &img, &[], Fault::None);
+    let disk = LoopDevice::new(128 * MIB).unwrap();
+    Fixture {
+        _dir: dir,
+        img,
+        sha,
+        server,
+        disk,
+    }
+}
+
 /// A 96 MiB CoreOS-like disk image and its sha256.
 fn coreos_image(dir: &Path) -> (std::path::PathBuf, String) {
     let tree = dir.join("bootfs");
@@ -62,12 +87,8 @@ fn step(args: Value, instance_info: Value) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn install_coreos_writes_the_image_ignition_and_kernel_arguments() {
-    hardware_tests::require_root("the install_coreos loop-device test");
-    let dir = tempfile::tempdir().unwrap();
-    let (img, sha) = coreos_image(dir.path());
-    let server = ImageServer::start().unwrap();
-    server.route("/fcos.raw", &img, &[], Fault::None);
-    let disk = LoopDevice::new(128 * MIB).unwrap();
+    let f = fixture();
+    let (img, sha, server, disk) = (&f.img, &f.sha, &f.server, &f.disk);
     let api = AgentApi::start(Config {
         mode: RunMode::Host,
         allowed_devices: vec![disk.path.clone()],
@@ -174,12 +195,9 @@ async fn install_coreos_writes_the_image_ignition_and_kernel_arguments() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn install_coreos_copies_the_ramdisks_network() {
     use agent::netconf::{dhcp::Lease, network_data, record::NetRecord, NicResult};
-    hardware_tests::require_root("the install_coreos loop-device test");
+    let f = fixture();
+    let (sha, server, disk) = (&f.sha, &f.server, &f.disk);
     let dir = tempfile::tempdir().unwrap();
-    let (img, sha) = coreos_image(dir.path());
-    let server = ImageServer::start().unwrap();
-    server.route("/fcos.raw", &img, &[], Fault::None);
-    let disk = LoopDevice::new(128 * MIB).unwrap();
 
     let nd = json!({
         "links": [

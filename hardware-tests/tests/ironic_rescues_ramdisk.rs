@@ -142,20 +142,11 @@ fn ironic_rescues_a_deployed_machine_and_unrescues_it() {
             .await
             .unwrap();
         // Short burn-ins (IPA's knob names and value forms).
-        ironic
-            .patch(
-                &uuid,
-                json!([
-                    {"op": "add", "path": "/driver_info/agent_burnin_fio_disk_runtime", "value": 5},
-                    {"op": "add", "path": "/driver_info/agent_burnin_cpu_cpu", "value": 1},
-                    {"op": "add", "path": "/driver_info/agent_burnin_cpu_timeout", "value": 3},
-                    {"op": "add", "path": "/driver_info/agent_burnin_vm_vm", "value": 1},
-                    {"op": "add", "path": "/driver_info/agent_burnin_vm_vm-bytes", "value": "32M"},
-                    {"op": "add", "path": "/driver_info/agent_burnin_vm_timeout", "value": "3s"},
-                ]),
-            )
-            .await
-            .unwrap();
+        let mut knobs = Ironic::short_burnin_patch();
+        knobs.as_array_mut().unwrap().push(
+            json!({"op": "add", "path": "/driver_info/agent_burnin_fio_disk_runtime", "value": 5}),
+        );
+        ironic.patch(&uuid, knobs).await.unwrap();
         let mut flow = Flow::new(&ironic, &uuid, machine, FLOW_TIMEOUT);
 
         // 1. A manual clean with burnin_disk.

@@ -53,13 +53,7 @@ async fn real_ironic_services_an_active_node_with_cpu_and_memory_burn_in() {
             Ironic::image_patch(
                 &server.url("/images/test.raw"),
                 &sha,
-                json!([
-                    {"op": "add", "path": "/driver_info/agent_burnin_cpu_cpu", "value": 1},
-                    {"op": "add", "path": "/driver_info/agent_burnin_cpu_timeout", "value": 3},
-                    {"op": "add", "path": "/driver_info/agent_burnin_vm_vm", "value": 1},
-                    {"op": "add", "path": "/driver_info/agent_burnin_vm_vm-bytes", "value": "32M"},
-                    {"op": "add", "path": "/driver_info/agent_burnin_vm_timeout", "value": "3s"},
-                ]),
+                Ironic::short_burnin_patch(),
             ),
         )
         .await
