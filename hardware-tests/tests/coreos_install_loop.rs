@@ -164,7 +164,7 @@ async fn install_coreos_writes_the_image_ignition_and_kernel_arguments() {
         BLS.replace("fedora-coreos/0\n", "fedora-coreos/0 ip=dhcp6 quiet\n")
     );
     // The root partition holds the image's bytes.
-    let want = std::fs::read(&img).unwrap();
+    let want = std::fs::read(img).unwrap();
     let got = std::fs::read(&disk.path).unwrap();
     let root = (33 * MIB) as usize..(65 * MIB) as usize;
     assert!(got[root.clone()] == want[root], "root partition differs");
