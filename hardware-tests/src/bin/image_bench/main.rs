@@ -7,7 +7,8 @@
 //! `qemu-img convert -O raw` from a local file) and prints ratios.
 //!
 //! Then raw, zstd and qcow2 again with sha512 checksums (Glance's
-//! default `os_hash_algo`) against the sha512 bound of the same run.
+//! default `os_hash_algo`) against the sha512 bound of the same run, and
+//! raw over HTTPS ([`tls`]) against the two-core floor with TLS in it.
 //! With `--ipa PYTHON` (a venv holding ironic-python-agent 13.0.0, as
 //! `ci/bench` makes) the incumbent writes the raw and qcow2 images too
 //! ([`ipa`]) and the table gets ours / IPA.
@@ -17,6 +18,7 @@
 
 mod floor;
 mod ipa;
+mod tls;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -215,6 +217,7 @@ fn run_agent(
     dev: &Path,
     image_sha: &str,
     size: u64,
+    cafile: Option<&Path>,
 ) -> Result<Ours> {
     let mut best_run: Option<(floor::Cost, String)> = None;
     for _ in 0..o.reps {
@@ -235,6 +238,11 @@ fn run_agent(
                         "--device",
                     ])
                     .arg(dev)
+                    .args(
+                        cafile
+                            .iter()
+                            .flat_map(|c| [std::ffi::OsStr::new("--cafile"), c.as_os_str()]),
+                    )
                     .env("RUST_LOG", "warn"),
             )
         })?;
@@ -470,6 +478,7 @@ fn main() -> Result<()> {
             &dev,
             &image_sha,
             size,
+            None,
         )?;
         let file_len = std::fs::metadata(d.join(v))?.len();
         // The incumbent, for the formats it takes.
@@ -631,6 +640,7 @@ fn main() -> Result<()> {
                 &dev,
                 &image_sha,
                 size,
+                None,
             )?;
             let rate = mbps(size, r.secs);
             let over_file = sha512_bound * size as f64 / file_len as f64;
@@ -670,6 +680,55 @@ fn main() -> Result<()> {
                     r.peak_rss_mib
                 ));
             }
+        }
+    }
+    // HTTPS: the raw image through a loopback TLS front, its certificate
+    // trusted with --cafile, against the two-core floor with TLS in the
+    // loop (the image read over TLS, no hash, written as the floor above).
+    if o.only
+        .as_ref()
+        .is_none_or(|only| only.iter().any(|x| x == "raw"))
+    {
+        let backend: std::net::SocketAddr = server
+            .url("")
+            .trim_start_matches("http://")
+            .trim_end_matches('/')
+            .parse()?;
+        let front = tls::start(d, backend)?;
+        let url = format!("{}/disk.img", front.base);
+        let tls_copy = floor_copy(o.reps, size, || {
+            floor::direct_copy(tls::https_body(&url, &front.cafile)?, &dev)
+        })?;
+        let tls_floor = mbps(size, floor::two_core_floor(hash_secs, tls_copy.cpu, 0.0));
+        let r = run_agent(
+            &o,
+            &url,
+            &format!("sha256:{}", digests[0]),
+            &dev,
+            &image_sha,
+            size,
+            Some(&front.cafile),
+        )?;
+        let rate = mbps(size, r.secs);
+        let target = 0.85 * tls_floor;
+        println!(
+            "\nHTTPS (TLS front on loopback, RSA-2048, --cafile): raw ours {rate:.0} MB/s, peak {:.1} MiB; the image over TLS with no hash {:.0} MB/s using {:.2} CPU-s; two-core floor with TLS and sha256 {tls_floor:.0} MB/s: ratio {:.2}, target 0.85: {}",
+            r.peak_rss_mib,
+            mbps(size, tls_copy.wall),
+            tls_copy.cpu,
+            rate / tls_floor,
+            if rate >= target { "met" } else { "missed" }
+        );
+        if rate < target {
+            misses.push(format!(
+                "HTTPS raw: {rate:.0} MB/s < 0.85 × TLS floor {tls_floor:.0}"
+            ));
+        }
+        if r.peak_rss_mib > 64.0 {
+            misses.push(format!(
+                "HTTPS raw: peak RSS {:.1} MiB > 64 MiB",
+                r.peak_rss_mib
+            ));
         }
     }
     if !vs_ipa.is_empty() {
