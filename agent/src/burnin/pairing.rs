@@ -256,10 +256,12 @@ impl Pairing {
                 String::from_utf8_lossy(&self.group_key)
             );
         }
+        // Whatever the server answers, only keys under the group count.
         Ok(keys
-            .into_iter()
-            .filter(|(k, _)| *k != self.group_key)
-            .map(|(k, _)| String::from_utf8_lossy(&k[self.group_key.len()..]).into_owned())
+            .iter()
+            .filter_map(|(k, _)| k.strip_prefix(self.group_key.as_slice()))
+            .filter(|m| !m.is_empty())
+            .map(|m| String::from_utf8_lossy(m).into_owned())
             .collect())
     }
 
