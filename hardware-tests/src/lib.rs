@@ -13,6 +13,7 @@ pub mod loopdev;
 pub mod netns;
 pub mod partimage;
 pub mod testimage;
+pub mod udevd;
 
 use std::path::PathBuf;
 use std::process::Command;
