@@ -6,6 +6,7 @@
 //! tests write and boot.
 
 pub mod agentapi;
+pub mod agentproc;
 pub mod bed;
 pub mod images;
 pub mod ironic;
