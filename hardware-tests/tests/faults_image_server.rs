@@ -11,7 +11,8 @@
 //! `last_error` and no partition table or filesystem signature left on the
 //! disk (nothing that could boot a partial image). After each run the node
 //! goes back to `available` through cleaning, and the same agent serves the
-//! next run.
+//! next run. Last, a second node whose disk is smaller than the image must
+//! end `deploy failed` naming the disk, with no signature left on it.
 
 use std::path::Path;
 use std::process::Command;
@@ -218,4 +219,57 @@ async fn image_server_faults_end_byte_identical_or_failed_closed() {
         "faults: image server faults survived: {} drop, {} reset, {} stall (all byte-identical), {} refused (all failed closed)",
         tally[0], tally[1], tally[2], tally[3]
     );
+
+    // A disk too small for the image: a second node whose agent may write
+    // only a 16 MiB disk, the same 24 MiB image.
+    let small = LoopDevice::new(16 * MIB).expect("creating a loop device");
+    std::fs::write(&small.path, vec![0x5a; MIB as usize]).unwrap();
+    let small_mac = "52:54:00:fa:17:03";
+    let small_uuid = ironic
+        .enroll_ready("too-small", small_mac, true)
+        .await
+        .unwrap();
+    let route = "/images/small.raw";
+    server.route_gets(route, &image_path, &[], Fault::None);
+    let url = server.url(route);
+    ironic
+        .patch(
+            &small_uuid,
+            Ironic::image_patch(
+                &url,
+                &sha,
+                json!([{"op": "add", "path": "/instance_info/image_disk_format", "value": "raw"}]),
+            ),
+        )
+        .await
+        .unwrap();
+    let mut small_args = args.clone();
+    for (i, a) in args.iter().enumerate() {
+        if a == "--mac" {
+            small_args[i + 1] = small_mac.to_string();
+        }
+        if a == "--allow-device" {
+            small_args[i + 1] = small.path.to_str().unwrap().to_string();
+        }
+    }
+    let mut small_agent =
+        AgentProcess::serve(&small_args, &dir.path().join("small-agent.log"), None).unwrap();
+    ironic
+        .provision(&small_uuid, json!({"target": "active"}))
+        .await
+        .unwrap();
+    let node = ironic
+        .wait_for_any_target(&small_uuid, "deploy failed", Duration::from_secs(240))
+        .await
+        .unwrap_or_else(|e| panic!("too-small disk: {e:#}\n{}", small_agent.log()));
+    let err = node["last_error"].as_str().unwrap_or_default();
+    assert!(
+        err.contains("write_image") && err.contains(small.path.to_str().unwrap()),
+        "too-small disk: last_error {err}"
+    );
+    let left = small.signatures().unwrap();
+    assert!(left.is_empty(), "too-small disk: left {left:?}");
+    assert!(small_agent.running(), "{}", small_agent.log());
+    assert!(agent.running(), "{}", agent.log());
+    println!("faults disk too small: deploy failed closed: {err}");
 }
