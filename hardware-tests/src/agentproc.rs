@@ -8,9 +8,10 @@ use std::process::{Child, Command, Stdio};
 
 use anyhow::{Context, Result};
 
-/// The agent binary the test suite runs: `$AGENT_BIN`, else
+/// The agent binary the test suite runs: `$AGENT_BIN` as it is, else
 /// `target/debug/agent` beside the test executable's directory (built by
-/// `cargo build -p agent --bin agent`, and by `cargo test -p agent`).
+/// `cargo build -p agent --bin agent`, and by `cargo test -p agent`, which
+/// ci/test runs first), refused when older than the agent's sources.
 pub fn agent_binary() -> Result<PathBuf> {
     if let Some(p) = std::env::var_os("AGENT_BIN") {
         return Ok(PathBuf::from(p));
@@ -21,11 +22,34 @@ pub fn agent_binary() -> Result<PathBuf> {
         .and_then(Path::parent)
         .context("the test executable is not in target/<profile>/deps")?
         .join("agent");
-    anyhow::ensure!(
-        bin.exists(),
-        "{} is missing: build it with `cargo build -p agent --bin agent`",
-        bin.display()
-    );
+    let built = std::fs::metadata(&bin)
+        .and_then(|m| m.modified())
+        .with_context(|| {
+            format!(
+                "{} is missing: build it with `cargo build -p agent --bin agent`",
+                bin.display()
+            )
+        })?;
+    // Refuse a binary older than the agent's sources (the test-conductor
+    // module is not part of it).
+    let mut stack = vec![crate::repo_root().join("agent/src")];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir)?.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                if !p.ends_with("testconductor") {
+                    stack.push(p);
+                }
+            } else if p.extension().is_some_and(|x| x == "rs") && e.metadata()?.modified()? > built
+            {
+                anyhow::bail!(
+                    "{} is older than {}: rebuild it with `cargo build -p agent --bin agent`",
+                    bin.display(),
+                    p.display()
+                );
+            }
+        }
+    }
     Ok(bin)
 }
 
