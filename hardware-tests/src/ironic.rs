@@ -103,6 +103,33 @@ impl Ironic {
         })
     }
 
+    /// The PID of Ironic's main process (the leader of its process group).
+    pub fn pid(&self) -> Result<i32> {
+        let p = self.state.path().join("ironic.pid");
+        std::fs::read_to_string(&p)
+            .with_context(|| format!("reading {}", p.display()))?
+            .trim()
+            .parse()
+            .context("ironic.pid is not a PID")
+    }
+
+    /// Freezes every Ironic process (SIGSTOP to its process group): the
+    /// kernel still accepts connections, nothing answers, as a hung or
+    /// unreachable conductor. [`Ironic::thaw`] resumes it; drop thaws too.
+    pub fn freeze(&self) -> Result<()> {
+        self.signal_group(nix::sys::signal::Signal::SIGSTOP)
+    }
+
+    /// Resumes a frozen Ironic (SIGCONT to its process group).
+    pub fn thaw(&self) -> Result<()> {
+        self.signal_group(nix::sys::signal::Signal::SIGCONT)
+    }
+
+    fn signal_group(&self, signal: nix::sys::signal::Signal) -> Result<()> {
+        let pgid = nix::unistd::Pid::from_raw(self.pid()?);
+        nix::sys::signal::killpg(pgid, signal).with_context(|| format!("{signal} to Ironic"))
+    }
+
     /// Path of Ironic's own log, for failure messages.
     pub fn log_path(&self) -> std::path::PathBuf {
         self.state.path().join("log/ironic.log")
@@ -524,6 +551,8 @@ impl Watch for () {
 
 impl Drop for Ironic {
     fn drop(&mut self) {
+        // A frozen Ironic would not act on stop.sh's TERM.
+        let _ = self.thaw();
         let script = crate::repo_root().join("ci/ironic/stop.sh");
         match Command::new(&script).arg(self.state.path()).status() {
             Ok(s) if s.success() => {}

@@ -6,6 +6,7 @@
 //! tests write and boot.
 
 pub mod agentapi;
+pub mod agentproc;
 pub mod bed;
 pub mod debs;
 pub mod images;
@@ -14,6 +15,7 @@ pub mod loopdev;
 pub mod netns;
 pub mod partimage;
 pub mod testimage;
+pub mod udevd;
 
 use std::path::PathBuf;
 use std::process::Command;

@@ -74,10 +74,21 @@ impl LoopDevice {
             }
             std::thread::sleep(std::time::Duration::from_millis(100));
         }
-        run(Command::new("mkfs.ext4")
-            .args(["-q", "-F", "-L", "testfs"])
-            .arg(&p1))?;
-        Ok(())
+        // A udev running beside the tests probes the new partition, and
+        // mkfs's exclusive open fails meanwhile: a few tries, as `udevadm
+        // settle` would wait.
+        let mut tries = 0;
+        loop {
+            match run(Command::new("mkfs.ext4")
+                .args(["-q", "-F", "-L", "testfs"])
+                .arg(&p1))
+            {
+                Ok(_) => return Ok(()),
+                Err(e) if tries >= 20 => return Err(e),
+                Err(_) => tries += 1,
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
     }
 
     /// `/dev/loopNpK`.

@@ -162,16 +162,18 @@ fn one(
     }
     policy.check(&dev).map_err(|e| fail(e.to_string()))?;
     let is_block = dev.devno.is_some();
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .custom_flags(if is_block {
-            libc::O_EXCL | libc::O_DIRECT
-        } else {
-            0
-        })
-        .open(path)
-        .map_err(|e| fail(format!("opening it exclusively: {e}")))?;
+    let file = crate::disk::busy::retry(path, "opening it exclusively", || {
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(if is_block {
+                libc::O_EXCL | libc::O_DIRECT
+            } else {
+                0
+            })
+            .open(path)
+    })
+    .map_err(|e| fail(format!("opening it exclusively: {e}")))?;
     let size = if is_block {
         ioctl::size_bytes(&file).map_err(|e| fail(format!("reading its size: {e}")))?
     } else {

@@ -136,7 +136,7 @@ pub const PARAMS: &[Param] = &[
     p("bios_boot_partition_size", None, NotApplicable("partition images are not supported yet"), "2"),
     p("dd_block_size", None, Ignored(NO_QEMU_IMG), "4M"),
     p("partition_detection_attempts", None, Ignored("the partition table is read back from the device itself, not waited for through udev"), "5"),
-    p("partprobe_attempts", None, Ignored("the kernel is told of a new table with BLKRRPART once, its error reported"), "5"),
+    p("partprobe_attempts", None, Ignored("BLKRRPART is retried while the kernel answers EBUSY (udev probing), for up to 30 s, then its error reported (disk::busy)"), "5"),
     p("image_convert_memory_limit", None, Ignored(NO_QEMU_IMG), "4096"),
     p("image_convert_attempts", None, Ignored(NO_QEMU_IMG), "5"),
     p("check_device_interval", None, NotApplicable("software RAID is not supported yet"), "2"),

@@ -163,7 +163,9 @@ fn place(device: &Path, data: &[u8]) -> Result<Placed, TargetError> {
     if ioctl::size_bytes(&f).is_ok() {
         // Loop devices without partition scanning refuse (EINVAL); the
         // ramdisk's disks accept.
-        if let Err(e) = ioctl::reread_partitions(&f) {
+        if let Err(e) = crate::disk::busy::retry(device, "re-reading the partition table", || {
+            ioctl::reread_partitions(&f)
+        }) {
             tracing::debug!(device = %device.display(), "re-reading partitions: {e}");
         }
     }

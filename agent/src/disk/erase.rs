@@ -7,7 +7,9 @@
 //! held), let libblkid find and erase each signature's magic (as `wipefs -a`
 //! does), zero the primary and backup GPT areas, flush, have the kernel
 //! re-read the (now empty) partition table, and probe once more to prove
-//! nothing is left. Errors are collected per device and reported together.
+//! nothing is left. The exclusive open and the re-read wait out a transient
+//! `EBUSY` (udev probing the device; [`super::busy`]). Errors are collected
+//! per device and reported together.
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
@@ -64,12 +66,14 @@ pub fn erase_all_metadata(disks: &[std::path::PathBuf], policy: &WritePolicy) ->
 pub fn erase_metadata(path: &Path) -> Result<Wiped> {
     let dev = Device::open(path).map_err(anyhow::Error::from)?;
     let block = dev.devno.is_some();
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .custom_flags(if block { libc::O_EXCL } else { 0 })
-        .open(path)
-        .with_context(|| format!("opening {} exclusively", path.display()))?;
+    let file = super::busy::retry(path, "opening it exclusively", || {
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(if block { libc::O_EXCL } else { 0 })
+            .open(path)
+    })
+    .with_context(|| format!("opening {} exclusively", path.display()))?;
     let (size, sector) = if block {
         (
             super::ioctl::size_bytes(&file).context("reading the device size")?,
@@ -87,7 +91,9 @@ pub fn erase_metadata(path: &Path) -> Result<Wiped> {
         if is_whole_disk(&dev) {
             // EINVAL: the device cannot have partitions (e.g. a loop device
             // without partition scanning); nothing to re-read then.
-            if let Err(e) = super::ioctl::reread_partitions(&file) {
+            if let Err(e) = super::busy::retry(path, "re-reading the partition table", || {
+                super::ioctl::reread_partitions(&file)
+            }) {
                 if e.raw_os_error() != Some(libc::EINVAL) {
                     return Err(e).context("re-reading the partition table");
                 }

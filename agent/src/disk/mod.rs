@@ -5,6 +5,7 @@
 //! never written. Outside the deploy ramdisk, only devices named with
 //! `--allow-device` (and their partitions) may be written at all.
 
+pub mod busy;
 pub mod erase;
 pub mod fullerase;
 pub mod gpt;

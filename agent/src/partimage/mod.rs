@@ -164,12 +164,14 @@ fn write_table(
     entries: &[create::NewPart],
 ) -> anyhow::Result<Vec<String>> {
     crate::disk::erase::erase_metadata(disk).context("erasing the old metadata")?;
-    let mut f = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .custom_flags(libc::O_EXCL)
-        .open(disk)
-        .with_context(|| format!("opening {} exclusively", disk.display()))?;
+    let mut f = crate::disk::busy::retry(disk, "opening it exclusively", || {
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_EXCL)
+            .open(disk)
+    })
+    .with_context(|| format!("opening {} exclusively", disk.display()))?;
     let uuids = match label {
         Label::Gpt => create::write_gpt(&mut f, sector, total, entries)?
             .iter()
@@ -183,7 +185,10 @@ fn write_table(
         }
     };
     f.sync_all().context("flushing the partition table")?;
-    ioctl::reread_partitions(&f).context("having the kernel re-read the partition table")?;
+    crate::disk::busy::retry(disk, "re-reading the partition table", || {
+        ioctl::reread_partitions(&f)
+    })
+    .context("having the kernel re-read the partition table")?;
     tracing::info!(device = %disk.display(), ?label, partitions = entries.len(), "partition table written");
     Ok(uuids)
 }

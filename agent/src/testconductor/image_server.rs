@@ -1,7 +1,7 @@
 //! A stand-in image server for tests, the demo and the benchmark: HTTP/1.1
 //! GET and HEAD on loopback (or any address, e.g. inside a test's network
 //! namespace), files sent with sendfile(2), byte ranges, keep-alive, and
-//! scripted faults per request (drop the connection after N bytes, stall,
+//! scripted faults per request (drop or reset the connection after N bytes, stall,
 //! ignore Range, answer an error status, serve one byte changed) to
 //! exercise resumption and the error paths of the image pipeline.
 
@@ -22,6 +22,9 @@ pub enum Fault {
     None,
     /// Send this many body bytes, then close the connection.
     DropAfter(u64),
+    /// Send this many body bytes, then reset the connection (RST: closed
+    /// with a zero linger time, no FIN).
+    ResetAfter(u64),
     /// Send the file up to this byte offset, then send nothing more (until
     /// the client gives up or the server stops).
     StallAt(u64),
@@ -42,6 +45,8 @@ struct Route {
     file: PathBuf,
     script: VecDeque<Fault>,
     then: Fault,
+    /// HEAD requests are served normally and leave the script alone.
+    gets_only: bool,
 }
 
 /// One request as the server saw it.
@@ -62,6 +67,8 @@ struct Shared {
     routes: Mutex<HashMap<String, Route>>,
     seen: Mutex<Vec<Seen>>,
     stop: AtomicBool,
+    /// Body bytes sent, all requests together.
+    sent: std::sync::atomic::AtomicU64,
 }
 
 /// A running server; stopped on drop.
@@ -116,10 +123,22 @@ impl ImageServer {
     /// Serves `file` at `path`: the faults in `script` apply to the first
     /// requests in turn, `then` to every later one.
     pub fn route(&self, path: &str, file: impl Into<PathBuf>, script: &[Fault], then: Fault) {
+        self.insert(path, file.into(), script, then, false);
+    }
+
+    /// [`ImageServer::route`], but HEAD requests (Ironic checks the image
+    /// URL before deploying, a varying number of times) are answered
+    /// normally and take no entry of the script: the faults hit the GETs.
+    pub fn route_gets(&self, path: &str, file: impl Into<PathBuf>, script: &[Fault], then: Fault) {
+        self.insert(path, file.into(), script, then, true);
+    }
+
+    fn insert(&self, path: &str, file: PathBuf, script: &[Fault], then: Fault, gets_only: bool) {
         let route = Route {
-            file: file.into(),
+            file,
             script: script.iter().copied().collect(),
             then,
+            gets_only,
         };
         self.shared
             .routes
@@ -131,6 +150,11 @@ impl ImageServer {
     /// Every request so far.
     pub fn seen(&self) -> Vec<Seen> {
         self.shared.seen.lock().expect("seen").clone()
+    }
+
+    /// Body bytes sent so far, all requests together.
+    pub fn bytes_sent(&self) -> u64 {
+        self.shared.sent.load(Ordering::Relaxed)
     }
 }
 
@@ -192,12 +216,25 @@ fn serve(conn: TcpStream, shared: &Shared) {
         let (file, fault) = {
             let mut routes = shared.routes.lock().expect("routes");
             match routes.get_mut(&path) {
+                Some(r) if head_only && r.gets_only => (r.file.clone(), Fault::None),
                 Some(r) => (r.file.clone(), r.script.pop_front().unwrap_or(r.then)),
                 None => (PathBuf::new(), Fault::Status(404)),
             }
         };
         if !respond(&conn, &file, range.as_deref(), fault, head_only, shared) {
-            let _ = conn.shutdown(Shutdown::Both);
+            if let Fault::ResetAfter(_) = fault {
+                // Closing both descriptors with a zero linger sends RST.
+                let _ = nix::sys::socket::setsockopt(
+                    &conn,
+                    nix::sys::socket::sockopt::Linger,
+                    &libc::linger {
+                        l_onoff: 1,
+                        l_linger: 0,
+                    },
+                );
+            } else {
+                let _ = conn.shutdown(Shutdown::Both);
+            }
             return;
         }
     }
@@ -258,7 +295,7 @@ fn respond(
         return true;
     }
     let limit = match fault {
-        Fault::DropAfter(n) => n.min(size - start),
+        Fault::DropAfter(n) | Fault::ResetAfter(n) => n.min(size - start),
         Fault::StallAt(n) => n.saturating_sub(start).min(size - start),
         _ => size - start,
     };
@@ -273,6 +310,7 @@ fn respond(
                 {
                     return false;
                 }
+                shared.sent.fetch_add(1, Ordering::Relaxed);
                 offset += 1;
                 continue;
             }
@@ -286,11 +324,13 @@ fn respond(
         }
         match nix::sys::sendfile::sendfile64(conn.as_fd(), file.as_fd(), Some(&mut offset), count) {
             Ok(0) | Err(_) => return false,
-            Ok(_) => {}
+            Ok(n) => {
+                shared.sent.fetch_add(n as u64, Ordering::Relaxed);
+            }
         }
     }
     match fault {
-        Fault::DropAfter(_) => false,
+        Fault::DropAfter(_) | Fault::ResetAfter(_) => false,
         Fault::StallAt(_) => {
             while !shared.stop.load(Ordering::Relaxed) {
                 std::thread::sleep(Duration::from_millis(50));

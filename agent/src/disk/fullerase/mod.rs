@@ -367,12 +367,14 @@ fn try_nvme(dev: &Device, file: &File, knobs: &Knobs) -> Result<Option<Erased>> 
 }
 
 fn open(path: &Path, is_block: bool) -> Result<File> {
-    OpenOptions::new()
-        .read(true)
-        .write(true)
-        .custom_flags(if is_block { libc::O_EXCL } else { 0 })
-        .open(path)
-        .with_context(|| format!("opening {} exclusively", path.display()))
+    crate::disk::busy::retry(path, "opening it exclusively", || {
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(if is_block { libc::O_EXCL } else { 0 })
+            .open(path)
+    })
+    .with_context(|| format!("opening {} exclusively", path.display()))
 }
 
 /// Logs a disk's progress every 10 % (checked ten times a second).

@@ -67,11 +67,13 @@ impl Target {
         crate::disk::erase::erase_metadata(path)
             .map_err(|e| werr(path, "erasing old metadata", format!("{e:#}")))?;
         let open = |flags: i32| {
-            OpenOptions::new()
-                .read(true)
-                .write(true)
-                .custom_flags(flags)
-                .open(path)
+            crate::disk::busy::retry(path, "opening it exclusively", || {
+                OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .custom_flags(flags)
+                    .open(path)
+            })
         };
         let excl = if is_block { libc::O_EXCL } else { 0 };
         let (direct, direct_ok) = match open(excl | libc::O_DIRECT) {
@@ -306,7 +308,11 @@ impl Target {
         self.write_data(0, &first[..head])?;
         self.sync()?;
         if self.is_block {
-            if let Err(e) = ioctl::reread_partitions(&self.direct) {
+            let reread =
+                crate::disk::busy::retry(&self.path, "re-reading the partition table", || {
+                    ioctl::reread_partitions(&self.direct)
+                });
+            if let Err(e) = reread {
                 if e.raw_os_error() != Some(libc::EINVAL) {
                     tracing::warn!(device = %self.path.display(), "re-reading the partition table: {e}");
                 }
@@ -341,7 +347,9 @@ impl Target {
         }
         self.sync()?;
         if self.is_block {
-            let _ = ioctl::reread_partitions(&self.direct);
+            let _ = crate::disk::busy::retry(&self.path, "re-reading the partition table", || {
+                ioctl::reread_partitions(&self.direct)
+            });
         }
         Ok(())
     }

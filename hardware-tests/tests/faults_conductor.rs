@@ -1,0 +1,175 @@
+//! The conductor unreachable for a while, then back (issue 20, item 1):
+//! real Ironic 39 deploys through one agent (its own process, host mode, a
+//! loop device); as soon as the agent has started downloading the image,
+//! every Ironic process is frozen (SIGSTOP to its process group: its
+//! sockets still accept, nothing answers, as a hung or cut-off conductor)
+//! for `CONDUCTOR_OUTAGE_SECS` (default 25; the agent's conductor requests
+//! time out after 5 s here, so its heartbeats fail meanwhile), then thawed.
+//! The agent must recover without a restart: its next heartbeat gets
+//! through, the deploy completes `active` with the image on the disk, and
+//! the agent is still running and logged the failed heartbeats.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use agent::testconductor::image_server::{Fault, ImageServer};
+use hardware_tests::agentproc::AgentProcess;
+use hardware_tests::images;
+use hardware_tests::ironic::Ironic;
+use hardware_tests::loopdev::LoopDevice;
+use serde_json::json;
+
+const MAC: &str = "52:54:00:fa:17:02";
+const MIB: u64 = 1 << 20;
+const IMAGE: u64 = 24 * MIB;
+
+fn make_image(path: &Path) -> (Vec<u8>, String) {
+    images::sfdisk_image(path, IMAGE, "label: gpt\nname=root\n").unwrap();
+    let mut img = std::fs::read(path).unwrap();
+    let mut rng = fastrand::Rng::with_seed(78);
+    for b in &mut img[MIB as usize..(IMAGE - MIB) as usize] {
+        *b = rng.u8(..);
+    }
+    std::fs::write(path, &img).unwrap();
+    let hex = images::sha256_hex(&img);
+    (img, hex)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deploy_completes_after_the_conductor_was_unreachable() {
+    hardware_tests::require_root("the conductor outage test");
+    let outage = Duration::from_secs(
+        std::env::var("CONDUCTOR_OUTAGE_SECS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(25),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let image_path = dir.path().join("image.raw");
+    let (img, sha) = make_image(&image_path);
+    let server = ImageServer::start().unwrap();
+    server.route_gets("/image.raw", &image_path, &[], Fault::None);
+    let disk = LoopDevice::new(64 * MIB).expect("creating a loop device");
+    let ironic = Ironic::start().expect("starting Ironic 39.0.0");
+    let uuid = ironic.enroll_ready("outage", MAC, true).await.unwrap();
+    ironic
+        .patch(
+            &uuid,
+            Ironic::image_patch(
+                &server.url("/image.raw"),
+                &sha,
+                json!([{"op": "add", "path": "/instance_info/image_disk_format", "value": "raw"}]),
+            ),
+        )
+        .await
+        .unwrap();
+    let cmdline = dir.path().join("cmdline");
+    std::fs::write(&cmdline, "ipa-http-request-timeout=5\n").unwrap();
+    let args: Vec<String> = [
+        "--api-url",
+        &ironic.url,
+        "--mac",
+        MAC,
+        "--cmdline-file",
+        cmdline.to_str().unwrap(),
+        "--advertise-host",
+        "127.0.0.1",
+        "--listen-host",
+        "127.0.0.1",
+        "--listen-port",
+        "0",
+        "--advertise-port",
+        "0",
+        "--allow-device",
+        disk.path.to_str().unwrap(),
+        "--lookup-timeout",
+        "0",
+        "--lookup-max-interval",
+        "2",
+        "--min-heartbeat-interval",
+        "1",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let mut agent = AgentProcess::serve(&args, &dir.path().join("agent.log"), None).unwrap();
+
+    let t = Instant::now();
+    ironic
+        .provision(&uuid, json!({"target": "active"}))
+        .await
+        .unwrap();
+    // The agent's download is the moment: it then writes, finishes and
+    // heartbeats into the frozen conductor.
+    while server.bytes_sent() == 0 {
+        assert!(
+            t.elapsed() < Duration::from_secs(240),
+            "the agent never fetched the image:\n{}",
+            agent.log()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    ironic.freeze().unwrap();
+    let frozen_at = t.elapsed();
+    tokio::time::sleep(outage).await;
+    assert!(
+        agent.running(),
+        "the agent exited during the outage:\n{}",
+        agent.log()
+    );
+    ironic.thaw().unwrap();
+    // This test's own connections to Ironic may have died with the outage
+    // too: a failed poll is retried, a failed deploy is not.
+    let thawed = Instant::now();
+    loop {
+        match ironic.node(&uuid).await {
+            Ok(node) => {
+                let state = node["provision_state"].as_str().unwrap_or_default();
+                if state == "active" {
+                    assert!(node["last_error"].is_null(), "{}", node["last_error"]);
+                    break;
+                }
+                assert!(
+                    !state.ends_with("failed"),
+                    "after the outage: {state}: {}\n{}",
+                    node["last_error"],
+                    agent.log()
+                );
+            }
+            Err(e) => eprintln!("polling Ironic after the outage: {e:#}"),
+        }
+        assert!(
+            thawed.elapsed() < Duration::from_secs(240),
+            "not active 240 s after the outage:\n{}",
+            agent.log()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let on_disk = {
+        use std::io::Read;
+        let mut buf = vec![0u8; IMAGE as usize];
+        std::fs::File::open(&disk.path)
+            .unwrap()
+            .read_exact(&mut buf)
+            .unwrap();
+        buf
+    };
+    let body = MIB as usize..(IMAGE - MIB) as usize;
+    assert!(
+        on_disk[body.clone()] == img[body],
+        "the disk differs from the image"
+    );
+    assert!(agent.running(), "the agent exited:\n{}", agent.log());
+    let log = agent.log();
+    let failed = log
+        .lines()
+        .filter(|l| l.contains("heartbeat failed"))
+        .count();
+    assert!(failed > 0, "no heartbeat failed during the outage:\n{log}");
+    println!(
+        "faults conductor: frozen {:.0} s from t+{:.1} s ({failed} heartbeat failures logged by the agent); active at t+{:.1} s, image byte-identical",
+        outage.as_secs_f64(),
+        frozen_at.as_secs_f64(),
+        t.elapsed().as_secs_f64()
+    );
+}
