@@ -455,7 +455,20 @@ pub fn delete(disks: &[PathBuf], policy: &WritePolicy) -> Result<Deleted> {
     }
     for d in disks {
         let dev = Device::open(d).map_err(anyhow::Error::from)?;
-        policy.check(&dev).map_err(anyhow::Error::from)?;
+        // The kernel drops a stopped array's holder links as it releases
+        // the members: give it a moment before calling the disk held.
+        let started = std::time::Instant::now();
+        loop {
+            match policy.check(&dev) {
+                Ok(()) => break,
+                Err(crate::disk::Refusal::Held(..))
+                    if started.elapsed() < std::time::Duration::from_secs(5) =>
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
         let mut held = false;
         let mut parts = dev.partitions();
         parts.reverse();
