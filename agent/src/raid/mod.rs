@@ -29,6 +29,7 @@
 //! resync in the background, as `mdadm --create` without `--assume-clean`.
 
 pub mod config;
+pub mod esp;
 pub mod md;
 pub mod ops;
 pub mod plan;
