@@ -1,5 +1,5 @@
 //! Software RAID (Ironic's `agent` RAID interface with `controller:
-//! software`; PROTOCOL.md §7.9): [`config`] validates a `target_raid_config`
+//! software`; PROTOCOL.md §7.8): [`config`] validates a `target_raid_config`
 //! as IPA 13 does, [`plan`] picks each volume's member disks by device
 //! hints and lays out their partitions, [`superblock`] writes and reads md's
 //! version-1 superblocks, [`md`] drives the kernel's md driver, and [`ops`]

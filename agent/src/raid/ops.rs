@@ -492,7 +492,10 @@ pub fn delete(disks: &[PathBuf], policy: &WritePolicy) -> Result<Deleted> {
 /// Starts the version-1 arrays whose members are on `disks` (partitions
 /// and whole disks), as udev with `mdadm --incremental` does at boot in
 /// IPA's ramdisk: members grouped by array UUID, each group assembled as
-/// `/dev/md<N>`, N the first free number; arrays already running are left
+/// `/dev/md<N>`, N the first free number, in the order
+/// `create_configuration` numbered them (volumes by partition number, the
+/// mirrored ESP last; a `MAX` volume that was not the last one configured
+/// comes after the others); arrays already running are left
 /// alone. A group that does not start (too few members) is logged and
 /// skipped. Returns the devices started.
 pub fn assemble_existing(disks: &[PathBuf]) -> Vec<PathBuf> {
@@ -524,8 +527,29 @@ pub fn assemble_existing(disks: &[PathBuf]) -> Vec<PathBuf> {
             }
         }
     }
+    // The order create_configuration numbered them in: by the members'
+    // partition number (volumes are laid out in that order), the mirrored
+    // ESP last.
+    let part_number = |p: &Path| -> u32 {
+        p.file_name()
+            .and_then(|n| {
+                std::fs::read_to_string(Path::new("/sys/class/block").join(n).join("partition"))
+                    .ok()
+            })
+            .and_then(|t| t.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    let mut groups: Vec<Group> = groups.into_values().collect();
+    groups.sort_by_key(|(_, name, members)| {
+        let first = members
+            .iter()
+            .map(|(_, p)| part_number(p))
+            .min()
+            .unwrap_or(0);
+        (name == ESP_NAME, first, name.clone())
+    });
     let mut started = Vec::new();
-    for (_, (minor, name, mut members)) in groups {
+    for (minor, name, mut members) in groups {
         members.sort();
         let paths: Vec<PathBuf> = members.into_iter().map(|(_, p)| p).collect();
         let index = (0..512)
