@@ -45,16 +45,23 @@ pub fn zero_superblocks(path: &Path) -> Result<usize> {
         .open(path)
         .with_context(|| format!("opening {}", path.display()))?;
     let bytes = ioctl::size_bytes(&f).or_else(|_| f.metadata().map(|m| m.len()))?;
+    zero_in(&f, path, 0, bytes)
+}
+
+/// Zeroes the md superblocks of the range `[base, base + len)` of the open
+/// device `f` (a whole device, or a partition read from its table).
+fn zero_in(f: &File, path: &Path, base: u64, len: u64) -> Result<usize> {
     let mut found = 0;
-    for at in candidates(bytes) {
+    for at in candidates(len) {
         let mut magic = [0u8; 4];
-        if f.read_exact_at(&mut magic, at).is_err() {
+        if f.read_exact_at(&mut magic, base + at).is_err() {
             continue;
         }
         if u32::from_le_bytes(magic) == superblock::MAGIC {
-            f.write_all_at(&[0u8; 4096], at).with_context(|| {
+            f.write_all_at(&[0u8; 4096], base + at).with_context(|| {
                 format!(
-                    "zeroing the md superblock at byte {at} of {}",
+                    "zeroing the md superblock at byte {} of {}",
+                    base + at,
                     path.display()
                 )
             })?;
@@ -63,6 +70,25 @@ pub fn zero_superblocks(path: &Path) -> Result<usize> {
     }
     f.sync_all()
         .with_context(|| format!("flushing {}", path.display()))?;
+    Ok(found)
+}
+
+/// Zeroes the md superblocks inside every partition of `disk`'s table, read
+/// from the disk itself (the kernel may not know the partitions).
+fn zero_in_table(disk: &Path) -> Result<usize> {
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(disk)
+        .with_context(|| format!("opening {}", disk.display()))?;
+    let sector = ioctl::logical_sector_size(&f).map_or(512, u64::from);
+    let Ok(Some(t)) = crate::disk::table::read(&f, sector) else {
+        return Ok(0);
+    };
+    let mut found = 0;
+    for p in &t.parts {
+        found += zero_in(&f, disk, p.start, p.len)?;
+    }
     Ok(found)
 }
 
@@ -479,6 +505,14 @@ pub fn delete(disks: &[PathBuf], policy: &WritePolicy) -> Result<Deleted> {
                 tracing::info!(device = %p.path.display(), superblocks = n, "md superblocks removed");
                 out.zeroed.push(p.path.display().to_string());
             }
+        }
+        // Partitions in the table the kernel does not show (yet).
+        let n = zero_in_table(d)?;
+        if n > 0 {
+            held = true;
+            tracing::info!(device = %d.display(), superblocks = n, "md superblocks removed inside its partitions");
+            out.zeroed
+                .push(format!("{} (partition table)", d.display()));
         }
         if held {
             crate::disk::erase::erase_metadata(d)
