@@ -40,6 +40,10 @@ fn member(disk: &Path, start: u64, len: u64) -> Option<(usize, String)> {
     None
 }
 
+/// A partition's start and length in bytes and the md member superblock on
+/// it (minor version, array name).
+type Planted = (u64, u64, Option<(usize, String)>);
+
 /// `(start, length)` in bytes of each partition of a disk image (sfdisk).
 fn partitions(disk: &Path) -> Vec<(u64, u64)> {
     let out = run(Command::new("sfdisk").arg("--json").arg(disk)).unwrap_or_default();
@@ -136,7 +140,7 @@ fn ramdisk_builds_and_deletes_software_raid() {
             let mdstat_built = shell(&mut vm, "built");
             // The superblocks as they are on the disks now (flushed: the
             // agent syncs them before assembling).
-            let layout: Vec<Vec<(u64, u64, Option<(usize, String)>)>> = disks
+            let layout: Vec<Vec<Planted>> = disks
                 .iter()
                 .map(|d| {
                     partitions(&d.path)

@@ -136,7 +136,11 @@ fn raid_uefi(
         )
     })?;
     let image_esp = crate::raid::esp::copy_image_esp(device, &esp)?;
-    let m = crate::ignition::mount::Mounted::new(&esp.device, 0, image_esp.len, "vfat", true)?;
+    // The whole array (its FAT is the image's, from byte 0).
+    let size = std::fs::File::open(&esp.device)
+        .and_then(|f| crate::disk::ioctl::size_bytes(&f))
+        .with_context(|| format!("reading the size of {}", esp.device.display()))?;
+    let m = crate::ignition::mount::Mounted::new(&esp.device, 0, size, "vfat", true)?;
     let found = crate::uefi::loaders::find(&m.path());
     m.unmount()?;
     anyhow::ensure!(
