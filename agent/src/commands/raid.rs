@@ -33,8 +33,15 @@ fn error(kind: ErrorKind, what: &str, e: &anyhow::Error) -> CommandError {
 /// The disks RAID may use: the inventory's (in host mode only the allowed
 /// devices), md devices aside.
 fn candidate_disks(state: &AgentState) -> anyhow::Result<Vec<crate::inventory::Disk>> {
-    let opts = crate::inspect::live_options(&state.config);
-    let mut disks = crate::inventory::disks::read(Path::new("/"), &opts.extra_disks)?;
+    // In host mode the allowed devices (loop devices, say) are listed too.
+    let extra: Vec<String> = state
+        .config
+        .allowed_devices
+        .iter()
+        .filter_map(|p| std::fs::canonicalize(p).ok())
+        .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .collect();
+    let mut disks = crate::inventory::disks::read(Path::new("/"), &extra)?;
     disks.retain(|d| !d.name.starts_with("/dev/md"));
     if state.config.mode == RunMode::Host {
         let allowed: Vec<PathBuf> = WritePolicy::from_config(&state.config).allowed().to_vec();
