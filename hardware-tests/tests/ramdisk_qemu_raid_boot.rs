@@ -30,6 +30,7 @@ const MAC: &str = "52:54:00:12:34:5a";
 const MIB: u64 = 1 << 20;
 
 #[test]
+#[ignore = "about 4-5 min in TCG: run by ci/raid-boot, not ci/test"]
 fn uefi_mirror_boots_from_either_disk() {
     require_root("the QEMU software RAID boot test");
     let started = Instant::now();
