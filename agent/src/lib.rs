@@ -61,6 +61,7 @@ pub mod netconf;
 pub mod partimage;
 pub mod power;
 pub mod pstore;
+pub mod raid;
 pub mod rescue;
 pub mod server;
 pub mod startup;

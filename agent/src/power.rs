@@ -34,6 +34,7 @@ pub fn act(action: PowerAction) {
         );
         return;
     }
+    freeze_md_sync();
     nix::unistd::sync();
     let mode = match action {
         PowerAction::PowerOff => nix::sys::reboot::RebootMode::RB_POWER_OFF,
@@ -41,4 +42,21 @@ pub fn act(action: PowerAction) {
     };
     let Err(e) = nix::sys::reboot::reboot(mode);
     tracing::error!(?action, error = %e, "reboot(2) failed");
+}
+
+/// Stops every software RAID resync or recovery in progress (`frozen` in
+/// `/sys/block/mdN/md/sync_action`) so the kernel's shutdown does not wait
+/// on a sync thread; md resumes from its checkpoint at the next assembly.
+fn freeze_md_sync() {
+    let Ok(entries) = std::fs::read_dir("/sys/block") else {
+        return;
+    };
+    for e in entries.flatten() {
+        let action = e.path().join("md/sync_action");
+        if action.exists() {
+            if let Err(err) = std::fs::write(&action, "frozen") {
+                tracing::warn!(device = %e.file_name().to_string_lossy(), "freezing the RAID resync: {err}");
+            }
+        }
+    }
 }

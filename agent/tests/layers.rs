@@ -46,6 +46,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "image",
             "inject",
             "partimage",
+            "raid",
             "uefi",
             "vmedia",
         ],

@@ -190,6 +190,18 @@ impl Ironic {
         Ok(uuid)
     }
 
+    /// `PUT /v1/nodes/{uuid}/states/raid`: sets the node's
+    /// `target_raid_config`.
+    pub async fn set_target_raid_config(&self, uuid: &str, config: Value) -> Result<()> {
+        self.call(
+            reqwest::Method::PUT,
+            &format!("/v1/nodes/{uuid}/states/raid"),
+            Some(config),
+        )
+        .await
+        .map(|_| ())
+    }
+
     /// `POST /v1/nodes` with `body` as it is (any driver and interfaces);
     /// returns the node document.
     pub async fn create_node(&self, body: Value) -> Result<Value> {

@@ -60,6 +60,12 @@ pub const WANTED: &[&str] = &[
     "efivarfs",
     "crc32c_generic",
     "8021q",
+    // software RAID (the agent drives md itself; raid456 has raid5 and raid6)
+    "md_mod",
+    "raid0",
+    "raid1",
+    "raid10",
+    "raid456",
     // bonds from network_data.json (loaded by init only when one is planned)
     "bonding",
     // IPMI: the BMC's LAN settings for the inventory (ipmi_si binds by
@@ -82,6 +88,11 @@ pub const ALWAYS: &[&str] = &[
     "nls_ascii",
     "efivarfs",
     "8021q",
+    "md_mod",
+    "raid0",
+    "raid1",
+    "raid10",
+    "raid456",
     // no modalias: the character device for whichever IPMI driver binds
     "ipmi_devintf",
 ];

@@ -12,6 +12,13 @@
 //! `InvalidImage` unless the conductor's lookup allowed it
 //! (`enable_bios_bootloader_install`, off by default since that install
 //! runs the tenant's code as root), and then refused as not supported.
+//!
+//! Software RAID (the deploy wrote onto an md array): under UEFI the
+//! image's own ESP, inside the array, is copied onto the mirrored ESP
+//! `create_configuration` built ([`crate::raid::esp`]) and every member
+//! disk's ESP gets its own boot entry for each loader, so the machine boots
+//! from either disk; under BIOS the members would need GRUB installed from
+//! the image, refused as for partition images.
 
 use std::sync::Arc;
 
@@ -50,7 +57,15 @@ pub async fn install_bootloader(state: Arc<AgentState>, params: Value) -> Outcom
             return finish(Err(e));
         }
     }
+    let software_raid = p.software_raid.unwrap_or(false);
     if mode != "uefi" {
+        if software_raid {
+            // The image's own boot code sits inside the array, where BIOS
+            // does not look: the members need GRUB from the image.
+            let err = bios_grub_refusal(grub_allowed(&state));
+            tracing::error!(root_uuid, "software RAID under BIOS: {}", err.details);
+            return finish(Err(err));
+        }
         if is_whole_disk(root_uuid) {
             tracing::info!(
                 root_uuid,
@@ -77,6 +92,17 @@ pub async fn install_bootloader(state: Arc<AgentState>, params: Value) -> Outcom
             ErrorKind::CommandExecution,
             "the ramdisk did not boot in UEFI mode (no efivarfs); cannot create boot entries",
         )),
+        Ok(device) if software_raid || is_md(&device) => {
+            tokio::task::spawn_blocking(move || raid_uefi(&device, efivars))
+                .await
+                .map_err(|e| CommandError::new(ErrorKind::CommandExecution, e.to_string()))
+                .and_then(|r| {
+                    r.map_err(|e| CommandError::from_anyhow(ErrorKind::CommandExecution, &e))
+                })
+                .map(|entries| {
+                    tracing::info!(?entries, "UEFI boot entries created on every RAID member")
+                })
+        }
         Ok(device) => tokio::task::spawn_blocking(move || crate::uefi::install(&device, efivars))
             .await
             .map_err(|e| CommandError::new(ErrorKind::CommandExecution, e.to_string()))
@@ -86,6 +112,64 @@ pub async fn install_bootloader(state: Arc<AgentState>, params: Value) -> Outcom
             .map(|entries| tracing::info!(?entries, "UEFI boot entries created")),
     };
     finish(result)
+}
+
+fn is_md(device: &std::path::Path) -> bool {
+    device
+        .file_name()
+        .is_some_and(|n| n.to_string_lossy().starts_with("md"))
+}
+
+/// UEFI on software RAID: the image's ESP (inside the array `device`)
+/// copied onto the mirrored ESP, and a boot entry per loader on every
+/// member's ESP partition. Returns (entry number, label) of each.
+fn raid_uefi(
+    device: &std::path::Path,
+    efivars: &std::path::Path,
+) -> anyhow::Result<Vec<(u16, String)>> {
+    use anyhow::Context;
+    let esp = crate::raid::esp::find()?.with_context(|| {
+        format!(
+            "{} is software RAID but no mirrored EFI system partition (the md array named esp) is running; \
+             was the RAID built by create_configuration in UEFI mode?",
+            device.display()
+        )
+    })?;
+    let image_esp = crate::raid::esp::copy_image_esp(device, &esp)?;
+    // The whole array (its FAT is the image's, from byte 0).
+    let size = std::fs::File::open(&esp.device)
+        .and_then(|f| crate::disk::ioctl::size_bytes(&f))
+        .with_context(|| format!("reading the size of {}", esp.device.display()))?;
+    let m = crate::ignition::mount::Mounted::new(&esp.device, 0, size, "vfat", true)?;
+    let found = crate::uefi::loaders::find(&m.path());
+    m.unmount()?;
+    anyhow::ensure!(
+        !found.is_empty(),
+        "no boot loader found on the EFI system partition (partition {}) of the image on {}",
+        image_esp.number,
+        device.display()
+    );
+    tracing::info!(image = %device.display(), esp = %esp.device.display(), loaders = ?found, "the image's ESP copied onto the mirrored ESP");
+    let vars = crate::uefi::efivars::EfiVars::new(efivars);
+    let mut out = Vec::new();
+    // Registered in reverse so the first member's best loader ends up
+    // first in BootOrder.
+    for (disk, part, sector) in esp.members.iter().rev() {
+        let p = crate::uefi::loadopt::Partition {
+            number: part.number,
+            start_lba: part.start / sector,
+            size_lba: part.len / sector,
+            guid: part.guid,
+        };
+        for (label, loader) in found.iter().rev() {
+            let label = format!("{label} ({})", disk.display());
+            let n = crate::uefi::efivars::install(&vars, &p, loader, &label)
+                .with_context(|| format!("writing the boot entry {label:?}"))?;
+            out.push((n, label));
+        }
+    }
+    out.reverse();
+    Ok(out)
 }
 
 /// UEFI, partition image: copies the image's loaders (its root

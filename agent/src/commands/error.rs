@@ -37,6 +37,8 @@ pub enum ErrorKind {
     /// The image fails a security check (format not permitted, not what the
     /// conductor said, a BIOS boot loader install the conductor disabled).
     InvalidImage,
+    /// Building or removing software RAID failed (IPA's `SoftwareRAIDError`).
+    SoftwareRaid,
 }
 
 impl ErrorKind {
@@ -57,6 +59,7 @@ impl ErrorKind {
             Self::ImageWrite => "ImageWriteError",
             Self::CommandTimeout => "CommandTimeoutError",
             Self::InvalidImage => "InvalidImage",
+            Self::SoftwareRaid => "SoftwareRAIDError",
         }
     }
 
@@ -77,6 +80,7 @@ impl ErrorKind {
             Self::ImageWrite => "Error writing image to device",
             Self::CommandTimeout => "Command did not finish in time",
             Self::InvalidImage => "The provided image is not valid for use",
+            Self::SoftwareRaid => "Software RAID caused unknown error",
         }
     }
 

@@ -117,6 +117,9 @@ pub struct InstallBootloader {
     /// Succeed even when the boot entries cannot be written.
     #[serde(default)]
     pub ignore_bootloader_failure: Option<bool>,
+    /// The node has a software RAID configuration (Ironic sends it).
+    #[serde(default)]
+    pub software_raid: Option<bool>,
 }
 
 /// `get_clean_steps` / `get_deploy_steps`.

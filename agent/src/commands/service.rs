@@ -54,19 +54,32 @@ mod tests {
             .iter()
             .map(|s| {
                 assert_eq!(s["priority"], 0, "{s}");
-                assert_eq!(s["interface"], "deploy", "{s}");
+                let raid = [
+                    "apply_configuration",
+                    "create_configuration",
+                    "delete_configuration",
+                ];
+                let interface = if raid.contains(&s["step"].as_str().unwrap()) {
+                    "raid"
+                } else {
+                    "deploy"
+                };
+                assert_eq!(s["interface"], interface, "{s}");
                 s["step"].as_str().unwrap()
             })
             .collect();
         names.sort_unstable();
         // Not burnin_disk (IPA: destructive to a deployed node), nor the
-        // erase steps; no RAID steps exist here.
+        // erase steps; the RAID steps, as IPA offers them.
         assert_eq!(
             names,
             [
+                "apply_configuration",
                 "burnin_cpu",
                 "burnin_memory",
                 "burnin_network",
+                "create_configuration",
+                "delete_configuration",
                 "inject_files",
                 "write_image"
             ]

@@ -83,8 +83,15 @@ impl Mounted {
         } else {
             "rw,nodev,nosuid,noexec"
         };
+        // The whole block device (an md array holding a filesystem): no loop.
+        let whole = offset == 0
+            && std::fs::File::open(device)
+                .ok()
+                .and_then(|f| crate::disk::ioctl::size_bytes(&f).ok())
+                == Some(len);
         let (source, opts) =
             match partition_device(Path::new("/sys/class/block"), device, offset, len) {
+                _ if whole => (device.to_path_buf(), ro_opt.to_string()),
                 Some(part) => (Path::new("/dev").join(part), ro_opt.to_string()),
                 None => (
                     device.to_path_buf(),

@@ -87,6 +87,14 @@ pub fn main() -> ! {
         report.devices,
         moddir.display()
     ));
+    // Software RAID arrays on the disks start now, as udev and mdadm
+    // --incremental start them in IPA's ramdisk (a deploy onto /dev/md0
+    // after the clean that built it runs in a new boot).
+    if let Ok(disks) = crate::disk::whole_disks(Path::new("/sys")) {
+        for dev in crate::raid::ops::assemble_existing(&disks) {
+            say(&format!("raid: {} assembled", dev.display()));
+        }
+    }
     if let Some(failure) = mounts::mount_efivarfs() {
         say(&format!("mount failed: {failure}"));
     }

@@ -6,7 +6,9 @@
 //! lsblk), then the kernel's own attributes (`serial`, `wwid`, VPD page 0x80,
 //! the SCSI address), then a path computed from the sysfs device chain like
 //! udev's `path_id`. Skipped: zero-size devices, loop (unless allowed), ram,
-//! zram, floppies, optical drives, device-mapper and md devices.
+//! zram, floppies, optical drives and device-mapper devices. Software RAID
+//! (md) arrays are listed, as IPA lists them, once running (an inactive
+//! array has size zero).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -63,7 +65,11 @@ pub fn read(root: &Path, extra: &[String]) -> Result<Vec<Disk>> {
         .with_context(|| format!("listing {}", dir.display()))?
         .flatten()
         .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| extra.contains(n) || !SKIPPED.iter().any(|p| n.starts_with(p)))
+        .filter(|n| {
+            extra.contains(n)
+                || !SKIPPED.iter().any(|p| n.starts_with(p))
+                || (n.starts_with("md") && dir.join(n).join("md").is_dir())
+        })
         .collect();
     names.sort();
     let by_path_links = by_path_links(root);

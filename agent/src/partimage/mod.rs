@@ -156,7 +156,7 @@ pub fn prepare(
 
 /// Writes the new table (after erasing what the disk held) and has the
 /// kernel read it. Returns the PARTUUIDs.
-fn write_table(
+pub fn write_table(
     disk: &Path,
     label: Label,
     sector: u64,
@@ -242,10 +242,22 @@ fn check_existing(disk: &Path, layout: &Layout, sector: u64) -> anyhow::Result<V
 }
 
 /// The kernel's device for each partition of the layout (`/dev/sda3`,
-/// `/dev/nvme0n1p3`, `/dev/loop7p3`), from sysfs, waiting for them. A
-/// kernel that did not parse the new table itself (one without the
-/// partition parsers) is told each partition with BLKPG, as `partx` does.
+/// `/dev/nvme0n1p3`, `/dev/loop7p3`), from sysfs, waiting for them.
 fn partition_paths(dev: &Device, layout: &Layout) -> anyhow::Result<Vec<(Role, PathBuf)>> {
+    let parts: Vec<(u32, u64, u64)> = layout
+        .parts
+        .iter()
+        .map(|p| (p.number, p.start, p.len))
+        .collect();
+    let paths = partition_devices(dev, &parts)?;
+    Ok(layout.parts.iter().map(|p| p.role).zip(paths).collect())
+}
+
+/// The kernel's device for each of `parts` (number, start and length in
+/// bytes) of `dev`, from sysfs, waiting for them. A kernel that did not
+/// parse the new table itself (one without the partition parsers) is told
+/// each partition with BLKPG, as `partx` does.
+pub fn partition_devices(dev: &Device, parts: &[(u32, u64, u64)]) -> anyhow::Result<Vec<PathBuf>> {
     let name = dev
         .kernel_name()
         .context("the disk's kernel name is not in sysfs")?;
@@ -253,14 +265,13 @@ fn partition_paths(dev: &Device, layout: &Layout) -> anyhow::Result<Vec<(Role, P
     let mut told = false;
     loop {
         let found = partitions_by_number(&name);
-        let all: Option<Vec<(Role, PathBuf)>> = layout
-            .parts
+        let all: Option<Vec<PathBuf>> = parts
             .iter()
-            .map(|p| {
+            .map(|(number, _, len)| {
                 found
                     .iter()
-                    .find(|(n, path, size)| *n == p.number && *size == p.len && path.exists())
-                    .map(|(_, path, _)| (p.role, path.clone()))
+                    .find(|(n, path, size)| n == number && size == len && path.exists())
+                    .map(|(_, path, _)| path.clone())
             })
             .collect();
         if let Some(all) = all {
@@ -268,7 +279,7 @@ fn partition_paths(dev: &Device, layout: &Layout) -> anyhow::Result<Vec<(Role, P
         }
         if !told && started.elapsed() > PARTITION_SCAN_WAIT {
             told = true;
-            tell_kernel(&dev.path, layout, &found)?;
+            tell_kernel(&dev.path, parts, &found)?;
             continue;
         }
         if started.elapsed() > PARTITION_WAIT {
@@ -282,19 +293,23 @@ fn partition_paths(dev: &Device, layout: &Layout) -> anyhow::Result<Vec<(Role, P
     }
 }
 
-/// Adds the layout's partitions the kernel does not show (replacing any
-/// by the same number with another size) with BLKPG.
-fn tell_kernel(disk: &Path, layout: &Layout, found: &[(u32, PathBuf, u64)]) -> anyhow::Result<()> {
+/// Adds the partitions the kernel does not show (replacing any by the same
+/// number with another size) with BLKPG.
+fn tell_kernel(
+    disk: &Path,
+    parts: &[(u32, u64, u64)],
+    found: &[(u32, PathBuf, u64)],
+) -> anyhow::Result<()> {
     let f = std::fs::File::open(disk).with_context(|| format!("opening {}", disk.display()))?;
-    for p in &layout.parts {
-        match found.iter().find(|(n, _, _)| *n == p.number) {
-            Some((_, _, size)) if *size == p.len => continue,
-            Some(_) => ioctl::delete_partition(&f, p.number)
-                .with_context(|| format!("removing the kernel's old partition {}", p.number))?,
+    for &(number, start, len) in parts {
+        match found.iter().find(|(n, _, _)| *n == number) {
+            Some((_, _, size)) if *size == len => continue,
+            Some(_) => ioctl::delete_partition(&f, number)
+                .with_context(|| format!("removing the kernel's old partition {number}"))?,
             None => {}
         }
-        ioctl::add_partition(&f, p.number, p.start, p.len)
-            .with_context(|| format!("telling the kernel about partition {}", p.number))?;
+        ioctl::add_partition(&f, number, start, len)
+            .with_context(|| format!("telling the kernel about partition {number}"))?;
     }
     tracing::info!(device = %disk.display(), "the kernel did not read the new table itself; partitions added with BLKPG");
     Ok(())

@@ -211,6 +211,13 @@ pub fn boot_mode(node: Option<&Value>, params: &Params, ramdisk_uefi: bool) -> B
     let Some(node) = node.filter(|n| n.is_object()) else {
         return params.deploy_boot_mode.unwrap_or(ramdisk);
     };
+    node_boot_mode(node, ramdisk)
+}
+
+/// The node's boot mode as [`boot_mode`] reads it, `fallback` when the node
+/// names none (software RAID layouts, which have no `image_info`).
+pub fn node_boot_mode(node: &Value, fallback: BootMode) -> BootMode {
+    let ramdisk = fallback;
     let ii = node.get("instance_info");
     let (ii_caps, node_caps) = (capabilities(ii), capabilities(node.get("properties")));
     let secure = ii_caps
@@ -243,6 +250,12 @@ pub fn label(node: Option<&Value>, params: &Params, mode: BootMode) -> Label {
     let Some(node) = node.filter(|n| n.is_object()) else {
         return params.disk_label.unwrap_or(Label::Msdos);
     };
+    node_label(node)
+}
+
+/// The `disk_label` capability of the instance, then of the node: `gpt`,
+/// otherwise `msdos` (the table type under BIOS).
+pub fn node_label(node: &Value) -> Label {
     let (ii_caps, node_caps) = (
         capabilities(node.get("instance_info")),
         capabilities(node.get("properties")),

@@ -254,6 +254,18 @@ impl TestConductor {
         uuid
     }
 
+    /// Changes a node as an operator would through the API (its
+    /// `properties`, `target_raid_config`); `false` if there is no such node.
+    pub fn update_node(&self, uuid: &str, f: impl FnOnce(&mut Node)) -> bool {
+        match self.inner.nodes().get_mut(uuid) {
+            Some(n) => {
+                f(n);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// A copy of a node.
     pub fn node(&self, uuid: &str) -> Option<Node> {
         self.inner.nodes().get(uuid).cloned()

@@ -128,6 +128,8 @@ pub struct Node {
     pub tokens_issued: u64,
     /// `properties` (inspection fills `cpus`, `memory_mb`, `local_gb`, `cpu_arch`).
     pub properties: Value,
+    /// `target_raid_config` (software RAID steps read it).
+    pub target_raid_config: Value,
     /// The last inspection document received.
     pub inspection_data: Option<Value>,
     /// The deploy in progress or done (`instance_info`).
@@ -165,6 +167,7 @@ impl Node {
             heartbeats: 0,
             tokens_issued: 0,
             properties: json!({"cpu_arch": "x86_64"}),
+            target_raid_config: json!({}),
             inspection_data: None,
             deploy: None,
             partition_uuids: None,
@@ -211,6 +214,7 @@ impl Node {
         json!({
             "uuid": self.uuid,
             "properties": self.properties,
+            "target_raid_config": self.target_raid_config,
             "instance_info": self.instance_info(),
             "driver_internal_info": dii,
             "provision_state": self.provision_state,
