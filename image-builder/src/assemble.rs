@@ -28,6 +28,8 @@ pub struct Inputs {
     /// Unpacked firmware packages (`lib/firmware/…`): the blobs the
     /// included modules name are copied from there.
     pub firmware_root: Option<PathBuf>,
+    /// Which drivers to carry.
+    pub profile: kernel::Profile,
 }
 
 /// What the tree holds besides its files.
@@ -35,10 +37,12 @@ pub struct Inputs {
 pub struct Report {
     /// Wanted modules that are built in or absent.
     pub missing_modules: Vec<String>,
-    /// Firmware named by included modules that no package had.
-    pub missing_firmware: Vec<String>,
-    /// Bytes of firmware included.
-    pub firmware_bytes: u64,
+    /// Module files in the image.
+    pub modules: usize,
+    /// Per driver class: the kernel's modules against the image's.
+    pub classes: Vec<kernel::ClassCoverage>,
+    /// The firmware the image's modules name (None without a firmware root).
+    pub firmware: Option<crate::firmware::Coverage>,
 }
 
 /// Applets linked to busybox in `/bin`.
@@ -133,7 +137,7 @@ pub fn tree(inputs: &Inputs) -> Result<(BTreeMap<String, Entry>, Report)> {
     let k = &inputs.kernel;
     let read = |f: &str| std::fs::read_to_string(k.modules.join(f)).unwrap_or_default();
     let dep = read("modules.dep");
-    let (files, missing) = kernel::closure(&dep, kernel::WANTED);
+    let (files, missing) = kernel::closure(&dep, &kernel::wanted(&dep, inputs.profile));
     let (dep_t, alias_t) = kernel::trim_index(&dep, &read("modules.alias"), &files);
     let base = format!("lib/modules/{}", k.version);
     t.insert(base.clone(), dir(0o755));
@@ -157,7 +161,9 @@ pub fn tree(inputs: &Inputs) -> Result<(BTreeMap<String, Entry>, Report)> {
     }
     let mut report = Report {
         missing_modules: missing,
-        ..Report::default()
+        modules: files.len(),
+        classes: kernel::coverage(&dep, &files),
+        firmware: None,
     };
     if let Some(fw) = &inputs.firmware_root {
         let mut wanted = std::collections::BTreeSet::new();
@@ -167,8 +173,13 @@ pub fn tree(inputs: &Inputs) -> Result<(BTreeMap<String, Entry>, Report)> {
             }
         }
         let (missing, bytes) = crate::firmware::add(&mut t, fw, &wanted)?;
-        report.missing_firmware = missing;
-        report.firmware_bytes = bytes;
+        let index = crate::firmware::Index::read(fw);
+        report.firmware = Some(crate::firmware::classify(
+            wanted.len(),
+            missing,
+            bytes,
+            index.as_ref(),
+        ));
     }
     Ok((t, report))
 }
@@ -258,6 +269,7 @@ mod tests {
             ca_bundle: None,
             extra_roots: Vec::new(),
             firmware_root: None,
+            profile: kernel::Profile::Vm,
         }
     }
 
