@@ -141,12 +141,20 @@ pub fn tree(inputs: &Inputs) -> Result<(BTreeMap<String, Entry>, Report)> {
     let (dep_t, alias_t) = kernel::trim_index(&dep, &read("modules.alias"), &files);
     let base = format!("lib/modules/{}", k.version);
     t.insert(base.clone(), dir(0o755));
-    t.insert(format!("{base}/modules.dep"), text(dep_t));
+    // Modules are stored xz-compressed (`.ko.xz`, the index says so): the
+    // agent decompresses the ones it loads (Debian's 6.1 kernel has no
+    // in-kernel module decompression), so the unpacked initramfs, which
+    // lives in RAM, stays small.
+    t.insert(
+        format!("{base}/modules.dep"),
+        text(kernel::xz_paths(&dep_t)),
+    );
     t.insert(format!("{base}/modules.alias"), text(alias_t));
     t.insert(
         format!("{base}/modules.builtin"),
         text(read("modules.builtin")),
     );
+    let mut modules = BTreeMap::new();
     for f in &files {
         let mut parent = String::new();
         for comp in Path::new(f).parent().into_iter().flat_map(|p| p.iter()) {
@@ -157,7 +165,9 @@ pub fn tree(inputs: &Inputs) -> Result<(BTreeMap<String, Entry>, Report)> {
             };
             t.insert(format!("{base}/{parent}"), dir(0o755));
         }
-        t.insert(format!("{base}/{f}"), file(&k.modules.join(f), 0o644)?);
+        let data =
+            std::fs::read(k.modules.join(f)).with_context(|| format!("reading module {f}"))?;
+        modules.insert(f.clone(), data);
     }
     let mut report = Report {
         missing_modules: missing,
@@ -167,10 +177,8 @@ pub fn tree(inputs: &Inputs) -> Result<(BTreeMap<String, Entry>, Report)> {
     };
     if let Some(fw) = &inputs.firmware_root {
         let mut wanted = std::collections::BTreeSet::new();
-        for f in &files {
-            if let Some(Entry::File { data, .. }) = t.get(&format!("{base}/{f}")) {
-                wanted.extend(crate::firmware::names(data));
-            }
+        for data in modules.values() {
+            wanted.extend(crate::firmware::names(data));
         }
         let (missing, bytes) = crate::firmware::add(&mut t, fw, &wanted)?;
         let index = crate::firmware::Index::read(fw);
@@ -181,7 +189,27 @@ pub fn tree(inputs: &Inputs) -> Result<(BTreeMap<String, Entry>, Report)> {
             index.as_ref(),
         ));
     }
+    for (f, data) in modules {
+        t.insert(
+            format!("{base}/{f}.xz"),
+            Entry::File {
+                mode: 0o644,
+                data: xz(&data)?,
+            },
+        );
+    }
     Ok((t, report))
+}
+
+/// `data` as an .xz stream with a CRC32 check (the kernel's own xz decoder,
+/// used for firmware, knows no other), preset 6: the same bytes every time.
+pub fn xz(data: &[u8]) -> Result<Vec<u8>> {
+    use std::io::Write;
+    let stream = liblzma::stream::Stream::new_easy_encoder(6, liblzma::stream::Check::Crc32)
+        .context("xz encoder")?;
+    let mut enc = liblzma::write::XzEncoder::new_stream(Vec::new(), stream);
+    enc.write_all(data)?;
+    Ok(enc.finish()?)
 }
 
 /// Adds everything under `dir` (relative to `root`) to the tree.
@@ -311,7 +339,7 @@ mod tests {
             "init",
             "dev/console",
             "etc/deploy-ramdisk-release",
-            "lib/modules/6.1.0-test/kernel/drivers/nvme/host/nvme-core.ko",
+            "lib/modules/6.1.0-test/kernel/drivers/nvme/host/nvme-core.ko.xz",
             "lib/modules/6.1.0-test/modules.alias",
         ] {
             assert!(members.contains_key(p), "{p} missing");

@@ -1,7 +1,7 @@
 //! Firmware for the ramdisk's drivers: the blobs each included module names
 //! in its `.modinfo` (`firmware=` entries), copied from an unpacked tree of
 //! Debian's firmware packages (`image-builder/fetch-firmware.sh`) into
-//! `lib/firmware`, where the kernel's loader looks. A name not found is
+//! `lib/firmware` as `NAME.xz`, which the kernel's loader decompresses. A name not found is
 //! classified with the firmware index `fetch-firmware.sh` writes (which
 //! Debian package provides which file, from DEP-11): missing upstream (no
 //! Debian package has it; a driver whose device is absent never asks) or
@@ -57,9 +57,15 @@ pub fn add(
         }
         let data = std::fs::read(&real).with_context(|| format!("reading {}", real.display()))?;
         bytes += data.len() as u64;
+        // The kernel's loader tries NAME.xz when NAME is absent
+        // (CONFIG_FW_LOADER_COMPRESS_XZ): stored compressed, the blobs
+        // take a seventh of the RAM.
         t.insert(
-            format!("lib/firmware/{name}"),
-            Entry::File { mode: 0o644, data },
+            format!("lib/firmware/{name}.xz"),
+            Entry::File {
+                mode: 0o644,
+                data: crate::assemble::xz(&data)?,
+            },
         );
     }
     Ok((missing, bytes))
@@ -154,7 +160,7 @@ mod tests {
         assert_eq!(missing, vec!["rtl_nic/x.fw".to_string()]);
         assert_eq!(bytes, 4);
         assert!(
-            matches!(&t["lib/firmware/tigon/tg3.bin"], Entry::File { data, .. } if data == b"blob")
+            matches!(&t["lib/firmware/tigon/tg3.bin.xz"], Entry::File { data, .. } if data[..6] == *b"\xfd7zXZ\0")
         );
         assert!(matches!(&t["lib/firmware/tigon"], Entry::Dir { .. }));
     }

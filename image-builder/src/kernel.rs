@@ -329,6 +329,23 @@ pub fn closure<S: AsRef<str>>(dep: &str, wanted: &[S]) -> (BTreeSet<String>, Vec
     (files, missing)
 }
 
+/// `modules.dep` text with every module path given the `.xz` suffix the
+/// image stores them under.
+pub fn xz_paths(dep: &str) -> String {
+    dep.lines()
+        .map(|l| {
+            let words: Vec<String> = l
+                .split_whitespace()
+                .map(|w| match w.strip_suffix(':') {
+                    Some(p) => format!("{p}.xz:"),
+                    None => format!("{w}.xz"),
+                })
+                .collect();
+            format!("{}\n", words.join(" "))
+        })
+        .collect()
+}
+
 /// `modules.dep` / `modules.alias` reduced to the lines about `files`.
 pub fn trim_index(dep: &str, alias: &str, files: &BTreeSet<String>) -> (String, String) {
     let names: BTreeSet<String> = files.iter().map(|f| name_of(f)).collect();
@@ -420,6 +437,14 @@ kernel/sound/snd.ko:
             .unwrap();
         assert_eq!((scsi.kernel, scsi.included), (1, 0));
         assert_eq!(scsi.absent, vec!["mptsas"]);
+    }
+
+    #[test]
+    fn compressed_paths_in_the_index() {
+        assert_eq!(
+            xz_paths("kernel/a/nvme.ko: kernel/a/nvme-core.ko\nkernel/a/nvme-core.ko:\n"),
+            "kernel/a/nvme.ko.xz: kernel/a/nvme-core.ko.xz\nkernel/a/nvme-core.ko.xz:\n"
+        );
     }
 
     #[test]

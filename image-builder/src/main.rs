@@ -49,6 +49,11 @@ struct BuildArgs {
     /// the blobs the included drivers name go to `lib/firmware`.
     #[arg(long)]
     firmware_root: Option<PathBuf>,
+    /// Unpacked shim-signed and grub-efi-amd64-signed (from
+    /// `image-builder/fetch-bootchain.sh`): writes shimx64.efi, grubx64.efi
+    /// and grub/grub.cfg for Secure Boot network boot.
+    #[arg(long)]
+    boot_chain_root: Option<PathBuf>,
     /// CA bundle to include (default: the build host's, if any).
     #[arg(long)]
     ca_bundle: Option<PathBuf>,
@@ -117,6 +122,9 @@ fn run(cli: Cli) -> Result<()> {
         args.out.join("boot.ipxe"),
         assemble::ipxe_script(&args.append),
     )?;
+    if let Some(root) = &args.boot_chain_root {
+        image_builder::bootchain::write(&args.out, root, &args.append)?;
+    }
     image_builder::metal3::write(&args.out, &kpath, &args.out.join("deploy.initramfs"))?;
     let ksize = std::fs::metadata(&kpath)?.len();
     let text = coverage_text(&args, &kernel, &report, ksize, initramfs.len() as u64);
