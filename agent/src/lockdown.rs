@@ -11,7 +11,7 @@ use std::path::Path;
 
 /// `SecureBoot-<EFI global variable GUID>` under efivarfs.
 const SECURE_BOOT_VAR: &str =
-    "firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d0-9aca-00a0c90e6523";
+    "firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c";
 
 /// Whether the firmware booted with Secure Boot on: `None` when not booted
 /// by UEFI or efivarfs is not mounted (the variable is 4 attribute bytes,

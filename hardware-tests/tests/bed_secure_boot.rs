@@ -116,7 +116,7 @@ fn secure_boot_through_shim_and_grub_heartbeats_and_cleans() {
         "the kernel did not report Secure Boot{ctx}"
     );
     assert!(
-        console.contains("Kernel is locked down from EFI Secure Boot mode"),
+        console.contains("Kernel is locked down from EFI Secure Boot"),
         "the kernel did not lock down{ctx}"
     );
     assert!(

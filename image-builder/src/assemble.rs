@@ -2,6 +2,28 @@
 //! `/init`, busybox, the module closure with trimmed indexes, the ramdisk
 //! marker, CA bundle) written as newc cpio with mtime 0 and owner 0:0, then
 //! zstd -19 single-threaded, so the same inputs give the same bytes.
+//!
+//! Compression, measured on the full-coverage image (Debian 6.1.0-48, 521
+//! modules, 108 firmware files; QEMU TCG `-cpu qemu64,+rdrand -smp 1`,
+//! direct kernel boot, guest seconds until `/init` runs):
+//!
+//! | layout | initramfs | /init at |
+//! | --- | --- | --- |
+//! | plain files in the cpio, zstd -19 over all (170 MB unpacked) | 29.6 MiB | 20.7 s |
+//! | modules `.ko.xz`, firmware `.xz`, zstd -19 over all (44 MiB unpacked) | 32.1 MiB | 2.9 s |
+//! | same, zstd -9 | 32.9 MiB | — |
+//! | same, zstd -3 | 33.7 MiB | 4.1 / 5.7 s |
+//! | same, gzip -9 | 33.7 MiB | 4.1 / 4.4 s |
+//! | same, zstd -19 (second run, busy host) | 32.1 MiB | 5.5 / 4.1 s |
+//!
+//! The time goes into decompressing and copying what the cpio unpacks to,
+//! so the modules and blobs stay compressed in it: the agent decompresses
+//! the few modules it loads and the kernel the firmware it asks for
+//! (Debian's 6.1 kernel cannot decompress modules, but can firmware). Over
+//! already-compressed members the outer compressor hardly matters for time
+//! (the spread above is the shared host's noise); zstd -19 is the smallest
+//! and costs ~80 s per build. Uncompressed, the cpio alone is 43.9 MiB,
+//! over the 48 MiB budget with the kernel.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
