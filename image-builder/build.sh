@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Builds the deploy ramdisk into OUT (default target/ramdisk):
+# Builds the deploy ramdisk into OUT (default target/ramdisk), with every
+# driver of the classes image-builder covers (pass --drivers vm for the
+# short VM list) and Debian's signed shim + GRUB for Secure Boot:
 #   image-builder/build.sh [OUT] [image-builder build flags…]
 # The static agent (build-agent.sh); Debian's kernel (the package
 # linux-image-amd64 depends on, or $KERNEL_PACKAGE) and busybox-static are
@@ -18,6 +20,8 @@ kroot=$(sed -n 1p <<<"$fetched")
 busybox=$(sed -n 2p <<<"$fetched")
 ssh=$(image-builder/fetch-ssh.sh "$cache")
 firmware=$(image-builder/fetch-firmware.sh "$cache")
+bootchain=$(image-builder/fetch-bootchain.sh "$cache")
 cargo run --release --locked -q -p image-builder -- build --out "$out" \
     --kernel-root "$kroot" --agent "$agent" --busybox "$busybox" \
-    --extra-root "$ssh" --firmware-root "$firmware" "$@"
+    --extra-root "$ssh" --firmware-root "$firmware" \
+    --boot-chain-root "$bootchain" "$@"

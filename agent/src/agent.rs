@@ -120,6 +120,8 @@ pub async fn start(config: Config) -> Result<RunningAgent> {
     macs.dedup();
     tracing::info!(%version, %advertise, ?macs, "looking up the node");
     let session = lookup_until_found(&client, &state, version, &macs, node_uuid.as_deref()).await?;
+    // A boot phase: the ramdisk's console shows its time.
+    tracing::info!(node = %session.node_uuid, "lookup done: node found");
 
     let cert = if config.auto_tls && version >= ApiVersion::AUTO_TLS {
         Some(tls::generate_certificate(

@@ -55,6 +55,7 @@ pub mod inject;
 pub mod inspect;
 pub mod inventory;
 pub mod lldp;
+pub mod lockdown;
 pub mod logs;
 pub mod net;
 pub mod netconf;

@@ -223,6 +223,7 @@ fn metal3_profile_inspects_cleans_and_deploys_in_one_ramdisk_boot() {
         kernel_args: String::new(),
         dhcp: false,
         ipxe_script_url: None,
+        secure_boot_chain: false,
     })
     .unwrap();
     let mut bmc = Bmc::start(&net).unwrap();

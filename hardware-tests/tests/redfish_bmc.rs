@@ -92,6 +92,7 @@ fn redfish_bmc_drives_a_libvirt_domain() {
         kernel_args: String::new(),
         dhcp: true,
         ipxe_script_url: None,
+        secure_boot_chain: false,
     })
     .unwrap();
     let tmp = tempfile::tempdir().unwrap();

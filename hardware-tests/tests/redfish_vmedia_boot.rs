@@ -56,6 +56,7 @@ fn ironic_boots_a_virtual_media_iso_through_the_bmc() {
         kernel_args: String::new(),
         dhcp: true,
         ipxe_script_url: None,
+        secure_boot_chain: false,
     })
     .unwrap();
     let mut bmc = Bmc::start(&net).unwrap();

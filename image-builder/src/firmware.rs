@@ -1,8 +1,12 @@
 //! Firmware for the ramdisk's drivers: the blobs each included module names
 //! in its `.modinfo` (`firmware=` entries), copied from an unpacked tree of
 //! Debian's firmware packages (`image-builder/fetch-firmware.sh`) into
-//! `lib/firmware`, where the kernel's loader looks. Names no package has
-//! are reported, not fatal: a driver whose device is absent never asks.
+//! `lib/firmware` as `NAME.xz`, which the kernel's loader decompresses. A name not found is
+//! classified with the firmware index `fetch-firmware.sh` writes (which
+//! Debian package provides which file, from DEP-11): missing upstream (no
+//! Debian package has it; a driver whose device is absent never asks) or
+//! not fetched (a package is missing from the fetch list: the build's
+//! coverage check fails).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -53,12 +57,85 @@ pub fn add(
         }
         let data = std::fs::read(&real).with_context(|| format!("reading {}", real.display()))?;
         bytes += data.len() as u64;
+        // The kernel's loader tries NAME.xz when NAME is absent
+        // (CONFIG_FW_LOADER_COMPRESS_XZ): stored compressed, the blobs
+        // take a seventh of the RAM.
         t.insert(
-            format!("lib/firmware/{name}"),
-            Entry::File { mode: 0o644, data },
+            format!("lib/firmware/{name}.xz"),
+            Entry::File {
+                mode: 0o644,
+                data: crate::assemble::xz(&data)?,
+            },
         );
     }
     Ok((missing, bytes))
+}
+
+/// Which Debian package provides which firmware file.
+#[derive(Debug, Default, Clone)]
+pub struct Index(BTreeMap<String, String>);
+
+impl Index {
+    /// Parses `FILE PACKAGE` lines.
+    pub fn parse(text: &str) -> Self {
+        Self(
+            text.lines()
+                .filter_map(|l| {
+                    let mut w = l.split_whitespace();
+                    Some((w.next()?.to_string(), w.next()?.to_string()))
+                })
+                .collect(),
+        )
+    }
+
+    /// Reads `root/firmware-index.txt`, if there.
+    pub fn read(root: &Path) -> Option<Self> {
+        std::fs::read_to_string(root.join("firmware-index.txt"))
+            .ok()
+            .map(|t| Self::parse(&t))
+    }
+
+    /// The package that provides `name`, if any does.
+    pub fn package(&self, name: &str) -> Option<&str> {
+        self.0.get(name).map(String::as_str)
+    }
+}
+
+/// Firmware named by the image's modules, and where each name stands.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Coverage {
+    /// Distinct names the modules give.
+    pub named: usize,
+    /// Names found and included.
+    pub found: usize,
+    /// Names no Debian package provides.
+    pub missing_upstream: Vec<String>,
+    /// Names a Debian package provides that was not fetched: `(name, package)`.
+    pub not_fetched: Vec<(String, String)>,
+    /// Names not found, with no index to tell why.
+    pub unknown: Vec<String>,
+    /// Bytes included.
+    pub bytes: u64,
+}
+
+/// Classifies the names [`add`] did not find.
+pub fn classify(named: usize, missing: Vec<String>, bytes: u64, index: Option<&Index>) -> Coverage {
+    let mut c = Coverage {
+        named,
+        found: named - missing.len(),
+        bytes,
+        ..Coverage::default()
+    };
+    for m in missing {
+        match index {
+            None => c.unknown.push(m),
+            Some(ix) => match ix.package(&m) {
+                Some(p) => c.not_fetched.push((m, p.to_string())),
+                None => c.missing_upstream.push(m),
+            },
+        }
+    }
+    c
 }
 
 #[cfg(test)]
@@ -83,8 +160,27 @@ mod tests {
         assert_eq!(missing, vec!["rtl_nic/x.fw".to_string()]);
         assert_eq!(bytes, 4);
         assert!(
-            matches!(&t["lib/firmware/tigon/tg3.bin"], Entry::File { data, .. } if data == b"blob")
+            matches!(&t["lib/firmware/tigon/tg3.bin.xz"], Entry::File { data, .. } if data[..6] == *b"\xfd7zXZ\0")
         );
         assert!(matches!(&t["lib/firmware/tigon"], Entry::Dir { .. }));
+    }
+
+    #[test]
+    fn missing_names_are_told_apart_by_the_index() {
+        let ix =
+            Index::parse("rtl_nic/x.fw firmware-realtek\ntigon/tg3.bin firmware-misc-nonfree\n");
+        let c = classify(
+            3,
+            vec!["rtl_nic/x.fw".into(), "wd719x-risc.bin".into()],
+            10,
+            Some(&ix),
+        );
+        assert_eq!(c.found, 1);
+        assert_eq!(c.missing_upstream, vec!["wd719x-risc.bin".to_string()]);
+        assert_eq!(
+            c.not_fetched,
+            vec![("rtl_nic/x.fw".to_string(), "firmware-realtek".to_string())]
+        );
+        assert_eq!(classify(1, vec!["a".into()], 0, None).unknown, vec!["a"]);
     }
 }

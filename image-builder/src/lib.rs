@@ -2,10 +2,12 @@
 //! unpacked package and resolves module closures from `modules.dep`,
 //! [`cpio`] writes reproducible newc archives, [`firmware`] picks the
 //! blobs the drivers name, [`assemble`] puts the
-//! deploy initramfs together. The `image-builder` binary drives them; the
+//! deploy initramfs together, [`bootchain`] writes the signed Secure Boot
+//! network boot chain (shim, GRUB, grub.cfg). The `image-builder` binary drives them; the
 //! test disk image in `hardware-tests` reuses `kernel` and `cpio`.
 
 pub mod assemble;
+pub mod bootchain;
 pub mod cpio;
 pub mod firmware;
 pub mod kernel;

@@ -49,9 +49,18 @@ struct BuildArgs {
     /// the blobs the included drivers name go to `lib/firmware`.
     #[arg(long)]
     firmware_root: Option<PathBuf>,
+    /// Unpacked shim-signed and grub-efi-amd64-signed (from
+    /// `image-builder/fetch-bootchain.sh`): writes shimx64.efi, grubx64.efi
+    /// and grub/grub.cfg for Secure Boot network boot.
+    #[arg(long)]
+    boot_chain_root: Option<PathBuf>,
     /// CA bundle to include (default: the build host's, if any).
     #[arg(long)]
     ca_bundle: Option<PathBuf>,
+    /// Driver profile: `full` (every module of the driver classes, with
+    /// their firmware: real servers) or `vm` (a short list for VMs).
+    #[arg(long, default_value = "full")]
+    drivers: kernel::Profile,
     /// Extra kernel arguments written into boot.ipxe (e.g. ipa-api-url=…).
     #[arg(long, default_value = "ipa-api-url=mdns")]
     append: String,
@@ -95,6 +104,7 @@ fn run(cli: Cli) -> Result<()> {
         ca_bundle: ca,
         extra_roots: args.extra_root.clone(),
         firmware_root: args.firmware_root.clone(),
+        profile: args.drivers,
     };
     let (tree, report) = assemble::tree(&inputs)?;
     if !report.missing_modules.is_empty() {
@@ -102,20 +112,6 @@ fn run(cli: Cli) -> Result<()> {
             "not modules in {} (built in or absent): {}",
             kernel.version,
             report.missing_modules.join(" ")
-        );
-    }
-    if args.firmware_root.is_some() {
-        println!(
-            "firmware: {:.1} MiB for the included drivers{}",
-            report.firmware_bytes as f64 / 1048576.0,
-            if report.missing_firmware.is_empty() {
-                String::new()
-            } else {
-                format!(
-                    "; not in the packages: {}",
-                    report.missing_firmware.join(" ")
-                )
-            }
         );
     }
     let initramfs = assemble::initramfs(&tree)?;
@@ -126,17 +122,83 @@ fn run(cli: Cli) -> Result<()> {
         args.out.join("boot.ipxe"),
         assemble::ipxe_script(&args.append),
     )?;
+    if let Some(root) = &args.boot_chain_root {
+        image_builder::bootchain::write(&args.out, root, &args.append)?;
+    }
     image_builder::metal3::write(&args.out, &kpath, &args.out.join("deploy.initramfs"))?;
     let ksize = std::fs::metadata(&kpath)?.len();
-    let mib = |b: u64| b as f64 / (1 << 20) as f64;
-    println!("kernel {}: {:.1} MiB", kernel.version, mib(ksize));
-    println!(
-        "initramfs: {:.1} MiB ({} entries)",
-        mib(initramfs.len() as u64),
-        tree.len()
-    );
-    println!("total: {:.1} MiB", mib(ksize + initramfs.len() as u64));
+    let text = coverage_text(&args, &kernel, &report, ksize, initramfs.len() as u64);
+    std::fs::write(args.out.join("coverage.txt"), &text)?;
+    print!("{text}");
     Ok(())
+}
+
+/// The coverage report (`OUT/coverage.txt`, also printed): one
+/// `class NAME INCLUDED/KERNEL` line per driver class, the firmware counts
+/// and every name not included with the reason, and the sizes.
+fn coverage_text(
+    args: &BuildArgs,
+    kernel: &kernel::Kernel,
+    report: &assemble::Report,
+    ksize: u64,
+    isize: u64,
+) -> String {
+    use std::fmt::Write;
+    let mib = |b: u64| b as f64 / (1 << 20) as f64;
+    let mut t = String::new();
+    let profile = match args.drivers {
+        kernel::Profile::Full => "full",
+        kernel::Profile::Vm => "vm",
+    };
+    let _ = writeln!(t, "profile {profile} kernel {}", kernel.version);
+    let _ = writeln!(t, "modules {}", report.modules);
+    for c in &report.classes {
+        let pct = if c.kernel == 0 {
+            0.0
+        } else {
+            100.0 * c.included as f64 / c.kernel as f64
+        };
+        let _ = writeln!(
+            t,
+            "class {} {}/{} ({pct:.0}%)",
+            c.name, c.included, c.kernel
+        );
+    }
+    match &report.firmware {
+        None => {
+            let _ = writeln!(t, "firmware none (no --firmware-root)");
+        }
+        Some(f) => {
+            let _ = writeln!(
+                t,
+                "firmware named {} found {} missing-upstream {} not-fetched {} unknown {} ({:.1} MiB)",
+                f.named,
+                f.found,
+                f.missing_upstream.len(),
+                f.not_fetched.len(),
+                f.unknown.len(),
+                mib(f.bytes)
+            );
+            for m in &f.missing_upstream {
+                let _ = writeln!(t, "firmware-missing-upstream {m}");
+            }
+            for (m, p) in &f.not_fetched {
+                let _ = writeln!(t, "firmware-not-fetched {m} {p}");
+            }
+            for m in &f.unknown {
+                let _ = writeln!(t, "firmware-unknown {m}");
+            }
+        }
+    }
+    let _ = writeln!(t, "size kernel {ksize} ({:.1} MiB)", mib(ksize));
+    let _ = writeln!(t, "size initramfs {isize} ({:.1} MiB)", mib(isize));
+    let _ = writeln!(
+        t,
+        "size total {} ({:.1} MiB)",
+        ksize + isize,
+        mib(ksize + isize)
+    );
+    t
 }
 
 /// Unpacks a kernel .deb with dpkg-deb and builds its modules.dep with depmod.

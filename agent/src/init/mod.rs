@@ -49,7 +49,7 @@ pub const ALWAYS_MODULES: &str = "/etc/agent-modules";
 
 /// Runs PID 1. Never returns.
 pub fn main() -> ! {
-    say("deploy ramdisk init starting");
+    say("phase init: deploy ramdisk init starting");
     for failure in mounts::mount_all() {
         say(&format!("mount failed: {failure}"));
     }
@@ -98,6 +98,10 @@ pub fn main() -> ! {
     if let Some(failure) = mounts::mount_efivarfs() {
         say(&format!("mount failed: {failure}"));
     }
+    say(&format!(
+        "phase firmware: {}",
+        crate::lockdown::describe(Path::new("/sys"))
+    ));
 
     let network_data = if vmedia::booted_from_vmedia(&params) {
         vmedia::read(&mut params)

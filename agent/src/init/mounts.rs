@@ -1,5 +1,5 @@
 //! The filesystems PID 1 mounts before anything else: proc, sys, devtmpfs,
-//! /run, /tmp; and efivarfs when booted by UEFI, once the modules are loaded
+//! /run, /tmp, securityfs (where the kernel shows its lockdown mode); and efivarfs when booted by UEFI, once the modules are loaded
 //! (Debian builds it as a module). Already-mounted ones (EBUSY) are fine, so
 //! running twice is harmless.
 
@@ -13,10 +13,11 @@ type Spec = (&'static str, &'static str, &'static str, MsFlags);
 /// Mounts everything; returns what failed (logged by the caller).
 pub fn mount_all() -> Vec<String> {
     let nodev = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
-    let specs: [Spec; 6] = [
+    let specs: [Spec; 7] = [
         ("proc", "/proc", "proc", nodev),
         ("sysfs", "/sys", "sysfs", nodev),
         ("devtmpfs", "/dev", "devtmpfs", MsFlags::MS_NOSUID),
+        ("securityfs", "/sys/kernel/security", "securityfs", nodev),
         (
             "devpts",
             "/dev/pts",

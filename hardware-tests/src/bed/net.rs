@@ -81,6 +81,11 @@ pub struct NetOptions {
     /// `ramdisk` for iPXE clients; UEFI clients without iPXE still get
     /// `snponly.efi` over TFTP.
     pub ipxe_script_url: Option<String>,
+    /// UEFI PXE clients get Debian's signed boot chain from the ramdisk
+    /// directory instead of iPXE: `shimx64.efi`, which loads `grubx64.efi`,
+    /// which reads `grub/grub.cfg` (written here with `kernel_args`) and
+    /// boots the ramdisk over TFTP — the path that works under Secure Boot.
+    pub secure_boot_chain: bool,
 }
 
 impl NetOptions {
@@ -93,6 +98,7 @@ impl NetOptions {
             kernel_args: kernel_args.to_string(),
             dhcp: true,
             ipxe_script_url: None,
+            secure_boot_chain: false,
         }
     }
 
@@ -106,6 +112,7 @@ impl NetOptions {
             kernel_args: String::new(),
             dhcp: true,
             ipxe_script_url: Some(script_url.to_string()),
+            secure_boot_chain: false,
         }
     }
 }
@@ -153,9 +160,31 @@ impl Net {
             }
         }
         let pxe = opts.ramdisk.is_some() || opts.ipxe_script_url.is_some();
-        if pxe {
-            std::fs::copy(super::ipxe_efi()?, tftp.path().join("snponly.efi"))?;
-        }
+        let uefi_bootfile = match (&opts.ramdisk, opts.secure_boot_chain) {
+            (Some(dir), true) => {
+                for f in ["shimx64.efi", "grubx64.efi"] {
+                    std::fs::copy(dir.join(f), tftp.path().join(f)).with_context(|| {
+                        format!(
+                            "copying {f} from {} (image-builder writes it)",
+                            dir.display()
+                        )
+                    })?;
+                }
+                std::fs::create_dir_all(tftp.path().join("grub"))?;
+                std::fs::write(
+                    tftp.path().join("grub/grub.cfg"),
+                    image_builder::bootchain::grub_cfg(&opts.kernel_args),
+                )?;
+                "shimx64.efi"
+            }
+            (None, true) => anyhow::bail!("secure_boot_chain needs a ramdisk directory"),
+            _ => {
+                if pxe {
+                    std::fs::copy(super::ipxe_efi()?, tftp.path().join("snponly.efi"))?;
+                }
+                "snponly.efi"
+            }
+        };
         let dnsmasq_log = logs.join("dnsmasq.log");
         let mut cmd = Command::new("ip");
         cmd.args(["netns", "exec", &ns.name, "dnsmasq", "--keep-in-foreground"])
@@ -196,7 +225,7 @@ impl Net {
                 "--dhcp-match=set:efi64,option:client-arch,7",
             ])
             .arg(format!("--dhcp-boot=tag:ipxe,{script}"))
-            .arg("--dhcp-boot=tag:efi64,tag:!ipxe,snponly.efi")
+            .arg(format!("--dhcp-boot=tag:efi64,tag:!ipxe,{uefi_bootfile}"))
             .arg("--enable-tftp")
             .arg(format!("--tftp-root={}", tftp.path().display()));
         }

@@ -21,6 +21,13 @@ pub enum Firmware {
         /// The NVRAM file.
         vars: PathBuf,
     },
+    /// OVMF built with Secure Boot (SMM, `OVMF_CODE_4M.secboot.fd`) and
+    /// NVRAM from `OVMF_VARS_4M.ms.fd`: Microsoft's keys enrolled and Secure
+    /// Boot enforced, as servers ship.
+    UefiSecureBoot {
+        /// The NVRAM file.
+        vars: PathBuf,
+    },
 }
 
 /// Where a disk is attached.
@@ -135,6 +142,8 @@ pub struct Vm<'n> {
 
 const OVMF_CODE: &str = "/usr/share/OVMF/OVMF_CODE_4M.fd";
 const OVMF_VARS: &str = "/usr/share/OVMF/OVMF_VARS_4M.fd";
+const OVMF_CODE_SECBOOT: &str = "/usr/share/OVMF/OVMF_CODE_4M.secboot.fd";
+const OVMF_VARS_MS: &str = "/usr/share/OVMF/OVMF_VARS_4M.ms.fd";
 
 impl<'n> Vm<'n> {
     /// Starts the machine in the bed's namespace. Its console goes to
@@ -165,16 +174,33 @@ impl<'n> Vm<'n> {
         if let Some(base) = &spec.rtc_base {
             args.extend(["-rtc".into(), format!("base={base}")]);
         }
-        match &spec.firmware {
-            Firmware::Bios => {}
-            Firmware::Uefi { vars } => {
+        let uefi = match &spec.firmware {
+            Firmware::Bios => None,
+            Firmware::Uefi { vars } => Some((vars, OVMF_CODE, OVMF_VARS)),
+            Firmware::UefiSecureBoot { vars } => {
+                // The secure-boot build keeps its variables in SMM.
+                args.extend(
+                    [
+                        "-machine",
+                        "smm=on",
+                        "-global",
+                        "driver=cfi.pflash01,property=secure,value=on",
+                    ]
+                    .map(String::from),
+                );
+                Some((vars, OVMF_CODE_SECBOOT, OVMF_VARS_MS))
+            }
+        };
+        match uefi {
+            None => {}
+            Some((vars, code, template)) => {
                 if !vars.exists() {
-                    std::fs::copy(OVMF_VARS, vars)
-                        .with_context(|| format!("copying {OVMF_VARS} (package ovmf)"))?;
+                    std::fs::copy(template, vars)
+                        .with_context(|| format!("copying {template} (package ovmf)"))?;
                 }
                 args.push("-drive".into());
                 args.push(format!(
-                    "if=pflash,format=raw,unit=0,readonly=on,file={OVMF_CODE}"
+                    "if=pflash,format=raw,unit=0,readonly=on,file={code}"
                 ));
                 args.push("-drive".into());
                 args.push(format!(
