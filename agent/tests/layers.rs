@@ -32,6 +32,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "hints",
             "inventory",
             "lldp",
+            "lockdown",
             "logs",
             "netconf",
             "pstore",
