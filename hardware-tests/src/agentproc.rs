@@ -53,6 +53,49 @@ pub fn agent_binary() -> Result<PathBuf> {
     Ok(bin)
 }
 
+/// The `agent serve` flags of a host-mode agent on loopback for the
+/// conductor at `api_url`: node port `mac`, allowed to write `device`, any
+/// free port, looking up for ever at most 2 s apart, heartbeats at least
+/// 1 s apart; kernel parameters from `cmdline_file` when given.
+pub fn loopback_args(
+    api_url: &str,
+    mac: &str,
+    device: &Path,
+    cmdline_file: Option<&Path>,
+) -> Vec<String> {
+    let mut args: Vec<String> = ["--api-url", api_url, "--mac", mac]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    if let Some(f) = cmdline_file {
+        args.push("--cmdline-file".into());
+        args.push(f.display().to_string());
+    }
+    args.extend(
+        [
+            "--advertise-host",
+            "127.0.0.1",
+            "--listen-host",
+            "127.0.0.1",
+            "--listen-port",
+            "0",
+            "--advertise-port",
+            "0",
+            "--allow-device",
+            &device.display().to_string(),
+            "--lookup-timeout",
+            "0",
+            "--lookup-max-interval",
+            "2",
+            "--min-heartbeat-interval",
+            "1",
+        ]
+        .iter()
+        .map(|s| s.to_string()),
+    );
+    args
+}
+
 /// A running `agent serve`; killed on drop.
 #[derive(Debug)]
 pub struct AgentProcess {

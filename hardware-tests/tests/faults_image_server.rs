@@ -91,33 +91,8 @@ async fn image_server_faults_end_byte_identical_or_failed_closed() {
          ipa-image-download-connection-retry-interval=1\n",
     )
     .unwrap();
-    let args: Vec<String> = [
-        "--api-url",
-        &ironic.url,
-        "--mac",
-        MAC,
-        "--cmdline-file",
-        cmdline.to_str().unwrap(),
-        "--advertise-host",
-        "127.0.0.1",
-        "--listen-host",
-        "127.0.0.1",
-        "--listen-port",
-        "0",
-        "--advertise-port",
-        "0",
-        "--allow-device",
-        disk.path.to_str().unwrap(),
-        "--lookup-timeout",
-        "0",
-        "--lookup-max-interval",
-        "2",
-        "--min-heartbeat-interval",
-        "1",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    let args =
+        hardware_tests::agentproc::loopback_args(&ironic.url, MAC, &disk.path, Some(&cmdline));
     let mut agent = AgentProcess::serve(&args, &dir.path().join("agent.log"), None).unwrap();
 
     let mut tally = [0usize; 4];

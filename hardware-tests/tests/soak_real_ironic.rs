@@ -157,31 +157,7 @@ async fn deploy_undeploy_cycles_keep_the_agent_correct_and_steady() {
         )
         .await
         .unwrap();
-    let args: Vec<String> = [
-        "--api-url",
-        &ironic.url,
-        "--mac",
-        MAC,
-        "--advertise-host",
-        "127.0.0.1",
-        "--listen-host",
-        "127.0.0.1",
-        "--listen-port",
-        "0",
-        "--advertise-port",
-        "0",
-        "--allow-device",
-        disk.path.to_str().unwrap(),
-        "--lookup-timeout",
-        "0",
-        "--lookup-max-interval",
-        "2",
-        "--min-heartbeat-interval",
-        "1",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
+    let args = hardware_tests::agentproc::loopback_args(&ironic.url, MAC, &disk.path, None);
     // Measuring the agent's own memory through glibc: with its defaults,
     // RSS also counts what malloc keeps after a free. Each new thread (the
     // image write and the erase run on short-lived blocking threads) gets
