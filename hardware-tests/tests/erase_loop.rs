@@ -42,8 +42,8 @@ fn erase_devices_discards_two_loop_devices_and_overwrites_one() {
         ..Knobs::default()
     };
     let out = erase_disks(&disks, &policy, &knobs, &AtomicBool::new(false)).unwrap();
-    for (d, e) in &out {
-        assert_eq!(*e, Erased::Discard, "{}", d.display());
+    for (d, o) in &out {
+        assert_eq!(o.erased, Erased::Discard, "{}", d.display());
     }
     assert!(all_zero(&a) && all_zero(&b));
     assert!(a.signatures().unwrap().is_empty());

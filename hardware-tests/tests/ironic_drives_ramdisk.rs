@@ -37,7 +37,10 @@
 //! HTTP server's access log (one fetch of the node's kernel and ramdisk per
 //! ramdisk boot) (`hardware_tests::bed::ironic_flow`, shared with the
 //! demo). Each flow's wall time is printed and kept in
-//! `target/bed-logs/ironicvm/flow-times.txt`.
+//! `target/bed-logs/ironicvm/flow-times.txt`, with where it went
+//! (`ironic_flow::Split`: power-on, firmware and download, kernel, init,
+//! lookup, the agent's commands, the heartbeat after each step, power-off,
+//! the conductor) from Ironic's log and the console.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -108,6 +111,14 @@ fn disk_signatures(path: &Path) -> String {
         .unwrap();
     assert!(out.status.success(), "wipefs: {out:?}");
     String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// Prints where the flow since `mark` spent its time ([`ironic_flow::Split`]).
+fn split(flow: &Flow<'_, '_>, mark: ironic_flow::Mark, what: &str) {
+    match flow.split(mark) {
+        Some(s) => timing!("split {what}: {}", s.line()),
+        None => panic!("flow {what}: Ironic's log and the console do not give a split"),
+    }
 }
 
 fn elapsed(t: Instant) -> String {
@@ -277,15 +288,20 @@ fn ironic_inspects_cleans_deploys_and_undeploys_the_pxe_booted_ramdisk() {
         "all flows: {} ({ramdisk_boots} ramdisk boots over Ironic's iPXE, {disk_boots} disk boots)",
         elapsed(total)
     );
+    // Ironic's log outlives its state directory here, beside the console.
+    let kept = bed::logs_dir("ironicvm").unwrap().join("ironic.log");
+    std::fs::copy(ironic.log_path(), &kept).unwrap();
 }
 
 async fn inspect(flow: &mut Flow<'_, '_>) {
     let t = Instant::now();
+    let mark = flow.mark();
     let node = flow
         .inspect()
         .await
         .unwrap_or_else(|e| panic!("inspection: {e:#}"));
     timing!("flow inspect: manageable after {}", elapsed(t));
+    split(flow, mark, "inspect");
     assert!(node["last_error"].is_null(), "{}", node["last_error"]);
 
     let p = &node["properties"];
@@ -332,14 +348,18 @@ fn cleaned(flow: &Flow<'_, '_>, node: anyhow::Result<Value>, what: &str, t: Inst
 
 async fn provide(flow: &mut Flow<'_, '_>) {
     let t = Instant::now();
+    let mark = flow.mark();
     let node = flow.provide().await;
     cleaned(flow, node, "provide (automated cleaning)", t);
+    split(flow, mark, "provide");
 }
 
 async fn undeploy(flow: &mut Flow<'_, '_>) {
     let t = Instant::now();
+    let mark = flow.mark();
     let node = flow.undeploy().await;
     cleaned(flow, node, "undeploy", t);
+    split(flow, mark, "undeploy");
 }
 
 async fn deploy(flow: &mut Flow<'_, '_>, instance_info: Value, what: &str, cd_uuid: &str) {
@@ -348,11 +368,13 @@ async fn deploy(flow: &mut Flow<'_, '_>, instance_info: Value, what: &str, cd_uu
         "user_data": "#cloud-config\n",
     });
     let t = Instant::now();
+    let mark = flow.mark();
     let node = flow
         .deploy(instance_info, configdrive)
         .await
         .unwrap_or_else(|e| panic!("deploy ({what}): {e:#}"));
     timing!("flow deploy ({what}): active after {}", elapsed(t));
+    split(flow, mark, &format!("deploy ({what})"));
     assert!(node["last_error"].is_null(), "{}", node["last_error"]);
     let booted = flow
         .boot_disk(MARKER, Duration::from_secs(180))

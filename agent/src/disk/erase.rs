@@ -46,10 +46,14 @@ pub fn erase_all_metadata(disks: &[std::path::PathBuf], policy: &WritePolicy) ->
             failures.push(refusal.to_string());
             continue;
         }
+        let started = std::time::Instant::now();
         match erase_metadata(&dev.path) {
-            Ok(w) => {
-                tracing::info!(device = %dev.path.display(), signatures = ?w.signatures, "metadata erased")
-            }
+            Ok(w) => tracing::info!(
+                device = %dev.path.display(),
+                signatures = ?w.signatures,
+                seconds = format_args!("{:.2}", started.elapsed().as_secs_f64()),
+                "metadata erased"
+            ),
             Err(e) => failures.push(format!("{}: {e:#}", dev.path.display())),
         }
     }

@@ -403,7 +403,9 @@ fn disk_args(disks: &[Disk], bios_disk_boot: bool, args: &mut Vec<String>) -> Re
         }
         args.push("-drive".into());
         args.push(format!(
-            "file={},if=none,id=d{i},format=raw,cache=unsafe",
+            // discard=unmap: the disks discard as SSDs do (and a discard
+            // punches holes in the file).
+            "file={},if=none,id=d{i},format=raw,cache=unsafe,discard=unmap",
             d.path.display()
         ));
         let boot_first = bios_disk_boot && i == 0;

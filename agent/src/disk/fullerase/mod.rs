@@ -82,6 +82,36 @@ impl Erased {
     }
 }
 
+/// One disk's erase as the step reports it: how, and how fast.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome {
+    /// The method that erased it.
+    pub erased: Erased,
+    /// The disk's size in bytes.
+    pub bytes: u64,
+    /// Wall time of the whole erase of this disk, checks included.
+    pub seconds: f64,
+}
+
+impl Outcome {
+    /// Disk bytes per second of wall time, in MB/s.
+    pub fn mb_per_s(&self) -> f64 {
+        self.bytes as f64 / self.seconds.max(1e-6) / 1e6
+    }
+
+    /// One line for logs and results: the method, then
+    /// `8.0 GiB in 1.2 s (7158 MB/s)`.
+    pub fn describe(&self) -> String {
+        format!(
+            "{}; {:.1} GiB in {:.1} s ({:.0} MB/s)",
+            self.erased.describe(),
+            self.bytes as f64 / f64::from(1u32 << 30),
+            self.seconds,
+            self.mb_per_s()
+        )
+    }
+}
+
 /// The NVMe half of `erase_devices_express`: a secure format of each of
 /// `disks` that supports it, when the knobs enable it (the metadata wipe of
 /// every device follows in the step).
@@ -104,7 +134,7 @@ pub fn erase_disks(
     policy: &WritePolicy,
     knobs: &Knobs,
     cancel: &AtomicBool,
-) -> Result<Vec<(PathBuf, Erased)>> {
+) -> Result<Vec<(PathBuf, Outcome)>> {
     let queue = Mutex::new(disks.iter().cloned().collect::<VecDeque<_>>());
     let results = Mutex::new(Vec::new());
     let workers = knobs.concurrency.clamp(1, disks.len().max(1));
@@ -177,7 +207,8 @@ fn erase_one(
     policy: &WritePolicy,
     knobs: &Knobs,
     cancel: &AtomicBool,
-) -> Result<Erased> {
+) -> Result<Outcome> {
+    let started = std::time::Instant::now();
     let done = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let size = std::fs::File::open(path)
@@ -193,7 +224,19 @@ fn erase_one(
     let result = erase_with(path, policy, knobs, Method::Auto, cancel, &done);
     stop.store(true, Ordering::Relaxed);
     let _ = reporter.join();
-    result
+    let outcome = Outcome {
+        erased: result?,
+        bytes: size,
+        seconds: started.elapsed().as_secs_f64(),
+    };
+    tracing::info!(
+        device = %path.display(),
+        seconds = format_args!("{:.2}", outcome.seconds),
+        mb_per_s = format_args!("{:.0}", outcome.mb_per_s()),
+        method = %outcome.erased.describe(),
+        "disk erase done"
+    );
+    Ok(outcome)
 }
 
 /// Erases one disk with `method` after the same checks as `erase_devices`

@@ -37,8 +37,16 @@ fn disks_are_discarded_in_parallel_and_read_back_as_zeros() {
     };
     let out = erase_disks(&disks, &policy(&disks), &knobs, &AtomicBool::new(false)).unwrap();
     assert_eq!(out.len(), 3);
-    for (d, e) in &out {
-        assert_eq!(*e, Erased::Discard, "{}", d.display());
+    for (d, o) in &out {
+        assert_eq!(o.erased, Erased::Discard, "{}", d.display());
+        assert_eq!(o.bytes, 3 << 20, "{}", d.display());
+        assert!(o.seconds > 0.0 && o.mb_per_s() > 0.0, "{o:?}");
+        assert!(
+            o.describe()
+                .starts_with("discard, verified zeros; 0.0 GiB in "),
+            "{}",
+            o.describe()
+        );
         assert!(all_zero(d));
     }
 }
@@ -141,5 +149,5 @@ fn a_vmfs_disk_is_protected_unless_wiping_special_filesystems_is_allowed() {
         &AtomicBool::new(false),
     )
     .unwrap();
-    assert_eq!(out[0].1, Erased::Discard);
+    assert_eq!(out[0].1.erased, Erased::Discard);
 }

@@ -33,9 +33,11 @@
 
 mod machine;
 mod report;
+mod split;
 
 pub use machine::{DiskBoot, Machine};
 pub use report::{agent_message, Reporter};
+pub use split::Split;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -222,7 +224,39 @@ pub struct Flow<'a, 'b> {
     active_at: Option<Instant>,
 }
 
+/// Where a flow began, for [`Flow::split`]: the ends of Ironic's log and
+/// of the console, and the moment.
+#[derive(Debug, Clone, Copy)]
+pub struct Mark {
+    log: u64,
+    console: usize,
+    at: Instant,
+}
+
 impl<'a, 'b> Flow<'a, 'b> {
+    /// Marks the start of a flow (before its request to Ironic).
+    pub fn mark(&self) -> Mark {
+        Mark {
+            log: std::fs::metadata(self.ironic.log_path()).map_or(0, |m| m.len()),
+            console: self.machine.console_len(),
+            at: Instant::now(),
+        }
+    }
+
+    /// Where the time since `mark` went ([`Split`]), from Ironic's log and
+    /// the console; `None` if their lines do not allow it.
+    pub fn split(&self, mark: Mark) -> Option<Split> {
+        let total = mark.at.elapsed().as_secs_f64();
+        let log = std::fs::read(self.ironic.log_path()).ok()?;
+        let log = String::from_utf8_lossy(log.get(mark.log as usize..)?);
+        Split::of(
+            total,
+            &log,
+            &self.machine.console_since(mark.console),
+            &self.uuid,
+        )
+    }
+
     /// A flow that prints nothing.
     pub fn new(ironic: &'a Ironic, uuid: &str, machine: Machine<'b>, timeout: Duration) -> Self {
         Self {
