@@ -28,6 +28,16 @@
 //! The test system's initramfs does not assemble md, so no config drive is
 //! given (it would sit inside the array). Wall times go to
 //! `target/bed-logs/ironicraid/flow-times.txt`.
+//!
+//! The same under BIOS (SeaBIOS; `#[ignore]`d here, about 4 min more, run
+//! by `ci/test-ramdisk-long`): Ironic's `[agent]
+//! enable_bios_bootloader_install = true`, the image a Debian root with
+//! Debian's GRUB for BIOS in a GPT whole-disk image
+//! (`hardware_tests::grubimage`) and `instance_info.image_rootfs_uuid`
+//! naming its root filesystem; Ironic's `install_bootloader` makes the
+//! agent run the image's `grub-install --target=i386-pc` on both member
+//! disks (into each MBR and BIOS boot partition) and its `grub-mkconfig`,
+//! so GRUB reads the kernel through its md driver from either disk.
 
 use std::fs::File;
 use std::io::Write;
@@ -44,10 +54,11 @@ use hardware_tests::bed::{
     self, deploy, Boot, Bus, Disk, Firmware, Net, NetOptions, Nic, Vm, VmSpec, BRIDGE_IP,
 };
 use hardware_tests::ironic::Ironic;
-use hardware_tests::{require_root, testimage};
+use hardware_tests::{grubimage, require_root, testimage};
 use serde_json::{json, Value};
 
 const MAC: &str = "52:54:00:1c:0a:0d";
+const ROOT_UUID: &str = "5e2d8c41-7a3b-4c9e-b1f6-0d8a2e4c6b19";
 const GUEST: &str = "10.99.0.61";
 const DISK_GIB: u64 = 5;
 const PORT: u16 = 6385;
@@ -57,17 +68,22 @@ const FLOW_TIMEOUT: Duration = Duration::from_secs(300);
 /// The agent RAID interface, added to the bed's Ironic configuration.
 const RAID_CONF: &str = "[DEFAULT]\nenabled_raid_interfaces = no-raid,agent\n";
 
-fn times_file() -> PathBuf {
-    bed::logs_dir("ironicraid").unwrap().join("flow-times.txt")
+fn times_file(uefi: bool) -> PathBuf {
+    let name = if uefi {
+        "ironicraid"
+    } else {
+        "ironicraid-bios"
+    };
+    bed::logs_dir(name).unwrap().join("flow-times.txt")
 }
 
 /// Prints a wall time and appends it to [`times_file`].
-fn timing(line: String) {
+fn timing(uefi: bool, line: String) {
     println!("{line}");
     let mut f = std::fs::OpenOptions::new()
         .append(true)
         .create(true)
-        .open(times_file())
+        .open(times_file(uefi))
         .unwrap();
     writeln!(f, "{line}").unwrap();
 }
@@ -119,13 +135,39 @@ fn signatures(path: &Path) -> String {
 
 #[test]
 fn ironic_builds_software_raid_deploys_onto_it_and_deletes_it_uefi() {
+    raid_flow(true);
+}
+
+#[test]
+#[ignore = "about 4 min more; ci/test-ramdisk-long runs it"]
+fn ironic_builds_software_raid_deploys_onto_it_and_deletes_it_bios() {
+    raid_flow(false);
+}
+
+fn raid_flow(uefi: bool) {
     require_root("the Ironic software RAID QEMU test");
+    let timing = |line: String| timing(uefi, line);
     let total = Instant::now();
-    std::fs::write(times_file(), "").unwrap();
+    std::fs::write(times_file(uefi), "").unwrap();
     let ramdisk = bed::ramdisk_dir().unwrap();
     let work = tempfile::tempdir().unwrap();
-    let image = testimage::build(work.path(), MARKER).unwrap();
-    let sha = deploy::sha256_file(&image.raw).unwrap();
+    // UEFI: the test image (its ESP holds its loaders); BIOS: a Debian
+    // root with GRUB to install from it.
+    let image = if uefi {
+        testimage::build(work.path(), MARKER).unwrap().raw
+    } else {
+        grubimage::whole_disk_image(work.path(), MARKER, ROOT_UUID, 160).unwrap()
+    };
+    let sha = deploy::sha256_file(&image).unwrap();
+    let firmware = |vars: &Path| {
+        if uefi {
+            Firmware::Uefi {
+                vars: vars.to_path_buf(),
+            }
+        } else {
+            Firmware::Bios
+        }
+    };
 
     let net = Net::start(NetOptions {
         hosts: vec![(MAC.into(), GUEST.into())],
@@ -137,7 +179,7 @@ fn ironic_builds_software_raid_deploys_onto_it_and_deletes_it_uefi() {
         .enter(|| ImageServer::start_on(format!("{BRIDGE_IP}:0").parse().unwrap()))
         .unwrap()
         .unwrap();
-    images.route("/disk.raw", &image.raw, &[], Fault::None);
+    images.route("/disk.raw", &image, &[], Fault::None);
 
     let mut bmc = Bmc::start(&net).unwrap();
     let vars = work.path().join("OVMF_VARS.fd");
@@ -153,14 +195,21 @@ fn ironic_builds_software_raid_deploys_onto_it_and_deletes_it_uefi() {
     let spec = VmSpec {
         disks: disks.clone(),
         nics: vec![Nic { mac: MAC.into() }],
-        firmware: Firmware::Uefi { vars: vars.clone() },
+        firmware: firmware(&vars),
         ..VmSpec::new("node")
     };
     let system = bmc.define(&spec).unwrap();
     bmc.start_emulator().unwrap();
     let pxe = PxeRoot::start(&net, &ramdisk).unwrap();
     // Ironic's configuration has one [DEFAULT] section.
-    let conf = ironic_flow::ironic_conf(pxe.dir(), "").replacen("[DEFAULT]\n", RAID_CONF, 1);
+    let mut conf = ironic_flow::ironic_conf(pxe.dir(), "").replacen("[DEFAULT]\n", RAID_CONF, 1);
+    if !uefi {
+        conf = conf.replacen(
+            "[agent]\n",
+            "[agent]\nenable_bios_bootloader_install = true\n",
+            1,
+        );
+    }
     let ironic = Ironic::start_in(&net.ns, BRIDGE_IP, PORT, Some(&conf))
         .expect("starting Ironic 39.0.0 in the namespace");
     let machine = Machine::new(&bmc, system, &disks[0].path);
@@ -170,7 +219,8 @@ fn ironic_builds_software_raid_deploys_onto_it_and_deletes_it_uefi() {
         "controller": "software", "is_root_volume": true}]});
     let raid_step = |step: &str| json!({"interface": "raid", "step": step});
     let machine = net.block_on(async {
-        let uuid = ironic_flow::enroll(&ironic, &bmc, machine.system(), "ironicraid", MAC, "uefi")
+        let mode = if uefi { "uefi" } else { "bios" };
+        let uuid = ironic_flow::enroll(&ironic, &bmc, machine.system(), "ironicraid", MAC, mode)
             .await
             .unwrap();
         ironic
@@ -208,10 +258,10 @@ fn ironic_builds_software_raid_deploys_onto_it_and_deletes_it_uefi() {
             let parts = partitions(&d.path);
             let sbs = md_superblocks(&d.path, &parts);
             println!("{}: partitions {parts:?}, md superblocks {sbs:?}", d.path.display());
-            // The mirrored ESP (version 1.0, at the end) and the root
-            // array (version 1.2, 4 KiB in).
+            // The mirrored ESP (version 1.0, at the end; UEFI only) and
+            // the root array (version 1.2, 4 KiB in).
             assert!(
-                sbs.iter().any(|(_, off, name)| name.ends_with("esp") && *off > 4096),
+                !uefi || sbs.iter().any(|(_, off, name)| name.ends_with("esp") && *off > 4096),
                 "{}: no ESP member: {sbs:?}",
                 d.path.display()
             );
@@ -229,16 +279,21 @@ fn ironic_builds_software_raid_deploys_onto_it_and_deletes_it_uefi() {
             .move_to(&uuid, "provide", "available", Duration::from_secs(60))
             .await
             .unwrap();
+        let mut info = json!([
+            {"op": "add", "path": "/instance_info/image_source", "value": images.url("/disk.raw")},
+            {"op": "add", "path": "/instance_info/image_os_hash_algo", "value": "sha256"},
+            {"op": "add", "path": "/instance_info/image_os_hash_value", "value": sha},
+            {"op": "add", "path": "/instance_info/image_disk_format", "value": "raw"},
+        ]);
+        if !uefi {
+            // What Ironic passes to install_bootloader as the root for
+            // software RAID (else Glance's rootfs_uuid).
+            info.as_array_mut().unwrap().push(
+                json!({"op": "add", "path": "/instance_info/image_rootfs_uuid", "value": ROOT_UUID}),
+            );
+        }
         let node = flow
-            .deploy_with(
-                json!([
-                    {"op": "add", "path": "/instance_info/image_source", "value": images.url("/disk.raw")},
-                    {"op": "add", "path": "/instance_info/image_os_hash_algo", "value": "sha256"},
-                    {"op": "add", "path": "/instance_info/image_os_hash_value", "value": sha},
-                    {"op": "add", "path": "/instance_info/image_disk_format", "value": "raw"},
-                ]),
-                None,
-            )
+            .deploy_with(info, None)
             .await
             .unwrap_or_else(|e| panic!("deploy: {e:#} (Ironic log {})", log.display()));
         timing(format!("flow deploy onto the array: active after {}", secs(t)));
@@ -257,6 +312,13 @@ fn ironic_builds_software_raid_deploys_onto_it_and_deletes_it_uefi() {
             "the deploy ramdisk saw no array; console: {}",
             flow.machine.console_path().display()
         );
+        if !uefi {
+            assert!(
+                console.contains("GRUB2 successfully installed for BIOS boot"),
+                "the agent did not report GRUB from the image; console: {}",
+                flow.machine.console_path().display()
+            );
+        }
         let ironic_log = std::fs::read_to_string(&log).unwrap_or_default();
         assert!(
             ironic_log.contains("Executing agent command image.install_bootloader"),
@@ -271,11 +333,13 @@ fn ironic_builds_software_raid_deploys_onto_it_and_deletes_it_uefi() {
     for (label, which) in [("first-only", 0usize), ("second-only", 1)] {
         let t = Instant::now();
         let nvram = work.path().join(format!("vars-{label}.fd"));
-        std::fs::copy(&vars, &nvram).unwrap();
+        if uefi {
+            std::fs::copy(&vars, &nvram).unwrap();
+        }
         let alone = VmSpec {
             disks: vec![disks[which].clone()],
             nics: vec![Nic { mac: MAC.into() }],
-            firmware: Firmware::Uefi { vars: nvram },
+            firmware: firmware(&nvram),
             boot: Boot::Disk,
             ..VmSpec::new(&format!("alone-{label}"))
         };
