@@ -1,5 +1,5 @@
 //! `image.install_bootloader` under BIOS for a partition image, on a loop
-//! device in host mode: the two outcomes that need no virtual machine.
+//! device in host mode: the failures, which need no virtual machine.
 //!
 //! The image is one ext4 filesystem holding a Debian root with Debian's
 //! GRUB for BIOS and the test image's kernel and initramfs
@@ -16,7 +16,10 @@
 //!    the partition for its start with `HDIO_GETGEO`, which loop devices
 //!    do not answer): the command fails with a `CommandExecutionError`
 //!    carrying GRUB's own message, nothing stays mounted, the MBR is still
-//!    zeros.
+//!    zeros;
+//! 3. an image without GRUB (`hardware_tests::partimage`) redeployed there
+//!    fails with an error naming its root and the missing `grub-install`,
+//!    nothing left mounted.
 //!
 //! That GRUB from the image really boots a disk is shown on a virtio disk
 //! under SeaBIOS through real Ironic (`ironic_bios_grub_ramdisk.rs`).
@@ -125,7 +128,6 @@ async fn bios_grub_from_the_image_is_refused_unless_allowed_and_fails_cleanly() 
     .unwrap();
     api.state.set_lookup_config(lookup.config);
     let r = api.run("image.install_bootloader", install).await.unwrap();
-    drop(api);
     assert_eq!(r["command_status"], "FAILED", "{r}");
     assert_eq!(r["command_error"]["type"], "CommandExecutionError", "{r}");
     let msg = r["command_error"]["details"].as_str().unwrap_or_default();
@@ -136,6 +138,45 @@ async fn bios_grub_from_the_image_is_refused_unless_allowed_and_fails_cleanly() 
     assert!(
         mbr_boot_code(&disk.path).iter().all(|&b| b == 0),
         "boot code written although GRUB failed"
+    );
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(
+        !mounts.contains("agent-mnt-"),
+        "the agent left mounts behind:\n{mounts}"
+    );
+
+    // 3. An image without GRUB: a precise error, nothing left mounted.
+    let plain = hardware_tests::partimage::ext4_image(&dir.path().join("plain")).unwrap();
+    let sha = ring::digest::digest(&ring::digest::SHA256, &std::fs::read(&plain).unwrap());
+    let sha: String = sha.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+    server.route("/plain.img", &plain, &[], Fault::None);
+    let r = api
+        .run(
+            "standby.prepare_image",
+            json!({"image_info": {"id": "plain.img", "urls": [server.url("/plain.img")],
+                "disk_format": "raw", "os_hash_algo": "sha256", "os_hash_value": sha,
+                "image_type": "partition", "root_mb": 64, "swap_mb": 0, "ephemeral_mb": 0,
+                "ephemeral_format": null, "preserve_ephemeral": false,
+                "deploy_boot_mode": "bios", "boot_option": "local", "disk_label": "msdos"}}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r["command_status"], "SUCCEEDED", "{r}");
+    let plain_uuid = hardware_tests::partimage::ROOT_UUID;
+    let r = api
+        .run(
+            "image.install_bootloader",
+            json!({"root_uuid": plain_uuid, "efi_system_part_uuid": null,
+                   "prep_boot_part_uuid": null, "target_boot_mode": "bios"}),
+        )
+        .await
+        .unwrap();
+    drop(api);
+    assert_eq!(r["command_status"], "FAILED", "{r}");
+    let msg = r["command_error"]["details"].as_str().unwrap_or_default();
+    assert!(
+        msg.contains("has no grub-install") && msg.contains(plain_uuid),
+        "{msg}"
     );
     let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
     assert!(
