@@ -20,7 +20,8 @@
 //! 3. Disk contents: [`image`] (the streaming image write), [`configdrive`]
 //!    (config drives after an image write), [`ignition`] (Ignition for
 //!    CoreOS-like images), [`partimage`] (partition images: layout, table,
-//!    the other partitions, their UEFI loaders), [`uefi`] (boot entries), [`vmedia`] (what Ironic
+//!    the other partitions, their UEFI loaders), [`uefi`] (boot entries), [`grub`] (BIOS GRUB
+//!    installed from the deployed image), [`vmedia`] (what Ironic
 //!    puts on virtual media for the ramdisk).
 //! 4. [`conductor`]: the client of Ironic's ramdisk endpoints.
 //! 5. The agent's core: [`commands`] (every command and step handler, and
@@ -47,6 +48,7 @@ pub mod configdrive;
 pub mod discovery;
 pub mod disk;
 pub mod errfmt;
+pub mod grub;
 pub mod hints;
 pub mod ignition;
 pub mod image;

@@ -43,6 +43,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         "disk contents",
         &[
             "configdrive",
+            "grub",
             "ignition",
             "image",
             "inject",

@@ -9,6 +9,7 @@ pub mod agentapi;
 pub mod agentproc;
 pub mod bed;
 pub mod debs;
+pub mod grubimage;
 pub mod images;
 pub mod ironic;
 pub mod loopdev;

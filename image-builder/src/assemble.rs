@@ -67,12 +67,13 @@ pub struct Report {
     pub firmware: Option<crate::firmware::Coverage>,
 }
 
-/// Applets linked to busybox in `/bin`.
+/// Applets linked to busybox in `/bin` (`chroot`: the agent runs the
+/// deployed image's own `grub-install` in it, `agent/src/grub.rs`).
 const APPLETS: &[&str] = &[
     "sh", "ls", "cat", "cp", "mv", "rm", "mkdir", "mount", "umount", "ip", "ping", "ps", "dmesg",
     "free", "df", "less", "vi", "grep", "sed", "awk", "head", "tail", "lsmod", "wget", "sync",
     "poweroff", "reboot", "hexdump", "dd", "find", "ln", "sleep", "top", "uname", "env", "kill",
-    "chmod", "touch", "echo", "tr", "wc", "login", "getty",
+    "chmod", "touch", "echo", "tr", "wc", "login", "getty", "chroot",
 ];
 
 /// The tree as path → entry (sorted by path, parents before children).

@@ -1,24 +1,30 @@
 //! `image.install_bootloader` (PROTOCOL.md §5.8), called by Ironic after a UEFI
-//! whole-disk deploy. Host mode never touches this machine's NVRAM: where
-//! the ramdisk would write boot entries the command succeeds and says so. In the ramdisk, BIOS whole-disk images
-//! need nothing; for UEFI the loaders on the image's EFI system partition
-//! get boot entries written natively into efivarfs ([`crate::uefi`]).
-//! Failures fail the command unless `ignore_bootloader_failure` is set.
+//! whole-disk deploy, a partition-image deploy, or any deploy onto software
+//! RAID. Host mode never touches this machine's NVRAM: where the ramdisk
+//! would write boot entries the command succeeds and says so. BIOS
+//! whole-disk images need nothing; for UEFI the loaders on the image's EFI
+//! system partition get boot entries written natively into efivarfs
+//! ([`crate::uefi`]). Failures fail the command unless
+//! `ignore_bootloader_failure` is set.
 //! A UEFI call for a partition image (a filesystem UUID as `root_uuid`)
 //! first copies the image's own loaders to the ESP the deploy made
 //! ([`crate::partimage::efi`]; also in host mode, on the allowed device).
-//! A BIOS call for a partition image, or a UEFI one whose image has no
-//! loaders, would need GRUB installed from the tenant's image: refused with IPA's
-//! `InvalidImage` unless the conductor's lookup allowed it
-//! (`enable_bios_bootloader_install`, off by default since that install
-//! runs the tenant's code as root), and then refused as not supported.
 //!
-//! Software RAID (the deploy wrote onto an md array): under UEFI the
-//! image's own ESP, inside the array, is copied onto the mirrored ESP
-//! `create_configuration` built ([`crate::raid::esp`]) and every member
-//! disk's ESP gets its own boot entry for each loader, so the machine boots
-//! from either disk; under BIOS the members would need GRUB installed from
-//! the image, refused as for partition images.
+//! BIOS for a partition image, or for an image on software RAID: GRUB
+//! installed from the image itself ([`crate::grub`]: its `grub-install
+//! --target=i386-pc` in a chroot, onto the root device or every member
+//! disk of the array, then its `grub-mkconfig`), only when the conductor's
+//! lookup allowed it (`enable_bios_bootloader_install`, off by default
+//! since that install runs the tenant's code as root); otherwise IPA's
+//! `InvalidImage` refusal. A whole-disk image on RAID under BIOS needs the
+//! image's root filesystem UUID (Ironic's `image_rootfs_uuid`); without it
+//! the command fails precisely (IPA would return success and leave disks
+//! that do not boot).
+//!
+//! Software RAID under UEFI: the image's own ESP, inside the array, is
+//! copied onto the mirrored ESP `create_configuration` built
+//! ([`crate::raid::esp`]) and every member disk's ESP gets its own boot
+//! entry for each loader, so the machine boots from either disk.
 
 use std::sync::Arc;
 
@@ -59,23 +65,32 @@ pub async fn install_bootloader(state: Arc<AgentState>, params: Value) -> Outcom
     }
     let software_raid = p.software_raid.unwrap_or(false);
     if mode != "uefi" {
-        if software_raid {
-            // The image's own boot code sits inside the array, where BIOS
-            // does not look: the members need GRUB from the image.
-            let err = bios_grub_refusal(grub_allowed(&state));
-            tracing::error!(root_uuid, "software RAID under BIOS: {}", err.details);
-            return finish(Err(err));
-        }
-        if is_whole_disk(root_uuid) {
+        let whole = is_whole_disk(root_uuid);
+        if whole && !software_raid {
             tracing::info!(
                 root_uuid,
                 "BIOS boot of a whole-disk image: the image's own boot loader is used"
             );
             return Outcome::Done(Value::Null);
         }
-        let err = bios_grub_refusal(grub_allowed(&state));
-        tracing::error!(root_uuid, "{}", err.details);
-        return finish(Err(err));
+        if !grub_allowed(&state) {
+            let err = bios_grub_refusal();
+            tracing::error!(root_uuid, software_raid, "{}", err.details);
+            return finish(Err(err));
+        }
+        if whole {
+            // The image's own boot code sits inside the array, where BIOS
+            // does not look, and GRUB from the image needs its root.
+            let err = CommandError::new(
+                ErrorKind::InvalidImage,
+                format!(
+                    "software RAID under BIOS: GRUB must be installed from the image onto every                      member disk, which needs the image's root filesystem UUID (Ironic sends                      instance_info image_rootfs_uuid, or the Glance image's rootfs_uuid);                      root_uuid was {root_uuid:?}"
+                ),
+            );
+            tracing::error!("{}", err.details);
+            return finish(Err(err));
+        }
+        return finish(bios_grub(&state, root_uuid).await);
     }
     if state.config.mode == RunMode::Host {
         tracing::warn!(
@@ -198,7 +213,15 @@ async fn partition_image_loaders(state: &AgentState, root_uuid: &str) -> Result<
             tracing::warn!(
                 "the partition image has no boot/efi/EFI directory: it needs GRUB installed"
             );
-            Err(bios_grub_refusal(grub_allowed(state)))
+            Err(if grub_allowed(state) {
+                CommandError::new(
+                    ErrorKind::IncompatibleHardwareMethod,
+                    "the partition image has no UEFI loaders under /boot/efi/EFI; installing \
+                     GRUB for UEFI from the image is not supported by this agent",
+                )
+            } else {
+                bios_grub_refusal()
+            })
         }
     }
 }
@@ -217,22 +240,48 @@ fn grub_allowed(state: &AgentState) -> bool {
         .is_some_and(|c| c.bios_bootloader_install)
 }
 
-/// Why a BIOS boot loader is not installed for a partition image.
-fn bios_grub_refusal(allowed_by_conductor: bool) -> CommandError {
-    if allowed_by_conductor {
-        CommandError::new(
-            ErrorKind::IncompatibleHardwareMethod,
-            "installing GRUB for a BIOS partition image is not supported by this agent yet; \
-             deploy a whole-disk image or boot the node in UEFI mode",
-        )
-    } else {
-        CommandError::new(
-            ErrorKind::InvalidImage,
-            "Install of legacy BIOS bootloaders disabled by the conductor \
-             (enable_bios_bootloader_install is false in its lookup answer; Ironic's \
-             [agent]enable_bios_bootloader_install) as part of CVE-2026-43003 mitigation",
-        )
-    }
+/// IPA's refusal of GRUB from the image when the conductor did not allow
+/// it.
+fn bios_grub_refusal() -> CommandError {
+    CommandError::new(
+        ErrorKind::InvalidImage,
+        "Install of legacy BIOS bootloaders disabled by the conductor \
+         (enable_bios_bootloader_install is false in its lookup answer; Ironic's \
+         [agent]enable_bios_bootloader_install) as part of CVE-2026-43003 mitigation",
+    )
+}
+
+/// BIOS, allowed by the conductor: GRUB installed from the image whose
+/// root filesystem is `root_uuid` on the root device ([`crate::grub`]),
+/// into every member disk when that is a software RAID array.
+async fn bios_grub(state: &AgentState, root_uuid: &str) -> Result<(), CommandError> {
+    let device = super::image::choose_device(state)?;
+    let disks = match device.file_name().map(|n| n.to_string_lossy().into_owned()) {
+        Some(name) if is_md(&device) => {
+            let disks = crate::raid::md::member_disks(std::path::Path::new("/"), &name);
+            if disks.is_empty() {
+                return Err(CommandError::new(
+                    ErrorKind::CommandExecution,
+                    format!("{} has no member disks in sysfs", device.display()),
+                ));
+            }
+            disks
+        }
+        _ => vec![device.clone()],
+    };
+    let root = root_uuid.to_string();
+    let installed =
+        tokio::task::spawn_blocking(move || crate::grub::install_bios(&device, &root, &disks))
+            .await
+            .map_err(|e| CommandError::new(ErrorKind::CommandExecution, e.to_string()))?
+            .map_err(|e| {
+                CommandError::new(
+                    ErrorKind::CommandExecution,
+                    format!("Installing GRUB2 boot loader from the image failed: {e:#}"),
+                )
+            })?;
+    tracing::info!(disks = ?installed.disks, config = %installed.config, "GRUB2 successfully installed for BIOS boot");
+    Ok(())
 }
 
 #[cfg(test)]
@@ -248,12 +297,9 @@ mod tests {
     }
 
     #[test]
-    fn bios_grub_is_refused_as_ipa_does_unless_allowed() {
-        let off = bios_grub_refusal(false);
+    fn bios_grub_is_refused_as_ipa_does() {
+        let off = bios_grub_refusal();
         assert_eq!(off.kind.type_name(), "InvalidImage");
         assert!(off.details.contains("enable_bios_bootloader_install"));
-        let on = bios_grub_refusal(true);
-        assert_eq!(on.kind, ErrorKind::IncompatibleHardwareMethod);
-        assert!(on.details.contains("not supported by this agent"));
     }
 }

@@ -75,7 +75,6 @@ impl Mounted {
         fstype: &str,
         ro: bool,
     ) -> Result<Self, MountError> {
-        let dir = mount_point()?;
         // A tenant's filesystem: no device nodes, set-id bits or programs
         // from it take effect; links in it are not followed ([`super::beneath`]).
         let ro_opt = if ro {
@@ -83,6 +82,19 @@ impl Mounted {
         } else {
             "rw,nodev,nosuid,noexec"
         };
+        Self::with_options(device, offset, len, fstype, ro_opt)
+    }
+
+    /// [`Mounted::new`] with the mount options `ro_opt` (`rw` for a
+    /// filesystem whose programs are to run: [`crate::grub`]'s chroot).
+    pub fn with_options(
+        device: &Path,
+        offset: u64,
+        len: u64,
+        fstype: &str,
+        ro_opt: &str,
+    ) -> Result<Self, MountError> {
+        let dir = mount_point()?;
         // The whole block device (an md array holding a filesystem): no loop.
         let whole = offset == 0
             && std::fs::File::open(device)

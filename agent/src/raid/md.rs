@@ -246,3 +246,32 @@ pub fn stop(md: &Path) -> Result<()> {
         .with_context(|| format!("stopping {} (STOP_ARRAY)", md.display()))?;
     Ok(())
 }
+
+/// The disks under array `name` (`md0`), from `root/sys`: for each member
+/// (`/sys/block/md0/slaves/*`) the disk it is a partition of, or the
+/// member itself when it is a whole disk; sorted, as `/dev` paths.
+pub fn member_disks(root: &Path, name: &str) -> Vec<PathBuf> {
+    let Some(array) = arrays(root).into_iter().find(|a| a.name == name) else {
+        return Vec::new();
+    };
+    let mut disks: Vec<PathBuf> = array
+        .members
+        .iter()
+        .map(|m| {
+            let class = root.join("sys/class/block").join(m);
+            let disk = fs::canonicalize(&class)
+                .ok()
+                .filter(|p| p.join("partition").exists())
+                .and_then(|p| {
+                    p.parent()
+                        .and_then(|d| d.file_name())
+                        .map(|n| n.to_string_lossy().into_owned())
+                })
+                .unwrap_or_else(|| m.clone());
+            Path::new("/dev").join(disk)
+        })
+        .collect();
+    disks.sort();
+    disks.dedup();
+    disks
+}

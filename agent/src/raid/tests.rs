@@ -620,3 +620,32 @@ fn personalities_and_arrays_are_read_from_fixtures() {
         "an empty, cleared md device is free"
     );
 }
+
+#[test]
+fn member_disks_are_the_disks_of_the_member_partitions() {
+    let root = tempfile::tempdir().unwrap();
+    let md0 = root.path().join("sys/block/md0");
+    std::fs::create_dir_all(md0.join("md")).unwrap();
+    // Partitions vda2, vdb2 and a whole-disk member vdc, as sysfs links
+    // them under /sys/class/block.
+    let devices = root.path().join("sys/devices/virtio");
+    for (disk, part) in [("vda", Some("vda2")), ("vdb", Some("vdb2")), ("vdc", None)] {
+        let dir = match part {
+            Some(p) => devices.join(disk).join(p),
+            None => devices.join(disk),
+        };
+        std::fs::create_dir_all(&dir).unwrap();
+        if part.is_some() {
+            std::fs::write(dir.join("partition"), "2\n").unwrap();
+        }
+        let name = part.unwrap_or(disk);
+        std::fs::create_dir_all(md0.join("slaves").join(name)).unwrap();
+        std::fs::create_dir_all(root.path().join("sys/class/block")).unwrap();
+        std::os::unix::fs::symlink(&dir, root.path().join("sys/class/block").join(name)).unwrap();
+    }
+    assert_eq!(
+        super::md::member_disks(root.path(), "md0"),
+        ["/dev/vda", "/dev/vdb", "/dev/vdc"].map(std::path::PathBuf::from)
+    );
+    assert!(super::md::member_disks(root.path(), "md9").is_empty());
+}

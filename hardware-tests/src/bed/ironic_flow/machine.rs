@@ -128,6 +128,33 @@ impl<'b> Machine<'b> {
         since: Instant,
         timeout: Duration,
     ) -> Result<DiskBoot> {
+        let (marker_after, console) = self.wait_marker_boot(mark, marker, since, timeout)?;
+        let meta = testimage::meta_data(&console).with_context(|| {
+            format!(
+                "the deployed system printed no config drive; console: {}",
+                self.console_path().display()
+            )
+        })?;
+        let meta =
+            serde_json::from_str(&meta).with_context(|| format!("meta_data.json {meta:?}"))?;
+        Ok(DiskBoot {
+            marker_after,
+            meta,
+            console,
+        })
+    }
+
+    /// [`Machine::wait_disk_boot`] without the config drive: the agent's
+    /// power-off, then the deployed system's `marker` line, and the domain
+    /// shut off. Returns the time from `since` to the marker and the
+    /// console from the power-off on.
+    pub fn wait_marker_boot(
+        &self,
+        mark: usize,
+        marker: &str,
+        since: Instant,
+        timeout: Duration,
+    ) -> Result<(Duration, String)> {
         let line = testimage::marker_line(marker);
         let deadline = Instant::now() + timeout;
         let marker_after = loop {
@@ -158,19 +185,6 @@ impl<'b> Machine<'b> {
             "the deployed system booted before the ramdisk powered off; console: {}",
             self.console_path().display()
         );
-        let console = text[off..].to_string();
-        let meta = testimage::meta_data(&console).with_context(|| {
-            format!(
-                "the deployed system printed no config drive; console: {}",
-                self.console_path().display()
-            )
-        })?;
-        let meta =
-            serde_json::from_str(&meta).with_context(|| format!("meta_data.json {meta:?}"))?;
-        Ok(DiskBoot {
-            marker_after,
-            meta,
-            console,
-        })
+        Ok((marker_after, text[off..].to_string()))
     }
 }

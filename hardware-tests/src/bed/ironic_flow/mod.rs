@@ -452,7 +452,16 @@ impl<'a, 'b> Flow<'a, 'b> {
     /// machine off, set the boot device to disk and powered it on. Returns
     /// the node.
     pub async fn deploy(&mut self, instance_info: Value, configdrive: Value) -> Result<Value> {
-        self.start_deploy(instance_info, Some(configdrive)).await?;
+        self.deploy_with(instance_info, Some(configdrive)).await
+    }
+
+    /// [`Flow::deploy`] with or without a config drive.
+    pub async fn deploy_with(
+        &mut self,
+        instance_info: Value,
+        configdrive: Option<Value>,
+    ) -> Result<Value> {
+        self.start_deploy(instance_info, configdrive).await?;
         let node = self.wait_for("active", self.timeout).await?;
         self.active_at = Some(Instant::now());
         self.machine
@@ -480,6 +489,25 @@ impl<'a, 'b> Flow<'a, 'b> {
             self.ironic.log_path().display()
         );
         Ok(booted)
+    }
+
+    /// [`Flow::boot_disk`] for a system that shows no config drive: the
+    /// machine, powered off by the agent, boots from its disk and the
+    /// deployed system prints `marker`'s line, then powers off. Returns the
+    /// time from `active` to the marker.
+    pub async fn boot_disk_marker(&mut self, marker: &str, timeout: Duration) -> Result<Duration> {
+        let since = self.active_at.context("no deploy reached active")?;
+        let mark = self.deploy_mark;
+        let (after, _) = self.hold("booting from disk", |m| {
+            m.wait_marker_boot(mark, marker, since, timeout)
+        })?;
+        let log = std::fs::read_to_string(self.ironic.log_path()).unwrap_or_default();
+        ensure!(
+            !log.contains("Forcing hard power off"),
+            "Ironic had to force the power off after standby.power_off; log: {}",
+            self.ironic.log_path().display()
+        );
+        Ok(after)
     }
 
     /// Undeploy with automated cleaning, until `available`.
