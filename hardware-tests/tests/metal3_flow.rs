@@ -19,9 +19,13 @@
 //!   domain's two NICs with a static address, which Ironic writes to the
 //!   ISO as `openstack/latest/network_data.json`.
 //!
+//! The domain has **512 MiB of RAM** (issue 17: the full-coverage ramdisk
+//! inspects, cleans and deploys a 2 GiB qcow2 on a 512 MiB machine).
+//!
 //! The flow: enroll → manage → inspect (managed, over virtual media) →
-//! provide (automated cleaning, `erase_devices_metadata`) → deploy of the
-//! test image as qcow2 with a config drive → `active`; Ironic then powers
+//! provide (automated cleaning, `erase_devices_metadata`) → deploy of a
+//! qcow2 of 2 GiB virtual size (the test image, compressed, and 576 MiB of
+//! random data: more than the RAM) with a config drive → `active`; Ironic then powers
 //! the domain off, sets the boot device to disk and powers it on, and the
 //! deployed system prints its marker and its config drive. The domain's
 //! console (one file across boots) must show exactly one start of the
@@ -69,6 +73,16 @@ const MARKER: &str = "metal3-deployed-5b2c";
 const RAMDISK_START: &str = "deploy ramdisk init starting";
 /// What one phase may take under TCG.
 const PHASE_TIMEOUT: Duration = Duration::from_secs(420);
+/// The domain's RAM: issue 17's small machine.
+const MEMORY_MIB: u32 = 512;
+/// The qcow2's virtual size.
+const IMAGE_VIRTUAL: u64 = 2 << 30;
+/// Random data in the qcow2 beyond the test image: more than the domain's
+/// whole RAM, so neither a RAM buffer nor the page cache can hold the image;
+/// the agent must stream it. 576 MiB (RAM + 64 MiB) proves that as well as
+/// `bed_small_ram`'s gigabyte (`ci/test-ramdisk-long`) at half the transfer
+/// time under TCG.
+const IMAGE_DATA: u64 = 576 << 20;
 
 static TIMES: OnceLock<PathBuf> = OnceLock::new();
 
@@ -119,15 +133,6 @@ fn openssl_cert(dir: &Path) -> (PathBuf, PathBuf) {
         .arg(&cert))
     .unwrap();
     (cert, key)
-}
-
-fn sha256(path: &Path) -> String {
-    let data = std::fs::read(path).unwrap();
-    ring::digest::digest(&ring::digest::SHA256, &data)
-        .as_ref()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
 }
 
 fn console(path: &Path) -> String {
@@ -211,8 +216,8 @@ fn metal3_profile_inspects_cleans_and_deploys_in_one_ramdisk_boot() {
     let t = Instant::now();
     let image = testimage::build(tmp.path(), MARKER).unwrap();
     let qcow2 = www.join("disk.qcow2");
-    testimage::to_qcow2(&image.raw, &qcow2, true).unwrap();
-    let qcow2_sha256 = sha256(&qcow2);
+    testimage::big_qcow2(&image, &qcow2, IMAGE_VIRTUAL, IMAGE_DATA).unwrap();
+    let qcow2_sha256 = hardware_tests::sha256_prefix(&qcow2, u64::MAX).unwrap();
     let esp = redfish::esp_image(tmp.path()).unwrap();
     timing!("test image and ESP built in {}", secs(t));
 
@@ -231,7 +236,7 @@ fn metal3_profile_inspects_cleans_and_deploys_in_one_ramdisk_boot() {
     spec.firmware = Firmware::Uefi {
         vars: tmp.path().join("metal3vm_VARS.fd"),
     };
-    spec.memory_mb = 1024;
+    spec.memory_mb = MEMORY_MIB;
     spec.disks.push(Disk {
         path: tmp.path().join("disk0.img"),
         size: DISK_GIB << 30,
@@ -401,7 +406,7 @@ fn metal3_profile_inspects_cleans_and_deploys_in_one_ramdisk_boot() {
             // the stored inventory itself.
             let stored = ironic.inventory(&uuid).await.unwrap();
             let inv = &stored["inventory"];
-            assert_eq!(inv["memory"]["physical_mb"], json!(1024), "{}", inv["memory"]);
+            assert_eq!(inv["memory"]["physical_mb"], json!(MEMORY_MIB), "{}", inv["memory"]);
             assert!(
                 inv["disks"]
                     .as_array()
@@ -530,6 +535,10 @@ fn metal3_profile_inspects_cleans_and_deploys_in_one_ramdisk_boot() {
     let ramdisk_boots = text.matches(RAMDISK_START).count();
     let ctx = format!("console: {}", sys.console.display());
     assert_eq!(ramdisk_boots, 1, "ramdisk boots; {ctx}");
+    assert!(
+        !text.contains("Out of memory") && !text.contains("oom-kill"),
+        "the ramdisk ran out of memory in {MEMORY_MIB} MiB; {ctx}"
+    );
     for line in [
         "bond0 (bond active-backup of eth0+eth1",
         "10.99.0.60/24 route 0.0.0.0/0 via 10.99.0.1 from network_data.json",
