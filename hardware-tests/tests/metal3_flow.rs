@@ -436,6 +436,16 @@ fn metal3_profile_inspects_cleans_and_deploys_in_one_ramdisk_boot() {
                 stored["inventory"]["boot"]["current_boot_mode"],
                 json!("uefi")
             );
+            // The ramdisk's boot phases, kept by Ironic as plugin data.
+            let phases = stored["plugin_data"]["boot_phases"].clone();
+            eprintln!("boot phases in Ironic's plugin data: {phases}");
+            let names: Vec<&str> = phases
+                .as_array()
+                .map(|a| a.iter().filter_map(|p| p["phase"].as_str()).collect())
+                .unwrap_or_default();
+            for p in ["init", "modules", "vmedia", "network", "inspection"] {
+                assert!(names.contains(&p), "phase {p} not in plugin_data.boot_phases: {phases}");
+            }
             assert_eq!(node["power_state"], json!("power on"), "fast track keeps it on");
 
             // Automated cleaning on the running agent (fast track).
@@ -566,6 +576,25 @@ fn metal3_profile_inspects_cleans_and_deploys_in_one_ramdisk_boot() {
         );
     }
     assert_eq!(logs.len(), 3, "{logs:?}");
+    // The logs after the deploy hold all boot phases, the agent's too.
+    let deploy_log = logs
+        .iter()
+        .find(|l| {
+            let n = l.to_string_lossy();
+            !n.contains("_inspect_") && !n.contains("_cleaning_")
+        })
+        .unwrap();
+    let phases = run(Command::new("tar")
+        .args(["-xzOf"])
+        .arg(deploy_log)
+        .arg("boot_phases"))
+    .unwrap();
+    for p in ["init", "network", "inspection", "lookup", "first_heartbeat"] {
+        assert!(
+            phases.lines().any(|l| l.starts_with(&format!("{p} "))),
+            "phase {p} not in the deploy logs' boot_phases:\n{phases}"
+        );
+    }
     timing!(
         "metal3 flow: enroll → active + disk boot in {} with {ramdisk_boots} ramdisk boot; whole test {}",
         secs(t0),
