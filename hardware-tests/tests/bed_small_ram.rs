@@ -38,7 +38,7 @@ fn deploys_a_2gib_qcow2_with_512mib_of_ram() {
     let img = testimage::build(&dir, &marker).unwrap();
     // 1 GiB of random data after the image's partitions, virtual size 2 GiB.
     let qcow2 = dir.join("big.qcow2");
-    testimage::big_qcow2(&img, &qcow2, 2 * GIB, GIB).unwrap();
+    let _data_sha256 = testimage::big_qcow2(&img, &qcow2, 2 * GIB, GIB).unwrap();
     let info = run(Command::new("qemu-img").arg("info").arg(&qcow2)).unwrap();
     assert!(info.contains("virtual size: 2 GiB"), "{info}");
     let sha = deploy::sha256_file(&qcow2).unwrap();

@@ -216,7 +216,7 @@ fn metal3_profile_inspects_cleans_and_deploys_in_one_ramdisk_boot() {
     let t = Instant::now();
     let image = testimage::build(tmp.path(), MARKER).unwrap();
     let qcow2 = www.join("disk.qcow2");
-    testimage::big_qcow2(&image, &qcow2, IMAGE_VIRTUAL, IMAGE_DATA).unwrap();
+    let data_sha256 = testimage::big_qcow2(&image, &qcow2, IMAGE_VIRTUAL, IMAGE_DATA).unwrap();
     let qcow2_sha256 = hardware_tests::sha256_prefix(&qcow2, u64::MAX).unwrap();
     let esp = redfish::esp_image(tmp.path()).unwrap();
     timing!("test image and ESP built in {}", secs(t));
@@ -540,6 +540,14 @@ fn metal3_profile_inspects_cleans_and_deploys_in_one_ramdisk_boot() {
     );
     let meta: Value = serde_json::from_str(&testimage::meta_data(&text).unwrap()).unwrap();
     assert_eq!(meta["uuid"], json!("metal3-cd"), "{meta}");
+    // The random data reached the disk, byte for byte.
+    let written =
+        hardware_tests::sha256_range(&spec.disks[0].path, testimage::BIG_DATA_OFFSET, IMAGE_DATA)
+            .unwrap();
+    assert_eq!(
+        written, data_sha256,
+        "the disk's bytes where the image's random data goes"
+    );
 
     // One ramdisk boot for inspection, cleaning and deploy.
     let ramdisk_boots = text.matches(RAMDISK_START).count();

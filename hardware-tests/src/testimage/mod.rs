@@ -184,10 +184,11 @@ pub const BIG_DATA_OFFSET: u64 = 1 << 30;
 /// [`BIG_DATA_OFFSET`] on (plain clusters: random data does not compress),
 /// for the small-RAM deploys: the image really carries `data` bytes, which
 /// the agent must stream to the disk rather than hold. The random part is
-/// written into the qcow2 by `qemu-io` in 64 MiB chunks of fresh random
-/// bytes, so no raw file of the whole size is made and only the small
-/// image is compressed.
-pub fn big_qcow2(img: &TestImage, out: &Path, virtual_size: u64, data: u64) -> Result<()> {
+/// written into the qcow2 by `qemu-io` in 64 MiB chunks of fresh bytes
+/// from `/dev/urandom`, so no raw file of the whole size is made and only
+/// the small image is compressed. Returns the sha256 of the random part,
+/// to compare with the deployed disk's bytes there ([`crate::sha256_range`]).
+pub fn big_qcow2(img: &TestImage, out: &Path, virtual_size: u64, data: u64) -> Result<String> {
     const CHUNK: u64 = 64 << 20;
     if img.size > BIG_DATA_OFFSET || BIG_DATA_OFFSET + data > virtual_size || data % CHUNK != 0 {
         bail!(
@@ -209,8 +210,11 @@ pub fn big_qcow2(img: &TestImage, out: &Path, virtual_size: u64, data: u64) -> R
     std::fs::remove_file(&raw)?;
     let chunk_file = work.path().join("chunk");
     let mut chunk = vec![0u8; CHUNK as usize];
+    let mut urandom = std::fs::File::open("/dev/urandom")?;
+    let mut hash = ring::digest::Context::new(&ring::digest::SHA256);
     for i in 0..data / CHUNK {
-        fastrand::fill(&mut chunk);
+        std::io::Read::read_exact(&mut urandom, &mut chunk)?;
+        hash.update(&chunk);
         std::fs::write(&chunk_file, &chunk)?;
         let offset = BIG_DATA_OFFSET + i * CHUNK;
         run(Command::new("qemu-io")
@@ -221,7 +225,7 @@ pub fn big_qcow2(img: &TestImage, out: &Path, virtual_size: u64, data: u64) -> R
             ))
             .arg(out))?;
     }
-    Ok(())
+    Ok(crate::hex(hash.finish().as_ref()))
 }
 
 #[cfg(test)]
