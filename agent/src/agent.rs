@@ -122,6 +122,9 @@ pub async fn start(config: Config) -> Result<RunningAgent> {
     let session = lookup_until_found(&client, &state, version, &macs, node_uuid.as_deref()).await?;
     // A boot phase: the ramdisk's console shows its time.
     tracing::info!(node = %session.node_uuid, "lookup done: node found");
+    if config.mode == RunMode::Ramdisk {
+        crate::bootphases::record("lookup");
+    }
 
     let cert = if config.auto_tls && version >= ApiVersion::AUTO_TLS {
         Some(tls::generate_certificate(
@@ -417,6 +420,7 @@ impl<C: Conductor> Session<C> {
                             if accepted == 0 {
                                 // A boot phase: the ramdisk's console shows its time.
                                 tracing::info!("first heartbeat accepted");
+                                self.first_heartbeat_phase();
                             }
                             accepted += 1;
                             throttle.reset();
@@ -507,6 +511,28 @@ impl<C: Conductor> Session<C> {
             s.last_heartbeat = Some((std::time::Instant::now(), problem));
         });
         r
+    }
+
+    /// Records the `first_heartbeat` boot phase (once per boot, in the
+    /// ramdisk) and logs all phases in one line: the logs Ironic collects
+    /// carry it.
+    fn first_heartbeat_phase(&self) {
+        if self.state.config.mode != RunMode::Ramdisk {
+            return;
+        }
+        let path = std::path::Path::new(crate::bootphases::RAMDISK_PATH);
+        if crate::bootphases::read_in(path)
+            .iter()
+            .any(|p| p.name == "first_heartbeat")
+        {
+            return;
+        }
+        crate::bootphases::record("first_heartbeat");
+        let phases = crate::bootphases::read_in(path);
+        tracing::info!(
+            "boot phases (seconds since the kernel started): {}",
+            crate::bootphases::summary(&phases)
+        );
     }
 
     /// The token was wiped: a new operation starts with a fresh command list.

@@ -217,6 +217,15 @@ pub async fn collect(config: &Config, opts: &Options) -> Value {
             Err(e) => tracing::warn!("logs collector crashed: {e}"),
         }
     }
+    // Beside `inventory`: Ironic 39 keeps it as plugin data.
+    let phases = crate::bootphases::read_in(
+        &opts
+            .root
+            .join(crate::bootphases::RAMDISK_PATH.trim_start_matches('/')),
+    );
+    if !phases.is_empty() {
+        doc.insert("boot_phases".into(), crate::bootphases::to_json(&phases));
+    }
     doc.insert(
         "configuration".into(),
         json!({"collectors": collectors, "managers": managers()}),
@@ -373,6 +382,9 @@ pub async fn run_if_configured(config: &Config, conductor: &impl Conductor) -> O
         url
     };
     let started = std::time::Instant::now();
+    if config.mode == RunMode::Ramdisk {
+        crate::bootphases::record("inspection");
+    }
     let doc = collect(config, &live_options(config)).await;
     tracing::info!(collected_in_s = started.elapsed().as_secs_f64(), %url, "posting inspection data");
     match post_via(conductor, url, &doc, &RetryPolicy::default()).await {

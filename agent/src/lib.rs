@@ -38,6 +38,7 @@
 
 pub mod agent;
 pub mod api;
+pub mod bootphases;
 pub mod burnin;
 pub mod cli;
 pub mod collectors;

@@ -1,13 +1,39 @@
 //! Secure Boot and the kernel's lockdown, as the running kernel reports
 //! them: the `SecureBoot` EFI variable (efivarfs) and
-//! `/sys/kernel/security/lockdown` (securityfs). Under Secure Boot,
-//! Debian's kernel locks itself down (integrity): it loads only signed
-//! modules and refuses /dev/mem, raw I/O ports, unsigned kexec and
-//! hardware-address module parameters. The agent uses none of those; when
-//! the kernel still refuses something, [`explain`] names lockdown as the
-//! reason. Reads take the `/sys` root so they are tested on fixtures.
+//! `/sys/kernel/security/lockdown` (securityfs), and the wording of errors
+//! lockdown causes. Reads take the `/sys` root so they are tested on
+//! fixtures.
+//!
+//! What Debian 6.1's lockdown (integrity mode, entered on Secure Boot)
+//! refuses (`security/lockdown`, the `LOCKDOWN_*` reasons up to
+//! `LOCKDOWN_INTEGRITY_MAX`): unsigned modules, /dev/mem, /dev/kmem and
+//! /dev/port, `ioperm`/`iopl`, MSR writes, `kexec_load` (only signed
+//! kernels through `kexec_file_load`), hibernation, PCI BAR access through
+//! sysfs, ACPI table overrides and custom methods, module parameters that
+//! name hardware addresses (e.g. `ipmi_si ports=`), `TIOCSSERIAL` port
+//! changes, debugfs, mmiotrace, BPF writes to user memory and the EFI test
+//! driver. Against the agent's own kernel calls:
+//!
+//! | the agent uses | under lockdown |
+//! | --- | --- |
+//! | `finit_module` of Debian's signed modules | allowed (unsigned ones are refused: EKEYREJECTED) |
+//! | efivarfs: `Boot####`/`BootOrder` writes, `FS_IOC_SETFLAGS` | allowed |
+//! | NVMe admin passthrough (`NVME_IOCTL_ADMIN_CMD`: Identify, Format NVM) | allowed |
+//! | SG_IO ATA PASS-THROUGH (IDENTIFY, SECURITY …) | allowed |
+//! | `/dev/ipmi0` ioctls (`ipmi_si` found by ACPI/SMBIOS, no `ports=`) | allowed |
+//! | `BLKDISCARD`, `BLKZEROOUT`, block writes, `reboot(2)` | allowed |
+//! | kexec, /dev/mem, I/O ports, MSRs, debugfs | not used |
+//!
+//! `bed_secure_boot.rs` runs all of the allowed ones but discard under lockdown. When
+//! the kernel refuses a call anyway (a future kernel restricting more, a
+//! module that is not Debian's), [`explain`] and [`annotate`] put
+//! "refused by the kernel's lockdown" into the error the operator sees.
 
+use std::io;
 use std::path::Path;
+
+/// The running kernel's sysfs.
+pub const SYS: &str = "/sys";
 
 /// `SecureBoot-<EFI global variable GUID>` under efivarfs.
 const SECURE_BOOT_VAR: &str =
@@ -48,6 +74,27 @@ pub fn explain(sys: &Path, errno: i32) -> Option<String> {
         "refused by the kernel's lockdown ({m}, Secure Boot): only signed modules load and \
          raw hardware access is forbidden"
     ))
+}
+
+/// `err` with [`explain`]'s sentence appended when lockdown (read under
+/// `sys`) is the reason for its errno; else `err` unchanged. The kind is
+/// kept; call it where the error becomes a message, after any checks of
+/// the raw errno.
+pub fn annotate_in(sys: &Path, err: io::Error) -> io::Error {
+    match err.raw_os_error().and_then(|n| explain(sys, n)) {
+        Some(why) => io::Error::new(err.kind(), format!("{err}: {why}")),
+        None => err,
+    }
+}
+
+/// [`annotate_in`] for the running kernel.
+pub fn annotate(err: io::Error) -> io::Error {
+    annotate_in(Path::new(SYS), err)
+}
+
+/// [`annotate`] for a `nix` errno.
+pub fn annotate_errno(errno: nix::errno::Errno) -> io::Error {
+    annotate(io::Error::from(errno))
 }
 
 /// One line for the console: `secure boot on, lockdown integrity`.
@@ -108,5 +155,33 @@ mod tests {
         assert!(explain(on.path(), libc::ENOENT).is_none());
         let off = sys(Some(0), Some("[none] integrity confidentiality\n"));
         assert!(explain(off.path(), libc::EPERM).is_none());
+    }
+
+    #[test]
+    fn annotated_errors_keep_their_kind_and_name_lockdown() {
+        let on = sys(Some(1), Some("none [integrity] confidentiality\n"));
+        let e = annotate_in(on.path(), io::Error::from_raw_os_error(libc::EPERM));
+        assert_eq!(e.kind(), io::ErrorKind::PermissionDenied);
+        let msg = e.to_string();
+        assert!(
+            msg.contains("Operation not permitted")
+                && msg.contains("refused by the kernel's lockdown (integrity"),
+            "{msg}"
+        );
+        let other = annotate_in(on.path(), io::Error::from_raw_os_error(libc::EIO));
+        assert_eq!(
+            other.raw_os_error(),
+            Some(libc::EIO),
+            "other errors untouched"
+        );
+        let off = sys(Some(0), Some("[none] integrity confidentiality\n"));
+        let plain = annotate_in(off.path(), io::Error::from_raw_os_error(libc::EPERM));
+        assert_eq!(
+            plain.raw_os_error(),
+            Some(libc::EPERM),
+            "no lockdown, no note"
+        );
+        let synthetic = annotate_in(on.path(), io::Error::other("no errno"));
+        assert_eq!(synthetic.to_string(), "no errno");
     }
 }

@@ -186,3 +186,37 @@ async fn the_document_has_the_shape_of_spec_4_3() {
     assert_eq!(doc["boot_interface"], json!(null));
     assert_eq!(doc["error"], json!(null));
 }
+
+#[tokio::test]
+async fn the_ramdisks_boot_phases_go_beside_the_inventory() {
+    // The dev-vm tree plus the phases PID 1 and the agent recorded.
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/dev-vm");
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("root");
+    let out = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(&fixture)
+        .arg(&root)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let config = Config::default();
+    let plain = inspect::collect(&config, &inventory::Options::fixture(&root)).await;
+    assert!(
+        plain.get("boot_phases").is_none(),
+        "no phases recorded (host mode): no key"
+    );
+    let file = root.join(agent::bootphases::RAMDISK_PATH.trim_start_matches('/'));
+    for (phase, secs) in [("init", 2.91), ("modules", 6.31), ("network", 6.44)] {
+        agent::bootphases::record_in(&file, phase, secs).unwrap();
+    }
+    let doc = inspect::collect(&config, &inventory::Options::fixture(&root)).await;
+    assert_eq!(
+        doc["boot_phases"],
+        json!([{"phase": "init", "seconds": 2.91}, {"phase": "modules", "seconds": 6.31},
+               {"phase": "network", "seconds": 6.44}])
+    );
+    // Ironic 39 validates only `inventory` (interfaces with MACs) and keeps
+    // the other top-level keys as plugin data.
+    assert!(doc["inventory"]["interfaces"][0]["mac_address"].is_string());
+}

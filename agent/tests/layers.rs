@@ -14,6 +14,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     (
         "foundations",
         &[
+            "bootphases",
             "config",
             "discovery",
             "errfmt",

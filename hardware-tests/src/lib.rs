@@ -66,11 +66,23 @@ pub fn run(cmd: &mut Command) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
+/// Lower-case hex of `bytes`.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// Hex sha256 of the first `len` bytes of a file (`u64::MAX`: all of it),
 /// read in 4 MiB pieces so large images never sit in memory.
 pub fn sha256_prefix(path: &std::path::Path, len: u64) -> std::io::Result<String> {
-    use std::io::Read;
-    let mut f = std::fs::File::open(path)?.take(len);
+    sha256_range(path, 0, len)
+}
+
+/// Hex sha256 of `len` bytes of a file from `offset` (fewer at its end).
+pub fn sha256_range(path: &std::path::Path, offset: u64, len: u64) -> std::io::Result<String> {
+    use std::io::{Read, Seek};
+    let mut f = std::fs::File::open(path)?;
+    f.seek(std::io::SeekFrom::Start(offset))?;
+    let mut f = f.take(len);
     let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
     let mut buf = vec![0u8; 4 << 20];
     loop {
@@ -80,12 +92,7 @@ pub fn sha256_prefix(path: &std::path::Path, len: u64) -> std::io::Result<String
         }
         ctx.update(&buf[..n]);
     }
-    Ok(ctx
-        .finish()
-        .as_ref()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect())
+    Ok(hex(ctx.finish().as_ref()))
 }
 
 /// A 4 MiB vfat config drive as mkfs.vfat makes it (512-byte sectors,

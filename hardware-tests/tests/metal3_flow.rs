@@ -19,9 +19,13 @@
 //!   domain's two NICs with a static address, which Ironic writes to the
 //!   ISO as `openstack/latest/network_data.json`.
 //!
+//! The domain has **512 MiB of RAM** (issue 17: the full-coverage ramdisk
+//! inspects, cleans and deploys a 2 GiB qcow2 on a 512 MiB machine).
+//!
 //! The flow: enroll → manage → inspect (managed, over virtual media) →
-//! provide (automated cleaning, `erase_devices_metadata`) → deploy of the
-//! test image as qcow2 with a config drive → `active`; Ironic then powers
+//! provide (automated cleaning, `erase_devices_metadata`) → deploy of a
+//! qcow2 of 2 GiB virtual size (the test image, compressed, and 576 MiB of
+//! random data: more than the RAM) with a config drive → `active`; Ironic then powers
 //! the domain off, sets the boot device to disk and powers it on, and the
 //! deployed system prints its marker and its config drive. The domain's
 //! console (one file across boots) must show exactly one start of the
@@ -69,6 +73,16 @@ const MARKER: &str = "metal3-deployed-5b2c";
 const RAMDISK_START: &str = "deploy ramdisk init starting";
 /// What one phase may take under TCG.
 const PHASE_TIMEOUT: Duration = Duration::from_secs(420);
+/// The domain's RAM: issue 17's small machine.
+const MEMORY_MIB: u32 = 512;
+/// The qcow2's virtual size.
+const IMAGE_VIRTUAL: u64 = 2 << 30;
+/// Random data in the qcow2 beyond the test image: more than the domain's
+/// whole RAM, so neither a RAM buffer nor the page cache can hold the image;
+/// the agent must stream it. 576 MiB (RAM + 64 MiB) proves that as well as
+/// `bed_small_ram`'s gigabyte (`ci/test-ramdisk-long`) at half the transfer
+/// time under TCG.
+const IMAGE_DATA: u64 = 576 << 20;
 
 static TIMES: OnceLock<PathBuf> = OnceLock::new();
 
@@ -119,15 +133,6 @@ fn openssl_cert(dir: &Path) -> (PathBuf, PathBuf) {
         .arg(&cert))
     .unwrap();
     (cert, key)
-}
-
-fn sha256(path: &Path) -> String {
-    let data = std::fs::read(path).unwrap();
-    ring::digest::digest(&ring::digest::SHA256, &data)
-        .as_ref()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
 }
 
 fn console(path: &Path) -> String {
@@ -211,8 +216,8 @@ fn metal3_profile_inspects_cleans_and_deploys_in_one_ramdisk_boot() {
     let t = Instant::now();
     let image = testimage::build(tmp.path(), MARKER).unwrap();
     let qcow2 = www.join("disk.qcow2");
-    testimage::to_qcow2(&image.raw, &qcow2, true).unwrap();
-    let qcow2_sha256 = sha256(&qcow2);
+    let data_sha256 = testimage::big_qcow2(&image, &qcow2, IMAGE_VIRTUAL, IMAGE_DATA).unwrap();
+    let qcow2_sha256 = hardware_tests::sha256_prefix(&qcow2, u64::MAX).unwrap();
     let esp = redfish::esp_image(tmp.path()).unwrap();
     timing!("test image and ESP built in {}", secs(t));
 
@@ -231,7 +236,7 @@ fn metal3_profile_inspects_cleans_and_deploys_in_one_ramdisk_boot() {
     spec.firmware = Firmware::Uefi {
         vars: tmp.path().join("metal3vm_VARS.fd"),
     };
-    spec.memory_mb = 1024;
+    spec.memory_mb = MEMORY_MIB;
     spec.disks.push(Disk {
         path: tmp.path().join("disk0.img"),
         size: DISK_GIB << 30,
@@ -401,7 +406,7 @@ fn metal3_profile_inspects_cleans_and_deploys_in_one_ramdisk_boot() {
             // the stored inventory itself.
             let stored = ironic.inventory(&uuid).await.unwrap();
             let inv = &stored["inventory"];
-            assert_eq!(inv["memory"]["physical_mb"], json!(1024), "{}", inv["memory"]);
+            assert_eq!(inv["memory"]["physical_mb"], json!(MEMORY_MIB), "{}", inv["memory"]);
             assert!(
                 inv["disks"]
                     .as_array()
@@ -431,6 +436,16 @@ fn metal3_profile_inspects_cleans_and_deploys_in_one_ramdisk_boot() {
                 stored["inventory"]["boot"]["current_boot_mode"],
                 json!("uefi")
             );
+            // The ramdisk's boot phases, kept by Ironic as plugin data.
+            let phases = stored["plugin_data"]["boot_phases"].clone();
+            eprintln!("boot phases in Ironic's plugin data: {phases}");
+            let names: Vec<&str> = phases
+                .as_array()
+                .map(|a| a.iter().filter_map(|p| p["phase"].as_str()).collect())
+                .unwrap_or_default();
+            for p in ["init", "modules", "vmedia", "network", "inspection"] {
+                assert!(names.contains(&p), "phase {p} not in plugin_data.boot_phases: {phases}");
+            }
             assert_eq!(node["power_state"], json!("power on"), "fast track keeps it on");
 
             // Automated cleaning on the running agent (fast track).
@@ -525,11 +540,23 @@ fn metal3_profile_inspects_cleans_and_deploys_in_one_ramdisk_boot() {
     );
     let meta: Value = serde_json::from_str(&testimage::meta_data(&text).unwrap()).unwrap();
     assert_eq!(meta["uuid"], json!("metal3-cd"), "{meta}");
+    // The random data reached the disk, byte for byte.
+    let written =
+        hardware_tests::sha256_range(&spec.disks[0].path, testimage::BIG_DATA_OFFSET, IMAGE_DATA)
+            .unwrap();
+    assert_eq!(
+        written, data_sha256,
+        "the disk's bytes where the image's random data goes"
+    );
 
     // One ramdisk boot for inspection, cleaning and deploy.
     let ramdisk_boots = text.matches(RAMDISK_START).count();
     let ctx = format!("console: {}", sys.console.display());
     assert_eq!(ramdisk_boots, 1, "ramdisk boots; {ctx}");
+    assert!(
+        !text.contains("Out of memory") && !text.contains("oom-kill"),
+        "the ramdisk ran out of memory in {MEMORY_MIB} MiB; {ctx}"
+    );
     for line in [
         "bond0 (bond active-backup of eth0+eth1",
         "10.99.0.60/24 route 0.0.0.0/0 via 10.99.0.1 from network_data.json",
@@ -557,6 +584,25 @@ fn metal3_profile_inspects_cleans_and_deploys_in_one_ramdisk_boot() {
         );
     }
     assert_eq!(logs.len(), 3, "{logs:?}");
+    // The logs after the deploy hold all boot phases, the agent's too.
+    let deploy_log = logs
+        .iter()
+        .find(|l| {
+            let n = l.to_string_lossy();
+            !n.contains("_inspect_") && !n.contains("_cleaning_")
+        })
+        .unwrap();
+    let phases = run(Command::new("tar")
+        .args(["-xzOf"])
+        .arg(deploy_log)
+        .arg("boot_phases"))
+    .unwrap();
+    for p in ["init", "network", "inspection", "lookup", "first_heartbeat"] {
+        assert!(
+            phases.lines().any(|l| l.starts_with(&format!("{p} "))),
+            "phase {p} not in the deploy logs' boot_phases:\n{phases}"
+        );
+    }
     timing!(
         "metal3 flow: enroll → active + disk boot in {} with {ramdisk_boots} ramdisk boot; whole test {}",
         secs(t0),

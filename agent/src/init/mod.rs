@@ -26,6 +26,7 @@ use std::time::Duration;
 
 use clock::say;
 
+use crate::bootphases;
 use crate::config::KernelParams;
 
 /// Whether this process should act as init: it is PID 1 or was started as `/init`.
@@ -49,12 +50,16 @@ pub const ALWAYS_MODULES: &str = "/etc/agent-modules";
 
 /// Runs PID 1. Never returns.
 pub fn main() -> ! {
+    let started = clock::since_boot();
     say("phase init: deploy ramdisk init starting");
     for failure in mounts::mount_all() {
         say(&format!("mount failed: {failure}"));
     }
     std::env::set_var("PATH", "/bin:/sbin:/usr/bin:/usr/sbin");
     say("phase mounts done");
+    // /run is mounted now: the phases go to the file the agent reads.
+    bootphases::record_at("init", started);
+    bootphases::record("mounts");
 
     let cmdline = crate::config::read_cmdline(None).unwrap_or_else(|e| {
         say(&format!("{e}; using the defaults"));
@@ -87,6 +92,7 @@ pub fn main() -> ! {
         report.devices,
         moddir.display()
     ));
+    bootphases::record("modules");
     // Software RAID arrays on the disks start now, as udev and mdadm
     // --incremental start them in IPA's ramdisk (a deploy onto /dev/md0
     // after the clean that built it runs in a new boot).
@@ -102,6 +108,7 @@ pub fn main() -> ! {
         "phase firmware: {}",
         crate::lockdown::describe(Path::new("/sys"))
     ));
+    bootphases::record("firmware");
 
     let network_data = if vmedia::booted_from_vmedia(&params) {
         vmedia::read(&mut params)
@@ -109,6 +116,7 @@ pub fn main() -> ! {
         None
     };
     say("phase vmedia done");
+    bootphases::record("vmedia");
     for note in crate::config::merge_local(&mut params, Path::new("/")).notes {
         say(&format!("config: {note}"));
     }
@@ -151,6 +159,7 @@ pub fn main() -> ! {
         Err(e) => say(&format!("net: no network record: {e:#}")),
     }
     say("phase network done");
+    bootphases::record("network");
 
     let mut agent_args = vec!["ramdisk".to_string()];
     if let (Some(ip), None) = (advertise, params.get("ipa-advertise-host")) {

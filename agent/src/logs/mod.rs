@@ -1,6 +1,7 @@
 //! The bundle `log.collect_system_logs` returns (PROTOCOL.md §1.7; the command is
 //! [`crate::commands::logs`]): a base64 `tar.gz` of the agent's
-//! own log ([`memlog`]), the kernel log, the inventory, mounts, block
+//! own log ([`memlog`]), the kernel log, the ramdisk's boot phases
+//! ([`crate::bootphases`]), the inventory, mounts, block
 //! devices and network state. Ironic only decodes and stores it (on deploy
 //! failure by default). Each part that cannot be read is replaced by a file
 //! saying why, so the bundle is always produced.
@@ -31,6 +32,7 @@ const FILES: &[(&str, &str)] = &[
     ("mounts", "/proc/self/mountinfo"),
     ("mdstat", "/proc/mdstat"),
     ("cmdline", "/proc/cmdline"),
+    ("boot_phases", crate::bootphases::RAMDISK_PATH),
 ];
 
 /// Builds the base64 tar.gz.

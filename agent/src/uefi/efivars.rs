@@ -55,15 +55,16 @@ impl EfiVars {
             .write(true)
             .create(true)
             .truncate(true)
-            .open(&path)?;
-        f.write_all(&buf)
+            .open(&path)
+            .map_err(crate::lockdown::annotate)?;
+        f.write_all(&buf).map_err(crate::lockdown::annotate)
     }
 
     /// Deletes a global variable.
     pub fn remove(&self, name: &str) -> io::Result<()> {
         let path = self.path(name);
         clear_immutable(&path);
-        fs::remove_file(path)
+        fs::remove_file(path).map_err(crate::lockdown::annotate)
     }
 
     /// Numbers of the existing `Boot####` variables.

@@ -176,6 +176,58 @@ pub fn to_qcow2(raw: &Path, out: &Path, compressed: bool) -> Result<()> {
     Ok(())
 }
 
+/// Where [`big_qcow2`] puts its random data.
+pub const BIG_DATA_OFFSET: u64 = 1 << 30;
+
+/// A qcow2 of `virtual_size` holding the test image (compressed clusters,
+/// as cloud images ship) and `data` bytes of random data from
+/// [`BIG_DATA_OFFSET`] on (plain clusters: random data does not compress),
+/// for the small-RAM deploys: the image really carries `data` bytes, which
+/// the agent must stream to the disk rather than hold. The random part is
+/// written into the qcow2 by `qemu-io` in 64 MiB chunks of fresh bytes
+/// from `/dev/urandom`, so no raw file of the whole size is made and only
+/// the small image is compressed. Returns the sha256 of the random part,
+/// to compare with the deployed disk's bytes there ([`crate::sha256_range`]).
+pub fn big_qcow2(img: &TestImage, out: &Path, virtual_size: u64, data: u64) -> Result<String> {
+    const CHUNK: u64 = 64 << 20;
+    if img.size > BIG_DATA_OFFSET || BIG_DATA_OFFSET + data > virtual_size || data % CHUNK != 0 {
+        bail!(
+            "{} bytes of data from {BIG_DATA_OFFSET} after a {}-byte image do not fit a \
+             {virtual_size}-byte qcow2 in 64 MiB chunks",
+            data,
+            img.size
+        );
+    }
+    let dir = out.parent().context("the qcow2 path has no directory")?;
+    let work = tempfile::tempdir_in(dir)?;
+    let raw = work.path().join("image.raw");
+    std::fs::copy(&img.raw, &raw).with_context(|| format!("copying {}", img.raw.display()))?;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&raw)?
+        .set_len(virtual_size)?;
+    to_qcow2(&raw, out, true)?;
+    std::fs::remove_file(&raw)?;
+    let chunk_file = work.path().join("chunk");
+    let mut chunk = vec![0u8; CHUNK as usize];
+    let mut urandom = std::fs::File::open("/dev/urandom")?;
+    let mut hash = ring::digest::Context::new(&ring::digest::SHA256);
+    for i in 0..data / CHUNK {
+        std::io::Read::read_exact(&mut urandom, &mut chunk)?;
+        hash.update(&chunk);
+        std::fs::write(&chunk_file, &chunk)?;
+        let offset = BIG_DATA_OFFSET + i * CHUNK;
+        run(Command::new("qemu-io")
+            .args(["-f", "qcow2", "-c"])
+            .arg(format!(
+                "write -q -s {} {offset} {CHUNK}",
+                chunk_file.display()
+            ))
+            .arg(out))?;
+    }
+    Ok(crate::hex(hash.finish().as_ref()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

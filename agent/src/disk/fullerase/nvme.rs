@@ -91,7 +91,9 @@ fn admin(f: &File, cmd: &mut PassthruCmd) -> Result<()> {
     // SAFETY: valid fd; `cmd` is a correctly laid out nvme_passthru_cmd
     // whose `addr`/`data_len` (if set) describe a live buffer of the caller
     // that outlives the call.
-    let status = unsafe { nvme_admin_cmd(f.as_raw_fd(), cmd) }.context("NVMe admin command")?;
+    let status = unsafe { nvme_admin_cmd(f.as_raw_fd(), cmd) }
+        .map_err(crate::lockdown::annotate_errno)
+        .context("NVMe admin command")?;
     if status != 0 {
         bail!("NVMe status 0x{status:x} for opcode 0x{:02x}", cmd.opcode);
     }
@@ -124,7 +126,9 @@ pub fn secure_format(f: &File, caps: Caps) -> Result<u32> {
         bail!("the controller does not support Format NVM");
     }
     // SAFETY: valid fd; NVME_IOCTL_ID takes no argument and returns the nsid.
-    let nsid = unsafe { nvme_ioctl_id(f.as_raw_fd()) }.context("reading the namespace id")?;
+    let nsid = unsafe { nvme_ioctl_id(f.as_raw_fd()) }
+        .map_err(crate::lockdown::annotate_errno)
+        .context("reading the namespace id")?;
     let nsid = u32::try_from(nsid).context("negative namespace id")?;
     let ns = identify(f, nsid, 0)?;
     let ses = caps.ses();

@@ -83,7 +83,10 @@ impl Device {
             .read(true)
             .write(true)
             .open(path)
-            .map_err(|e| IpmiError::Transport(format!("opening {}: {e}", path.display())))?;
+            .map_err(|e| {
+                let e = crate::lockdown::annotate(e);
+                IpmiError::Transport(format!("opening {}: {e}", path.display()))
+            })?;
         Ok(Self { file, msgid: 0 })
     }
 
@@ -109,8 +112,10 @@ impl Device {
         // SAFETY: the fd is an open IPMI device; `req` and the address and
         // data it points to live until the ioctl returns (the kernel copies
         // them during the call).
-        unsafe { send_command(self.file.as_raw_fd(), &mut req) }
-            .map_err(|e| IpmiError::Transport(format!("IPMICTL_SEND_COMMAND: {e}")))?;
+        unsafe { send_command(self.file.as_raw_fd(), &mut req) }.map_err(|e| {
+            let e = crate::lockdown::annotate_errno(e);
+            IpmiError::Transport(format!("IPMICTL_SEND_COMMAND: {e}"))
+        })?;
         Ok(self.msgid)
     }
 
@@ -166,7 +171,8 @@ impl Device {
                 Err(nix::errno::Errno::EAGAIN) | Err(nix::errno::Errno::EINTR) => continue,
                 Err(e) => {
                     return Err(IpmiError::Transport(format!(
-                        "IPMICTL_RECEIVE_MSG_TRUNC: {e}"
+                        "IPMICTL_RECEIVE_MSG_TRUNC: {}",
+                        crate::lockdown::annotate_errno(e)
                     )))
                 }
             }

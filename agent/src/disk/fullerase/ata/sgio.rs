@@ -96,7 +96,7 @@ impl AtaTransport for SgIo<'_> {
                 Some(libc::ENOTTY | libc::EINVAL | libc::ENOSYS | libc::EOPNOTSUPP) => {
                     AtaError::NoPassThrough(format!("the device has no SG_IO ({e})"))
                 }
-                _ => AtaError::Failed(format!("SG_IO: {e}")),
+                _ => AtaError::Failed(format!("SG_IO: {}", crate::lockdown::annotate(e))),
             });
         }
         if hdr.status != 0 || hdr.host_status != 0 || hdr.driver_status & 0x0f != 0 {
