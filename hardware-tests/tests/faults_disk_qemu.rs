@@ -5,22 +5,30 @@
 //! each time Ironic powers the domain on, so each ramdisk boot meets the
 //! fault the test wrote there before:
 //!
-//! 1. **write error during a deploy**: `EIO` on the first write (`once`)
-//!    that touches a sector holding image data past the first MiB. The
-//!    disk holds a bootable copy of the image beforehand (old content).
-//!    Ironic must end in `deploy failed` with the agent's error in
-//!    `last_error` (the device, the byte where the failing write started,
-//!    `Input/output error`); the disk must not boot anything: the agent
-//!    wiped the old signatures before writing and zeroed both ends when the
-//!    write failed, so sector 0 is zeros (no MBR boot code, no partition
-//!    table) and libblkid finds no signature;
-//! 2. **write error during `erase_devices`** (a manual clean; Ironic's
+//! 1. **read error during a deploy**: `EIO` every time LBA 1 is read, the
+//!    primary GPT header of the old image the disk holds (a bootable copy
+//!    of the test image). The agent reads it when it erases the old
+//!    signatures: Ironic must end in `deploy failed` with the agent's
+//!    error in `last_error`, and the old tables must be gone all the same
+//!    (sector 0 zeros, no signature libblkid knows);
+//! 2. **write error during a deploy** (the old image put back first): `EIO`
+//!    on the first write (`once`) that touches a sector holding image data
+//!    past the first MiB. `deploy failed`, `last_error` naming the device,
+//!    the byte where the failing write started and `Input/output error`;
+//!    the disk must not boot anything: the agent wiped the old signatures
+//!    before writing and zeroed both ends when the write failed;
+//! 3. **write error during `erase_devices`** (a manual clean; Ironic's
 //!    default of one random pass and a zero pass): `EIO` on the first
-//!    write touching byte 256 MiB. Ironic must end in `clean failed` with
-//!    the agent's error (the device, the span of at most 64 MiB holding
-//!    the fault, `Input/output error`; the pass flushes every 64 MiB and
-//!    stops at the first error); the bytes before it are random (nothing
-//!    of an image left there).
+//!    write touching byte 256 MiB. `clean failed`, `last_error` naming the
+//!    device, the span of at most 64 MiB holding the fault (the pass
+//!    flushes every 64 MiB and stops at the first error) and `Input/output
+//!    error`; the bytes before it are random (nothing of an image left).
+//!
+//! `DISK_FAULTS=read` (`ci/faults`) runs 1, then, with Ironic erasing by
+//! the zero pass only, **a read error during `erase_devices`**: `EIO` every
+//! time a sector in the last MiB is read, which the agent reads back after
+//! zeroing; `clean failed` naming the device and the byte where the failed
+//! read started.
 //!
 //! After each fault the ramdisk still runs (Ironic 39 powers a node off
 //! neither after a failed deploy step nor after a failed clean step): its
@@ -210,6 +218,7 @@ impl AgentApi {
 fn disk_errors_during_deploy_and_erase_fail_closed_in_real_ironic() {
     require_root("the disk-fault QEMU test");
     let total = Instant::now();
+    let read_mode = std::env::var("DISK_FAULTS").is_ok_and(|v| v == "read");
     let ramdisk = bed::ramdisk_dir().unwrap();
     let work = tempfile::tempdir().unwrap();
     let image = testimage::build(work.path(), MARKER).unwrap();
@@ -237,13 +246,7 @@ fn disk_errors_during_deploy_and_erase_fail_closed_in_real_ironic() {
     std::fs::File::create(&disk)
         .and_then(|f| f.set_len(DISK_GIB << 30))
         .unwrap();
-    hardware_tests::run(
-        Command::new("dd")
-            .arg(format!("if={}", image.raw.display()))
-            .arg(format!("of={}", disk.display()))
-            .args(["bs=1M", "conv=notrunc,sparse", "status=none"]),
-    )
-    .unwrap();
+    seed(&image.raw, &disk);
     assert!(!disk_signatures(&disk).is_empty());
     let mut bmc = Bmc::start(&net).unwrap();
     let spec = VmSpec {
@@ -265,7 +268,17 @@ fn disk_errors_during_deploy_and_erase_fail_closed_in_real_ironic() {
         &net.ns,
         BRIDGE_IP,
         PORT,
-        Some(&ironic_flow::ironic_conf(pxe.dir(), "")),
+        Some(&format!(
+            "{}{}",
+            ironic_flow::ironic_conf(pxe.dir(), ""),
+            if read_mode {
+                // erase_devices: the zero pass (BLKZEROOUT) and its
+                // read-back only, no random pass over 5 GiB under TCG.
+                "[deploy]\nshred_random_overwrite_iterations = 0\n"
+            } else {
+                ""
+            }
+        )),
     )
     .expect("starting Ironic 39.0.0 in the namespace");
     println!("bed and Ironic up in {}", elapsed(total));
@@ -283,12 +296,21 @@ fn disk_errors_during_deploy_and_erase_fail_closed_in_real_ironic() {
             {"op": "add", "path": "/instance_info/image_disk_format", "value": "raw"},
         ]);
         let mut logs = 0;
+        // 1. A read error under the old image's GPT header.
+        deploy_read_fault(&mut flow, &uuid, deploy_info.clone(), &blkdebug, &disk).await;
+        logs += 1;
+        if read_mode {
+            erase_read_fault(&mut flow, &uuid, &blkdebug, &disk).await;
+            return;
+        }
+        // The old image on the disk again (Ironic powered the machine off).
+        seed(&image.raw, &disk);
 
-        // 1. A write error while the image is written.
+        // 2. A write error while the image is written.
         let t = Instant::now();
         std::fs::write(&blkdebug, rules("write", data_sector, true)).unwrap();
         ironic
-            .move_to(&uuid, "provide", "available", Duration::from_secs(60))
+            .move_to(&uuid, "deleted", "available", Duration::from_secs(120))
             .await
             .unwrap();
         flow.start_deploy(deploy_info.clone(), None).await.unwrap();
@@ -316,9 +338,9 @@ fn disk_errors_during_deploy_and_erase_fail_closed_in_real_ironic() {
         flow.power_off().await.unwrap();
         assert_no_bootable_image(&disk, "after the deploy's write error");
         assert_eq!(read_at(&disk, 0, 512), vec![0u8; 512]);
-        println!("fault 1 (deploy, write) done in {}", elapsed(t));
+        println!("fault 2 (deploy, write) done in {}", elapsed(t));
 
-        // 2. A write error in erase_devices' random pass.
+        // 3. A write error in erase_devices' random pass.
         let t = Instant::now();
         std::fs::write(&blkdebug, rules("write", ERASE_FAULT_BYTE / 512, true)).unwrap();
         ironic
@@ -364,7 +386,7 @@ fn disk_errors_during_deploy_and_erase_fail_closed_in_real_ironic() {
         let head = read_at(&disk, 0, 1 << 20);
         let old = read_at(&image.raw, 0, 1 << 20);
         assert_ne!(head, old, "the erase wrote nothing before the fault");
-        println!("fault 2 (erase_devices, write) done in {}", elapsed(t));
+        println!("fault 3 (erase_devices, write) done in {}", elapsed(t));
     })
     .unwrap();
     println!("disk faults: {}", elapsed(total));
@@ -378,4 +400,112 @@ fn assert_no_bootable_image(disk: &Path, when: &str) {
     assert!(left.is_empty(), "{when}: signatures left: {left}");
     let mbr = read_at(disk, 0, 512);
     assert_ne!(&mbr[510..], &[0x55, 0xaa], "{when}: an MBR boot signature");
+}
+
+/// A read error during a deploy, every time LBA 1 is read: the primary
+/// GPT header of the old image on the disk, which the agent reads when it
+/// erases the old signatures. The deploy must fail before writing, naming
+/// the device and the error, and the old tables must be gone all the same.
+async fn deploy_read_fault(
+    flow: &mut Flow<'_, '_>,
+    uuid: &str,
+    deploy_info: Value,
+    blkdebug: &Path,
+    disk: &Path,
+) {
+    let ironic = flow.ironic;
+    let t = Instant::now();
+    std::fs::write(blkdebug, rules("read", 1, false)).unwrap();
+    ironic
+        .move_to(uuid, "provide", "available", Duration::from_secs(60))
+        .await
+        .unwrap();
+    flow.start_deploy(deploy_info, None).await.unwrap();
+    let agent = AgentApi::capture(ironic, uuid).await;
+    let node = flow
+        .wait_for_any_target("deploy failed", FLOW_TIMEOUT)
+        .await
+        .unwrap_or_else(|e| panic!("deploy with a read error: {e:#}"));
+    let err = node["last_error"].as_str().unwrap_or_default().to_string();
+    println!(
+        "read error in a deploy ({}): last_error = {err}",
+        elapsed(t)
+    );
+    assert!(
+        err.contains("write_image")
+            && err.contains("writing /dev/vda: erasing old metadata")
+            && err.contains("Input/output error"),
+        "{err}"
+    );
+    assert!(err.contains("zeroed anyway"), "{err}");
+    agent
+        .still_serving("execute_deploy_step", "Input/output error")
+        .await;
+    flow.power_off().await.unwrap();
+    assert_no_bootable_image(disk, "after the deploy's read error");
+    assert_eq!(read_at(disk, 0, 512), vec![0u8; 512]);
+    println!("fault (deploy, read) done in {}", elapsed(t));
+}
+
+/// `DISK_FAULTS=read` (`ci/faults`; Ironic erases with the zero pass only):
+/// a read error during `erase_devices`, every time a sector in the last MiB
+/// is read, which the agent reads back after zeroing. The clean must fail
+/// naming the device and the byte where the failed read started.
+async fn erase_read_fault(flow: &mut Flow<'_, '_>, uuid: &str, blkdebug: &Path, disk: &Path) {
+    let ironic = flow.ironic;
+    let t = Instant::now();
+    let size = DISK_GIB << 30;
+    let fault = size - (512 << 10);
+    std::fs::write(blkdebug, rules("read", fault / 512, false)).unwrap();
+    ironic
+        .move_to(uuid, "deleted", "available", Duration::from_secs(120))
+        .await
+        .unwrap();
+    ironic
+        .move_to(uuid, "manage", "manageable", Duration::from_secs(60))
+        .await
+        .unwrap();
+    ironic
+        .provision(
+            uuid,
+            json!({"target": "clean", "clean_steps": [{"interface": "deploy", "step": "erase_devices"}]}),
+        )
+        .await
+        .unwrap();
+    let agent = AgentApi::capture(ironic, uuid).await;
+    let node = flow
+        .wait_for_any_target("clean failed", FLOW_TIMEOUT)
+        .await
+        .unwrap_or_else(|e| panic!("erase with a read error: {e:#}"));
+    let err = node["last_error"].as_str().unwrap_or_default().to_string();
+    println!(
+        "read error in erase_devices ({}): last_error = {err}",
+        elapsed(t)
+    );
+    assert!(
+        err.contains("/dev/vda") && err.contains("Input/output error"),
+        "{err}"
+    );
+    let at = named_byte(&err, "reading back at byte ");
+    assert!(
+        at <= fault && fault < at + (1 << 20),
+        "read at {at}, fault at {fault}: {err}"
+    );
+    agent
+        .still_serving("execute_clean_step", "Input/output error")
+        .await;
+    flow.power_off().await.unwrap();
+    assert_no_bootable_image(disk, "after the erase's read error");
+}
+
+/// Writes `image` over the start of `disk` (a bootable old content).
+fn seed(image: &Path, disk: &Path) {
+    hardware_tests::run(
+        Command::new("dd")
+            .arg(format!("if={}", image.display()))
+            .arg(format!("of={}", disk.display()))
+            .args(["bs=1M", "conv=notrunc,sparse", "status=none"]),
+    )
+    .unwrap();
+    assert!(!disk_signatures(disk).is_empty());
 }
