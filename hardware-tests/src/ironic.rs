@@ -19,6 +19,44 @@ pub struct Ironic {
     pub url: String,
     state: tempfile::TempDir,
     http: reqwest::Client,
+    /// How `start.sh` was run, to start it again ([`Ironic::restart`]).
+    launch: Launch,
+}
+
+/// `ci/ironic/start.sh`'s environment for one Ironic.
+#[derive(Debug, Clone)]
+struct Launch {
+    netns: Option<String>,
+    host: String,
+    port: u16,
+    extra_conf: bool,
+    tls: Option<(std::path::PathBuf, std::path::PathBuf)>,
+}
+
+impl Launch {
+    /// Runs `start.sh` on `state` (a fresh directory, or the one of an
+    /// Ironic that stopped: the same database and configuration).
+    fn run(&self, state: &std::path::Path) -> Result<()> {
+        let script = crate::repo_root().join("ci/ironic/start.sh");
+        let mut cmd = Command::new(&script);
+        cmd.arg(state)
+            .env("IRONIC_PORT", self.port.to_string())
+            .env("IRONIC_HOST", &self.host)
+            .env("IRONIC_NETNS", self.netns.as_deref().unwrap_or_default());
+        // Ironic took 80 s to come up once on this loaded 2-core machine;
+        // start.sh's default of 90 s is too close.
+        if std::env::var_os("IRONIC_START_TIMEOUT").is_none() {
+            cmd.env("IRONIC_START_TIMEOUT", "240");
+        }
+        if let Some((cert, key)) = &self.tls {
+            cmd.env("IRONIC_TLS_CERT", cert).env("IRONIC_TLS_KEY", key);
+        }
+        if self.extra_conf {
+            cmd.env("IRONIC_EXTRA_CONF", state.join("extra.conf"));
+        }
+        crate::run(&mut cmd)?;
+        Ok(())
+    }
 }
 
 const ADMIN_VERSION: &str = "1.95";
@@ -75,32 +113,48 @@ impl Ironic {
         let http =
             agent::tls::http_client(false, tls.map(|(cert, _)| cert), Duration::from_secs(60))?;
         let state = tempfile::Builder::new().prefix("ironic-state-").tempdir()?;
-        let script = crate::repo_root().join("ci/ironic/start.sh");
-        let mut cmd = Command::new(&script);
-        cmd.arg(state.path())
-            .env("IRONIC_PORT", port.to_string())
-            .env("IRONIC_HOST", host)
-            .env("IRONIC_NETNS", netns.unwrap_or_default());
-        // Ironic took 80 s to come up once on this loaded 2-core machine;
-        // start.sh's default of 90 s is too close.
-        if std::env::var_os("IRONIC_START_TIMEOUT").is_none() {
-            cmd.env("IRONIC_START_TIMEOUT", "240");
-        }
-        if let Some((cert, key)) = tls {
-            cmd.env("IRONIC_TLS_CERT", cert).env("IRONIC_TLS_KEY", key);
-        }
         if let Some(conf) = extra_conf {
-            let path = state.path().join("extra.conf");
-            std::fs::write(&path, conf)?;
-            cmd.env("IRONIC_EXTRA_CONF", path);
+            std::fs::write(state.path().join("extra.conf"), conf)?;
         }
-        crate::run(&mut cmd)?;
+        let launch = Launch {
+            netns: netns.map(str::to_string),
+            host: host.to_string(),
+            port,
+            extra_conf: extra_conf.is_some(),
+            tls: tls.map(|(c, k)| (c.to_path_buf(), k.to_path_buf())),
+        };
+        launch.run(state.path())?;
         let scheme = if tls.is_some() { "https" } else { "http" };
         Ok(Self {
             url: format!("{scheme}://{host}:{port}"),
             state,
             http,
+            launch,
         })
+    }
+
+    /// Kills every Ironic process (SIGKILL to its process group, as the
+    /// OOM killer or a power cut would) and waits until its main process
+    /// is gone. [`Ironic::restart`] starts it again.
+    pub fn kill(&self) -> Result<()> {
+        let pid = self.pid()?;
+        self.signal_group(nix::sys::signal::Signal::SIGKILL)?;
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok() {
+            anyhow::ensure!(
+                std::time::Instant::now() < deadline,
+                "Ironic (pid {pid}) still there 30 s after SIGKILL"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(())
+    }
+
+    /// Starts Ironic again after [`Ironic::kill`] (or a stop) on the same
+    /// state directory: the same database, configuration, address and
+    /// port, as an operator restarting the service would.
+    pub fn restart(&self) -> Result<()> {
+        self.launch.run(self.state.path())
     }
 
     /// The PID of Ironic's main process (the leader of its process group).

@@ -8,6 +8,17 @@
 //! The agent must recover without a restart: its next heartbeat gets
 //! through, the deploy completes `active` with the image on the disk, and
 //! the agent is still running and logged the failed heartbeats.
+//!
+//! The conductor restarted (killed, then started again on the same
+//! database and configuration, as after a crash or an upgrade): Ironic 39
+//! on start fails the nodes it finds in transient states
+//! (`ironic/conductor/base_manager.py`, `_correct_stuck_states`:
+//! `deploying`, `cleaning`, … move to their fail state) but keeps the wait
+//! states, where the agent is the one to call back. A deploy whose agent is
+//! writing the image is in `wait call-back`: after the restart the node
+//! must still be there, the agent's next heartbeat must reach the new
+//! conductor, and the deploy must complete `active`, byte-identical, with
+//! the same agent process.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -146,5 +157,141 @@ async fn a_deploy_completes_after_the_conductor_was_unreachable() {
         outage.as_secs_f64(),
         frozen_at.as_secs_f64(),
         t.elapsed().as_secs_f64()
+    );
+}
+
+/// Waits until the node is `active` (a failed state fails the test), polling
+/// through transient connection errors.
+async fn wait_active(ironic: &Ironic, uuid: &str, agent: &AgentProcess) -> Instant {
+    let since = Instant::now();
+    loop {
+        match ironic.node(uuid).await {
+            Ok(node) => {
+                let state = node["provision_state"].as_str().unwrap_or_default();
+                if state == "active" {
+                    assert!(node["last_error"].is_null(), "{}", node["last_error"]);
+                    return Instant::now();
+                }
+                assert!(
+                    !state.ends_with("failed"),
+                    "{state}: {}\n{}",
+                    node["last_error"],
+                    agent.log()
+                );
+            }
+            Err(e) => eprintln!("polling Ironic: {e:#}"),
+        }
+        assert!(
+            since.elapsed() < Duration::from_secs(240),
+            "not active after 240 s:\n{}",
+            agent.log()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deploy_completes_after_the_conductor_was_killed_and_restarted() {
+    hardware_tests::require_root("the conductor restart test");
+    let dir = tempfile::tempdir().unwrap();
+    let image_path = dir.path().join("image.raw");
+    let (img, sha) = make_image(&image_path);
+    let server = ImageServer::start().unwrap();
+    server.route_gets("/image.raw", &image_path, &[], Fault::None);
+    let disk = LoopDevice::new(64 * MIB).expect("creating a loop device");
+    let ironic = Ironic::start().expect("starting Ironic 39.0.0");
+    let uuid = ironic
+        .enroll_ready("restart", "52:54:00:fa:17:03", true)
+        .await
+        .unwrap();
+    ironic
+        .patch(
+            &uuid,
+            Ironic::image_patch(
+                &server.url("/image.raw"),
+                &sha,
+                json!([{"op": "add", "path": "/instance_info/image_disk_format", "value": "raw"}]),
+            ),
+        )
+        .await
+        .unwrap();
+    let cmdline = dir.path().join("cmdline");
+    std::fs::write(&cmdline, "ipa-http-request-timeout=5\n").unwrap();
+    let args = hardware_tests::agentproc::loopback_args(
+        &ironic.url,
+        "52:54:00:fa:17:03",
+        &disk.path,
+        Some(&cmdline),
+    );
+    let mut agent = AgentProcess::serve(&args, &dir.path().join("agent.log"), None).unwrap();
+    let agent_pid = agent.pid();
+
+    let t = Instant::now();
+    ironic
+        .provision(&uuid, json!({"target": "active"}))
+        .await
+        .unwrap();
+    while server.bytes_sent() == 0 {
+        assert!(
+            t.elapsed() < Duration::from_secs(240),
+            "the agent never fetched the image:\n{}",
+            agent.log()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let before = ironic.node(&uuid).await.unwrap();
+    assert_eq!(
+        before["provision_state"],
+        json!("wait call-back"),
+        "{before}"
+    );
+    ironic.kill().unwrap();
+    let killed_at = t.elapsed();
+    // Down long enough for the agent to meet it (its heartbeat interval
+    // here is a few seconds).
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let down = Instant::now();
+    tokio::task::block_in_place(|| ironic.restart()).expect("starting Ironic again");
+    let restart_took = down.elapsed();
+    let after = ironic.node(&uuid).await.unwrap();
+    // Ironic kept the wait state (only transient states are failed on
+    // start) and nothing failed it.
+    let state = after["provision_state"].as_str().unwrap_or_default();
+    assert!(
+        state == "wait call-back" || state == "deploying" || state == "active",
+        "after the restart: {state}: {}",
+        after["last_error"]
+    );
+    let active = wait_active(&ironic, &uuid, &agent).await;
+    let on_disk = {
+        use std::io::Read;
+        let mut buf = vec![0u8; IMAGE as usize];
+        std::fs::File::open(&disk.path)
+            .unwrap()
+            .read_exact(&mut buf)
+            .unwrap();
+        buf
+    };
+    let body = MIB as usize..(IMAGE - MIB) as usize;
+    assert!(
+        on_disk[body.clone()] == img[body],
+        "the disk differs from the image"
+    );
+    assert!(agent.running(), "the agent exited:\n{}", agent.log());
+    assert_eq!(agent.pid(), agent_pid, "the same agent process");
+    let log = agent.log();
+    let failed = log
+        .lines()
+        .filter(|l| l.contains("heartbeat failed"))
+        .count();
+    assert!(
+        failed > 0,
+        "no heartbeat failed while Ironic was down:\n{log}"
+    );
+    println!(
+        "faults conductor restart: killed at t+{:.1} s in wait call-back, down 10 s, up again in {:.1} s ({state}), active {:.1} s after the restart ({failed} heartbeat failures logged by the agent), image byte-identical",
+        killed_at.as_secs_f64(),
+        restart_took.as_secs_f64(),
+        (active - down).saturating_sub(restart_took).as_secs_f64()
     );
 }

@@ -87,7 +87,23 @@ pub fn erase_metadata(path: &Path) -> Result<Wiped> {
         (file.metadata()?.len(), 512)
     };
 
-    let signatures = wipe_signatures(&file).context("erasing signatures with libblkid")?;
+    let signatures = match wipe_signatures(&file) {
+        Ok(found) => found,
+        Err(e) => {
+            // A read error in libblkid's probe (a bad sector under the old
+            // table) must not leave the old tables behind: zero both ends
+            // anyway (writes may well succeed), then fail. Found with a
+            // blkdebug read error on LBA 1 under real Ironic: the deploy
+            // failed and the old image still booted.
+            let zeroed = zero_gpt_areas(&file, size, sector)
+                .and_then(|()| file.sync_all().context("flushing the device"));
+            let what = match zeroed {
+                Ok(()) => "the MBR and both GPT areas were zeroed anyway".to_string(),
+                Err(z) => format!("zeroing the MBR and GPT areas failed too: {z:#}"),
+            };
+            return Err(e.context(format!("erasing signatures with libblkid ({what})")));
+        }
+    };
     zero_gpt_areas(&file, size, sector).context("zeroing the GPT areas")?;
     file.sync_all().context("flushing the device")?;
     if block {

@@ -607,7 +607,12 @@ pub fn domain_xml(spec: &VmSpec, taps: &[String], console: &Path) -> Result<Stri
     anyhow::ensure!(taps.len() == spec.nics.len(), "one tap per NIC");
     let mut x = String::new();
     // type='qemu': TCG, as this machine's KVM cannot boot a stock kernel.
-    let _ = writeln!(x, "<domain type='qemu'>");
+    // A blkdebug disk is not something libvirt 9.0 can describe: it goes
+    // to QEMU's command line (libvirt's `qemu:commandline` namespace).
+    let _ = writeln!(
+        x,
+        "<domain type='qemu' xmlns:qemu='http://libvirt.org/schemas/domain/qemu/1.0'>"
+    );
     let _ = writeln!(x, "  <name>{}</name>", xml_escape(&spec.name));
     let _ = writeln!(x, "  <memory unit='MiB'>{}</memory>", spec.memory_mb);
     let _ = writeln!(x, "  <vcpu>{}</vcpu>", spec.cpus);
@@ -639,6 +644,7 @@ pub fn domain_xml(spec: &VmSpec, taps: &[String], console: &Path) -> Result<Stri
     let _ = writeln!(x, "    <emulator>/usr/bin/qemu-system-x86_64</emulator>");
     let (mut vd, mut sd) = (0u8, 0u8);
     let mut scsi = false;
+    let mut blkdebug = None;
     for (i, d) in spec.disks.iter().enumerate() {
         if !d.path.exists() {
             std::fs::File::create(&d.path)
@@ -673,6 +679,17 @@ pub fn domain_xml(spec: &VmSpec, taps: &[String], console: &Path) -> Result<Stri
         }
         if i == 0 && matches!(spec.boot, Boot::Disk) {
             extra.push_str("<boot order='1'/>");
+        }
+        if i == 0 {
+            if let Some(rules) = &spec.blkdebug {
+                anyhow::ensure!(
+                    d.bus == Bus::Virtio && extra.is_empty(),
+                    "disk {}: a blkdebug disk is a plain virtio disk",
+                    d.serial
+                );
+                blkdebug = Some(blkdebug_args(rules, &d.path, &d.serial));
+                continue;
+            }
         }
         let _ = writeln!(
             x,
@@ -718,8 +735,40 @@ pub fn domain_xml(spec: &VmSpec, taps: &[String], console: &Path) -> Result<Stri
     let _ = writeln!(x, "    <controller type='usb' model='none'/>");
     let _ = writeln!(x, "    <memballoon model='none'/>");
     let _ = writeln!(x, "  </devices>");
+    if let Some(args) = blkdebug {
+        let _ = writeln!(x, "  <qemu:commandline>");
+        for arg in args {
+            let _ = writeln!(x, "    <qemu:arg value='{}'/>", xml_escape(&arg));
+        }
+        let _ = writeln!(x, "  </qemu:commandline>");
+    }
     let _ = writeln!(x, "</domain>");
     Ok(x)
+}
+
+/// QEMU arguments for a virtio disk on `image` behind QEMU's `blkdebug`
+/// driver with the rule file `rules` (raw format over blkdebug over the
+/// file, so the raw driver's `read_aio`/`write_aio` events fire the rules).
+fn blkdebug_args(rules: &Path, image: &Path, serial: &str) -> Vec<String> {
+    let node = serde_json::json!({
+        "driver": "raw",
+        "node-name": "faulty0",
+        "cache": {"direct": false, "no-flush": true},
+        "file": {
+            "driver": "blkdebug",
+            "config": rules.display().to_string(),
+            "image": {"driver": "file", "filename": image.display().to_string()},
+        },
+    });
+    vec![
+        "-blockdev".into(),
+        node.to_string(),
+        "-device".into(),
+        // An integrated device on the root bus, in a slot libvirt leaves
+        // free (its root ports take slots 1 and up; QEMU sees these
+        // arguments before libvirt's devices, so it must not pick a slot).
+        format!("virtio-blk-pci,drive=faulty0,serial={serial},bus=pcie.0,addr=0x10"),
+    ]
 }
 
 #[cfg(test)]

@@ -109,6 +109,11 @@ pub struct VmSpec {
     /// The real-time clock's start (QEMU's `-rtc base=`, e.g.
     /// `2027-11-24T12:00:00`): a guest whose clock is wrong.
     pub rtc_base: Option<String>,
+    /// QEMU's `blkdebug` rule file for the first disk (a virtio disk):
+    /// read and write errors injected where the rules say (see
+    /// `tests/faults_disk_qemu.rs`). QEMU reads the file each time the
+    /// machine starts. Offered on the Redfish bed's domains only.
+    pub blkdebug: Option<PathBuf>,
 }
 
 impl VmSpec {
@@ -125,6 +130,7 @@ impl VmSpec {
             ipmi: false,
             cdrom: None,
             rtc_base: None,
+            blkdebug: None,
         }
     }
 }
@@ -209,6 +215,11 @@ impl<'n> Vm<'n> {
                 ));
             }
         }
+        anyhow::ensure!(
+            spec.blkdebug.is_none(),
+            "{}: blkdebug disks are offered on the Redfish bed's domains only",
+            spec.name
+        );
         let bios_disk_boot =
             matches!(spec.firmware, Firmware::Bios) && matches!(spec.boot, Boot::Disk);
         disk_args(&spec.disks, bios_disk_boot, &mut args)?;

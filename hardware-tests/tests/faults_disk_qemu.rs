@@ -1,0 +1,511 @@
+//! Disk errors injected under real, unmodified Ironic 39.0.0 on the QEMU
+//! bed: the PXE-booted deploy ramdisk in a libvirt domain behind the bed's
+//! Redfish BMC (as in `ironic_drives_ramdisk.rs`), whose only disk (5 GiB,
+//! virtio) goes through QEMU's `blkdebug` driver. QEMU reads the rule file
+//! each time Ironic powers the domain on, so each ramdisk boot meets the
+//! fault the test wrote there before:
+//!
+//! 1. **read error during a deploy**: `EIO` every time LBA 1 is read, the
+//!    primary GPT header of the old image the disk holds (a bootable copy
+//!    of the test image). The agent reads it when it erases the old
+//!    signatures: Ironic must end in `deploy failed` with the agent's
+//!    error in `last_error`, and the old tables must be gone all the same
+//!    (sector 0 zeros, no signature libblkid knows);
+//! 2. **write error during a deploy** (the old image put back first): `EIO`
+//!    on the first write (`once`) that touches a sector holding image data
+//!    past the first MiB. `deploy failed`, `last_error` naming the device,
+//!    the byte where the failing write started and `Input/output error`;
+//!    the disk must not boot anything: the agent wiped the old signatures
+//!    before writing and zeroed both ends when the write failed;
+//! 3. **write error during `erase_devices`** (a manual clean; Ironic's
+//!    default of one random pass and a zero pass): `EIO` on the first
+//!    write touching byte 256 MiB. `clean failed`, `last_error` naming the
+//!    device, the span of at most 64 MiB holding the fault (the pass
+//!    flushes every 64 MiB and stops at the first error) and `Input/output
+//!    error`; the bytes before it are random (nothing of an image left).
+//!
+//! `DISK_FAULTS=read` (`ci/faults`) runs 1, then, with Ironic erasing by
+//! the zero pass only, **a read error during `erase_devices`**: `EIO` every
+//! time a sector in the last MiB is read, which the agent reads back after
+//! zeroing; `clean failed` naming the device and the byte where the failed
+//! read started.
+//!
+//! After each fault the ramdisk still runs (Ironic 39 powers a node off
+//! neither after a failed deploy step nor after a failed clean step): its
+//! API answers, it lists the failed command with the same error, and Ironic
+//! collected its logs after the failure (a call the agent had to serve).
+
+use std::io::Write as _;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use agent::testconductor::image_server::{Fault, ImageServer};
+use hardware_tests::bed::ironic_flow::{self, Flow, Machine, PxeRoot};
+use hardware_tests::bed::redfish::Bmc;
+use hardware_tests::bed::{self, Bus, Disk, Net, NetOptions, Nic, VmSpec, BRIDGE_IP};
+use hardware_tests::ironic::Ironic;
+use hardware_tests::{require_root, testimage};
+use serde_json::{json, Value};
+
+const MAC: &str = "52:54:00:1c:0b:01";
+const GUEST: &str = "10.99.0.51";
+const DISK_GIB: u64 = 5;
+const PORT: u16 = 6385;
+const MARKER: &str = "faultsdisk-deployed-51c2";
+/// Where `erase_devices`' random pass meets its write error.
+const ERASE_FAULT_BYTE: u64 = 256 << 20;
+/// What one wait for a flow may take: a PXE boot under TCG plus the step.
+const FLOW_TIMEOUT: Duration = Duration::from_secs(300);
+
+fn elapsed(t: Instant) -> String {
+    format!("{:.1} s", t.elapsed().as_secs_f64())
+}
+
+fn sha256(path: &Path) -> String {
+    let data = std::fs::read(path).unwrap();
+    ring::digest::digest(&ring::digest::SHA256, &data)
+        .as_ref()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// libblkid's signatures on the disk file (empty: none).
+fn disk_signatures(path: &Path) -> String {
+    let out = Command::new("wipefs")
+        .args(["--no-act", "--noheadings"])
+        .arg(path)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "wipefs: {out:?}");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+fn read_at(path: &Path, offset: u64, len: usize) -> Vec<u8> {
+    let mut buf = vec![0u8; len];
+    std::fs::File::open(path)
+        .unwrap()
+        .read_exact_at(&mut buf, offset)
+        .unwrap();
+    buf
+}
+
+/// The first 512-byte sector at or past `from` holding a non-zero byte.
+fn first_data_sector(image: &Path, from: u64) -> u64 {
+    let data = std::fs::read(image).unwrap();
+    let at = data[from as usize..]
+        .iter()
+        .position(|b| *b != 0)
+        .expect("image data past the first MiB");
+    (from + at as u64) / 512
+}
+
+/// One `blkdebug` rule file: `EIO` on the first `iotype` request (`read`
+/// or `write`) touching `sector`, once or every time. (Without `iotype` a
+/// write rule also fails reads: the agent's probe of the old signatures
+/// would meet it first.)
+fn rules(iotype: &str, sector: u64, once: bool) -> String {
+    format!(
+        "[inject-error]\nevent = \"{iotype}_aio\"\niotype = \"{iotype}\"\nerrno = \"5\"\nsector = \"{sector}\"\nonce = \"{}\"\n",
+        if once { "on" } else { "off" }
+    )
+}
+
+/// The number in the agent's message right after `what`.
+fn named_byte(err: &str, what: &str) -> u64 {
+    let at = err
+        .find(what)
+        .unwrap_or_else(|| panic!("no '{what}' in: {err}"));
+    err[at + what.len()..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect::<String>()
+        .parse()
+        .unwrap_or_else(|e| panic!("no byte after '{what}' in {err}: {e}"))
+}
+
+/// The agent as the conductor calls it, from what Ironic stored at its
+/// heartbeat (captured while the step runs: Ironic wipes the token when a
+/// step fails).
+struct AgentApi {
+    url: String,
+    token: String,
+    http: reqwest::Client,
+}
+
+impl AgentApi {
+    async fn capture(ironic: &Ironic, uuid: &str) -> Self {
+        let deadline = Instant::now() + FLOW_TIMEOUT;
+        loop {
+            let info = ironic.stored_driver_internal_info(uuid).unwrap();
+            if let (Some(url), Some(token), Some(ca)) = (
+                info["agent_url"].as_str(),
+                info["agent_secret_token"].as_str(),
+                info["agent_verify_ca"].as_str(),
+            ) {
+                return Self {
+                    url: url.to_string(),
+                    token: token.to_string(),
+                    http: agent::tls::http_client(
+                        false,
+                        Some(Path::new(ca)),
+                        Duration::from_secs(10),
+                    )
+                    .unwrap(),
+                };
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the agent never heartbeated: {info}"
+            );
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
+    }
+
+    /// The agent still serves: `/v1/status` answers, and its command list
+    /// holds `command` failed with an error containing `needle`, and the
+    /// conductor's `collect_system_logs` after it succeeded.
+    async fn still_serving(&self, command: &str, needle: &str) {
+        let status = self
+            .http
+            .get(format!("{}/v1/status", self.url))
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("the agent's API after the fault: {e}"));
+        assert!(status.status().is_success(), "{status:?}");
+        let doc: Value = self
+            .http
+            .get(format!(
+                "{}/v1/commands/?agent_token={}",
+                self.url, self.token
+            ))
+            .send()
+            .await
+            .unwrap()
+            .error_for_status()
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let failed = doc["commands"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["command_name"] == json!(command))
+            .unwrap_or_else(|| {
+                let names: Vec<String> = doc["commands"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|c| format!("{} {}", c["command_name"], c["command_status"]))
+                    .collect();
+                panic!("no {command} among the agent's commands: {names:?}")
+            });
+        assert_eq!(failed["command_status"], json!("FAILED"), "{failed}");
+        let err = failed["command_error"].to_string();
+        assert!(err.contains(needle), "{needle:?} not in {err}");
+        let logs = doc["commands"].as_array().into_iter().flatten().any(|c| {
+            c["command_name"] == json!("collect_system_logs")
+                && c["command_status"] == json!("SUCCEEDED")
+        });
+        assert!(logs, "no successful collect_system_logs after the failure");
+    }
+}
+
+#[test]
+fn disk_errors_during_deploy_and_erase_fail_closed_in_real_ironic() {
+    require_root("the disk-fault QEMU test");
+    let total = Instant::now();
+    let read_mode = std::env::var("DISK_FAULTS").is_ok_and(|v| v == "read");
+    let ramdisk = bed::ramdisk_dir().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let image = testimage::build(work.path(), MARKER).unwrap();
+    let sha = sha256(&image.raw);
+    let data_sector = first_data_sector(&image.raw, 2 << 20);
+    println!("image data sector for the deploy write error: {data_sector}");
+
+    let net = Net::start(NetOptions {
+        hosts: vec![(MAC.into(), GUEST.into())],
+        ..NetOptions::ironic_ipxe("faultsdisk", &ironic_flow::boot_script_url())
+    })
+    .unwrap();
+    let images = net
+        .ns
+        .enter(|| ImageServer::start_on(format!("{BRIDGE_IP}:0").parse().unwrap()))
+        .unwrap()
+        .unwrap();
+    images.route("/disk.raw", &image.raw, &[], Fault::None);
+
+    // The disk: the image on it already (old content that boots), behind
+    // blkdebug.
+    let disk = work.path().join("disk0.img");
+    let blkdebug = work.path().join("blkdebug.conf");
+    std::fs::write(&blkdebug, "").unwrap();
+    std::fs::File::create(&disk)
+        .and_then(|f| f.set_len(DISK_GIB << 30))
+        .unwrap();
+    seed(&image.raw, &disk);
+    assert!(!disk_signatures(&disk).is_empty());
+    let mut bmc = Bmc::start(&net).unwrap();
+    let spec = VmSpec {
+        disks: vec![Disk {
+            path: disk.clone(),
+            size: DISK_GIB << 30,
+            bus: Bus::Virtio,
+            serial: "faultsdisk0".into(),
+            model: None,
+        }],
+        nics: vec![Nic { mac: MAC.into() }],
+        blkdebug: Some(blkdebug.clone()),
+        ..VmSpec::new("node")
+    };
+    let system = bmc.define(&spec).unwrap();
+    bmc.start_emulator().unwrap();
+    let pxe = PxeRoot::start(&net, &ramdisk).unwrap();
+    let ironic = Ironic::start_in(
+        &net.ns,
+        BRIDGE_IP,
+        PORT,
+        Some(&format!(
+            "{}{}",
+            ironic_flow::ironic_conf(pxe.dir(), ""),
+            if read_mode {
+                // erase_devices: the zero pass (BLKZEROOUT) and its
+                // read-back only, no random pass over 5 GiB under TCG.
+                "[deploy]\nshred_random_overwrite_iterations = 0\n"
+            } else {
+                ""
+            }
+        )),
+    )
+    .expect("starting Ironic 39.0.0 in the namespace");
+    println!("bed and Ironic up in {}", elapsed(total));
+    let machine = Machine::new(&bmc, system, &disk);
+
+    net.block_on(async {
+        let uuid = ironic_flow::enroll(&ironic, &bmc, machine.system(), "faultsdisk", MAC, "bios")
+            .await
+            .unwrap();
+        let mut flow = Flow::new(&ironic, &uuid, machine, FLOW_TIMEOUT);
+        let deploy_info = json!([
+            {"op": "add", "path": "/instance_info/image_source", "value": images.url("/disk.raw")},
+            {"op": "add", "path": "/instance_info/image_os_hash_algo", "value": "sha256"},
+            {"op": "add", "path": "/instance_info/image_os_hash_value", "value": sha},
+            {"op": "add", "path": "/instance_info/image_disk_format", "value": "raw"},
+        ]);
+        let mut logs = 0;
+        // 1. A read error under the old image's GPT header.
+        deploy_read_fault(&mut flow, &uuid, deploy_info.clone(), &blkdebug, &disk).await;
+        logs += 1;
+        if read_mode {
+            erase_read_fault(&mut flow, &uuid, &blkdebug, &disk).await;
+            return;
+        }
+        // The old image on the disk again (Ironic powered the machine off).
+        seed(&image.raw, &disk);
+
+        // 2. A write error while the image is written.
+        let t = Instant::now();
+        std::fs::write(&blkdebug, rules("write", data_sector, true)).unwrap();
+        ironic
+            .move_to(&uuid, "deleted", "available", Duration::from_secs(120))
+            .await
+            .unwrap();
+        flow.start_deploy(deploy_info.clone(), None).await.unwrap();
+        let agent = AgentApi::capture(&ironic, &uuid).await;
+        let node = flow
+            .wait_for_any_target("deploy failed", FLOW_TIMEOUT)
+            .await
+            .unwrap_or_else(|e| panic!("deploy with a write error: {e:#}"));
+        let err = node["last_error"].as_str().unwrap_or_default().to_string();
+        println!("write error in a deploy ({}): last_error = {err}", elapsed(t));
+        assert!(err.contains("write_image"), "{err}");
+        assert!(err.contains("writing /dev/vda"), "{err}");
+        assert!(err.contains("Input/output error"), "{err}");
+        let at = named_byte(&err, "writing at byte ");
+        let fault = data_sector * 512;
+        assert!(
+            at <= fault && fault < at + (4 << 20),
+            "the failed write starts at {at}, the fault is at {fault}: {err}"
+        );
+        agent
+            .still_serving("execute_deploy_step", "writing at byte")
+            .await;
+        logs += 1;
+        assert_eq!(ironic.deploy_logs().len(), logs, "agent logs collected");
+        flow.power_off().await.unwrap();
+        assert_no_bootable_image(&disk, "after the deploy's write error");
+        assert_eq!(read_at(&disk, 0, 512), vec![0u8; 512]);
+        println!("fault 2 (deploy, write) done in {}", elapsed(t));
+
+        // 3. A write error in erase_devices' random pass.
+        let t = Instant::now();
+        std::fs::write(&blkdebug, rules("write", ERASE_FAULT_BYTE / 512, true)).unwrap();
+        ironic
+            .move_to(&uuid, "deleted", "available", Duration::from_secs(120))
+            .await
+            .unwrap();
+        ironic
+            .move_to(&uuid, "manage", "manageable", Duration::from_secs(60))
+            .await
+            .unwrap();
+        ironic
+            .provision(
+                &uuid,
+                json!({"target": "clean", "clean_steps": [{"interface": "deploy", "step": "erase_devices"}]}),
+            )
+            .await
+            .unwrap();
+        let agent = AgentApi::capture(&ironic, &uuid).await;
+        let node = flow
+            .wait_for_any_target("clean failed", FLOW_TIMEOUT)
+            .await
+            .unwrap_or_else(|e| panic!("erase with a write error: {e:#}"));
+        let err = node["last_error"].as_str().unwrap_or_default().to_string();
+        println!("write error in erase_devices ({}): last_error = {err}", elapsed(t));
+        assert!(err.contains("erase_devices"), "{err}");
+        assert!(err.contains("/dev/vda"), "{err}");
+        assert!(err.contains("Input/output error"), "{err}");
+        // The pass flushes every 64 MiB: the message names the span
+        // written since the last good flush, which holds the fault.
+        let from = named_byte(&err, "writing bytes ");
+        let to = named_byte(&err, &format!("writing bytes {from} to "));
+        assert!(
+            from <= ERASE_FAULT_BYTE && ERASE_FAULT_BYTE < to && to - from <= 64 << 20,
+            "the failed span is {from}..{to}, the fault is at {ERASE_FAULT_BYTE}: {err}"
+        );
+        agent
+            .still_serving("execute_clean_step", "Input/output error")
+            .await;
+        logs += 1;
+        assert_eq!(ironic.deploy_logs().len(), logs, "agent logs collected");
+        flow.power_off().await.unwrap();
+        assert_no_bootable_image(&disk, "after the erase's write error");
+        let head = read_at(&disk, 0, 1 << 20);
+        let old = read_at(&image.raw, 0, 1 << 20);
+        assert_ne!(head, old, "the erase wrote nothing before the fault");
+        println!("fault 3 (erase_devices, write) done in {}", elapsed(t));
+    })
+    .unwrap();
+    println!("disk faults: {}", elapsed(total));
+    let _ = std::io::stdout().flush();
+}
+
+/// Nothing on `disk` a firmware would boot: no MBR boot signature and no
+/// signature libblkid knows (partition tables, filesystems).
+fn assert_no_bootable_image(disk: &Path, when: &str) {
+    let left = disk_signatures(disk);
+    assert!(left.is_empty(), "{when}: signatures left: {left}");
+    let mbr = read_at(disk, 0, 512);
+    assert_ne!(&mbr[510..], &[0x55, 0xaa], "{when}: an MBR boot signature");
+}
+
+/// A read error during a deploy, every time LBA 1 is read: the primary
+/// GPT header of the old image on the disk, which the agent reads when it
+/// erases the old signatures. The deploy must fail before writing, naming
+/// the device and the error, and the old tables must be gone all the same.
+async fn deploy_read_fault(
+    flow: &mut Flow<'_, '_>,
+    uuid: &str,
+    deploy_info: Value,
+    blkdebug: &Path,
+    disk: &Path,
+) {
+    let ironic = flow.ironic;
+    let t = Instant::now();
+    std::fs::write(blkdebug, rules("read", 1, false)).unwrap();
+    ironic
+        .move_to(uuid, "provide", "available", Duration::from_secs(60))
+        .await
+        .unwrap();
+    flow.start_deploy(deploy_info, None).await.unwrap();
+    let agent = AgentApi::capture(ironic, uuid).await;
+    let node = flow
+        .wait_for_any_target("deploy failed", FLOW_TIMEOUT)
+        .await
+        .unwrap_or_else(|e| panic!("deploy with a read error: {e:#}"));
+    let err = node["last_error"].as_str().unwrap_or_default().to_string();
+    println!(
+        "read error in a deploy ({}): last_error = {err}",
+        elapsed(t)
+    );
+    assert!(
+        err.contains("write_image")
+            && err.contains("writing /dev/vda: erasing old metadata")
+            && err.contains("Input/output error"),
+        "{err}"
+    );
+    assert!(err.contains("zeroed anyway"), "{err}");
+    agent
+        .still_serving("execute_deploy_step", "Input/output error")
+        .await;
+    flow.power_off().await.unwrap();
+    assert_no_bootable_image(disk, "after the deploy's read error");
+    assert_eq!(read_at(disk, 0, 512), vec![0u8; 512]);
+    println!("fault (deploy, read) done in {}", elapsed(t));
+}
+
+/// `DISK_FAULTS=read` (`ci/faults`; Ironic erases with the zero pass only):
+/// a read error during `erase_devices`, every time a sector in the last MiB
+/// is read, which the agent reads back after zeroing. The clean must fail
+/// naming the device and the byte where the failed read started.
+async fn erase_read_fault(flow: &mut Flow<'_, '_>, uuid: &str, blkdebug: &Path, disk: &Path) {
+    let ironic = flow.ironic;
+    let t = Instant::now();
+    let size = DISK_GIB << 30;
+    let fault = size - (512 << 10);
+    std::fs::write(blkdebug, rules("read", fault / 512, false)).unwrap();
+    ironic
+        .move_to(uuid, "deleted", "available", Duration::from_secs(120))
+        .await
+        .unwrap();
+    ironic
+        .move_to(uuid, "manage", "manageable", Duration::from_secs(60))
+        .await
+        .unwrap();
+    ironic
+        .provision(
+            uuid,
+            json!({"target": "clean", "clean_steps": [{"interface": "deploy", "step": "erase_devices"}]}),
+        )
+        .await
+        .unwrap();
+    let agent = AgentApi::capture(ironic, uuid).await;
+    let node = flow
+        .wait_for_any_target("clean failed", FLOW_TIMEOUT)
+        .await
+        .unwrap_or_else(|e| panic!("erase with a read error: {e:#}"));
+    let err = node["last_error"].as_str().unwrap_or_default().to_string();
+    println!(
+        "read error in erase_devices ({}): last_error = {err}",
+        elapsed(t)
+    );
+    assert!(
+        err.contains("/dev/vda") && err.contains("Input/output error"),
+        "{err}"
+    );
+    let at = named_byte(&err, "reading back at byte ");
+    assert!(
+        at <= fault && fault < at + (1 << 20),
+        "read at {at}, fault at {fault}: {err}"
+    );
+    agent
+        .still_serving("execute_clean_step", "Input/output error")
+        .await;
+    flow.power_off().await.unwrap();
+    assert_no_bootable_image(disk, "after the erase's read error");
+}
+
+/// Writes `image` over the start of `disk` (a bootable old content).
+fn seed(image: &Path, disk: &Path) {
+    hardware_tests::run(
+        Command::new("dd")
+            .arg(format!("if={}", image.display()))
+            .arg(format!("of={}", disk.display()))
+            .args(["bs=1M", "conv=notrunc,sparse", "status=none"]),
+    )
+    .unwrap();
+    assert!(!disk_signatures(disk).is_empty());
+}
