@@ -410,12 +410,16 @@ impl<C: Conductor> Session<C> {
         let mut throttle = LogThrottle::default();
         let mut accepted = 0u64;
         loop {
-            tokio::select! {
+            // Events first: a power action the conductor asked for must not
+            // wait behind a heartbeat that is due at the same moment.
+            let event = tokio::select! {
+                biased;
+                Some(event) = events.recv() => event,
                 _ = tokio::time::sleep_until(next) => {
                     let result = self.beat().await;
                     let now = Instant::now();
                     last_beat = Some(now);
-                    match result {
+                    let pending = match result {
                         Ok(()) => {
                             if accepted == 0 {
                                 // A boot phase: the ramdisk's console shows its time.
@@ -425,11 +429,22 @@ impl<C: Conductor> Session<C> {
                             accepted += 1;
                             throttle.reset();
                             next = now + jitter(self.lookup.config.heartbeat_timeout, 0.3, 0.6);
+                            None
                         }
                         Err(e) if e.is_invalid_token() => {
-                            tracing::warn!(error = %e, "the conductor no longer accepts our token; looking up again");
-                            self.relookup().await?;
-                            next = Instant::now();
+                            // The conductor wipes the token right after it
+                            // orders a power action: an event that came in
+                            // while this heartbeat was on its way is that
+                            // order, and looking up again would never see it.
+                            if let Ok(event) = events.try_recv() {
+                                tracing::info!("token gone with an event pending: handling the event first");
+                                Some(event)
+                            } else {
+                                tracing::warn!(error = %e, "the conductor no longer accepts our token; looking up again");
+                                self.relookup().await?;
+                                next = Instant::now();
+                                continue;
+                            }
                         }
                         Err(e) if e.status() == Some(409) => {
                             // The node is locked for a moment (a conductor
@@ -437,56 +452,64 @@ impl<C: Conductor> Session<C> {
                             // on): try again within seconds.
                             throttle.warn(&format!("heartbeat refused, node locked: {e}"));
                             next = now + jitter(CONFLICT_RETRY, 1.0, 2.0);
+                            None
                         }
                         Err(e) => {
                             throttle.warn(&format!("heartbeat failed: {e}"));
                             next = now + jitter(ERROR_RETRY, 1.0, 2.0);
+                            None
                         }
+                    };
+                    match pending {
+                        Some(event) => event,
+                        None => continue,
                     }
                 }
-                Some(event) = events.recv() => match event {
-                    AgentEvent::AsyncCommandFinished => {
-                        let now = Instant::now();
-                        let earliest = last_beat
-                            .map(|t| t + self.state.config.min_heartbeat_interval)
-                            .unwrap_or(now)
-                            .max(now);
-                        next = next.min(earliest);
-                    }
-                    AgentEvent::Power(action) => {
-                        if self.state.config.mode == RunMode::Ramdisk {
-                            if let Some(server) = &self.server {
-                                server.stop();
-                            }
-                            power::act(action);
-                        }
-                        self.state.reset_as_after_reboot();
-                        tracing::info!("agent reset as after a reboot; looking the node up again");
-                        self.lookup_again().await?;
-                        next = Instant::now();
-                    }
-                    AgentEvent::Rescued => {
+            };
+            match event {
+                AgentEvent::AsyncCommandFinished => {
+                    let now = Instant::now();
+                    let earliest = last_beat
+                        .map(|t| t + self.state.config.min_heartbeat_interval)
+                        .unwrap_or(now)
+                        .max(now);
+                    next = next.min(earliest);
+                }
+                AgentEvent::Power(action) => {
+                    if self.state.config.mode == RunMode::Ramdisk {
                         if let Some(server) = &self.server {
                             server.stop();
                         }
-                        tracing::warn!("rescued: API stopped, no more heartbeats; the network stays up");
-                        match self.state.config.mode {
-                            RunMode::Ramdisk => {
-                                // PID 1 sees the marker and opens the logins.
-                                tokio::time::sleep(Duration::from_millis(200)).await;
-                                std::process::exit(0);
-                            }
-                            RunMode::Host => std::future::pending::<()>().await,
-                        }
+                        power::act(action);
                     }
-                    AgentEvent::Lockdown => {
-                        if let Some(server) = &self.server {
-                            server.stop();
-                        }
-                        tracing::warn!("locked down: API stopped, no more heartbeats");
-                        crate::commands::system::lock_down_and_idle(self.state.config.mode).await;
+                    self.state.reset_as_after_reboot();
+                    tracing::info!("agent reset as after a reboot; looking the node up again");
+                    self.lookup_again().await?;
+                    next = Instant::now();
+                }
+                AgentEvent::Rescued => {
+                    if let Some(server) = &self.server {
+                        server.stop();
                     }
-                },
+                    tracing::warn!(
+                        "rescued: API stopped, no more heartbeats; the network stays up"
+                    );
+                    match self.state.config.mode {
+                        RunMode::Ramdisk => {
+                            // PID 1 sees the marker and opens the logins.
+                            tokio::time::sleep(Duration::from_millis(200)).await;
+                            std::process::exit(0);
+                        }
+                        RunMode::Host => std::future::pending::<()>().await,
+                    }
+                }
+                AgentEvent::Lockdown => {
+                    if let Some(server) = &self.server {
+                        server.stop();
+                    }
+                    tracing::warn!("locked down: API stopped, no more heartbeats");
+                    crate::commands::system::lock_down_and_idle(self.state.config.mode).await;
+                }
             }
         }
     }
