@@ -433,11 +433,18 @@ impl<C: Conductor> Session<C> {
                         }
                         Err(e) if e.is_invalid_token() => {
                             // The conductor wipes the token right after it
-                            // orders a power action: an event that came in
-                            // while this heartbeat was on its way is that
-                            // order, and looking up again would never see it.
-                            if let Ok(event) = events.try_recv() {
-                                tracing::info!("token gone with an event pending: handling the event first");
+                            // orders a power action: that action (queued, or
+                            // still in the power command's short delay) comes
+                            // first; looking up again would never see it.
+                            let pending = match events.try_recv() {
+                                Ok(event) => Some(event),
+                                // The power command was answered; its
+                                // action follows within a second.
+                                Err(_) if self.state.power_pending() => events.recv().await,
+                                Err(_) => None,
+                            };
+                            if let Some(event) = pending {
+                                tracing::info!("token gone with a power action or event pending: handling it first");
                                 Some(event)
                             } else {
                                 tracing::warn!(error = %e, "the conductor no longer accepts our token; looking up again");

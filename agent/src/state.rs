@@ -75,6 +75,9 @@ pub struct AgentState {
     events: Mutex<Option<mpsc::UnboundedSender<AgentEvent>>>,
     abort: Mutex<Arc<AtomicBool>>,
     session: RwLock<SessionInfo>,
+    /// A power command was answered and its action is on its way to the
+    /// main loop (`standby.power_off` waits a moment before acting).
+    power_pending: AtomicBool,
 }
 
 impl AgentState {
@@ -99,7 +102,21 @@ impl AgentState {
                 lookup: "not started".into(),
                 ..SessionInfo::default()
             }),
+            power_pending: AtomicBool::new(false),
         }
+    }
+
+    /// Marks a power action as ordered: the main loop must wait for it
+    /// rather than look the node up again when the conductor drops the
+    /// token meanwhile.
+    pub fn set_power_pending(&self) {
+        self.power_pending
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Whether a power action was ordered and not carried out yet.
+    pub fn power_pending(&self) -> bool {
+        self.power_pending.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// The conductor session as last recorded.
@@ -206,6 +223,8 @@ impl AgentState {
     /// Forgets everything a reboot forgets: commands, token (unless
     /// pre-shared), node and written-image facts.
     pub fn reset_as_after_reboot(&self) {
+        self.power_pending
+            .store(false, std::sync::atomic::Ordering::SeqCst);
         self.abort_running();
         self.commands.reset();
         self.set_token(self.config.agent_token.clone());

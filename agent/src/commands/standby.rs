@@ -59,6 +59,7 @@ async fn power(state: Arc<AgentState>, action: PowerAction) -> Outcome {
         }
         RunMode::Ramdisk => tracing::info!(?action, "powering the machine"),
     }
+    state.set_power_pending();
     let s = state.clone();
     tokio::spawn(async move {
         tokio::time::sleep(POWER_DELAY).await;
