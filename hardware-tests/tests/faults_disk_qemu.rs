@@ -160,7 +160,11 @@ impl AgentApi {
                 Instant::now() < deadline,
                 "the agent never heartbeated: {info}"
             );
-            tokio::time::sleep(Duration::from_secs(2)).await;
+            // Often: a fault that fails the step at once leaves only the
+            // second or so between the first heartbeat and Ironic wiping
+            // the agent's URL and token (the agent heartbeats 1 s after a
+            // step ends).
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
 
