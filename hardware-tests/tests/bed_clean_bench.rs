@@ -17,13 +17,12 @@
 //! discard leaves the sparse disk files sparse. The bed's disks discard
 //! (`discard=unmap`) as an SSD would.
 
-use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use agent::testconductor::{Settings, TestConductor};
+use hardware_tests::bed::dirty_disk;
 use hardware_tests::bed::{self, Bus, Disk, Net, NetOptions, Nic, Vm, VmSpec, BRIDGE_IP};
-use hardware_tests::{require_root, run};
+use hardware_tests::require_root;
 
 const MIB: u64 = 1 << 20;
 
@@ -89,29 +88,6 @@ fn metadata_wipes(console: &str) -> Vec<(String, f64)> {
         .collect()
 }
 
-/// A GPT with one ext4 partition filling the disk.
-fn dirty(path: &Path, size: u64) {
-    std::fs::File::create(path).unwrap().set_len(size).unwrap();
-    let mut f = tempfile::tempfile().unwrap();
-    std::io::Write::write_all(&mut f, b"label: gpt\n,,L\n").unwrap();
-    std::io::Seek::rewind(&mut f).unwrap();
-    run(Command::new("sfdisk").arg("-q").arg(path).stdin(f)).unwrap();
-    run(Command::new("mkfs.ext4")
-        .args(["-q", "-F", "-E", &format!("offset={MIB}")])
-        .arg(path)
-        .arg(format!("{}M", size / MIB - 2)))
-    .unwrap();
-}
-
-fn signatures(path: &Path) -> String {
-    let whole = run(Command::new("wipefs").arg("--no-act").arg(path)).unwrap_or_default();
-    let part = run(Command::new("blkid")
-        .args(["-p", "-o", "export", "-O", &MIB.to_string()])
-        .arg(path))
-    .unwrap_or_default();
-    format!("{whole}{part}").trim().to_string()
-}
-
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name)
         .ok()
@@ -155,7 +131,7 @@ fn erase_devices_on_four_kinds_of_disk_reports_method_time_and_rate_per_disk() {
         })
         .collect();
     for d in &spec.disks {
-        dirty(&d.path, d.size);
+        dirty_disk::gpt_ext4(&d.path, d.size).unwrap();
     }
     spec.nics.push(Nic { mac: mac.into() });
 
@@ -211,7 +187,7 @@ fn erase_devices_on_four_kinds_of_disk_reports_method_time_and_rate_per_disk() {
     let ctx = format!("console: {}", net.logs.join("vm.console.log").display());
     assert_eq!(erased.len(), 4, "one erase line per disk; {ctx}\n{report}");
     for d in &spec.disks {
-        let left = signatures(&d.path);
+        let left = dirty_disk::signatures(&d.path).unwrap();
         assert!(left.is_empty(), "{} still has: {left}; {ctx}", d.serial);
     }
     let method = |dev: &str| {

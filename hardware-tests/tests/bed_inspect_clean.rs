@@ -16,13 +16,13 @@
 //!   disk was erased by Format NVM with secure erase.
 
 use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use agent::testconductor::{Settings, TestConductor};
+use hardware_tests::bed::dirty_disk;
 use hardware_tests::bed::lldp::Switch;
 use hardware_tests::bed::{self, Bus, Disk, Net, NetOptions, Nic, Vm, VmSpec, BRIDGE_IP};
-use hardware_tests::{require_root, run};
+use hardware_tests::require_root;
 
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
@@ -178,60 +178,6 @@ fn inventory_equals_the_vm() {
     );
 }
 
-/// A GPT with one ext4 partition at 1 MiB and random bytes at both ends of
-/// the partition, made by sfdisk and mke2fs on the file.
-fn dirty(path: &Path, size: u64) {
-    std::fs::File::create(path).unwrap().set_len(size).unwrap();
-    run(Command::new("sfdisk")
-        .arg("-q")
-        .arg(path)
-        .stdin_bytes(b"label: gpt\n,,L\n"))
-    .unwrap();
-    let part = size / MIB - 2;
-    run(Command::new("mkfs.ext4")
-        .args(["-q", "-F", "-E", &format!("offset={MIB}")])
-        .arg(path)
-        .arg(format!("{part}M")))
-    .unwrap();
-    assert!(signatures(path).contains("gpt"), "the test disk has no GPT");
-}
-
-/// Signatures libblkid finds on the whole file and at the partition's offset.
-fn signatures(path: &Path) -> String {
-    let whole = run(Command::new("wipefs").arg("--no-act").arg(path)).unwrap_or_default();
-    // blkid exits 2 when it finds nothing.
-    let part = run(Command::new("blkid")
-        .args(["-p", "-o", "export", "-O", &MIB.to_string()])
-        .arg(path))
-    .unwrap_or_default();
-    let mut f = std::fs::File::open(path).unwrap();
-    let mut sb = [0u8; 2];
-    use std::io::{Read, Seek};
-    f.seek(std::io::SeekFrom::Start(MIB + 1080)).unwrap();
-    f.read_exact(&mut sb).unwrap();
-    let ext4 = if sb == [0x53, 0xef] {
-        "ext4 magic at 1 MiB"
-    } else {
-        ""
-    };
-    format!("{whole}{part}{ext4}").trim().to_string()
-}
-
-trait StdinBytes {
-    fn stdin_bytes(&mut self, b: &'static [u8]) -> &mut Self;
-}
-
-impl StdinBytes for Command {
-    /// Feeds `b` on stdin through a pipe from a file (keeps `run` simple).
-    fn stdin_bytes(&mut self, b: &'static [u8]) -> &mut Self {
-        let mut f = tempfile::tempfile().unwrap();
-        use std::io::{Seek, Write};
-        f.write_all(b).unwrap();
-        f.rewind().unwrap();
-        self.stdin(f)
-    }
-}
-
 #[test]
 fn automated_clean_leaves_no_signatures_and_formats_nvme() {
     require_root("the QEMU test bed");
@@ -252,14 +198,14 @@ fn automated_clean_leaves_no_signatures_and_formats_nvme() {
         ),
     ];
     for d in &spec.disks {
-        dirty(&d.path, d.size);
+        dirty_disk::gpt_ext4(&d.path, d.size).unwrap();
     }
     spec.nics.push(Nic { mac: mac.into() });
     let (_node, console) = run_node(&net, &spec, &[mac], "available", |c, uuid| {
         c.start_clean(uuid, None)
     });
     for d in &spec.disks {
-        let left = signatures(&d.path);
+        let left = dirty_disk::signatures(&d.path).unwrap();
         assert!(
             left.is_empty(),
             "{} still has: {left}\nconsole:\n{console}",

@@ -34,6 +34,7 @@
 //! other processes are killed by PID, taps and the namespace deleted.
 
 pub mod deploy;
+pub mod dirty_disk;
 pub mod http_root;
 pub mod ironic_flow;
 pub mod lldp;
