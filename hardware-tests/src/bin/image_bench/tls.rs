@@ -69,14 +69,23 @@ fn serve(conn: TcpStream, config: Arc<rustls::ServerConfig>, backend: SocketAddr
     // Requests are small: read them here and hand them on; responses go
     // back on the same thread, so rustls is used from one thread only.
     let mut buf = vec![0u8; 256 << 10];
+    let mut request = Vec::new();
     loop {
+        // A request (headers only, no body) may arrive in several TLS
+        // records: hand it on whole, or the backend waits for its end
+        // while this thread waits for the response.
         let n = match client.read(&mut buf) {
             Ok(0) => break,
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => break,
             Err(e) => return Err(e.into()),
         };
-        to_backend.write_all(&buf[..n])?;
+        request.extend_from_slice(&buf[..n]);
+        let Some(end) = request.windows(4).position(|w| w == b"\r\n\r\n") else {
+            continue;
+        };
+        to_backend.write_all(&request[..end + 4])?;
+        request.drain(..end + 4);
         // One response per request (the benchmark's clients send one
         // request and read the whole body): relay until the body ends.
         relay_response(&mut from_backend, &mut client, &mut buf)?;
@@ -132,10 +141,9 @@ pub fn https_body(url: &str, cafile: &Path) -> Result<impl Read> {
     )?;
     let tls = rustls::ClientConnection::new(config, name)?;
     let mut s = rustls::StreamOwned::new(tls, TcpStream::connect(host)?);
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
-    )?;
+    // One write, so one TLS record.
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+    s.write_all(request.as_bytes())?;
     s.flush()?;
     // Skip the headers byte by byte through a small buffer.
     let mut head = Vec::new();
