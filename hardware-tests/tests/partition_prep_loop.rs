@@ -64,7 +64,9 @@ fn ppc64_partition_images_get_a_prep_boot_partition() {
     let u = uuids(&prepared);
     let prep_partuuid = parts[0]["uuid"].as_str().unwrap().to_lowercase();
     assert_eq!(
-        u["PReP Boot partition uuid"].as_str().map(str::to_lowercase),
+        u["PReP Boot partition uuid"]
+            .as_str()
+            .map(str::to_lowercase),
         Some(prep_partuuid),
         "{u}"
     );

@@ -275,7 +275,10 @@ mod tests {
                 super_offset: 8,
             },
         );
-        let f = std::fs::OpenOptions::new().write(true).open(&member).unwrap();
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&member)
+            .unwrap();
         std::os::unix::fs::FileExt::write_all_at(&f, &sb, 4096).unwrap();
         drop(f);
         let before = std::fs::read(&member).unwrap();
@@ -306,7 +309,10 @@ mod tests {
             out.get(member.display().to_string().as_str()).is_none(),
             "{out}"
         );
-        assert!(out.get(plain.display().to_string().as_str()).is_some(), "{out}");
+        assert!(
+            out.get(plain.display().to_string().as_str()).is_some(),
+            "{out}"
+        );
         assert!(std::fs::read(&member).unwrap() == before);
     }
 }

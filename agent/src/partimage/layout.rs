@@ -257,7 +257,13 @@ mod tests {
 
     #[test]
     fn uefi_layout_is_esp_ephemeral_swap_configdrive_root() {
-        let l = plan(&params(4096, 512, 1024), BootMode::Uefi, Label::Gpt, 2, "x86_64");
+        let l = plan(
+            &params(4096, 512, 1024),
+            BootMode::Uefi,
+            Label::Gpt,
+            2,
+            "x86_64",
+        );
         assert_eq!(
             roles(&l),
             [
@@ -285,7 +291,13 @@ mod tests {
         );
         let e = l.entries(512, 1 << 20).unwrap();
         assert_eq!(e[0].gpt_type, gpt_type(Role::BiosBoot));
-        let l = plan(&params(100, 64, 0), BootMode::Bios, Label::Msdos, 1, "x86_64");
+        let l = plan(
+            &params(100, 64, 0),
+            BootMode::Bios,
+            Label::Msdos,
+            1,
+            "x86_64",
+        );
         assert_eq!(
             roles(&l),
             [
@@ -305,7 +317,13 @@ mod tests {
 
     #[test]
     fn ppc64_bios_gets_a_prep_partition_instead_of_bios_boot() {
-        let l = plan(&params(100, 0, 16), BootMode::Bios, Label::Gpt, 1, "ppc64le");
+        let l = plan(
+            &params(100, 0, 16),
+            BootMode::Bios,
+            Label::Gpt,
+            1,
+            "ppc64le",
+        );
         assert_eq!(
             roles(&l),
             [
@@ -325,7 +343,10 @@ mod tests {
         assert!(e.iter().all(|p| !p.bootable), "no boot flags on GPT");
         // On an MBR: type 0x41 and active; the root is not (ppc64).
         let l = plan(&params(100, 0, 0), BootMode::Bios, Label::Msdos, 0, "ppc64");
-        assert_eq!(roles(&l), [(Role::PrepBoot, 1, 1, 8), (Role::Root, 2, 9, 100)]);
+        assert_eq!(
+            roles(&l),
+            [(Role::PrepBoot, 1, 1, 8), (Role::Root, 2, 9, 100)]
+        );
         let e = l.entries(512, 1 << 20).unwrap();
         assert_eq!(
             e.iter()
@@ -335,7 +356,10 @@ mod tests {
         );
         // UEFI on ppc64: the ESP and no PReP (IPA adds it for BIOS only).
         let l = plan(&params(100, 0, 0), BootMode::Uefi, Label::Gpt, 0, "ppc64le");
-        assert_eq!(roles(&l), [(Role::Esp, 1, 1, 550), (Role::Root, 2, 551, 100)]);
+        assert_eq!(
+            roles(&l),
+            [(Role::Esp, 1, 1, 550), (Role::Root, 2, 551, 100)]
+        );
     }
 
     #[test]
@@ -353,7 +377,13 @@ mod tests {
         // size is too small, 1 MiB more fits.
         assert!(l.entries(512, 1575 * 2048).is_err());
         assert!(l.entries(512, 1576 * 2048).is_ok());
-        let l = plan(&params(3 << 20, 0, 0), BootMode::Bios, Label::Msdos, 0, "x86_64");
+        let l = plan(
+            &params(3 << 20, 0, 0),
+            BootMode::Bios,
+            Label::Msdos,
+            0,
+            "x86_64",
+        );
         assert!(matches!(
             l.entries(512, 1 << 40),
             Err(LayoutError::BeyondMbr { .. })

@@ -348,7 +348,15 @@ fn a_max_volume_listed_first_is_numbered_last_as_ipa_does() {
     let shape: Vec<_> = p
         .arrays
         .iter()
-        .map(|a| (a.index, a.name.as_str(), a.level.ironic(), a.is_root, a.members[0].1))
+        .map(|a| {
+            (
+                a.index,
+                a.name.as_str(),
+                a.level.ironic(),
+                a.is_root,
+                a.members[0].1,
+            )
+        })
         .collect();
     assert_eq!(
         shape,
