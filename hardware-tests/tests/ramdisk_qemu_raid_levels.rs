@@ -2,13 +2,15 @@
 //! guest kernel's md (`raid10` and `raid456`, shipped in the ramdisk): on
 //! four virtio disks under a BIOS boot mode (MBR members, no ESP), the test
 //! conductor's manual cleans run `delete_configuration` +
-//! `create_configuration` three times, for a RAID-1 root volume plus a
-//! `MAX` volume at level 1+0, then 5, then 6, each time across all four
-//! disks. After each: the guest's `/proc/mdstat` shows `md1` active at that
-//! level over four members, and each disk's second partition carries a
-//! version-1.2 superblock of that level for four devices (read from the
-//! host). A last `delete_configuration` leaves no superblock and no
-//! signature on any disk.
+//! `create_configuration` three times, for a `MAX` RAID-1 root volume
+//! listed first plus a 1 GiB volume at level 1+0, then 5, then 6, each time
+//! across all four disks. As in IPA 13 the `MAX` volume is moved last:
+//! the 1 GiB volume is `md0` on each disk's first partition, the root
+//! `md1` on the second. After each: the guest's `/proc/mdstat` shows `md0`
+//! active at that level over four members and `md1` a RAID-1, and each
+//! disk's partitions carry version-1.2 superblocks of those levels for four
+//! devices (read from the host). A last `delete_configuration` leaves no
+//! superblock and no signature on any disk.
 
 use std::os::unix::fs::FileExt;
 use std::path::Path;
@@ -95,9 +97,9 @@ fn ramdisk_runs_raid10_raid5_and_raid6() {
     };
     let config = |level: &str| {
         json!({"logical_disks": [
-            {"controller": "software", "raid_level": "1", "size_gb": 1, "volume_name": "root",
+            {"controller": "software", "raid_level": "1", "size_gb": "MAX", "volume_name": "root",
              "is_root_volume": true},
-            {"controller": "software", "raid_level": level, "size_gb": "MAX", "volume_name": "data"}
+            {"controller": "software", "raid_level": level, "size_gb": 1, "volume_name": "data"}
         ]})
     };
     let step = |name: &str| json!({"interface": "raid", "step": name, "args": {}});
@@ -175,23 +177,23 @@ fn ramdisk_runs_raid10_raid5_and_raid6() {
         built.unwrap_or_else(|e| panic!("create_configuration at {level} failed: {e:#}{ctx}"));
         let line = mdstat
             .lines()
-            .find(|l| l.starts_with("md1 : "))
-            .unwrap_or_else(|| panic!("no md1 for {level}:\n{mdstat}{ctx}"));
+            .find(|l| l.starts_with("md0 : "))
+            .unwrap_or_else(|| panic!("no md0 for {level}:\n{mdstat}{ctx}"));
         assert!(
-            line.starts_with(&format!("md1 : active {md_level} "))
+            line.starts_with(&format!("md0 : active {md_level} "))
                 && line.matches('[').count() == 4,
-            "md1 is not an active {md_level} of four members: {line}\n{mdstat}{ctx}"
+            "md0 is not an active {md_level} of four members: {line}\n{mdstat}{ctx}"
         );
         assert!(
-            mdstat.lines().any(|l| l.starts_with("md0 : active raid1 ")),
-            "no RAID-1 root:\n{mdstat}{ctx}"
+            mdstat.lines().any(|l| l.starts_with("md1 : active raid1 ")),
+            "no RAID-1 root as md1:\n{mdstat}{ctx}"
         );
         for (d, found) in disks.iter().zip(&sbs) {
             assert_eq!(
                 found,
                 &vec![
-                    (0, "root".to_string(), 1, 4),
-                    (1, "data".to_string(), *number, 4)
+                    (0, "data".to_string(), *number, 4),
+                    (1, "root".to_string(), 1, 4)
                 ],
                 "{} after creating {level}{ctx}",
                 d.path.display()
