@@ -7,7 +7,10 @@
 //! `MAX` volume under a UEFI boot mode (so every member also gets an ESP,
 //! mirrored as a RAID-1 with end-of-device metadata); the guest's
 //! `/proc/mdstat` shows the three arrays and the disks carry the
-//! superblocks; `delete_configuration` stops them and leaves no superblock
+//! superblocks; `erase_devices_metadata` (as IPA 13) wipes the md devices
+//! (the mirrored ESP's FAT is gone from both members) and skips the
+//! members (arrays still running, superblocks kept); `delete_configuration`
+//! stops them and leaves no superblock
 //! and no partition table; a configuration naming a disk that does not
 //! exist fails with a precise `SoftwareRAIDError` and touches nothing.
 
@@ -98,7 +101,17 @@ fn ramdisk_builds_and_deletes_software_raid() {
         {"controller": "software", "raid_level": "0", "size_gb": "MAX", "volume_name": "scratch"}
     ]});
     let step = |name: &str| json!({"interface": "raid", "step": name, "args": {}});
-    let (built, mdstat_built, deleted, mdstat_deleted, failed, console, transcript, layout) = net
+    let esp_sector = |d: &Disk| {
+        let mut b = [0u8; 512];
+        std::fs::File::open(&d.path)
+            .and_then(|f| f.read_exact_at(&mut b, MIB))
+            .map(|()| b)
+            .unwrap_or([0xee; 512])
+    };
+    let (
+        (built, mdstat_built, deleted, mdstat_deleted, failed, console, transcript, layout),
+        (erased, mdstat_erased, esp_before, esp_after, members_after),
+    ) = net
         .block_on(async {
             let conductor = TestConductor::start_on(
                 Settings::default(),
@@ -149,6 +162,23 @@ fn ramdisk_builds_and_deletes_software_raid() {
                         .collect()
                 })
                 .collect();
+            let esp_before: Vec<_> = disks.iter().map(esp_sector).collect();
+            conductor
+                .start_clean(
+                    &uuid,
+                    Some(vec![json!({"interface": "deploy", "step": "erase_devices_metadata", "args": {}})]),
+                )
+                .unwrap();
+            let erased = conductor
+                .wait_for_state(&uuid, "manageable", Duration::from_secs(120))
+                .await;
+            let mdstat_erased = shell(&mut vm, "erased");
+            let esp_after: Vec<_> = disks.iter().map(esp_sector).collect();
+            let members_after: Vec<Vec<Option<(usize, String)>>> = disks
+                .iter()
+                .zip(&layout)
+                .map(|(d, parts)| parts.iter().map(|(s, l, _)| member(&d.path, *s, *l)).collect())
+                .collect();
             conductor
                 .start_clean(&uuid, Some(vec![step("delete_configuration")]))
                 .unwrap();
@@ -170,14 +200,17 @@ fn ramdisk_builds_and_deletes_software_raid() {
             let c = vm.console();
             vm.kill();
             (
-                built,
-                mdstat_built,
-                deleted,
-                mdstat_deleted,
-                failed,
-                c,
-                conductor.transcript(),
-                layout,
+                (
+                    built,
+                    mdstat_built,
+                    deleted,
+                    mdstat_deleted,
+                    failed,
+                    c,
+                    conductor.transcript(),
+                    layout,
+                ),
+                (erased, mdstat_erased, esp_before, esp_after, members_after),
             )
         })
         .unwrap();
@@ -226,6 +259,33 @@ fn ramdisk_builds_and_deletes_software_raid() {
             parts[2].2,
             Some((2, "scratch".to_string())),
             "disk {i}: scratch member"
+        );
+    }
+    erased.unwrap_or_else(|e| panic!("erase_devices_metadata failed: {e:#}{ctx}"));
+    for (md, level) in [("md0", "raid1"), ("md1", "raid0"), ("md2", "raid1")] {
+        assert!(
+            mdstat_erased
+                .lines()
+                .any(|l| l.starts_with(&format!("{md} : active {level}"))),
+            "{md} stopped by erase_devices_metadata:\n{mdstat_erased}{ctx}"
+        );
+    }
+    for (i, (before, after)) in esp_before.iter().zip(&esp_after).enumerate() {
+        assert_eq!(
+            &before[510..],
+            &[0x55, 0xaa],
+            "disk {i}: no FAT boot sector on the ESP before{ctx}"
+        );
+        assert!(
+            after.iter().all(|b| *b == 0),
+            "disk {i}: the mirrored ESP's FAT boot sector survived erase_devices_metadata{ctx}"
+        );
+    }
+    for (i, (parts, after)) in layout.iter().zip(&members_after).enumerate() {
+        let before: Vec<_> = parts.iter().map(|(_, _, m)| m.clone()).collect();
+        assert_eq!(
+            &before, after,
+            "disk {i}: erase_devices_metadata touched the member superblocks{ctx}"
         );
     }
     deleted.unwrap_or_else(|e| panic!("delete_configuration failed: {e:#}{ctx}"));

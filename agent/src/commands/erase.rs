@@ -1,7 +1,16 @@
 //! The erase steps: `erase_devices_metadata`, `erase_devices` and
-//! `erase_devices_express` (PROTOCOL.md §7.2, §7.3): which disks the node's
-//! properties leave to erase, and the step results. The erasing itself is
-//! [`crate::disk::erase`] and [`crate::disk::fullerase`].
+//! `erase_devices_express` (PROTOCOL.md §7.2, §7.3): which devices the
+//! node's properties leave to erase, and the step results. The erasing
+//! itself is [`crate::disk::erase`] and [`crate::disk::fullerase`].
+//!
+//! With software RAID, as IPA 13 (`_list_erasable_devices`,
+//! `erase_block_device`): the running md devices are erased like disks
+//! (their partition tables and filesystems for the metadata wipe, their
+//! whole contents for `erase_devices`), and every RAID member is skipped: a
+//! whole disk one of whose partitions is a member, and each member
+//! partition. The arrays keep running and their superblocks stay
+//! (`delete_configuration` removes those); a partition of a member disk
+//! that is no member (a BIOS boot partition) is wiped.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -12,7 +21,7 @@ use serde_json::{Map, Value};
 use super::steps::StepCall;
 use super::{CommandError, ErrorKind};
 use crate::disk::fullerase::{self, Knobs};
-use crate::disk::{erasable_disks, erase, WritePolicy};
+use crate::disk::{erasable_devices, erasable_disks, erase, erase_candidates, Device, WritePolicy};
 use crate::state::AgentState;
 
 /// The `erase_devices_metadata` step (the node's `skip_block_devices` are
@@ -24,7 +33,7 @@ pub async fn erase_devices_metadata_step(
     let policy = WritePolicy::from_config(&state.config);
     let node = call.node;
     tokio::task::spawn_blocking(move || {
-        erase::erase_all_metadata(&disks(&policy, &node)?, &policy)
+        erase::erase_devices(targets(&policy, &node, true)?, &policy)
     })
     .await
     .map_err(|e| CommandError::new(ErrorKind::CommandExecution, e.to_string()))?
@@ -44,7 +53,7 @@ pub async fn erase_devices_step(
     let cancel = state.abort_flag();
     let node = call.node.clone();
     let results = tokio::task::spawn_blocking(move || {
-        let disks = disks(&policy, &node)?;
+        let disks = paths(targets(&policy, &node, false)?);
         fullerase::erase_disks(&disks, &policy, &knobs, &cancel)
     })
     .await
@@ -68,7 +77,7 @@ pub async fn erase_devices_express_step(
     let policy = WritePolicy::from_config(&state.config);
     let node = call.node.clone();
     tokio::task::spawn_blocking(move || {
-        fullerase::express_erase(&disks(&policy, &node)?, &policy, &knobs)
+        fullerase::express_erase(&paths(targets(&policy, &node, false)?), &policy, &knobs)
     })
     .await
     .map_err(|e| CommandError::new(ErrorKind::BlockDeviceErase, e.to_string()))?
@@ -76,11 +85,46 @@ pub async fn erase_devices_express_step(
     erase_devices_metadata_step(state, call).await
 }
 
-/// Whole disks to erase: the allowed devices in host mode, every disk in
-/// the ramdisk; minus the node's `properties.skip_block_devices` names.
+/// Devices the erase steps erase (see the module docs): the allowed
+/// devices in host mode, every disk and running md device in the ramdisk,
+/// with their partitions when `partitions`; minus the node's
+/// `properties.skip_block_devices` names and minus RAID members. Sorted by
+/// name descending, partitions before their disk (as IPA).
+fn targets(policy: &WritePolicy, node: &Value, partitions: bool) -> Result<Vec<Device>> {
+    let listed = without_skipped(erasable_devices(policy)?, node);
+    let mut devices = if partitions {
+        erase_candidates(&listed)?
+    } else {
+        listed
+            .iter()
+            .map(|d| Device::open(d).map_err(anyhow::Error::from))
+            .collect::<Result<_>>()?
+    };
+    devices.retain(|d| match crate::raid::member::member_reason(d) {
+        Some(why) => {
+            tracing::info!(device = %d.path.display(), "erasure skipped: a software RAID member ({why})");
+            false
+        }
+        None => true,
+    });
+    devices.sort_by(|a, b| b.path.cmp(&a.path));
+    Ok(devices)
+}
+
+fn paths(devices: Vec<Device>) -> Vec<PathBuf> {
+    devices.into_iter().map(|d| d.path).collect()
+}
+
+/// Whole disks to erase or burn in: the allowed devices in host mode,
+/// every disk in the ramdisk; minus the node's
+/// `properties.skip_block_devices` names.
 pub(super) fn disks(policy: &WritePolicy, node: &Value) -> Result<Vec<PathBuf>> {
+    Ok(without_skipped(erasable_disks(policy)?, node))
+}
+
+fn without_skipped(devices: Vec<PathBuf>, node: &Value) -> Vec<PathBuf> {
     let skip = skip_list(node);
-    Ok(erasable_disks(policy)?
+    devices
         .into_iter()
         .filter(|d| {
             let skipped = skip.iter().any(|s| Path::new(s) == d.as_path());
@@ -89,7 +133,7 @@ pub(super) fn disks(policy: &WritePolicy, node: &Value) -> Result<Vec<PathBuf>> 
             }
             !skipped
         })
-        .collect())
+        .collect()
 }
 
 /// Device names in `properties.skip_block_devices` (`[{"name": "/dev/sda"}]`).
@@ -199,5 +243,76 @@ mod tests {
             |p: &PathBuf| crate::disk::erase::probe_signatures(&File::open(p).unwrap()).unwrap();
         assert!(sigs(&wipe).is_empty(), "{:?}", sigs(&wipe));
         assert!(!sigs(&keep).is_empty(), "the skipped disk was wiped");
+    }
+
+    #[tokio::test]
+    async fn raid_members_are_skipped_as_ipa_does() {
+        use crate::raid::superblock::{self, ArrayInfo, MemberInfo};
+        let dir = tempfile::tempdir().unwrap();
+        let (member, plain) = (dir.path().join("member.img"), dir.path().join("plain.img"));
+        crate::testconductor::demo::write_demo_image(&member).unwrap();
+        crate::testconductor::demo::write_demo_image(&plain).unwrap();
+        // A v1.2 superblock 4 KiB into the member (inside the demo image's
+        // first MiB, before its partition).
+        let bytes = std::fs::metadata(&member).unwrap().len();
+        let sb = superblock::encode(
+            &ArrayInfo {
+                uuid: [0x11; 16],
+                name: "root".into(),
+                ctime: 1_700_000_000,
+                level: 1,
+                layout: 0,
+                chunk_sectors: 0,
+                raid_disks: 2,
+                size: bytes / 512 - 2048,
+                resync_offset: 0,
+            },
+            &MemberInfo {
+                role: 0,
+                uuid: [0x22; 16],
+                data_offset: 2048,
+                data_size: bytes / 512 - 2048,
+                super_offset: 8,
+            },
+        );
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&member)
+            .unwrap();
+        std::os::unix::fs::FileExt::write_all_at(&f, &sb, 4096).unwrap();
+        drop(f);
+        let before = std::fs::read(&member).unwrap();
+        let state = Arc::new(AgentState::new(
+            Config {
+                allowed_devices: vec![member.clone(), plain.clone()],
+                ..Config::default()
+            },
+            None,
+        ));
+        let call = StepCall {
+            node: serde_json::json!({}),
+            ports: serde_json::json!([]),
+            args: serde_json::Map::new(),
+        };
+        erase_devices_metadata_step(state.clone(), call.clone())
+            .await
+            .unwrap();
+        assert!(
+            std::fs::read(&member).unwrap() == before,
+            "the RAID member was touched"
+        );
+        let left = crate::disk::erase::probe_signatures(&File::open(&plain).unwrap()).unwrap();
+        assert!(left.is_empty(), "{left:?}");
+        // erase_devices skips it too (and erases the other).
+        let out = erase_devices_step(state, call).await.unwrap();
+        assert!(
+            out.get(member.display().to_string().as_str()).is_none(),
+            "{out}"
+        );
+        assert!(
+            out.get(plain.display().to_string().as_str()).is_some(),
+            "{out}"
+        );
+        assert!(std::fs::read(&member).unwrap() == before);
     }
 }

@@ -60,7 +60,11 @@ pub(crate) async fn write(
     let cd_mb = configdrive
         .as_ref()
         .map_or(0, |d| (d.len() as u64).div_ceil(MIB));
-    let plan = layout::plan(&params, mode, label, cd_mb);
+    // IPA lays out for the machine the agent runs on (`get_cpus()`).
+    let cpu_arch = crate::inventory::cpu::read(Path::new("/"))
+        .map(|c| c.architecture)
+        .unwrap_or_else(|_| std::env::consts::ARCH.to_string());
+    let plan = layout::plan(&params, mode, label, cd_mb, &cpu_arch);
     tracing::info!(image = %parsed.id, device = %device.display(), ?mode, ?label,
         partitions = ?plan.parts.iter().map(|p| (p.number, p.role.key(), p.len / MIB)).collect::<Vec<_>>(),
         preserve_ephemeral = params.preserve_ephemeral, "partition image layout");

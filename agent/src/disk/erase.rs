@@ -36,7 +36,13 @@ pub struct Wiped {
 /// Erases the metadata of `disks` and their partitions (each checked against
 /// `policy`); all failures are reported together, naming each device.
 pub fn erase_all_metadata(disks: &[std::path::PathBuf], policy: &WritePolicy) -> Result<()> {
-    let devices = erase_candidates(disks)?;
+    erase_devices(erase_candidates(disks)?, policy)
+}
+
+/// Erases the metadata of each of `devices` (disks, partitions, md
+/// devices, in the order given; each checked against `policy`); all
+/// failures are reported together, naming each device.
+pub fn erase_devices(devices: Vec<Device>, policy: &WritePolicy) -> Result<()> {
     if devices.is_empty() {
         tracing::warn!("erase_devices_metadata: no devices to erase");
     }

@@ -243,6 +243,42 @@ pub fn erasable_disks(policy: &WritePolicy) -> Result<Vec<PathBuf>> {
     }
 }
 
+/// Running md devices under `sys_root/block` (`md0`, not their partitions;
+/// a stopped or empty one has size 0 and is left out, as IPA's `lsblk`
+/// listing leaves out empty devices), sorted by name.
+pub fn md_devices(sys_root: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = fs::read_dir(sys_root.join("block")) else {
+        return Vec::new();
+    };
+    let mut out: Vec<PathBuf> = entries
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let size: u64 = fs::read_to_string(e.path().join("size"))
+                .ok()?
+                .trim()
+                .parse()
+                .ok()?;
+            (name.starts_with("md") && e.path().join("md").is_dir() && size > 0)
+                .then(|| PathBuf::from("/dev").join(name))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// What the erase steps consider in the deploy ramdisk, as IPA 13's
+/// `list_block_devices` lists them: the whole disks and the running md
+/// devices (`lsblk` reports arrays as disks of type `raid1` …). In host
+/// mode only the allowed devices.
+pub fn erasable_devices(policy: &WritePolicy) -> Result<Vec<PathBuf>> {
+    let mut out = erasable_disks(policy)?;
+    if policy.mode == RunMode::Ramdisk {
+        out.extend(md_devices(Path::new("/sys")));
+    }
+    Ok(out)
+}
+
 /// Devices the erase steps consider: `disks` (from [`erasable_disks`], less
 /// the node's `skip_block_devices`), each followed by its partitions.
 /// Sorted by name descending so partitions come before their disk (as IPA
@@ -274,6 +310,29 @@ mod tests {
         assert_eq!(mounted_at(MOUNTINFO, &[(8, 0), (8, 1)]), Some("/".into()));
         assert_eq!(mounted_at(MOUNTINFO, &[(7, 3)]), Some("/mnt/data".into()));
         assert_eq!(mounted_at(MOUNTINFO, &[(7, 4)]), None);
+    }
+
+    #[test]
+    fn md_devices_are_the_running_arrays() {
+        let dir = tempfile::tempdir().unwrap();
+        let block = dir.path().join("block");
+        for (name, size, md) in [
+            ("md0", "2097152", true),
+            ("md1", "0", true),
+            ("md127", "1024", true),
+            ("sda", "4096", false),
+            ("mdx", "4096", false),
+        ] {
+            fs::create_dir_all(block.join(name)).unwrap();
+            fs::write(block.join(name).join("size"), size).unwrap();
+            if md {
+                fs::create_dir(block.join(name).join("md")).unwrap();
+            }
+        }
+        assert_eq!(
+            md_devices(dir.path()),
+            [PathBuf::from("/dev/md0"), PathBuf::from("/dev/md127")]
+        );
     }
 
     #[test]

@@ -1,12 +1,18 @@
 //! The partition layout IPA makes for a partition image
 //! (`disk_utils.make_partitions`, `DiskPartitioner.commit`): from 1 MiB on,
 //! back to back, each exactly its size in MiB, in this order: EFI system
-//! partition (UEFI, 550 MiB), BIOS boot partition (BIOS on GPT, 1 MiB),
-//! ephemeral, swap, config drive, and the root partition last (so that
-//! cloud-init can grow it). Types as parted gives them: `fat32` with the
-//! `boot` flag on GPT is the ESP type, `bios_grub` the BIOS boot type,
-//! `linux-swap` the swap type (MBR 0x82), everything else Linux data (MBR
-//! 0x83); on an MBR the root partition is active (BIOS).
+//! partition (UEFI, 550 MiB), BIOS boot partition (BIOS on GPT, 1 MiB; not
+//! on ppc64), PReP boot partition (BIOS on ppc64*, 8 MiB), ephemeral,
+//! swap, config drive, and the root partition last (so that cloud-init can
+//! grow it). Types as parted gives them: `fat32` with the `boot` flag on
+//! GPT is the ESP type, `bios_grub` the BIOS boot type, `prep` the PReP
+//! type (MBR 0x41, active on an MBR), `linux-swap` the swap type (MBR
+//! 0x82), everything else Linux data (MBR 0x83); on an MBR the root
+//! partition is active (BIOS, not ppc64).
+//!
+//! The CPU architecture is the agent's own (IPA passes
+//! `get_cpus().architecture`, `platform.machine()`: `ppc64le`), not a node
+//! property.
 
 use super::params::{BootMode, Label, Params};
 use crate::disk::table::create::{self, NewPart};
@@ -15,6 +21,8 @@ use crate::disk::table::create::{self, NewPart};
 pub const ESP_MB: u64 = 550;
 /// IPA's `[disk_utils]bios_boot_partition_size` default, MiB.
 pub const BIOS_BOOT_MB: u64 = 1;
+/// IPA's PReP boot partition size, MiB.
+pub const PREP_MB: u64 = 8;
 /// Where the first partition starts, MiB.
 const LEAD_MB: u64 = 1;
 const MIB: u64 = 1 << 20;
@@ -26,6 +34,8 @@ pub enum Role {
     Esp,
     /// GRUB's BIOS boot partition.
     BiosBoot,
+    /// The PReP boot partition of ppc64 machines (GRUB's core image).
+    PrepBoot,
     /// The ephemeral partition.
     Ephemeral,
     /// Swap.
@@ -42,6 +52,7 @@ impl Role {
         match self {
             Role::Esp => "efi system partition",
             Role::BiosBoot => "BIOS Boot partition",
+            Role::PrepBoot => "PReP Boot partition",
             Role::Ephemeral => "ephemeral",
             Role::Swap => "swap",
             Role::ConfigDrive => "configdrive",
@@ -70,6 +81,8 @@ pub struct Layout {
     pub label: Label,
     /// Partitions in number order.
     pub parts: Vec<Planned>,
+    /// The CPU architecture it was planned for (`x86_64`, `ppc64le`).
+    pub cpu_arch: String,
 }
 
 /// Why the layout does not fit the disk.
@@ -137,8 +150,17 @@ impl Layout {
                 sectors: p.len / sector,
                 gpt_type: gpt_type(p.role),
                 name: "primary".into(),
-                mbr_type: if p.role == Role::Swap { 0x82 } else { 0x83 },
-                bootable: self.label == Label::Msdos && p.role == Role::Root,
+                mbr_type: match p.role {
+                    Role::Swap => 0x82,
+                    Role::PrepBoot => 0x41,
+                    _ => 0x83,
+                },
+                bootable: self.label == Label::Msdos
+                    && match p.role {
+                        Role::Root => !self.cpu_arch.starts_with("ppc64"),
+                        Role::PrepBoot => true,
+                        _ => false,
+                    },
             })
             .collect())
     }
@@ -149,6 +171,7 @@ fn gpt_type(role: Role) -> [u8; 16] {
     let guid = match role {
         Role::Esp => "c12a7328-f81f-11d2-ba4b-00a0c93ec93b",
         Role::BiosBoot => "21686148-6449-6e6f-744e-656564454649",
+        Role::PrepBoot => "9e1a2d38-c612-4316-aa26-8b49521e5a8b",
         Role::Swap => "0657fd6d-a4ab-43c4-84e5-0933c84b4f4f",
         _ => "0fc63daf-8483-4772-8e79-3d69d8477de4",
     };
@@ -158,14 +181,24 @@ fn gpt_type(role: Role) -> [u8; 16] {
 }
 
 /// IPA's layout for `params` in `mode` with a `label` table and a config
-/// drive of `configdrive_mb` MiB (0: none).
-pub fn plan(params: &Params, mode: BootMode, label: Label, configdrive_mb: u64) -> Layout {
+/// drive of `configdrive_mb` MiB (0: none), on a `cpu_arch` machine.
+pub fn plan(
+    params: &Params,
+    mode: BootMode,
+    label: Label,
+    configdrive_mb: u64,
+    cpu_arch: &str,
+) -> Layout {
+    let ppc64 = cpu_arch.starts_with("ppc64");
     let mut sizes = Vec::new();
     if mode == BootMode::Uefi {
         sizes.push((Role::Esp, ESP_MB));
     }
-    if mode == BootMode::Bios && label == Label::Gpt {
+    if mode == BootMode::Bios && label == Label::Gpt && !ppc64 {
         sizes.push((Role::BiosBoot, BIOS_BOOT_MB));
+    }
+    if mode == BootMode::Bios && ppc64 {
+        sizes.push((Role::PrepBoot, PREP_MB));
     }
     for (role, mb) in [
         (Role::Ephemeral, params.ephemeral_mb),
@@ -192,7 +225,11 @@ pub fn plan(params: &Params, mode: BootMode, label: Label, configdrive_mb: u64) 
             p
         })
         .collect();
-    Layout { label, parts }
+    Layout {
+        label,
+        parts,
+        cpu_arch: cpu_arch.to_string(),
+    }
 }
 
 #[cfg(test)]
@@ -220,7 +257,13 @@ mod tests {
 
     #[test]
     fn uefi_layout_is_esp_ephemeral_swap_configdrive_root() {
-        let l = plan(&params(4096, 512, 1024), BootMode::Uefi, Label::Gpt, 2);
+        let l = plan(
+            &params(4096, 512, 1024),
+            BootMode::Uefi,
+            Label::Gpt,
+            2,
+            "x86_64",
+        );
         assert_eq!(
             roles(&l),
             [
@@ -241,14 +284,20 @@ mod tests {
 
     #[test]
     fn bios_layouts_gpt_gets_a_bios_boot_partition_msdos_an_active_root() {
-        let l = plan(&params(100, 0, 0), BootMode::Bios, Label::Gpt, 0);
+        let l = plan(&params(100, 0, 0), BootMode::Bios, Label::Gpt, 0, "x86_64");
         assert_eq!(
             roles(&l),
             [(Role::BiosBoot, 1, 1, 1), (Role::Root, 2, 2, 100)]
         );
         let e = l.entries(512, 1 << 20).unwrap();
         assert_eq!(e[0].gpt_type, gpt_type(Role::BiosBoot));
-        let l = plan(&params(100, 64, 0), BootMode::Bios, Label::Msdos, 1);
+        let l = plan(
+            &params(100, 64, 0),
+            BootMode::Bios,
+            Label::Msdos,
+            1,
+            "x86_64",
+        );
         assert_eq!(
             roles(&l),
             [
@@ -267,8 +316,55 @@ mod tests {
     }
 
     #[test]
+    fn ppc64_bios_gets_a_prep_partition_instead_of_bios_boot() {
+        let l = plan(
+            &params(100, 0, 16),
+            BootMode::Bios,
+            Label::Gpt,
+            1,
+            "ppc64le",
+        );
+        assert_eq!(
+            roles(&l),
+            [
+                (Role::PrepBoot, 1, 1, 8),
+                (Role::Ephemeral, 2, 9, 16),
+                (Role::ConfigDrive, 3, 25, 1),
+                (Role::Root, 4, 26, 100)
+            ]
+        );
+        let e = l.entries(512, 1 << 20).unwrap();
+        assert_eq!(
+            e[0].gpt_type,
+            uuid::Uuid::parse_str("9e1a2d38-c612-4316-aa26-8b49521e5a8b")
+                .unwrap()
+                .to_bytes_le()
+        );
+        assert!(e.iter().all(|p| !p.bootable), "no boot flags on GPT");
+        // On an MBR: type 0x41 and active; the root is not (ppc64).
+        let l = plan(&params(100, 0, 0), BootMode::Bios, Label::Msdos, 0, "ppc64");
+        assert_eq!(
+            roles(&l),
+            [(Role::PrepBoot, 1, 1, 8), (Role::Root, 2, 9, 100)]
+        );
+        let e = l.entries(512, 1 << 20).unwrap();
+        assert_eq!(
+            e.iter()
+                .map(|p| (p.mbr_type, p.bootable))
+                .collect::<Vec<_>>(),
+            [(0x41, true), (0x83, false)]
+        );
+        // UEFI on ppc64: the ESP and no PReP (IPA adds it for BIOS only).
+        let l = plan(&params(100, 0, 0), BootMode::Uefi, Label::Gpt, 0, "ppc64le");
+        assert_eq!(
+            roles(&l),
+            [(Role::Esp, 1, 1, 550), (Role::Root, 2, 551, 100)]
+        );
+    }
+
+    #[test]
     fn a_layout_larger_than_the_disk_is_refused_with_the_sizes() {
-        let l = plan(&params(1024, 0, 0), BootMode::Uefi, Label::Gpt, 0);
+        let l = plan(&params(1024, 0, 0), BootMode::Uefi, Label::Gpt, 0, "x86_64");
         // 1 + 550 + 1024 MiB on a 1 GiB disk.
         let e = l.entries(512, (1 << 30) / 512).unwrap_err();
         let msg = e.to_string();
@@ -281,7 +377,13 @@ mod tests {
         // size is too small, 1 MiB more fits.
         assert!(l.entries(512, 1575 * 2048).is_err());
         assert!(l.entries(512, 1576 * 2048).is_ok());
-        let l = plan(&params(3 << 20, 0, 0), BootMode::Bios, Label::Msdos, 0);
+        let l = plan(
+            &params(3 << 20, 0, 0),
+            BootMode::Bios,
+            Label::Msdos,
+            0,
+            "x86_64",
+        );
         assert!(matches!(
             l.entries(512, 1 << 40),
             Err(LayoutError::BeyondMbr { .. })
@@ -290,7 +392,7 @@ mod tests {
 
     #[test]
     fn four_k_sectors_keep_mib_boundaries() {
-        let l = plan(&params(64, 8, 0), BootMode::Uefi, Label::Gpt, 0);
+        let l = plan(&params(64, 8, 0), BootMode::Uefi, Label::Gpt, 0, "x86_64");
         let e = l.entries(4096, (2 << 30) / 4096).unwrap();
         assert_eq!((e[0].start, e[0].sectors), (256, 550 * 256));
         assert_eq!(e[2].start, (1 + 550 + 8) * 256);

@@ -371,13 +371,14 @@ fn fill(
 
 /// Removes the table this deploy wrote (after a failed image write or
 /// formatting), so nothing half-made boots. With `preserve_ephemeral` the
-/// table is kept and the ESP's and root's first MiB are zeroed instead.
+/// table is kept and the first MiB of the ESP, the PReP partition and the
+/// root is zeroed instead.
 pub fn wipe_after_failure(p: &Prepared) {
     if !p.preserved {
         wipe_table(&p.disk);
         return;
     }
-    for role in [Role::Esp, Role::Root] {
+    for role in [Role::Esp, Role::PrepBoot, Role::Root] {
         if let Some(path) = p.path(role) {
             let zeroed = OpenOptions::new().write(true).open(path).and_then(|f| {
                 std::os::unix::fs::FileExt::write_all_at(&f, &vec![0u8; 1 << 20], 0)?;
@@ -410,9 +411,9 @@ pub fn fs_uuid(path: &Path) -> Option<String> {
 
 /// `standby.get_partition_uuids` for a partition image, as IPA's
 /// `work_on_disk` returns it: `partitions` (IPA's keys → devices),
-/// `root uuid` and `efi system partition uuid` (the filesystem UUID, else
-/// the PARTUUID, as `block_uuid` does; the ESP key is `null` without an
-/// ESP). Read back from the devices after everything was written.
+/// `root uuid`, `efi system partition uuid` and, on ppc machines, `PReP
+/// Boot partition uuid` (the filesystem UUID, else the PARTUUID, as
+/// `block_uuid` does; a key is `null` without its partition). Read back from the devices after everything was written.
 pub fn uuids(p: &Prepared) -> Value {
     let partitions: Map<String, Value> = p
         .paths
@@ -426,9 +427,14 @@ pub fn uuids(p: &Prepared) -> Value {
         let uuid = fs_uuid(&p.paths[i].1).unwrap_or_else(|| p.partuuids[i].clone());
         Value::String(uuid)
     };
-    json!({
+    let mut out = json!({
         "partitions": partitions,
         "root uuid": block_uuid(Role::Root),
         "efi system partition uuid": block_uuid(Role::Esp),
-    })
+    });
+    // IPA adds the PReP key on ppc machines only (`cpu_arch.startswith('ppc')`).
+    if p.layout.cpu_arch.starts_with("ppc") {
+        out["PReP Boot partition uuid"] = block_uuid(Role::PrepBoot);
+    }
+    out
 }

@@ -3,7 +3,8 @@
 //! as IPA 13 does, [`plan`] picks each volume's member disks by device
 //! hints and lays out their partitions, [`superblock`] writes and reads md's
 //! version-1 superblocks, [`md`] drives the kernel's md driver, and [`ops`]
-//! builds, assembles and deletes the arrays.
+//! builds, assembles and deletes the arrays; [`member`] tells the erase
+//! steps which devices are RAID members (left alone, as IPA 13 does).
 //!
 //! ## md kernel interface, not `mdadm`
 //!
@@ -31,6 +32,7 @@
 pub mod config;
 pub mod esp;
 pub mod md;
+pub mod member;
 pub mod ops;
 pub mod plan;
 pub mod superblock;

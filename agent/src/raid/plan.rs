@@ -159,12 +159,26 @@ pub fn volume_label(ld: &LogicalDisk, index: usize) -> String {
         .unwrap_or_else(|| format!("md{index}"))
 }
 
+/// The md number of each logical disk of `config`, by its position in
+/// `config`: IPA 13 moves the `MAX` volume last, then numbers the volumes
+/// in order (`[MAX, 10]` gives `md1`, `md0`).
+pub fn md_numbers(config: &RaidConfig) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..config.logical_disks.len()).collect();
+    order.sort_by_key(|&i| config.logical_disks[i].size == Size::Max);
+    let mut out = vec![0; order.len()];
+    for (index, i) in order.into_iter().enumerate() {
+        out[i] = index;
+    }
+    out
+}
+
 /// The member disks of each logical disk, by name, in order.
 pub fn select_members(disks: &[Disk], config: &RaidConfig) -> Result<Vec<Vec<String>>, PlanError> {
     let usable: Vec<&Disk> = disks.iter().filter(|d| !d.read_only).collect();
+    let numbers = md_numbers(config);
     let mut out = Vec::new();
     for (i, ld) in config.logical_disks.iter().enumerate() {
-        let volume = volume_label(ld, i);
+        let volume = volume_label(ld, numbers[i]);
         let mut picked: Vec<String> = Vec::new();
         match &ld.physical_disks {
             Some(list) => {
@@ -255,7 +269,8 @@ pub struct PlannedDisk {
 /// One md array to build.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PlannedArray {
-    /// `N` of `/dev/mdN` (the logical disk's index, as IPA numbers them).
+    /// `N` of `/dev/mdN`: the logical disk's index once `MAX` is moved
+    /// last, as IPA numbers them.
     pub index: usize,
     /// Level.
     pub level: Level,
@@ -386,15 +401,20 @@ pub fn plan(
         }
         disks.push((pd, next, end));
     }
-    // Volumes with a fixed size first, MAX last (IPA's order).
+    // Volumes with a fixed size first, MAX last (IPA's order). As in IPA
+    // 13 (`create_configuration` reorders the logical disks, then numbers
+    // them), an array's md number and default name are its position in
+    // this order, not in `target_raid_config`.
+    let numbers = md_numbers(config);
     let mut order: Vec<usize> = (0..config.logical_disks.len()).collect();
-    order.sort_by_key(|&i| config.logical_disks[i].size == Size::Max);
+    order.sort_by_key(|&i| numbers[i]);
     let mut arrays = Vec::new();
     for i in order {
+        let index = numbers[i];
         let ld = &config.logical_disks[i];
         let names = &members[i];
         let n = names.len() as u64;
-        let volume = volume_label(ld, i);
+        let volume = volume_label(ld, index);
         let per_member = match ld.size {
             Size::Gib(g) => {
                 let data = (g * GIB)
@@ -469,7 +489,7 @@ pub fn plan(
         // (a multiple of every chunk size used).
         let data_sectors = (len / 512 - DATA_OFFSET_SECTORS) / 2048 * 2048;
         arrays.push(PlannedArray {
-            index: i,
+            index,
             level: ld.level,
             name: volume,
             is_root: ld.is_root,

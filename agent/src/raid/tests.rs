@@ -323,6 +323,54 @@ fn uefi_mirror_keeps_an_esp_on_every_member() {
 }
 
 #[test]
+fn a_max_volume_listed_first_is_numbered_last_as_ipa_does() {
+    // IPA 13 moves the MAX volume last, then numbers: the 10 GiB stripe is
+    // md0 (named md0) on partition 2, the MAX mirror md1 on partition 3.
+    let cfg = parse(
+        json!({"logical_disks": [
+            {"controller": "software", "raid_level": "1", "size_gb": "MAX", "is_root_volume": true},
+            {"controller": "software", "raid_level": "0", "size_gb": 10}
+        ]}),
+        2,
+    )
+    .unwrap()
+    .unwrap();
+    assert_eq!(plan::md_numbers(&cfg), [1, 0]);
+    let members = vec![vec!["/dev/sda".to_string(), "/dev/sdb".to_string()]; 2];
+    let p = plan::plan(
+        &cfg,
+        &members,
+        &[geo("sda", 40), geo("sdb", 40)],
+        BootMode::Uefi,
+        Label::Gpt,
+    )
+    .unwrap();
+    let shape: Vec<_> = p
+        .arrays
+        .iter()
+        .map(|a| {
+            (
+                a.index,
+                a.name.as_str(),
+                a.level.ironic(),
+                a.is_root,
+                a.members[0].1,
+            )
+        })
+        .collect();
+    assert_eq!(
+        shape,
+        [(0, "md0", "0", false, 2), (1, "md1", "1", true, 3)],
+        "{shape:?}"
+    );
+    // The stripe: 5 GiB of data per member plus md's 1 MiB data offset.
+    assert_eq!(p.disks[0].parts[1].sectors, (5 * GIB + MIB) / 512);
+    // Errors name the volume by that number too.
+    let e = plan::select_members(&[disk("sda", 40, "A")], &cfg).unwrap_err();
+    assert!(e.to_string().contains("md1"), "{e}");
+}
+
+#[test]
 fn bios_layouts_follow_the_table_type() {
     let cfg = mirror(json!({"size_gb": 4}));
     let members = vec![vec!["/dev/sda".to_string(), "/dev/sdb".to_string()]];
