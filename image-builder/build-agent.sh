@@ -5,11 +5,13 @@
 # relocation-model=static: a plain static executable, not static-pie, so
 # there is no dynamic section at all (static-pie keeps one to relocate itself).
 # --target keeps these flags off build scripts and off the normal builds.
+# OPENSSL_STATIC: openssl-sys links Debian's libcrypto.a (libssl-dev), not
+# the shared library.
 # Prints the binary's path.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 target=x86_64-unknown-linux-gnu
-RUSTFLAGS='-C target-feature=+crt-static -C relocation-model=static' \
+OPENSSL_STATIC=1 RUSTFLAGS='-C target-feature=+crt-static -C relocation-model=static' \
     cargo build --release --locked --target "$target" -p agent --bin agent >&2
 bin=${CARGO_TARGET_DIR:-target}/$target/release/agent
 if readelf -d "$bin" | grep -q 'Dynamic section'; then

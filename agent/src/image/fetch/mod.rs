@@ -363,6 +363,11 @@ async fn fetch_http(
     out: &mut Emitter<'_>,
 ) -> Result<bool, FetchEnd> {
     let client = opts.client()?;
+    // The direct path's TLS: the same configuration as the client's.
+    let tls = std::sync::Arc::new(
+        crate::tls::client_config(opts.insecure, opts.cafile.as_deref())
+            .map_err(|e| ImageError::InvalidParams(format!("TLS settings: {e:#}")))?,
+    );
     let started = Instant::now();
     let mut state = HttpState {
         total: None,
@@ -371,14 +376,14 @@ async fn fetch_http(
     };
     let mut url_idx = 0;
     let mut failures = 0u32;
-    // Plain http:// goes the direct way until a reply needs reqwest.
+    // http:// and https:// go the direct way until a reply needs reqwest.
     let mut direct_ok = true;
     loop {
         let url = &urls[url_idx];
         let before = out.offset;
         let result = if direct_ok && direct::eligible(url, opts) {
             let deadline = opts.total_timeout.map(|t| started + t);
-            match direct::attempt(url, opts, &mut state, out, deadline) {
+            match direct::attempt(url, opts, &tls, &mut state, out, deadline) {
                 direct::Attempt::Unsupported(why) => {
                     tracing::debug!(url = %url, "reading through reqwest: {why}");
                     direct_ok = false;
