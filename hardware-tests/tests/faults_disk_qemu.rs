@@ -590,6 +590,25 @@ async fn conductor_killed_while_deploying(
     println!("conductor killed in `deploying`: done in {}", elapsed(t));
 }
 
+/// The node's `last_error` once Ironic's worker has set it and released
+/// the node: Ironic 39 moves a timed-out node to `deploy failed` first and
+/// records the reason in the worker it spawns for the clean-up.
+async fn last_error_settled(ironic: &Ironic, uuid: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let node = ironic.node(uuid).await.unwrap();
+        let err = node["last_error"].as_str().unwrap_or_default();
+        if !err.is_empty() && node["reservation"].is_null() {
+            return err.to_string();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no last_error 60 s after the failure: {node}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// Takes the node to `available` from where the last fault left it.
 async fn to_available(ironic: &Ironic, uuid: &str) {
     let node = ironic.node(uuid).await.unwrap();
@@ -684,14 +703,13 @@ async fn power_cut(
     flow.machine.wait_shut_off(Duration::from_secs(30)).unwrap();
     assert_no_bootable_image(net, &disk, &format!("after power cut {n}"));
     assert_eq!(read_at(&disk, 0, 512), vec![0u8; 512]);
-    let node = flow
-        .wait_for_any_target(
-            "deploy failed",
-            Duration::from_secs(CALLBACK_TIMEOUT_SECS + 120),
-        )
-        .await
-        .unwrap_or_else(|e| panic!("cut {n}: Ironic after the power cut: {e:#}"));
-    let err = node["last_error"].as_str().unwrap_or_default().to_string();
+    flow.wait_for_any_target(
+        "deploy failed",
+        Duration::from_secs(CALLBACK_TIMEOUT_SECS + 120),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("cut {n}: Ironic after the power cut: {e:#}"));
+    let err = last_error_settled(ironic, &uuid).await;
     println!(
         "cut {n}: `deploy failed` {:.1} s after the cut: last_error = {err}",
         (t.elapsed() - cut_at).as_secs_f64()
