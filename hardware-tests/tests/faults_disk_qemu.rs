@@ -24,16 +24,55 @@
 //!    flushes every 64 MiB and stops at the first error) and `Input/output
 //!    error`; the bytes before it are random (nothing of an image left).
 //!
+//! 4. **power cut during a deploy** (`POWER_CUTS`, default 1; the old
+//!    image put back first): the domain is destroyed (libvirt's `destroy`,
+//!    power pulled) once the agent's own progress shows a seeded random
+//!    number of image bytes (10-90 %) downloaded and written
+//!    (`POWER_CUT_SEED=N` replays the points). Then Ironic hears nothing
+//!    more; with `[conductor] deploy_callback_timeout` at 100 s here
+//!    (1800 s by default) it fails the deploy: `deploy failed`, "Timeout
+//!    reached while waiting for callback for node <uuid>". (Not tested
+//!    here, read in Ironic 39's `get_node_with_token`: had the power come
+//!    back, the rebooted ramdisk's lookup would get the `******`
+//!    placeholder, a token having been issued already, so its heartbeats
+//!    could not move the deploy on and the same timeout would end it.)
+//! 5. **a redeploy on the same domain with no fault left** reaches
+//!    `active`, the image's bytes are on the disk (but for the GPT copies
+//!    the agent rewrites) and the disk boots the image's marker. The BMC
+//!    cannot make a disk first that libvirt does not describe (sushy-tools:
+//!    "Target libvirt device Hdd does not exist"), so this deploy runs with
+//!    Ironic's `noop` management interface and the disk file is booted in a
+//!    plain machine afterwards.
+//!
+//! After every fault the disk file is booted in a plain SeaBIOS machine
+//! (`bed::disk_boot`): it must say "No bootable device.", not show the
+//! image's marker (the old image's signatures were erased before writing,
+//! the new image's first MiB is held back until its checksum matched, and
+//! a failed write zeroes both ends).
+//!
 //! `DISK_FAULTS=read` (`ci/faults`) runs 1, then, with Ironic erasing by
 //! the zero pass only, **a read error during `erase_devices`**: `EIO` every
 //! time a sector in the last MiB is read, which the agent reads back after
 //! zeroing; `clean failed` naming the device and the byte where the failed
 //! read started.
 //!
-//! After each fault the ramdisk still runs (Ironic 39 powers a node off
-//! neither after a failed deploy step nor after a failed clean step): its
-//! API answers, it lists the failed command with the same error, and Ironic
-//! collected its logs after the failure (a call the agent had to serve).
+//! `DISK_FAULTS=power` (`ci/faults`) runs only the power cuts (5 unless
+//! `POWER_CUTS` says), then **the conductor killed in `deploying`**: the
+//! BMC is frozen (SIGSTOP to sushy-emulator) once the deploy waits for the
+//! agent, so after the agent's write Ironic's `prepare_instance_boot`
+//! blocks in its first Redfish call with the node locked in `deploying`;
+//! every Ironic process is SIGKILLed there, the BMC thawed and Ironic
+//! started again on the same database. Ironic 39 fails the transient
+//! states it finds on start (`base_manager._correct_stuck_states`): `deploy
+//! failed`, "The deploying state can't be resumed by conductor
+//! test-conductor. Moving to fail state."; the agent, never told to power
+//! off, still serves and lists its write as succeeded. Then 5.
+//!
+//! After each disk error the ramdisk still runs (Ironic 39 powers a node
+//! off neither after a failed deploy step nor after a failed clean step):
+//! its API answers, it lists the failed command with the same error, and
+//! Ironic collected its logs after the failure (a call the agent had to
+//! serve).
 
 use std::io::Write as _;
 use std::os::unix::fs::FileExt;
