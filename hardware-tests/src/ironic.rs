@@ -292,6 +292,18 @@ impl Ironic {
         Ok(macs)
     }
 
+    /// `DELETE /v1/nodes/{uuid}/maintenance`: an operator taking the node
+    /// out of maintenance (Ironic 39 puts a node there when a clean fails).
+    pub async fn unset_maintenance(&self, uuid: &str) -> Result<()> {
+        self.call(
+            reqwest::Method::DELETE,
+            &format!("/v1/nodes/{uuid}/maintenance"),
+            None,
+        )
+        .await
+        .map(|_| ())
+    }
+
     /// `PUT /v1/nodes/{uuid}/states/power` with `target` (`power on`,
     /// `power off`, `rebooting`); Ironic changes it asynchronously.
     pub async fn set_power(&self, uuid: &str, target: &str) -> Result<()> {

@@ -24,16 +24,55 @@
 //!    flushes every 64 MiB and stops at the first error) and `Input/output
 //!    error`; the bytes before it are random (nothing of an image left).
 //!
+//! 4. **power cut during a deploy** (`POWER_CUTS`, default 1; the old
+//!    image put back first): the domain is destroyed (libvirt's `destroy`,
+//!    power pulled) once the agent's own progress shows a seeded random
+//!    number of image bytes (10-90 %) downloaded and written
+//!    (`POWER_CUT_SEED=N` replays the points). Then Ironic hears nothing
+//!    more; with `[conductor] deploy_callback_timeout` at 100 s here
+//!    (1800 s by default) it fails the deploy: `deploy failed`, "Timeout
+//!    reached while waiting for callback for node <uuid>". (Not tested
+//!    here, read in Ironic 39's `get_node_with_token`: had the power come
+//!    back, the rebooted ramdisk's lookup would get the `******`
+//!    placeholder, a token having been issued already, so its heartbeats
+//!    could not move the deploy on and the same timeout would end it.)
+//! 5. **a redeploy on the same domain with no fault left** reaches
+//!    `active`, the image's bytes are on the disk (but for the GPT copies
+//!    the agent rewrites) and the disk boots the image's marker. The BMC
+//!    cannot make a disk first that libvirt does not describe (sushy-tools:
+//!    "Target libvirt device Hdd does not exist"), so this deploy runs with
+//!    Ironic's `noop` management interface and the disk file is booted in a
+//!    plain machine afterwards.
+//!
+//! After every fault the disk file is booted in a plain SeaBIOS machine
+//! (`bed::disk_boot`): it must say "No bootable device.", not show the
+//! image's marker (the old image's signatures were erased before writing,
+//! the new image's first MiB is held back until its checksum matched, and
+//! a failed write zeroes both ends).
+//!
 //! `DISK_FAULTS=read` (`ci/faults`) runs 1, then, with Ironic erasing by
 //! the zero pass only, **a read error during `erase_devices`**: `EIO` every
 //! time a sector in the last MiB is read, which the agent reads back after
 //! zeroing; `clean failed` naming the device and the byte where the failed
 //! read started.
 //!
-//! After each fault the ramdisk still runs (Ironic 39 powers a node off
-//! neither after a failed deploy step nor after a failed clean step): its
-//! API answers, it lists the failed command with the same error, and Ironic
-//! collected its logs after the failure (a call the agent had to serve).
+//! `DISK_FAULTS=power` (`ci/faults`) runs only the power cuts (5 unless
+//! `POWER_CUTS` says), then **the conductor killed in `deploying`**: the
+//! BMC is frozen (SIGSTOP to sushy-emulator) once the deploy waits for the
+//! agent, so after the agent's write Ironic's `prepare_instance_boot`
+//! blocks in its first Redfish call with the node locked in `deploying`;
+//! every Ironic process is SIGKILLed there, the BMC thawed and Ironic
+//! started again on the same database. Ironic 39 fails the transient
+//! states it finds on start (`base_manager._correct_stuck_states`): `deploy
+//! failed`, "The deploying state can't be resumed by conductor
+//! test-conductor. Moving to fail state."; the agent, never told to power
+//! off, still serves and lists its write as succeeded. Then 5.
+//!
+//! After each disk error the ramdisk still runs (Ironic 39 powers a node
+//! off neither after a failed deploy step nor after a failed clean step):
+//! its API answers, it lists the failed command with the same error, and
+//! Ironic collected its logs after the failure (a call the agent had to
+//! serve).
 
 use std::io::Write as _;
 use std::os::unix::fs::FileExt;
@@ -42,10 +81,13 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use agent::testconductor::image_server::{Fault, ImageServer};
+use hardware_tests::bed::deploy::write_progress;
+use hardware_tests::bed::disk_boot::{boot_disk_file, Booted};
 use hardware_tests::bed::ironic_flow::{self, Flow, Machine, PxeRoot};
 use hardware_tests::bed::redfish::Bmc;
 use hardware_tests::bed::{self, Bus, Disk, Net, NetOptions, Nic, VmSpec, BRIDGE_IP};
 use hardware_tests::ironic::Ironic;
+use hardware_tests::testimage::TestImage;
 use hardware_tests::{require_root, testimage};
 use serde_json::{json, Value};
 
@@ -58,6 +100,14 @@ const MARKER: &str = "faultsdisk-deployed-51c2";
 const ERASE_FAULT_BYTE: u64 = 256 << 20;
 /// What one wait for a flow may take: a PXE boot under TCG plus the step.
 const FLOW_TIMEOUT: Duration = Duration::from_secs(300);
+/// Ironic's `[conductor] deploy_callback_timeout` here (default 1800 s):
+/// how long a node stays in `wait call-back` without a heartbeat before
+/// Ironic fails the deploy. Above a PXE boot under TCG (power-on to first
+/// heartbeat took 30-50 s here), so only a dead machine meets it.
+const CALLBACK_TIMEOUT_SECS: u64 = 100;
+/// What a plain QEMU may take to boot the disk file to the marker or to
+/// the firmware's "nothing to boot".
+const DISK_BOOT_TIMEOUT: Duration = Duration::from_secs(180);
 
 fn elapsed(t: Instant) -> String {
     format!("{:.1} s", t.elapsed().as_secs_f64())
@@ -168,6 +218,22 @@ impl AgentApi {
         }
     }
 
+    /// The agent's command list, as the conductor reads it.
+    async fn commands(&self) -> reqwest::Result<Vec<Value>> {
+        let doc: Value = self
+            .http
+            .get(format!(
+                "{}/v1/commands/?agent_token={}",
+                self.url, self.token
+            ))
+            .send()
+            .await?
+            .error_for_status()?
+            .json()
+            .await?;
+        Ok(doc["commands"].as_array().cloned().unwrap_or_default())
+    }
+
     /// The agent still serves: `/v1/status` answers, and its command list
     /// holds `command` failed with an error containing `needle`, and the
     /// conductor's `collect_system_logs` after it succeeded.
@@ -179,30 +245,13 @@ impl AgentApi {
             .await
             .unwrap_or_else(|e| panic!("the agent's API after the fault: {e}"));
         assert!(status.status().is_success(), "{status:?}");
-        let doc: Value = self
-            .http
-            .get(format!(
-                "{}/v1/commands/?agent_token={}",
-                self.url, self.token
-            ))
-            .send()
-            .await
-            .unwrap()
-            .error_for_status()
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        let failed = doc["commands"]
-            .as_array()
-            .into_iter()
-            .flatten()
+        let commands = self.commands().await.unwrap();
+        let failed = commands
+            .iter()
             .find(|c| c["command_name"] == json!(command))
             .unwrap_or_else(|| {
-                let names: Vec<String> = doc["commands"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
+                let names: Vec<String> = commands
+                    .iter()
                     .map(|c| format!("{} {}", c["command_name"], c["command_status"]))
                     .collect();
                 panic!("no {command} among the agent's commands: {names:?}")
@@ -210,7 +259,7 @@ impl AgentApi {
         assert_eq!(failed["command_status"], json!("FAILED"), "{failed}");
         let err = failed["command_error"].to_string();
         assert!(err.contains(needle), "{needle:?} not in {err}");
-        let logs = doc["commands"].as_array().into_iter().flatten().any(|c| {
+        let logs = commands.iter().any(|c| {
             c["command_name"] == json!("collect_system_logs")
                 && c["command_status"] == json!("SUCCEEDED")
         });
@@ -223,6 +272,7 @@ fn disk_errors_during_deploy_and_erase_fail_closed_in_real_ironic() {
     require_root("the disk-fault QEMU test");
     let total = Instant::now();
     let read_mode = std::env::var("DISK_FAULTS").is_ok_and(|v| v == "read");
+    let power_mode = std::env::var("DISK_FAULTS").is_ok_and(|v| v == "power");
     let ramdisk = bed::ramdisk_dir().unwrap();
     let work = tempfile::tempdir().unwrap();
     let image = testimage::build(work.path(), MARKER).unwrap();
@@ -273,7 +323,7 @@ fn disk_errors_during_deploy_and_erase_fail_closed_in_real_ironic() {
         BRIDGE_IP,
         PORT,
         Some(&format!(
-            "{}{}",
+            "{}[conductor]\ndeploy_callback_timeout = {CALLBACK_TIMEOUT_SECS}\n{}",
             ironic_flow::ironic_conf(pxe.dir(), ""),
             if read_mode {
                 // erase_devices: the zero pass (BLKZEROOUT) and its
@@ -299,111 +349,415 @@ fn disk_errors_during_deploy_and_erase_fail_closed_in_real_ironic() {
             {"op": "add", "path": "/instance_info/image_os_hash_value", "value": sha},
             {"op": "add", "path": "/instance_info/image_disk_format", "value": "raw"},
         ]);
-        let mut logs = 0;
-        // 1. A read error under the old image's GPT header.
-        deploy_read_fault(&mut flow, &uuid, deploy_info.clone(), &blkdebug, &disk).await;
-        logs += 1;
-        if read_mode {
-            erase_read_fault(&mut flow, &uuid, &blkdebug, &disk).await;
-            return;
+        // DISK_FAULTS=power: the power cuts and the conductor kill only.
+        if !power_mode {
+            let mut logs = 0;
+            // 1. A read error under the old image's GPT header.
+            deploy_read_fault(&mut flow, &net, &uuid, deploy_info.clone(), &blkdebug, &disk).await;
+            logs += 1;
+            if read_mode {
+                erase_read_fault(&mut flow, &net, &uuid, &blkdebug, &disk).await;
+                return;
+            }
+            // The old image on the disk again (Ironic powered the machine off).
+            seed(&image.raw, &disk);
+
+            // 2. A write error while the image is written.
+            let t = Instant::now();
+            std::fs::write(&blkdebug, rules("write", data_sector, true)).unwrap();
+            ironic
+                .move_to(&uuid, "deleted", "available", Duration::from_secs(120))
+                .await
+                .unwrap();
+            flow.start_deploy(deploy_info.clone(), None).await.unwrap();
+            let agent = AgentApi::capture(&ironic, &uuid).await;
+            let node = flow
+                .wait_for_any_target("deploy failed", FLOW_TIMEOUT)
+                .await
+                .unwrap_or_else(|e| panic!("deploy with a write error: {e:#}"));
+            let err = node["last_error"].as_str().unwrap_or_default().to_string();
+            println!("write error in a deploy ({}): last_error = {err}", elapsed(t));
+            assert!(err.contains("write_image"), "{err}");
+            assert!(err.contains("writing /dev/vda"), "{err}");
+            assert!(err.contains("Input/output error"), "{err}");
+            let at = named_byte(&err, "writing at byte ");
+            let fault = data_sector * 512;
+            assert!(
+                at <= fault && fault < at + (4 << 20),
+                "the failed write starts at {at}, the fault is at {fault}: {err}"
+            );
+            agent
+                .still_serving("execute_deploy_step", "writing at byte")
+                .await;
+            logs += 1;
+            assert_eq!(ironic.deploy_logs().len(), logs, "agent logs collected");
+            flow.power_off().await.unwrap();
+            assert_no_bootable_image(&net, &disk, "after the deploy's write error");
+            assert_eq!(read_at(&disk, 0, 512), vec![0u8; 512]);
+            println!("fault 2 (deploy, write) done in {}", elapsed(t));
+
+            // 3. A write error in erase_devices' random pass.
+            let t = Instant::now();
+            std::fs::write(&blkdebug, rules("write", ERASE_FAULT_BYTE / 512, true)).unwrap();
+            ironic
+                .move_to(&uuid, "deleted", "available", Duration::from_secs(120))
+                .await
+                .unwrap();
+            ironic
+                .move_to(&uuid, "manage", "manageable", Duration::from_secs(60))
+                .await
+                .unwrap();
+            ironic
+                .provision(
+                    &uuid,
+                    json!({"target": "clean", "clean_steps": [{"interface": "deploy", "step": "erase_devices"}]}),
+                )
+                .await
+                .unwrap();
+            let agent = AgentApi::capture(&ironic, &uuid).await;
+            let node = flow
+                .wait_for_any_target("clean failed", FLOW_TIMEOUT)
+                .await
+                .unwrap_or_else(|e| panic!("erase with a write error: {e:#}"));
+            let err = node["last_error"].as_str().unwrap_or_default().to_string();
+            println!("write error in erase_devices ({}): last_error = {err}", elapsed(t));
+            assert!(err.contains("erase_devices"), "{err}");
+            assert!(err.contains("/dev/vda"), "{err}");
+            assert!(err.contains("Input/output error"), "{err}");
+            // The pass flushes every 64 MiB: the message names the span
+            // written since the last good flush, which holds the fault.
+            let from = named_byte(&err, "writing bytes ");
+            let to = named_byte(&err, &format!("writing bytes {from} to "));
+            assert!(
+                from <= ERASE_FAULT_BYTE && ERASE_FAULT_BYTE < to && to - from <= 64 << 20,
+                "the failed span is {from}..{to}, the fault is at {ERASE_FAULT_BYTE}: {err}"
+            );
+            agent
+                .still_serving("execute_clean_step", "Input/output error")
+                .await;
+            logs += 1;
+            assert_eq!(ironic.deploy_logs().len(), logs, "agent logs collected");
+            flow.power_off().await.unwrap();
+            assert_no_bootable_image(&net, &disk, "after the erase's write error");
+            let head = read_at(&disk, 0, 1 << 20);
+            let old = read_at(&image.raw, 0, 1 << 20);
+            assert_ne!(head, old, "the erase wrote nothing before the fault");
+            println!("fault 3 (erase_devices, write) done in {}", elapsed(t));
         }
-        // The old image on the disk again (Ironic powered the machine off).
-        seed(&image.raw, &disk);
 
-        // 2. A write error while the image is written.
-        let t = Instant::now();
-        std::fs::write(&blkdebug, rules("write", data_sector, true)).unwrap();
-        ironic
-            .move_to(&uuid, "deleted", "available", Duration::from_secs(120))
-            .await
-            .unwrap();
-        flow.start_deploy(deploy_info.clone(), None).await.unwrap();
-        let agent = AgentApi::capture(&ironic, &uuid).await;
-        let node = flow
-            .wait_for_any_target("deploy failed", FLOW_TIMEOUT)
-            .await
-            .unwrap_or_else(|e| panic!("deploy with a write error: {e:#}"));
-        let err = node["last_error"].as_str().unwrap_or_default().to_string();
-        println!("write error in a deploy ({}): last_error = {err}", elapsed(t));
-        assert!(err.contains("write_image"), "{err}");
-        assert!(err.contains("writing /dev/vda"), "{err}");
-        assert!(err.contains("Input/output error"), "{err}");
-        let at = named_byte(&err, "writing at byte ");
-        let fault = data_sector * 512;
-        assert!(
-            at <= fault && fault < at + (4 << 20),
-            "the failed write starts at {at}, the fault is at {fault}: {err}"
-        );
-        agent
-            .still_serving("execute_deploy_step", "writing at byte")
-            .await;
-        logs += 1;
-        assert_eq!(ironic.deploy_logs().len(), logs, "agent logs collected");
-        flow.power_off().await.unwrap();
-        assert_no_bootable_image(&disk, "after the deploy's write error");
-        assert_eq!(read_at(&disk, 0, 512), vec![0u8; 512]);
-        println!("fault 2 (deploy, write) done in {}", elapsed(t));
+        // 4. Power cut while the image is written, at seeded random points.
+        let seed = std::env::var("POWER_CUT_SEED")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| fastrand::u64(..));
+        let cuts: usize = std::env::var("POWER_CUTS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(if power_mode { 5 } else { 1 });
+        println!("power cuts: {cuts}, POWER_CUT_SEED={seed}");
+        let mut rng = fastrand::Rng::with_seed(seed);
+        for n in 1..=cuts {
+            // Between 10 % and 90 % of the image downloaded (the agent
+            // writes as it downloads; the first MiB is held back).
+            let kill_at = rng.u64(image.size / 10..=image.size * 9 / 10);
+            power_cut(&mut flow, &bmc, &net, deploy_info.clone(), &image, &blkdebug, kill_at, n)
+                .await;
+        }
 
-        // 3. A write error in erase_devices' random pass.
+        // 5. The conductor killed while it holds the node in `deploying`
+        // (DISK_FAULTS=power, `ci/faults`).
+        if power_mode {
+            conductor_killed_while_deploying(&mut flow, &bmc, deploy_info.clone(), &blkdebug)
+                .await;
+        }
+
+        // 6. The same domain, no fault left: a redeploy reaches `active`,
+        // the image is on the disk and the disk boots it.
         let t = Instant::now();
-        std::fs::write(&blkdebug, rules("write", ERASE_FAULT_BYTE / 512, true)).unwrap();
+        std::fs::write(&blkdebug, "").unwrap();
+        to_available(&ironic, &uuid).await;
+        // The BMC cannot make a disk first that libvirt does not describe
+        // (sushy-tools: "Target libvirt device Hdd does not exist"), so
+        // Ironic manages the boot device with `noop` for this deploy: the
+        // domain network-boots the ramdisk as before, and the disk file is
+        // booted in a plain machine afterwards.
         ironic
-            .move_to(&uuid, "deleted", "available", Duration::from_secs(120))
-            .await
-            .unwrap();
-        ironic
-            .move_to(&uuid, "manage", "manageable", Duration::from_secs(60))
-            .await
-            .unwrap();
-        ironic
-            .provision(
+            .patch(
                 &uuid,
-                json!({"target": "clean", "clean_steps": [{"interface": "deploy", "step": "erase_devices"}]}),
+                json!([{"op": "replace", "path": "/management_interface", "value": "noop"}]),
             )
             .await
             .unwrap();
-        let agent = AgentApi::capture(&ironic, &uuid).await;
+        flow.start_deploy(deploy_info.clone(), None).await.unwrap();
         let node = flow
-            .wait_for_any_target("clean failed", FLOW_TIMEOUT)
+            .wait_for("active", FLOW_TIMEOUT)
             .await
-            .unwrap_or_else(|e| panic!("erase with a write error: {e:#}"));
-        let err = node["last_error"].as_str().unwrap_or_default().to_string();
-        println!("write error in erase_devices ({}): last_error = {err}", elapsed(t));
-        assert!(err.contains("erase_devices"), "{err}");
-        assert!(err.contains("/dev/vda"), "{err}");
-        assert!(err.contains("Input/output error"), "{err}");
-        // The pass flushes every 64 MiB: the message names the span
-        // written since the last good flush, which holds the fault.
-        let from = named_byte(&err, "writing bytes ");
-        let to = named_byte(&err, &format!("writing bytes {from} to "));
-        assert!(
-            from <= ERASE_FAULT_BYTE && ERASE_FAULT_BYTE < to && to - from <= 64 << 20,
-            "the failed span is {from}..{to}, the fault is at {ERASE_FAULT_BYTE}: {err}"
-        );
-        agent
-            .still_serving("execute_clean_step", "Input/output error")
-            .await;
-        logs += 1;
-        assert_eq!(ironic.deploy_logs().len(), logs, "agent logs collected");
+            .unwrap_or_else(|e| panic!("the deploy after the faults: {e:#}"));
+        assert!(node["last_error"].is_null(), "{}", node["last_error"]);
         flow.power_off().await.unwrap();
-        assert_no_bootable_image(&disk, "after the erase's write error");
-        let head = read_at(&disk, 0, 1 << 20);
-        let old = read_at(&image.raw, 0, 1 << 20);
-        assert_ne!(head, old, "the erase wrote nothing before the fault");
-        println!("fault 3 (erase_devices, write) done in {}", elapsed(t));
+        assert_image_on_disk(&image.raw, &disk);
+        let (booted, after) =
+            boot_disk_file(&net, "healthy-boot", &disk, MARKER, DISK_BOOT_TIMEOUT).unwrap();
+        assert_eq!(booted, Booted::Marker, "the deployed disk");
+        println!(
+            "deploy after the faults: active and the disk boots the image (marker {:.1} s after power-on; {} in all)",
+            after.as_secs_f64(),
+            elapsed(t)
+        );
     })
     .unwrap();
     println!("disk faults: {}", elapsed(total));
     let _ = std::io::stdout().flush();
 }
 
-/// Nothing on `disk` a firmware would boot: no MBR boot signature and no
-/// signature libblkid knows (partition tables, filesystems).
-fn assert_no_bootable_image(disk: &Path, when: &str) {
+/// Nothing on `disk` a firmware would boot: no MBR boot signature, no
+/// signature libblkid knows (partition tables, filesystems), and booted in
+/// a plain SeaBIOS machine it shows SeaBIOS's "No bootable device.", not
+/// the image's marker.
+fn assert_no_bootable_image(net: &Net, disk: &Path, when: &str) {
     let left = disk_signatures(disk);
     assert!(left.is_empty(), "{when}: signatures left: {left}");
     let mbr = read_at(disk, 0, 512);
     assert_ne!(&mbr[510..], &[0x55, 0xaa], "{when}: an MBR boot signature");
+    let (booted, after) = boot_disk_file(net, "faulted-boot", disk, MARKER, DISK_BOOT_TIMEOUT)
+        .unwrap_or_else(|e| panic!("{when}: booting the disk: {e:#}"));
+    assert!(
+        matches!(booted, Booted::Nothing(_)),
+        "{when}: the disk booted: {booted:?}"
+    );
+    println!(
+        "{when}: the disk boots nothing ({booted:?} {:.1} s after power-on)",
+        after.as_secs_f64()
+    );
+}
+
+/// The image's bytes on `disk`, but for its primary GPT header and
+/// entries (LBA 1-33) and its backup GPT (the last 33 sectors), which the
+/// agent rewrites when it moves the backup GPT to the disk's end.
+fn assert_image_on_disk(image: &Path, disk: &Path) {
+    let img = std::fs::read(image).unwrap();
+    let on_disk = read_at(disk, 0, img.len());
+    let (from, to) = (34 * 512, img.len() - 33 * 512);
+    assert!(
+        img[..446] == on_disk[..446] && img[from..to] == on_disk[from..to],
+        "the disk does not hold the image's bytes"
+    );
+}
+
+/// The conductor killed (SIGKILL to every Ironic process) while it holds
+/// the node in `deploying`, a transient state: the BMC is frozen once the
+/// deploy waits for the agent, so after the agent's write Ironic's next
+/// deploy step blocks in its first Redfish call with the node locked.
+/// Ironic 39 on start fails the transient states it finds
+/// (`base_manager._correct_stuck_states`): the node must be `deploy
+/// failed` with that reason, and the agent, which finished its write and
+/// was never told to power off, must still serve.
+async fn conductor_killed_while_deploying(
+    flow: &mut Flow<'_, '_>,
+    bmc: &Bmc<'_>,
+    deploy_info: Value,
+    blkdebug: &Path,
+) {
+    let ironic = flow.ironic;
+    let uuid = flow.uuid.clone();
+    let t = Instant::now();
+    std::fs::write(blkdebug, "").unwrap();
+    to_available(ironic, &uuid).await;
+    flow.start_deploy(deploy_info, None).await.unwrap();
+    bmc.freeze().unwrap();
+    let agent = AgentApi::capture(ironic, &uuid).await;
+    let held = |node: &Value| {
+        node["provision_state"] == json!("deploying")
+            && !node["reservation"].is_null()
+            && !matches!(
+                node["deploy_step"]["step"].as_str(),
+                None | Some("deploy" | "write_image")
+            )
+    };
+    let node = loop {
+        let node = ironic.node(&uuid).await.unwrap();
+        if held(&node) {
+            // Still there a moment later: held inside the step.
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            let again = ironic.node(&uuid).await.unwrap();
+            if held(&again) && again["deploy_step"] == node["deploy_step"] {
+                break again;
+            }
+            continue;
+        }
+        let state = node["provision_state"].as_str().unwrap_or_default();
+        assert!(
+            !state.ends_with("failed"),
+            "{state}: {}",
+            node["last_error"]
+        );
+        assert!(
+            t.elapsed() < FLOW_TIMEOUT,
+            "never held in `deploying`: {node}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    println!(
+        "conductor: node held in `deploying` at step {} (reservation {}); killing Ironic",
+        node["deploy_step"]["step"], node["reservation"]
+    );
+    ironic.kill().unwrap();
+    bmc.thaw().unwrap();
+    let down = Instant::now();
+    tokio::task::block_in_place(|| ironic.restart()).unwrap();
+    println!("conductor: Ironic restarted in {}", elapsed(down));
+    let node = flow
+        .wait_for_any_target("deploy failed", Duration::from_secs(120))
+        .await
+        .unwrap_or_else(|e| panic!("the node after the conductor restart: {e:#}"));
+    let err = node["last_error"].as_str().unwrap_or_default().to_string();
+    println!("conductor: `deploy failed`: last_error = {err}");
+    assert!(
+        err.contains("The deploying state can't be resumed by conductor"),
+        "{err}"
+    );
+    // The agent still serves, its write done.
+    let commands = agent
+        .commands()
+        .await
+        .unwrap_or_else(|e| panic!("the agent's API after the conductor restart: {e}"));
+    let write = commands
+        .iter()
+        .find(|c| c["command_name"] == json!("execute_deploy_step"))
+        .unwrap_or_else(|| panic!("no execute_deploy_step: {commands:?}"));
+    assert_eq!(write["command_status"], json!("SUCCEEDED"), "{write}");
+    println!("conductor killed in `deploying`: done in {}", elapsed(t));
+}
+
+/// The node's `last_error` once Ironic's worker has set it and released
+/// the node: Ironic 39 moves a timed-out node to `deploy failed` first and
+/// records the reason in the worker it spawns for the clean-up.
+async fn last_error_settled(ironic: &Ironic, uuid: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let node = ironic.node(uuid).await.unwrap();
+        let err = node["last_error"].as_str().unwrap_or_default();
+        if !err.is_empty() && node["reservation"].is_null() {
+            return err.to_string();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no last_error 60 s after the failure: {node}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Takes the node to `available` from where the last fault left it.
+async fn to_available(ironic: &Ironic, uuid: &str) {
+    let node = ironic.node(uuid).await.unwrap();
+    let state = node["provision_state"].as_str().unwrap_or_default();
+    match state {
+        "available" => {}
+        "deploy failed" | "active" => {
+            ironic
+                .move_to(uuid, "deleted", "available", Duration::from_secs(120))
+                .await
+                .unwrap();
+        }
+        "clean failed" | "manageable" => {
+            // A failed clean put the node in maintenance.
+            if node["maintenance"] == json!(true) {
+                ironic.unset_maintenance(uuid).await.unwrap();
+            }
+            if state == "clean failed" {
+                ironic
+                    .move_to(uuid, "manage", "manageable", Duration::from_secs(60))
+                    .await
+                    .unwrap();
+            }
+            ironic
+                .move_to(uuid, "provide", "available", Duration::from_secs(60))
+                .await
+                .unwrap();
+        }
+        other => panic!("the node is {other:?}, not where a fault leaves it"),
+    }
+}
+
+/// A power cut while the agent writes the image: the old image on the
+/// disk, a deploy, and the domain destroyed (libvirt's `destroy`: power
+/// pulled) once the agent's progress shows `kill_at` bytes of the image
+/// downloaded, still writing. The disk must boot nothing (the old image's
+/// signatures were erased before writing, the new one's first MiB is held
+/// back until the checksum matched), and Ironic, hearing nothing more,
+/// must fail the deploy at its callback timeout with that reason.
+#[allow(clippy::too_many_arguments)]
+async fn power_cut(
+    flow: &mut Flow<'_, '_>,
+    bmc: &Bmc<'_>,
+    net: &Net,
+    deploy_info: Value,
+    image: &TestImage,
+    blkdebug: &Path,
+    kill_at: u64,
+    n: usize,
+) {
+    let ironic = flow.ironic;
+    let uuid = flow.uuid.clone();
+    let disk = flow.machine.disk().to_path_buf();
+    let domain = flow.machine.system().name.clone();
+    let t = Instant::now();
+    std::fs::write(blkdebug, "").unwrap();
+    seed(&image.raw, &disk);
+    to_available(ironic, &uuid).await;
+    flow.start_deploy(deploy_info, None).await.unwrap();
+    let agent = AgentApi::capture(ironic, &uuid).await;
+    let progress = loop {
+        // A failed read (the agent busy) is tried again.
+        let commands = agent.commands().await.unwrap_or_default();
+        if let Some(p) = write_progress(&commands) {
+            let downloaded = p["bytes_downloaded"].as_u64().unwrap_or(0);
+            if p["phase"] == json!("writing") && downloaded >= kill_at {
+                bmc.virsh(&["destroy", &domain]).unwrap();
+                break p;
+            }
+            assert!(
+                matches!(p["phase"].as_str(), Some("preparing" | "writing")),
+                "cut {n}: the write reached {} before byte {kill_at} (seed printed above): {p}",
+                p["phase"]
+            );
+        }
+        let ended = commands.iter().any(|c| {
+            c["command_name"] == json!("execute_deploy_step")
+                && c["command_status"] != json!("RUNNING")
+        });
+        assert!(
+            !ended,
+            "cut {n}: the write ended before byte {kill_at}: {commands:?}"
+        );
+        assert!(t.elapsed() < FLOW_TIMEOUT, "cut {n}: no write progress");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let cut_at = t.elapsed();
+    println!(
+        "cut {n}: power pulled at {} downloaded / {} written of {} (kill point {kill_at})",
+        progress["bytes_downloaded"], progress["bytes_written"], image.size
+    );
+    flow.machine.wait_shut_off(Duration::from_secs(30)).unwrap();
+    assert_no_bootable_image(net, &disk, &format!("after power cut {n}"));
+    assert_eq!(read_at(&disk, 0, 512), vec![0u8; 512]);
+    flow.wait_for_any_target(
+        "deploy failed",
+        Duration::from_secs(CALLBACK_TIMEOUT_SECS + 120),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("cut {n}: Ironic after the power cut: {e:#}"));
+    let err = last_error_settled(ironic, &uuid).await;
+    println!(
+        "cut {n}: `deploy failed` {:.1} s after the cut: last_error = {err}",
+        (t.elapsed() - cut_at).as_secs_f64()
+    );
+    assert!(
+        err.contains("Timeout reached while waiting for callback") && err.contains(&uuid),
+        "{err}"
+    );
+    println!("power cut {n} done in {}", elapsed(t));
 }
 
 /// A read error during a deploy, every time LBA 1 is read: the primary
@@ -412,6 +766,7 @@ fn assert_no_bootable_image(disk: &Path, when: &str) {
 /// the device and the error, and the old tables must be gone all the same.
 async fn deploy_read_fault(
     flow: &mut Flow<'_, '_>,
+    net: &Net,
     uuid: &str,
     deploy_info: Value,
     blkdebug: &Path,
@@ -446,7 +801,7 @@ async fn deploy_read_fault(
         .still_serving("execute_deploy_step", "Input/output error")
         .await;
     flow.power_off().await.unwrap();
-    assert_no_bootable_image(disk, "after the deploy's read error");
+    assert_no_bootable_image(net, disk, "after the deploy's read error");
     assert_eq!(read_at(disk, 0, 512), vec![0u8; 512]);
     println!("fault (deploy, read) done in {}", elapsed(t));
 }
@@ -455,7 +810,13 @@ async fn deploy_read_fault(
 /// a read error during `erase_devices`, every time a sector in the last MiB
 /// is read, which the agent reads back after zeroing. The clean must fail
 /// naming the device and the byte where the failed read started.
-async fn erase_read_fault(flow: &mut Flow<'_, '_>, uuid: &str, blkdebug: &Path, disk: &Path) {
+async fn erase_read_fault(
+    flow: &mut Flow<'_, '_>,
+    net: &Net,
+    uuid: &str,
+    blkdebug: &Path,
+    disk: &Path,
+) {
     let ironic = flow.ironic;
     let t = Instant::now();
     let size = DISK_GIB << 30;
@@ -499,7 +860,7 @@ async fn erase_read_fault(flow: &mut Flow<'_, '_>, uuid: &str, blkdebug: &Path, 
         .still_serving("execute_clean_step", "Input/output error")
         .await;
     flow.power_off().await.unwrap();
-    assert_no_bootable_image(disk, "after the erase's read error");
+    assert_no_bootable_image(net, disk, "after the erase's read error");
 }
 
 /// Writes `image` over the start of `disk` (a bootable old content).

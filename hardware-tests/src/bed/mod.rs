@@ -20,6 +20,8 @@
 //! * [`redfish`]: a real Redfish BMC (sushy-tools' emulator with its libvirt
 //!   driver, a private libvirtd) running bed machines as libvirt domains:
 //!   power, boot device and virtual media set over Redfish.
+//! * [`disk_boot`]: a disk file booted in a plain SeaBIOS machine: the
+//!   test image's marker, or the firmware finding nothing to boot.
 //! * [`ssh`]: password logins to a guest from inside the namespace.
 //! * [`vmedia_disc`]: the conductor certificate, its TLS server side and
 //!   the `config-2` disc carrying its CA, for ramdisks booted directly.
@@ -35,6 +37,7 @@
 
 pub mod deploy;
 pub mod dirty_disk;
+pub mod disk_boot;
 pub mod http_root;
 pub mod ironic_flow;
 pub mod lldp;

@@ -445,6 +445,29 @@ impl<'n> Bmc<'n> {
         }
     }
 
+    /// Freezes the BMC (SIGSTOP to sushy-emulator by its PID): it still
+    /// accepts connections and answers nothing, as a hung BMC, so a
+    /// conductor's Redfish call waits inside whatever step made it.
+    /// [`Bmc::thaw`] resumes it (a frozen emulator is still killed on drop).
+    pub fn freeze(&self) -> Result<()> {
+        self.signal_emulator(nix::sys::signal::Signal::SIGSTOP)
+    }
+
+    /// Resumes a BMC [`Bmc::freeze`] froze.
+    pub fn thaw(&self) -> Result<()> {
+        self.signal_emulator(nix::sys::signal::Signal::SIGCONT)
+    }
+
+    fn signal_emulator(&self, signal: nix::sys::signal::Signal) -> Result<()> {
+        let pid = self
+            .sushy
+            .as_ref()
+            .context("sushy-emulator is not running")?
+            .pid();
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), signal)
+            .with_context(|| format!("{signal} to sushy-emulator (pid {pid})"))
+    }
+
     /// A Redfish client of this BMC (use it inside [`Net::block_on`]).
     pub fn client(&self) -> Result<Client> {
         Ok(Client {
