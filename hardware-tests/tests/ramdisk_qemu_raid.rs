@@ -21,7 +21,8 @@ use std::time::Duration;
 
 use agent::raid::superblock;
 use agent::testconductor::{Settings, TestConductor};
-use hardware_tests::bed::{self, Boot, Bus, Disk, Net, NetOptions, Nic, Vm, VmSpec, BRIDGE_IP};
+use hardware_tests::bed::direct::{self, partitions};
+use hardware_tests::bed::{self, Disk, Net, NetOptions, Vm, BRIDGE_IP};
 use hardware_tests::{require_root, run};
 use serde_json::json;
 
@@ -47,54 +48,16 @@ fn member(disk: &Path, start: u64, len: u64) -> Option<(usize, String)> {
 /// it (minor version, array name).
 type Planted = (u64, u64, Option<(usize, String)>);
 
-/// `(start, length)` in bytes of each partition of a disk image (sfdisk).
-fn partitions(disk: &Path) -> Vec<(u64, u64)> {
-    let out = run(Command::new("sfdisk").arg("--json").arg(disk)).unwrap_or_default();
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();
-    v["partitiontable"]["partitions"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|p| {
-                    (
-                        p["start"].as_u64().unwrap_or(0) * 512,
-                        p["size"].as_u64().unwrap_or(0) * 512,
-                    )
-                })
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 #[test]
 fn ramdisk_builds_and_deletes_software_raid() {
     require_root("the QEMU software RAID test");
     let ramdisk = bed::ramdisk_dir().unwrap();
     let tmp = tempfile::tempdir().unwrap();
-    let disks: Vec<_> = ["RAID0001", "RAID0002"]
-        .iter()
-        .map(|serial| Disk {
-            path: tmp.path().join(format!("{serial}.img")),
-            size: 2 * GIB,
-            bus: Bus::Virtio,
-            serial: serial.to_string(),
-            model: None,
-        })
-        .collect();
+    let disks = direct::virtio_disks(tmp.path(), &["RAID0001", "RAID0002"], 2 * GIB);
     let mut opts = NetOptions::pxe("raid", &ramdisk, "");
     opts.ramdisk = None;
     let net = Net::start(opts).unwrap();
-    let mut spec = VmSpec::new("vm");
-    spec.nics.push(Nic { mac: MAC.into() });
-    spec.disks.extend(disks.iter().cloned());
-    spec.boot = Boot::Direct {
-        kernel: ramdisk.join("deploy.kernel"),
-        initrd: ramdisk.join("deploy.initramfs"),
-        append: format!(
-            "console=ttyS0 quiet panic=-1 BOOTIF=01-{} ipa-api-url=http://{BRIDGE_IP}:6385 agent.shell=1",
-            MAC.replace(':', "-")
-        ),
-    };
+    let spec = direct::ramdisk_spec(&ramdisk, MAC, &disks, "agent.shell=1");
     let raid_config = json!({"logical_disks": [
         {"controller": "software", "raid_level": "1", "size_gb": 1, "volume_name": "root",
          "is_root_volume": true, "physical_disks": [{"serial": "RAID0001"}, {"serial": "RAID0002"}]},

@@ -19,31 +19,13 @@ use std::time::Duration;
 
 use agent::raid::superblock;
 use agent::testconductor::{Settings, TestConductor};
-use hardware_tests::bed::{self, Boot, Bus, Disk, Net, NetOptions, Nic, Vm, VmSpec, BRIDGE_IP};
+use hardware_tests::bed::direct::{self, partitions};
+use hardware_tests::bed::{self, Net, NetOptions, Vm, BRIDGE_IP};
 use hardware_tests::{require_root, run};
 use serde_json::json;
 
 const MAC: &str = "52:54:00:12:34:5a";
 const GIB: u64 = 1 << 30;
-
-/// `(start, length)` in bytes of each partition of a disk image (sfdisk).
-fn partitions(disk: &Path) -> Vec<(u64, u64)> {
-    let out = run(Command::new("sfdisk").arg("--json").arg(disk)).unwrap_or_default();
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();
-    v["partitiontable"]["partitions"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|p| {
-                    (
-                        p["start"].as_u64().unwrap_or(0) * 512,
-                        p["size"].as_u64().unwrap_or(0) * 512,
-                    )
-                })
-                .collect()
-        })
-        .unwrap_or_default()
-}
 
 /// Every version-1 superblock on the partitions `parts` of a disk image:
 /// `(partition index, name, level, raid_disks)`.
@@ -71,30 +53,15 @@ fn ramdisk_runs_raid10_raid5_and_raid6() {
     require_root("the QEMU RAID levels test");
     let ramdisk = bed::ramdisk_dir().unwrap();
     let tmp = tempfile::tempdir().unwrap();
-    let disks: Vec<_> = ["LVL00001", "LVL00002", "LVL00003", "LVL00004"]
-        .iter()
-        .map(|serial| Disk {
-            path: tmp.path().join(format!("{serial}.img")),
-            size: 2 * GIB,
-            bus: Bus::Virtio,
-            serial: serial.to_string(),
-            model: None,
-        })
-        .collect();
+    let disks = direct::virtio_disks(
+        tmp.path(),
+        &["LVL00001", "LVL00002", "LVL00003", "LVL00004"],
+        2 * GIB,
+    );
     let mut opts = NetOptions::pxe("raidlvl", &ramdisk, "");
     opts.ramdisk = None;
     let net = Net::start(opts).unwrap();
-    let mut spec = VmSpec::new("vm");
-    spec.nics.push(Nic { mac: MAC.into() });
-    spec.disks.extend(disks.iter().cloned());
-    spec.boot = Boot::Direct {
-        kernel: ramdisk.join("deploy.kernel"),
-        initrd: ramdisk.join("deploy.initramfs"),
-        append: format!(
-            "console=ttyS0 quiet panic=-1 BOOTIF=01-{} ipa-api-url=http://{BRIDGE_IP}:6385 agent.shell=1",
-            MAC.replace(':', "-")
-        ),
-    };
+    let spec = direct::ramdisk_spec(&ramdisk, MAC, &disks, "agent.shell=1");
     let config = |level: &str| {
         json!({"logical_disks": [
             {"controller": "software", "raid_level": "1", "size_gb": "MAX", "volume_name": "root",

@@ -36,6 +36,7 @@
 //! other processes are killed by PID, taps and the namespace deleted.
 
 pub mod deploy;
+pub mod direct;
 pub mod dirty_disk;
 pub mod disk_boot;
 pub mod http_root;

@@ -1,0 +1,64 @@
+//! The deploy ramdisk booted straight from its kernel and initramfs (no
+//! PXE, no firmware boot menu) with its agent pointed at the stand-in
+//! conductor on the bed's bridge, on virtio disks kept as files; and the
+//! partition table of such a disk file read back from the host. The
+//! `ramdisk_qemu_raid*` suites build their arrays on this machine.
+
+use std::path::Path;
+use std::process::Command;
+
+use super::{Boot, Bus, Disk, Nic, VmSpec, BRIDGE_IP};
+use crate::run;
+
+/// Virtio disks of `size` bytes with the serials `serials`, their files in
+/// `dir` (created when the machine starts).
+pub fn virtio_disks(dir: &Path, serials: &[&str], size: u64) -> Vec<Disk> {
+    serials
+        .iter()
+        .map(|serial| Disk {
+            path: dir.join(format!("{serial}.img")),
+            size,
+            bus: Bus::Virtio,
+            serial: serial.to_string(),
+            model: None,
+        })
+        .collect()
+}
+
+/// A machine named `vm` with one NIC (`mac`) and `disks` that boots the
+/// ramdisk in `ramdisk` directly; its agent looks up the conductor at
+/// `http://BRIDGE_IP:6385`. `extra_args` go on the kernel command line.
+pub fn ramdisk_spec(ramdisk: &Path, mac: &str, disks: &[Disk], extra_args: &str) -> VmSpec {
+    let mut spec = VmSpec::new("vm");
+    spec.nics.push(Nic { mac: mac.into() });
+    spec.disks.extend(disks.iter().cloned());
+    spec.boot = Boot::Direct {
+        kernel: ramdisk.join("deploy.kernel"),
+        initrd: ramdisk.join("deploy.initramfs"),
+        append: format!(
+            "console=ttyS0 quiet panic=-1 BOOTIF=01-{} ipa-api-url=http://{BRIDGE_IP}:6385 {extra_args}",
+            mac.replace(':', "-")
+        ),
+    };
+    spec
+}
+
+/// `(start, length)` in bytes of each partition of a disk image (sfdisk);
+/// none when it has no table sfdisk reads.
+pub fn partitions(disk: &Path) -> Vec<(u64, u64)> {
+    let out = run(Command::new("sfdisk").arg("--json").arg(disk)).unwrap_or_default();
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();
+    v["partitiontable"]["partitions"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|p| {
+                    (
+                        p["start"].as_u64().unwrap_or(0) * 512,
+                        p["size"].as_u64().unwrap_or(0) * 512,
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
