@@ -68,26 +68,29 @@ impl LoopDevice {
         }
         run(Command::new("partx").args(["--update"]).arg(&self.path)).ok();
         let p1 = self.partition(1);
-        for _ in 0..50 {
-            if p1.exists() {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(100));
-        }
-        // A udev running beside the tests probes the new partition, and
-        // mkfs's exclusive open fails meanwhile: a few tries, as `udevadm
-        // settle` would wait.
-        let mut tries = 0;
+        // A udev running beside the tests re-reads the table when sfdisk
+        // closes the disk (the partition nodes go and come back) and probes
+        // the new partition (mkfs's exclusive open fails meanwhile): wait
+        // for the node and retry for up to 15 s, as `udevadm settle` would
+        // wait. On a loaded machine (ci/test runs two jobs at once) the
+        // node was once gone for more than 2 s.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
         loop {
-            match run(Command::new("mkfs.ext4")
-                .args(["-q", "-F", "-L", "testfs"])
-                .arg(&p1))
-            {
-                Ok(_) => return Ok(()),
-                Err(e) if tries >= 20 => return Err(e),
-                Err(_) => tries += 1,
+            let result = if p1.exists() {
+                run(Command::new("mkfs.ext4")
+                    .args(["-q", "-F", "-L", "testfs"])
+                    .arg(&p1))
+                .map(drop)
+            } else {
+                Err(anyhow::anyhow!("{} does not exist", p1.display()))
+            };
+            match result {
+                Ok(()) => return Ok(()),
+                Err(e) if std::time::Instant::now() >= deadline => {
+                    return Err(e.context(format!("making ext4 on {} for 15 s", p1.display())))
+                }
+                Err(_) => std::thread::sleep(std::time::Duration::from_millis(100)),
             }
-            std::thread::sleep(std::time::Duration::from_millis(100));
         }
     }
 
