@@ -13,8 +13,7 @@
 use std::process::Command;
 use std::time::Duration;
 
-use agent::testconductor::{Settings, TestConductor};
-use hardware_tests::bed::{self, Boot, Bus, Disk, Net, NetOptions, Nic, Vm, VmSpec, BRIDGE_IP};
+use hardware_tests::bed::{self, direct, Bus, Disk, Net, NetOptions, Vm};
 use hardware_tests::{require_root, run};
 
 const MAC: &str = "52:54:00:12:34:56";
@@ -45,32 +44,22 @@ fn ramdisk_boots_looks_up_and_heartbeats_in_qemu() {
     let mut opts = NetOptions::pxe("direct", &ramdisk, "");
     opts.ramdisk = None;
     let net = Net::start(opts).unwrap();
-    let mut spec = VmSpec::new("vm");
-    spec.nics.push(Nic { mac: MAC.into() });
-    spec.disks.push(Disk {
+    let disks = [Disk {
         path: disk.clone(),
         size: 64 << 20,
         bus: Bus::Virtio,
         serial: "DIRECT01".into(),
         model: None,
-    });
-    spec.boot = Boot::Direct {
-        kernel: ramdisk.join("deploy.kernel"),
-        initrd: ramdisk.join("deploy.initramfs"),
-        append: format!(
-            "console=ttyS0 quiet panic=-1 BOOTIF=01-{} ipa-api-url=http://{BRIDGE_IP}:6385 \
-             agent.shell=1 ipa-enable-vlan-interfaces=eth0.42 agent.dhcp-timeout=4",
-            MAC.replace(':', "-")
-        ),
-    };
+    }];
+    let spec = direct::ramdisk_spec(
+        &ramdisk,
+        MAC,
+        &disks,
+        "agent.shell=1 ipa-enable-vlan-interfaces=eth0.42 agent.dhcp-timeout=4",
+    );
     let (outcome, shell, console, transcript, heartbeat_at) = net
         .block_on(async {
-            let conductor = TestConductor::start_on(
-                Settings::default(),
-                format!("{BRIDGE_IP}:6385").parse().unwrap(),
-            )
-            .await
-            .unwrap();
+            let conductor = direct::conductor().await;
             let uuid = conductor.enroll(&[MAC]);
             let erase = serde_json::json!(
                 {"interface": "deploy", "step": "erase_devices_metadata", "args": {}});

@@ -20,9 +20,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use agent::raid::superblock;
-use agent::testconductor::{Settings, TestConductor};
 use hardware_tests::bed::direct::{self, partitions};
-use hardware_tests::bed::{self, Disk, Net, NetOptions, Vm, BRIDGE_IP};
+use hardware_tests::bed::{self, Disk, Net, NetOptions, Vm};
 use hardware_tests::{require_root, run};
 use serde_json::json;
 
@@ -76,12 +75,7 @@ fn ramdisk_builds_and_deletes_software_raid() {
         (erased, mdstat_erased, esp_before, esp_after, members_after),
     ) = net
         .block_on(async {
-            let conductor = TestConductor::start_on(
-                Settings::default(),
-                format!("{BRIDGE_IP}:6385").parse().unwrap(),
-            )
-            .await
-            .unwrap();
+            let conductor = direct::conductor().await;
             let uuid = conductor.enroll(&[MAC]);
             conductor.update_node(&uuid, |n| {
                 n.target_raid_config = raid_config.clone();

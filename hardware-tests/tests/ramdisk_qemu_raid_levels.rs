@@ -18,9 +18,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use agent::raid::superblock;
-use agent::testconductor::{Settings, TestConductor};
 use hardware_tests::bed::direct::{self, partitions};
-use hardware_tests::bed::{self, Net, NetOptions, Vm, BRIDGE_IP};
+use hardware_tests::bed::{self, Net, NetOptions, Vm};
 use hardware_tests::{require_root, run};
 use serde_json::json;
 
@@ -77,12 +76,7 @@ fn ramdisk_runs_raid10_raid5_and_raid6() {
     ];
     let (rounds, deleted, console, transcript) = net
         .block_on(async {
-            let conductor = TestConductor::start_on(
-                Settings::default(),
-                format!("{BRIDGE_IP}:6385").parse().unwrap(),
-            )
-            .await
-            .unwrap();
+            let conductor = direct::conductor().await;
             let uuid = conductor.enroll(&[MAC]);
             conductor.update_node(&uuid, |n| {
                 n.properties["capabilities"] = json!("boot_mode:bios");

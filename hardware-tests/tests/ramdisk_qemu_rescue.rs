@@ -11,8 +11,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use agent::rescue::crypt;
-use agent::testconductor::{Settings, TestConductor};
-use hardware_tests::bed::{self, Boot, Net, NetOptions, Nic, Vm, VmSpec, BRIDGE_IP};
+use hardware_tests::bed::{self, direct, Net, NetOptions, Vm};
 use hardware_tests::{require_root, run};
 
 const MAC: &str = "52:54:00:30:00:07";
@@ -34,25 +33,11 @@ fn rescue_logins_on_ssh_and_console_in_qemu() {
     opts.ramdisk = None;
     opts.hosts = vec![(MAC.into(), GUEST.into())];
     let net = Net::start(opts).unwrap();
-    let mut spec = VmSpec::new("vm");
-    spec.nics.push(Nic { mac: MAC.into() });
-    spec.boot = Boot::Direct {
-        kernel: ramdisk.join("deploy.kernel"),
-        initrd: ramdisk.join("deploy.initramfs"),
-        append: format!(
-            "console=ttyS0 quiet panic=-1 BOOTIF=01-{} ipa-api-url=http://{BRIDGE_IP}:6385 agent.dhcp-timeout=4",
-            MAC.replace(':', "-")
-        ),
-    };
+    let spec = direct::ramdisk_spec(&ramdisk, MAC, &[], "agent.dhcp-timeout=4");
     let ns = net.ns.name.clone();
     let (rescued, transcript, ssh_ok, ssh_bad, console_login, api, console) = net
         .block_on(async {
-            let conductor = TestConductor::start_on(
-                Settings::default(),
-                format!("{BRIDGE_IP}:6385").parse().unwrap(),
-            )
-            .await
-            .unwrap();
+            let conductor = direct::conductor().await;
             let uuid = conductor.enroll(&[MAC]);
             conductor.start_rescue(&uuid, &hash).unwrap();
             let mut vm = Vm::start(&net, &spec).unwrap();

@@ -2,13 +2,29 @@
 //! PXE, no firmware boot menu) with its agent pointed at the stand-in
 //! conductor on the bed's bridge, on virtio disks kept as files; and the
 //! partition table of such a disk file read back from the host. The
-//! `ramdisk_qemu_raid*` suites build their arrays on this machine.
+//! `ramdisk_qemu*` suites boot this machine.
 
 use std::path::Path;
 use std::process::Command;
 
+use agent::testconductor::{Settings, TestConductor};
+
 use super::{Boot, Bus, Disk, Nic, VmSpec, BRIDGE_IP};
 use crate::run;
+
+/// The stand-in conductor (default settings) where [`ramdisk_spec`]'s agent
+/// looks it up: `BRIDGE_IP:6385`. Call it inside the bed's namespace
+/// (`Net::block_on`).
+pub async fn conductor() -> TestConductor {
+    TestConductor::start_on(
+        Settings::default(),
+        format!("{BRIDGE_IP}:6385")
+            .parse()
+            .expect("a socket address"),
+    )
+    .await
+    .expect("starting the stand-in conductor on the bed's bridge")
+}
 
 /// Virtio disks of `size` bytes with the serials `serials`, their files in
 /// `dir` (created when the machine starts).
