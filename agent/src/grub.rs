@@ -86,19 +86,10 @@ impl Drop for Stack {
     }
 }
 
-/// Unmounts `dir`, retrying a busy mount a few times (IPA: 3 attempts).
+/// Unmounts `dir` ([`crate::ignition::mount::umount`]: retried, detached
+/// lazily when it stays busy).
 fn umount(dir: &Path) -> Result<()> {
-    let mut attempt = 1;
-    loop {
-        match crate::tool::run(Command::new("umount").arg(dir)) {
-            Ok(_) => return Ok(()),
-            Err(e) if attempt >= 3 => {
-                return Err(anyhow::Error::from(e).context(format!("unmounting {}", dir.display())))
-            }
-            Err(_) => attempt += 1,
-        }
-        std::thread::sleep(std::time::Duration::from_millis(500));
-    }
+    crate::ignition::mount::umount(dir).with_context(|| format!("unmounting {}", dir.display()))
 }
 
 /// `grub2` when the image has `usr/sbin/grub2-install`, else `grub`.

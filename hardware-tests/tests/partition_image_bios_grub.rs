@@ -67,6 +67,18 @@ fn mbr_boot_code(disk: &Path) -> Vec<u8> {
     b
 }
 
+/// This process's agent left nothing mounted. Its mount points are named
+/// `agent-mnt-PID-…`; other test binaries running beside this one (ci/lanes)
+/// have their own mounts in the same table.
+fn assert_no_agent_mounts() {
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let ours = format!("agent-mnt-{}-", std::process::id());
+    assert!(
+        !mounts.contains(&ours),
+        "the agent left mounts behind:\n{mounts}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bios_grub_from_the_image_is_refused_unless_allowed_and_fails_cleanly() {
     hardware_tests::require_root("the BIOS partition image GRUB test");
@@ -139,11 +151,7 @@ async fn bios_grub_from_the_image_is_refused_unless_allowed_and_fails_cleanly() 
         mbr_boot_code(&disk.path).iter().all(|&b| b == 0),
         "boot code written although GRUB failed"
     );
-    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    assert!(
-        !mounts.contains("agent-mnt-"),
-        "the agent left mounts behind:\n{mounts}"
-    );
+    assert_no_agent_mounts();
 
     // 3. An image without GRUB: a precise error, nothing left mounted.
     let plain = hardware_tests::partimage::ext4_image(&dir.path().join("plain")).unwrap();
@@ -178,10 +186,6 @@ async fn bios_grub_from_the_image_is_refused_unless_allowed_and_fails_cleanly() 
         msg.contains("has no grub-install") && msg.contains(plain_uuid),
         "{msg}"
     );
-    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    assert!(
-        !mounts.contains("agent-mnt-"),
-        "the agent left mounts behind:\n{mounts}"
-    );
+    assert_no_agent_mounts();
     println!("all: {:.1} s", started.elapsed().as_secs_f64());
 }

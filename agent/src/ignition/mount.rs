@@ -8,6 +8,11 @@
 //! Unmounted on drop; an unmount waits until the kernel has released the
 //! loop device (its autoclear is asynchronous), so the disk underneath can
 //! be opened exclusively right after.
+//!
+//! A busy mount is retried ([`umount`]): any process forked at the wrong
+//! moment (another thread's tool run) holds copies of our descriptors into
+//! the mount until it execs, which makes one `umount` fail with "target is
+//! busy" although nothing uses the filesystem.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -205,8 +210,44 @@ fn mount_source(dir: &Path) -> Option<String> {
     })
 }
 
-fn umount(dir: &Path) -> Result<(), crate::tool::ToolError> {
-    crate::tool::run(Command::new("umount").arg(dir)).map(drop)
+/// How often and how long a busy unmount is retried: 10 tries over ~10 s.
+const UMOUNT_TRIES: u32 = 10;
+
+/// Unmounts `dir`, retrying while it fails (a transient holder, see the
+/// module's notes); IPA retries its unmounts too. When it still fails the
+/// mount is detached lazily, so nothing stays visible, and the first
+/// failure is returned: the caller's command fails naming it.
+pub fn umount(dir: &Path) -> Result<(), crate::tool::ToolError> {
+    let mut attempt = 1;
+    let failure = loop {
+        match crate::tool::run(Command::new("umount").arg(dir)) {
+            Ok(_) => {
+                if attempt > 1 {
+                    tracing::info!(dir = %dir.display(), attempt, "unmounted after a retry");
+                }
+                return Ok(());
+            }
+            // Nothing there to unmount: retrying cannot help.
+            Err(e) if attempt >= UMOUNT_TRIES || not_mounted(&e) => break e,
+            Err(e) => tracing::warn!(dir = %dir.display(), attempt, "{e}"),
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200 * u64::from(attempt)));
+        attempt += 1;
+    };
+    if !not_mounted(&failure) {
+        if let Err(e) = crate::tool::run(Command::new("umount").arg("-l").arg(dir)) {
+            tracing::error!(dir = %dir.display(), "lazy unmount: {e}");
+        }
+    }
+    Err(failure)
+}
+
+/// `umount` said there is no mount (util-linux: "not mounted", busybox:
+/// "Invalid argument").
+fn not_mounted(e: &crate::tool::ToolError) -> bool {
+    matches!(e, crate::tool::ToolError::Failed { stderr, .. }
+        if stderr.contains("not mounted") || stderr.contains("Invalid argument"))
+        || matches!(e, crate::tool::ToolError::Spawn { .. })
 }
 
 impl Drop for Mounted {
