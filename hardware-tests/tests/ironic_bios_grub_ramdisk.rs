@@ -10,7 +10,9 @@
 //!   the test image's kernel and initramfs as `/boot/vmlinuz-VERSION` and
 //!   `/boot/initrd.img-VERSION` (`hardware_tests::grubimage`); no boot
 //!   loader is installed anywhere in it;
-//! * `direct` deploy with `image_type = partition` and a config drive: the
+//! * `direct` deploy with `image_type = partition`, a config drive and a
+//!   1 GiB ephemeral partition (`ephemeral_gb`; Ironic's default format,
+//!   ext4, made by the ramdisk's mkfs.ext4): the
 //!   agent lays out the disk as IPA does for BIOS, writes the image into
 //!   the root partition, and Ironic's `install_bootloader` (root UUID,
 //!   `target_boot_mode: bios`) makes the agent run the image's own
@@ -18,10 +20,10 @@
 //!   into it (Ironic's lookup answer carries the option);
 //! * the machine, powered off by the agent, boots from its disk: SeaBIOS
 //!   runs GRUB's boot code, GRUB its generated menu's kernel, and the
-//!   system prints its marker and its config drive's `meta_data.json`.
+//!   system prints its marker and its config drive's `meta_data.json`;
+//! * the disk holds an ext4 filesystem labelled `ephemeral0` (IPA's label).
 //!
-//! `#[ignore]`d for `ci/test`'s time budget; `ci/test-ramdisk-long` runs
-//! it (about 2 min alone, 3.5 min beside other QEMU tests).
+//! About 2 min alone, 3.5 min beside other QEMU tests.
 
 use std::time::{Duration, Instant};
 
@@ -41,7 +43,6 @@ const ROOT_UUID: &str = "7c3e9a10-2b4d-4e6f-8a1c-93d5b7f0e2a4";
 const FLOW_TIMEOUT: Duration = Duration::from_secs(300);
 
 #[test]
-#[ignore = "about 2-4 min; ci/test-ramdisk-long runs it (ci/test's time budget)"]
 fn ironic_deploys_a_bios_partition_image_and_grub_from_the_image_boots_it() {
     require_root("the Ironic BIOS partition image QEMU test");
     let total = Instant::now();
@@ -102,6 +103,7 @@ fn ironic_deploys_a_bios_partition_image_and_grub_from_the_image_boots_it() {
             json!([
                 {"op": "add", "path": "/instance_info/image_type", "value": "partition"},
                 {"op": "add", "path": "/instance_info/image_disk_format", "value": "raw"},
+                {"op": "add", "path": "/instance_info/ephemeral_gb", "value": 1},
             ]),
         );
         let node = flow
@@ -146,6 +148,17 @@ fn ironic_deploys_a_bios_partition_image_and_grub_from_the_image_boots_it() {
             console.contains("GRUB2 successfully installed for BIOS boot"),
             "the agent did not report GRUB from the image; console: {}",
             flow.machine.console_path().display()
+        );
+        let disk = &spec.disks[0].path;
+        let found: Vec<String> = bed::direct::partitions(disk)
+            .into_iter()
+            .map(|(start, len)| bed::direct::probe_partition(disk, start, len))
+            .collect();
+        assert!(
+            found
+                .iter()
+                .any(|p| p.contains("TYPE=ext4") && p.contains("LABEL=ephemeral0")),
+            "no ext4 ephemeral0 partition; the partitions hold: {found:?}"
         );
     })
     .unwrap();

@@ -29,8 +29,7 @@
 //! given (it would sit inside the array). Wall times go to
 //! `target/bed-logs/ironicraid/flow-times.txt`.
 //!
-//! The same under BIOS (SeaBIOS; `#[ignore]`d here, about 4 min more, run
-//! by `ci/test-ramdisk-long`): Ironic's `[agent]
+//! The same under BIOS (SeaBIOS, about 4 min more): Ironic's `[agent]
 //! enable_bios_bootloader_install = true`, the image a Debian root with
 //! Debian's GRUB for BIOS in a GPT whole-disk image
 //! (`hardware_tests::grubimage`) and `instance_info.image_rootfs_uuid`
@@ -139,7 +138,6 @@ fn ironic_builds_software_raid_deploys_onto_it_and_deletes_it_uefi() {
 }
 
 #[test]
-#[ignore = "about 4 min more; ci/test-ramdisk-long runs it"]
 fn ironic_builds_software_raid_deploys_onto_it_and_deletes_it_bios() {
     raid_flow(false);
 }

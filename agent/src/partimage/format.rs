@@ -1,8 +1,9 @@
 //! Filesystems IPA puts on a partition image's other partitions
 //! (`utils.mkfs`): the EFI system partition as vfat labelled `efi-part`,
 //! swap labelled `swap1`, the ephemeral partition labelled `ephemeral0`.
-//! vfat and swap are written natively (the ramdisk ships no mkfs tools);
-//! ext2/3/4, xfs and btrfs need `mkfs.<type>` on the PATH.
+//! vfat and swap are written natively; ext2/3/4, xfs and btrfs need
+//! `mkfs.<type>` on the PATH (the deploy ramdisk ships Debian's mke2fs as
+//! mkfs.ext2/3/4 and mkfs.xfs: `image-builder/fetch-mkfs.sh`).
 
 use std::fs::{File, OpenOptions};
 use std::io::{Seek, SeekFrom};
@@ -121,7 +122,7 @@ fn check_mkfs_in(fs: &str, path: &std::ffi::OsStr) -> Result<()> {
     if !found {
         bail!(
             "ephemeral_format {fs} needs {tool}, which is not installed here \
-             (the deploy ramdisk ships no mkfs tools; vfat is made natively)"
+             (the deploy ramdisk ships mkfs.ext2/3/4 and mkfs.xfs; vfat is made natively)"
         );
     }
     Ok(())

@@ -78,3 +78,20 @@ pub fn partitions(disk: &Path) -> Vec<(u64, u64)> {
         })
         .unwrap_or_default()
 }
+
+/// What libblkid finds in `len` bytes at `start` of a disk image
+/// (`blkid -p -o export`: `TYPE=…`, `LABEL=…` lines); empty when nothing.
+pub fn probe_partition(disk: &Path, start: u64, len: u64) -> String {
+    run(Command::new("blkid")
+        .args([
+            "-p",
+            "-o",
+            "export",
+            "-O",
+            &start.to_string(),
+            "-S",
+            &len.to_string(),
+        ])
+        .arg(disk))
+    .unwrap_or_default()
+}
