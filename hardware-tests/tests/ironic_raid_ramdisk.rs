@@ -67,13 +67,20 @@ const FLOW_TIMEOUT: Duration = Duration::from_secs(300);
 /// The agent RAID interface, added to the bed's Ironic configuration.
 const RAID_CONF: &str = "[DEFAULT]\nenabled_raid_interfaces = no-raid,agent\n";
 
-fn times_file(uefi: bool) -> PathBuf {
-    let name = if uefi {
+/// The bed's name: its logs directory (consoles, daemons' logs, wall
+/// times). The two firmware variants run at once, each on its own bed.
+fn bed_name(uefi: bool) -> &'static str {
+    if uefi {
         "ironicraid"
     } else {
         "ironicraid-bios"
-    };
-    bed::logs_dir(name).unwrap().join("flow-times.txt")
+    }
+}
+
+fn times_file(uefi: bool) -> PathBuf {
+    bed::logs_dir(bed_name(uefi))
+        .unwrap()
+        .join("flow-times.txt")
 }
 
 /// Prints a wall time and appends it to [`times_file`].
@@ -169,7 +176,7 @@ fn raid_flow(uefi: bool) {
 
     let net = Net::start(NetOptions {
         hosts: vec![(MAC.into(), GUEST.into())],
-        ..NetOptions::ironic_ipxe("ironicraid", &ironic_flow::boot_script_url())
+        ..NetOptions::ironic_ipxe(bed_name(uefi), &ironic_flow::boot_script_url())
     })
     .unwrap();
     let images = net
