@@ -124,6 +124,22 @@ pub fn examine(path: &Path) -> Option<(i32, superblock::Found)> {
     None
 }
 
+/// `path` carries a version-0.90 superblock at its end ([`superblock::is_v090`]).
+pub fn has_v090(path: &Path) -> bool {
+    let Ok(f) = File::open(path) else {
+        return false;
+    };
+    let Some(at) = ioctl::size_bytes(&f)
+        .or_else(|_| f.metadata().map(|m| m.len()))
+        .ok()
+        .and_then(superblock::v090_offset)
+    else {
+        return false;
+    };
+    let mut b = [0u8; 12];
+    f.read_exact_at(&mut b, at).is_ok() && superblock::is_v090(&b)
+}
+
 fn now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)

@@ -4,8 +4,8 @@
 //! superblock (256 bytes plus the role table of [`MAX_DEV`] slots) with the
 //! kernel's checksum, [`decode`] checks and reads one, [`offsets`] says
 //! where each minor version keeps it (1.0 near the end, 1.1 at 0, 1.2 at
-//! 4 KiB), and the version-0.90 location ([`v090_offset`]) is only ever
-//! looked at to wipe it.
+//! 4 KiB). Version 0.90 is never written: its location ([`v090_offset`])
+//! is looked at to wipe it and to recognise a member ([`is_v090`]).
 
 /// `MD_SB_MAGIC`.
 pub const MAGIC: u32 = 0xa92b_4efc;
@@ -216,3 +216,11 @@ pub fn v090_offset(bytes: u64) -> Option<u64> {
 
 /// Version 0.90's magic at the start of its superblock (little endian on x86).
 pub const V090_MAGIC: u32 = MAGIC;
+
+/// `b` starts a version-0.90 superblock (`mdp_super_t`: magic, major
+/// version 0, minor version 90, in the byte order of the machine that wrote
+/// it: little endian here; mdadm on x86 and the kernel's autodetect write it
+/// so).
+pub fn is_v090(b: &[u8]) -> bool {
+    b.len() >= 12 && get32(b, 0) == V090_MAGIC && get32(b, 4) == 0 && get32(b, 8) == 90
+}

@@ -594,6 +594,29 @@ fn superblock_offsets_are_the_kernels() {
 }
 
 #[test]
+fn a_version_090_superblock_makes_a_member() {
+    // mdp_super_t at the last 64 KiB-aligned 64 KiB: magic, 0, 90 (LE).
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("member.img");
+    let f = std::fs::File::create(&path).unwrap();
+    f.set_len(64 * MIB + 4096).unwrap();
+    let dev = crate::disk::Device::open(&path).unwrap();
+    assert_eq!(super::member::member_reason(&dev), None);
+    let mut sb = Vec::new();
+    for v in [superblock::V090_MAGIC, 0, 90] {
+        sb.extend_from_slice(&v.to_le_bytes());
+    }
+    use std::os::unix::fs::FileExt;
+    f.write_all_at(&sb, 64 * MIB - 65536).unwrap();
+    let why = super::member::member_reason(&dev).expect("a 0.90 member");
+    assert!(why.contains("0.90"), "{why}");
+    // Version 1 at that place, or 0.90's magic with another version: no.
+    f.write_all_at(&1u32.to_le_bytes(), 64 * MIB - 65536 + 4)
+        .unwrap();
+    assert_eq!(super::member::member_reason(&dev), None);
+}
+
+#[test]
 fn libblkid_reads_the_superblock_as_an_md_member() {
     // A 16 MiB member with a v1.2 superblock: libblkid checks magic,
     // position and checksum, then reports linux_raid_member with the name.
