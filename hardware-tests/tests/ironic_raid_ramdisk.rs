@@ -25,9 +25,12 @@
 //!    disk file keeps an md superblock (at every offset md could keep one
 //!    in the partitions the clean built) or any signature `wipefs` knows.
 //!
-//! The test system's initramfs does not assemble md, so no config drive is
-//! given (it would sit inside the array). Wall times go to
-//! `target/bed-logs/ironicraid/flow-times.txt`.
+//! The deploy carries a config drive, which IPA puts in a partition of the
+//! md device, so inside the array. The test system's initramfs does not
+//! assemble md, so it is read from each disk file instead: the array's
+//! partition table at the root member's data offset, a `config-2`
+//! partition there (libblkid) and its `meta_data.json` (`isoinfo`). Wall
+//! times go to `target/bed-logs/ironicraid/flow-times.txt`.
 //!
 //! The same under BIOS (SeaBIOS, about 4 min more): Ironic's `[agent]
 //! enable_bios_bootloader_install = true`, the image a Debian root with
@@ -47,6 +50,7 @@ use std::time::{Duration, Instant};
 
 use agent::raid::{ops, superblock};
 use agent::testconductor::image_server::{Fault, ImageServer};
+use anyhow::{bail, Context, Result};
 use hardware_tests::bed::ironic_flow::{self, Flow, Machine, PxeRoot};
 use hardware_tests::bed::redfish::Bmc;
 use hardware_tests::bed::{
@@ -125,6 +129,67 @@ fn partitions(path: &Path) -> Vec<(u64, u64)> {
         Some(t) => t.parts.iter().map(|p| (p.start, p.len)).collect(),
         None => Vec::new(),
     }
+}
+
+/// One RAID-1 member's copy of the array's data, from byte `base` of its
+/// disk file: what md shows as the array device.
+struct MemberData<'a> {
+    f: &'a File,
+    base: u64,
+}
+
+impl agent::disk::table::Disk for MemberData<'_> {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        self.f.read_exact_at(buf, self.base + offset)
+    }
+    fn write_at(&mut self, _: &[u8], _: u64) -> std::io::Result<()> {
+        Err(std::io::ErrorKind::PermissionDenied.into())
+    }
+}
+
+/// The config drive inside the root array, read from the disk file `path`
+/// alone (one member's copy, as any system that assembles md sees it):
+/// the root member's data offset from its superblock, the array's own
+/// partition table, the partition libblkid finds labelled `config-2`, and
+/// its `openstack/latest/meta_data.json` extracted by `isoinfo`.
+fn config_drive_in_array(path: &Path, parts: &[(u64, u64)], tmp: &Path) -> Result<String> {
+    let f = File::open(path)?;
+    for &(start, _) in parts {
+        let mut b = vec![0u8; 4096];
+        f.read_exact_at(&mut b, start + 4096)?;
+        let Some(sb) = superblock::decode(&b, 8) else {
+            continue;
+        };
+        if sb.name.ends_with("esp") {
+            continue;
+        }
+        // mdp_superblock_1.data_offset, in sectors.
+        let data_offset = u64::from_le_bytes(b[128..136].try_into()?);
+        let array = MemberData {
+            f: &f,
+            base: start + data_offset * 512,
+        };
+        let table = agent::disk::table::read(&array, 512)?.context("no table in the array")?;
+        for p in &table.parts {
+            let at = array.base + p.start;
+            let probe = bed::direct::probe_partition(path, at, p.len);
+            if !probe.lines().any(|l| l == "LABEL=config-2") {
+                continue;
+            }
+            let mut iso = vec![0u8; usize::try_from(p.len.min(64 << 20))?];
+            f.read_exact_at(&mut iso, at)?;
+            let copy = tmp.join("configdrive.iso");
+            std::fs::write(&copy, &iso)?;
+            let meta = hardware_tests::run(
+                Command::new("isoinfo")
+                    .args(["-J", "-x", "/openstack/latest/meta_data.json", "-i"])
+                    .arg(&copy),
+            )?;
+            return Ok(meta);
+        }
+        bail!("the array's partitions {:?} hold no config-2", table.parts);
+    }
+    bail!("{}: no root array member", path.display())
 }
 
 fn signatures(path: &Path) -> String {
@@ -298,7 +363,7 @@ fn raid_flow(uefi: bool) {
             );
         }
         let node = flow
-            .deploy_with(info, None)
+            .deploy_with(info, Some(json!({"meta_data": {"uuid": "ironicraid-cd"}})))
             .await
             .unwrap_or_else(|e| panic!("deploy: {e:#} (Ironic log {})", log.display()));
         timing(format!("flow deploy onto the array: active after {}", secs(t)));
@@ -323,6 +388,14 @@ fn raid_flow(uefi: bool) {
                 "the agent did not report GRUB from the image; console: {}",
                 flow.machine.console_path().display()
             );
+        }
+        // The config drive is inside the array (IPA puts its partition on
+        // the md device): on each member's copy.
+        for d in &disks {
+            let meta = config_drive_in_array(&d.path, &partitions(&d.path), work.path())
+                .unwrap_or_else(|e| panic!("{}: {e:#}", d.path.display()));
+            let meta: Value = serde_json::from_str(&meta).unwrap_or_default();
+            assert_eq!(meta["uuid"], json!("ironicraid-cd"), "{}", d.path.display());
         }
         let ironic_log = std::fs::read_to_string(&log).unwrap_or_default();
         assert!(
