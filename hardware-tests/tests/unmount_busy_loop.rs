@@ -9,7 +9,7 @@
 //!    and succeeds, the mount and its directory are gone.
 //! 2. A holder that never lets go: the unmount fails after its retries with
 //!    umount's own "target is busy", and the mount is still detached
-//!    (lazily), so nothing is left in the mount table.
+//!    (lazily), so nothing is left in the mount table, nor its directory.
 
 use std::path::Path;
 use std::process::Command;
@@ -81,5 +81,6 @@ fn a_mount_that_stays_busy_fails_and_is_detached() {
         "still in the mount table at {}",
         dir.display()
     );
+    assert!(!dir.exists(), "mount point {} left behind", dir.display());
     drop(held);
 }

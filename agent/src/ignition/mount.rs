@@ -148,10 +148,20 @@ impl Mounted {
     /// Unmounts, reporting failure.
     pub fn unmount(mut self) -> Result<(), MountError> {
         self.active = false;
-        umount(&self.dir)?;
-        let _ = std::fs::remove_dir(&self.dir);
-        self.wait_loop_released();
+        self.release()?;
         Ok(())
+    }
+
+    /// Unmounts ([`umount`]) and removes the mount point, also after a
+    /// failure that left it detached lazily (the directory is empty then);
+    /// after a success, waits for the loop device's release.
+    fn release(&self) -> Result<(), crate::tool::ToolError> {
+        let unmounted = umount(&self.dir);
+        let _ = std::fs::remove_dir(&self.dir);
+        if unmounted.is_ok() {
+            self.wait_loop_released();
+        }
+        unmounted
     }
 
     /// Waits (up to 5 s) until the kernel has detached the loop device, so
@@ -215,7 +225,7 @@ const UMOUNT_TRIES: u32 = 10;
 
 /// Unmounts `dir`, retrying while it fails (a transient holder, see the
 /// module's notes); IPA retries its unmounts too. When it still fails the
-/// mount is detached lazily, so nothing stays visible, and the first
+/// mount is detached lazily, so nothing stays visible, and the last
 /// failure is returned: the caller's command fails naming it.
 pub fn umount(dir: &Path) -> Result<(), crate::tool::ToolError> {
     let mut attempt = 1;
@@ -253,12 +263,8 @@ fn not_mounted(e: &crate::tool::ToolError) -> bool {
 impl Drop for Mounted {
     fn drop(&mut self) {
         if self.active {
-            match umount(&self.dir) {
-                Ok(()) => {
-                    let _ = std::fs::remove_dir(&self.dir);
-                    self.wait_loop_released();
-                }
-                Err(e) => tracing::error!("{e}"),
+            if let Err(e) = self.release() {
+                tracing::error!("{e}");
             }
         }
     }
