@@ -163,11 +163,9 @@ fn config_drive_in_array(path: &Path, parts: &[(u64, u64)], tmp: &Path) -> Resul
         if sb.name.ends_with("esp") {
             continue;
         }
-        // mdp_superblock_1.data_offset, in sectors.
-        let data_offset = u64::from_le_bytes(b[128..136].try_into()?);
         let array = MemberData {
             f: &f,
-            base: start + data_offset * 512,
+            base: start + sb.data_offset * 512,
         };
         let table = agent::disk::table::read(&array, 512)?.context("no table in the array")?;
         for p in &table.parts {

@@ -107,10 +107,7 @@ pub fn candidates(bytes: u64) -> Vec<u64> {
 
 /// The version-1 superblock on `path`, if any: `(minor version, contents)`.
 pub fn examine(path: &Path) -> Option<(i32, superblock::Found)> {
-    let f = File::open(path).ok()?;
-    let bytes = ioctl::size_bytes(&f)
-        .or_else(|_| f.metadata().map(|m| m.len()))
-        .ok()?;
+    let (f, bytes) = open_sized(path)?;
     let offsets = superblock::offsets(bytes / 512);
     for (minor, sector) in offsets.iter().enumerate() {
         let mut b = vec![0u8; 4096];
@@ -126,18 +123,22 @@ pub fn examine(path: &Path) -> Option<(i32, superblock::Found)> {
 
 /// `path` carries a version-0.90 superblock at its end ([`superblock::is_v090`]).
 pub fn has_v090(path: &Path) -> bool {
-    let Ok(f) = File::open(path) else {
-        return false;
-    };
-    let Some(at) = ioctl::size_bytes(&f)
-        .or_else(|_| f.metadata().map(|m| m.len()))
-        .ok()
-        .and_then(superblock::v090_offset)
+    let Some((f, at)) =
+        open_sized(path).and_then(|(f, bytes)| Some((f, superblock::v090_offset(bytes)?)))
     else {
         return false;
     };
     let mut b = [0u8; 12];
     f.read_exact_at(&mut b, at).is_ok() && superblock::is_v090(&b)
+}
+
+/// `path` opened for reading, with its size (a block device's or a file's).
+fn open_sized(path: &Path) -> Option<(File, u64)> {
+    let f = File::open(path).ok()?;
+    let bytes = ioctl::size_bytes(&f)
+        .or_else(|_| f.metadata().map(|m| m.len()))
+        .ok()?;
+    Some((f, bytes))
 }
 
 fn now() -> u64 {

@@ -147,6 +147,9 @@ pub struct Found {
     pub role: Option<u16>,
     /// `super_offset`.
     pub super_offset: u64,
+    /// `data_offset`: where the member's share of the array's data starts,
+    /// in sectors.
+    pub data_offset: u64,
     /// `events`.
     pub events: u64,
 }
@@ -196,6 +199,7 @@ pub fn decode(b: &[u8], at: u64) -> Option<Found> {
         dev_number,
         role,
         super_offset: get64(b, 144),
+        data_offset: get64(b, 128),
         events: get64(b, 200),
     })
 }

@@ -570,6 +570,7 @@ fn superblock_layout_and_checksum_match_the_kernel() {
     assert_eq!(found.name, "root");
     assert_eq!(found.role, Some(1));
     assert_eq!(found.raid_disks, 2);
+    assert_eq!(found.data_offset, 2048);
     assert_eq!(found.uuid_text(), "11111111:11111111:11111111:11111111");
     // Anywhere else, or with one bit changed, it is not a superblock.
     assert!(superblock::decode(&sb, 0).is_none());
