@@ -1,7 +1,7 @@
-//! Images over HTTPS: read by the direct path (rustls into the pipeline's
-//! buffers) with the CA file trusted, resumed over TLS after a dropped
-//! connection, and a certificate outside the CA file refused at once with
-//! the reqwest path's error. The TLS front here relays each request to the
+//! Images over HTTPS: read by the direct path (rustls's handshake, then the
+//! agent's record layer into the pipeline's buffers) with the CA file
+//! trusted, resumed over TLS after a dropped connection, and a certificate
+//! outside the CA file refused at once with the reqwest path's error. The TLS front here relays each request to the
 //! plain test image server, whose faults (dropped connections) apply.
 
 mod image_support;

@@ -5,12 +5,11 @@
 //! on a CPU that hashes at 1.5 GB/s that extra work is what the other core
 //! lacks (see README "Benchmark").
 //!
-//! Over TLS, rustls (the same client configuration as reqwest's:
-//! `crate::tls::client_config`, so the same CA file, pinning and
-//! `ipa-insecure`) decrypts and copies the plaintext into the pool buffer:
-//! one copy instead of reqwest's three. rustls asks the socket for 4 KiB at
-//! a time; a 256 KiB read buffer under it turns that into one system call
-//! per 256 KiB.
+//! Over TLS, rustls makes the handshake with the same client configuration
+//! as reqwest's (`crate::tls::client_config`, so the same CA file, pinning
+//! and `ipa-insecure`); on TLS 1.3 the response's records are then opened
+//! in the socket's read buffer and copied once into the pool buffer
+//! (`tls_records.rs`).
 //!
 //! Only the common case is taken here: no proxy, no user info in the URL, a
 //! 200 or 206 answer with `Content-Length` and no `Transfer-Encoding`.
@@ -21,7 +20,7 @@
 //! Status handling, resumption and error texts are the reqwest path's
 //! (`super::attempt_http`).
 
-use std::io::{BufReader, ErrorKind, Read, Write};
+use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -31,13 +30,12 @@ use reqwest::Url;
 use reqwest::header::HeaderValue;
 use reqwest::StatusCode;
 
+use super::tls_records::{self, TlsConn};
 use super::{accept_reply, AttemptError, Emitter, FetchEnd, HttpOptions, HttpState, ReplyHead};
 use crate::image::ImageError;
 
 /// Largest response head accepted.
 const HEAD_LIMIT: usize = 64 << 10;
-/// The read buffer under rustls (it reads 4 KiB at a time).
-const TLS_READ_BUFFER: usize = 256 << 10;
 
 /// What one direct attempt came to.
 pub(super) enum Attempt {
@@ -80,35 +78,17 @@ pub(super) fn eligible(url: &str, opts: &HttpOptions) -> bool {
     }
 }
 
-/// The socket under rustls: reads through a large buffer, writes straight.
-struct BufferedSocket(BufReader<TcpStream>);
-
-impl Read for BufferedSocket {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        self.0.read(buf)
-    }
-}
-
-impl Write for BufferedSocket {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.get_mut().write(buf)
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        self.0.get_mut().flush()
-    }
-}
-
 /// One connection: plain TCP or TLS over it.
 enum Conn {
     Plain(TcpStream),
-    Tls(Box<rustls::StreamOwned<rustls::ClientConnection, BufferedSocket>>),
+    Tls(TlsConn),
 }
 
 impl Conn {
     fn socket(&self) -> &TcpStream {
         match self {
             Self::Plain(s) => s,
-            Self::Tls(t) => t.sock.0.get_ref(),
+            Self::Tls(t) => t.socket(),
         }
     }
 }
@@ -117,13 +97,7 @@ impl Read for Conn {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         match self {
             Self::Plain(s) => s.read(buf),
-            // A server that closes without close_notify after the body
-            // (or before its end) reads as a plain close: the byte count
-            // decides, as on plain HTTP.
-            Self::Tls(t) => match t.read(buf) {
-                Err(e) if e.kind() == ErrorKind::UnexpectedEof => Ok(0),
-                r => r,
-            },
+            Self::Tls(t) => t.read(buf),
         }
     }
 }
@@ -141,31 +115,6 @@ impl Write for Conn {
             Self::Tls(t) => t.flush(),
         }
     }
-}
-
-/// The TLS handshake on `sock` for `host`; `Err` says why this download
-/// should go through reqwest instead (which reports certificate errors).
-fn tls_connect(
-    sock: TcpStream,
-    host: &str,
-    config: &Arc<rustls::ClientConfig>,
-) -> Result<Conn, String> {
-    let bare = host.trim_start_matches('[').trim_end_matches(']');
-    let name = rustls::pki_types::ServerName::try_from(bare.to_string())
-        .map_err(|e| format!("TLS server name {host:?}: {e}"))?;
-    let tls = rustls::ClientConnection::new(Arc::clone(config), name)
-        .map_err(|e| format!("TLS client: {e}"))?;
-    let mut stream = rustls::StreamOwned::new(
-        tls,
-        BufferedSocket(BufReader::with_capacity(TLS_READ_BUFFER, sock)),
-    );
-    while stream.conn.is_handshaking() {
-        stream
-            .conn
-            .complete_io(&mut stream.sock)
-            .map_err(|e| format!("TLS handshake: {e}"))?;
-    }
-    Ok(Conn::Tls(Box::new(stream)))
 }
 
 /// One GET of `url` from byte `out.offset`, the body read into `out`;
@@ -208,8 +157,8 @@ pub(super) fn attempt(
         return AttemptError::Retry(format!("socket: {e}")).into();
     }
     let mut conn = if parsed.scheme() == "https" {
-        match tls_connect(sock, &host, tls) {
-            Ok(c) => c,
+        match tls_records::connect(sock, &host, tls) {
+            Ok(c) => Conn::Tls(c),
             Err(why) => return Attempt::Unsupported(why),
         }
     } else {

@@ -25,6 +25,9 @@ use reqwest::header::{
 use reqwest::StatusCode;
 
 mod direct;
+mod tls_records;
+/// The direct path's TLS client, for the benchmark's floor.
+pub use tls_records::{connect as connect_tls, direct_config as direct_tls_config, TlsConn};
 
 use super::buffers::{Block, Pool, PooledBuf};
 use super::progress::Progress;
@@ -364,8 +367,8 @@ async fn fetch_http(
 ) -> Result<bool, FetchEnd> {
     let client = opts.client()?;
     // The direct path's TLS: the same configuration as the client's.
-    let tls = std::sync::Arc::new(
-        crate::tls::client_config(opts.insecure, opts.cafile.as_deref())
+    let tls = tls_records::direct_config(
+        &crate::tls::client_config(opts.insecure, opts.cafile.as_deref())
             .map_err(|e| ImageError::InvalidParams(format!("TLS settings: {e:#}")))?,
     );
     let started = Instant::now();
