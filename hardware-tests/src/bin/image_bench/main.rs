@@ -689,12 +689,7 @@ fn main() -> Result<()> {
         .as_ref()
         .is_none_or(|only| only.iter().any(|x| x == "raw"))
     {
-        let backend: std::net::SocketAddr = server
-            .url("")
-            .trim_start_matches("http://")
-            .trim_end_matches('/')
-            .parse()?;
-        let front = tls::start(d, backend)?;
+        let front = tls::start(d)?;
         let url = format!("{}/disk.img", front.base);
         let tls_copy = floor_copy(o.reps, size, || {
             floor::direct_copy(tls::https_body(&url, &front.cafile)?, &dev)

@@ -1,17 +1,28 @@
-//! HTTPS for the benchmark: a loopback TLS front (rustls, RSA-2048
+//! HTTPS for the benchmark: a loopback HTTPS file server (rustls, RSA-2048
 //! certificate made by `openssl req -x509` as operators' image servers
-//! often have one, trusted by the agent through `--cafile`) before the
-//! plain image server, one thread pair per connection, and the client half
-//! of the floor: the same image read over TLS with no hash.
+//! often have one, trusted by the agent through `--cafile`) serving the
+//! image files from their directory as a static web server does (a thread
+//! per connection: read the file, encrypt, send), and the client half of
+//! the floor: the same image read over TLS with no hash.
+//!
+//! It serves the files itself rather than relaying a plain server: on this
+//! 2-core machine the server shares the cores with the agent, and a relay
+//! hop (a second loopback connection, its receive copy and wake-ups) is CPU
+//! no real image server costs the deploying machine.
 
+use std::fs::File;
 use std::io::{Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 
-/// A TLS front for `backend`; runs until the process ends.
+/// Bytes read from the file and handed to rustls per write.
+const CHUNK: usize = 256 << 10;
+
+/// A running HTTPS server; runs until the process ends.
 pub struct Front {
     /// `https://127.0.0.1:PORT`.
     pub base: String,
@@ -19,9 +30,9 @@ pub struct Front {
     pub cafile: PathBuf,
 }
 
-/// Starts a TLS front on a free loopback port for the plain server at
-/// `backend`, with a certificate made in `dir`.
-pub fn start(dir: &Path, backend: SocketAddr) -> Result<Front> {
+/// Starts an HTTPS server on a free loopback port for the files in `dir`
+/// (`GET /NAME` answers `dir/NAME`), with a certificate made in `dir`.
+pub fn start(dir: &Path) -> Result<Front> {
     let (cert, key) = (dir.join("bench.crt"), dir.join("bench.key"));
     hardware_tests::run(
         std::process::Command::new("openssl")
@@ -45,12 +56,13 @@ pub fn start(dir: &Path, backend: SocketAddr) -> Result<Front> {
     )?;
     let listener = TcpListener::bind("127.0.0.1:0")?;
     let base = format!("https://{}", listener.local_addr()?);
+    let root = dir.to_path_buf();
     std::thread::spawn(move || {
         for conn in listener.incoming().flatten() {
-            let config = config.clone();
+            let (config, root) = (config.clone(), root.clone());
             std::thread::spawn(move || {
-                if let Err(e) = serve(conn, config, backend) {
-                    eprintln!("bench TLS front: {e:#}");
+                if let Err(e) = serve(conn, config, &root) {
+                    eprintln!("bench HTTPS server: {e:#}");
                 }
             });
         }
@@ -58,22 +70,16 @@ pub fn start(dir: &Path, backend: SocketAddr) -> Result<Front> {
     Ok(Front { base, cafile: cert })
 }
 
-/// One connection: TLS from the client, plain bytes to the backend, both
-/// ways until either side closes.
-fn serve(conn: TcpStream, config: Arc<rustls::ServerConfig>, backend: SocketAddr) -> Result<()> {
+/// One connection: GET requests (no body), each answered with the whole
+/// file or 404, until the client closes.
+fn serve(conn: TcpStream, config: Arc<rustls::ServerConfig>, root: &Path) -> Result<()> {
+    let _ = conn.set_nodelay(true);
     let tls = rustls::ServerConnection::new(config)?;
     let mut client = rustls::StreamOwned::new(tls, conn.try_clone()?);
-    let plain = TcpStream::connect(backend)?;
-    let mut to_backend = plain.try_clone()?;
-    let mut from_backend = plain;
-    // Requests are small: read them here and hand them on; responses go
-    // back on the same thread, so rustls is used from one thread only.
-    let mut buf = vec![0u8; 256 << 10];
+    let mut buf = vec![0u8; CHUNK];
     let mut request = Vec::new();
     loop {
-        // A request (headers only, no body) may arrive in several TLS
-        // records: hand it on whole, or the backend waits for its end
-        // while this thread waits for the response.
+        // A request may arrive in several TLS records.
         let n = match client.read(&mut buf) {
             Ok(0) => break,
             Ok(n) => n,
@@ -84,68 +90,74 @@ fn serve(conn: TcpStream, config: Arc<rustls::ServerConfig>, backend: SocketAddr
         let Some(end) = request.windows(4).position(|w| w == b"\r\n\r\n") else {
             continue;
         };
-        to_backend.write_all(&request[..end + 4])?;
+        let head = String::from_utf8_lossy(&request[..end]).into_owned();
         request.drain(..end + 4);
-        // One response per request (the benchmark's clients send one
-        // request and read the whole body): relay until the body ends.
-        relay_response(&mut from_backend, &mut client, &mut buf)?;
+        let path = head
+            .lines()
+            .next()
+            .and_then(|l| l.strip_prefix("GET "))
+            .and_then(|l| l.split(' ').next())
+            .unwrap_or("");
+        let name = path.trim_start_matches('/');
+        let file = (!name.is_empty() && !name.contains('/'))
+            .then(|| File::open(root.join(name)).ok())
+            .flatten();
+        let Some(file) = file else {
+            client.write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")?;
+            client.flush()?;
+            continue;
+        };
+        send_file(&file, &mut client, &mut buf)?;
+        if head.to_ascii_lowercase().contains("connection: close") {
+            break;
+        }
     }
-    let _ = to_backend.shutdown(Shutdown::Both);
+    client.conn.send_close_notify();
+    let _ = client.flush();
     let _ = conn.shutdown(Shutdown::Both);
     Ok(())
 }
 
-/// Copies one HTTP response (headers, then Content-Length bytes).
-fn relay_response(from: &mut TcpStream, to: &mut impl Write, buf: &mut [u8]) -> Result<()> {
-    let mut head = Vec::new();
-    let body_start = loop {
-        let n = from.read(buf)?;
+/// A 200 answer with the whole of `file`.
+fn send_file(file: &File, to: &mut impl Write, buf: &mut [u8]) -> Result<()> {
+    let len = file.metadata()?.len();
+    write!(
+        to,
+        "HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nContent-Length: {len}\r\n\r\n"
+    )?;
+    let mut offset = 0u64;
+    while offset < len {
+        let want = buf.len().min((len - offset) as usize);
+        let n = file.read_at(&mut buf[..want], offset)?;
         if n == 0 {
-            bail!("the backend closed inside the headers");
-        }
-        head.extend_from_slice(&buf[..n]);
-        if let Some(i) = head.windows(4).position(|w| w == b"\r\n\r\n") {
-            break i + 4;
-        }
-    };
-    let text = String::from_utf8_lossy(&head[..body_start]).to_ascii_lowercase();
-    let len: u64 = text
-        .lines()
-        .find_map(|l| l.strip_prefix("content-length:"))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0);
-    to.write_all(&head)?;
-    let mut left = len.saturating_sub((head.len() - body_start) as u64);
-    while left > 0 {
-        let want = buf.len().min(left as usize);
-        let n = from.read(&mut buf[..want])?;
-        if n == 0 {
-            bail!("the backend closed with {left} body bytes to go");
+            bail!("the file ended {} bytes early", len - offset);
         }
         to.write_all(&buf[..n])?;
-        left -= n as u64;
+        offset += n as u64;
     }
     to.flush()?;
     Ok(())
 }
 
-/// The body of `GET url` over TLS, trusting `cafile`, unhashed.
+/// The body of `GET url` over TLS, trusting `cafile`, unhashed: through
+/// the agent's own direct-path TLS client (rustls's handshake, then its
+/// record layer reading into the caller's buffer), so the floor moves the
+/// bytes as cheaply as the agent can.
 pub fn https_body(url: &str, cafile: &Path) -> Result<impl Read> {
     let rest = url
         .strip_prefix("https://")
         .with_context(|| format!("{url}: not https"))?;
     let (host, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-    let config = Arc::new(agent::tls::client_config(false, Some(cafile))?);
-    let name = rustls::pki_types::ServerName::try_from(
-        host.rsplit_once(':').map_or(host, |(h, _)| h).to_string(),
-    )?;
-    let tls = rustls::ClientConnection::new(config, name)?;
-    let mut s = rustls::StreamOwned::new(tls, TcpStream::connect(host)?);
+    let config =
+        agent::image::fetch::direct_tls_config(&agent::tls::client_config(false, Some(cafile))?);
+    let bare = host.rsplit_once(':').map_or(host, |(h, _)| h);
+    let mut s = agent::image::fetch::connect_tls(TcpStream::connect(host)?, bare, &config)
+        .map_err(|e| anyhow::anyhow!("{url}: {e}"))?;
     // One write, so one TLS record.
     let request = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
     s.write_all(request.as_bytes())?;
     s.flush()?;
-    // Skip the headers byte by byte through a small buffer.
+    // Skip the headers byte by byte.
     let mut head = Vec::new();
     let mut one = [0u8; 1];
     while !head.ends_with(b"\r\n\r\n") {
