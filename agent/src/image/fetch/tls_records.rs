@@ -129,14 +129,18 @@ impl Write for Framer {
 }
 
 /// A TLS connection of the direct path.
-pub struct TlsConn(State);
+pub struct TlsConn {
+    /// The socket's own descriptor, for its options whatever the state.
+    sock: TcpStream,
+    state: State,
+}
 
 impl std::fmt::Debug for TlsConn {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let state = match &self.0 {
+        let state = match &self.state {
             State::Rustls(_) => "rustls",
             State::Records(_) => "records",
-            State::Switching => "switching",
+            State::Failed => "failed",
         };
         f.debug_tuple("TlsConn").field(&state).finish()
     }
@@ -147,8 +151,8 @@ enum State {
     Rustls(Box<StreamOwned<ClientConnection, Framer>>),
     /// TLS 1.3 after the request: records decrypted here.
     Records(Box<Records>),
-    /// Only while switching.
-    Switching,
+    /// Taking over the record layer failed; nothing more is read.
+    Failed,
 }
 
 /// The handshake on `sock` for `host`; `Err` says why this download should
@@ -163,6 +167,7 @@ pub fn connect(
         .map_err(|e| format!("TLS server name {host:?}: {e}"))?;
     let tls =
         ClientConnection::new(Arc::clone(config), name).map_err(|e| format!("TLS client: {e}"))?;
+    let options = sock.try_clone().map_err(|e| format!("socket: {e}"))?;
     let mut stream = StreamOwned::new(tls, Framer::new(sock));
     while stream.conn.is_handshaking() {
         stream
@@ -170,7 +175,10 @@ pub fn connect(
             .complete_io(&mut stream.sock)
             .map_err(|e| format!("TLS handshake: {e}"))?;
     }
-    Ok(TlsConn(State::Rustls(Box::new(stream))))
+    Ok(TlsConn {
+        sock: options,
+        state: State::Rustls(Box::new(stream)),
+    })
 }
 
 /// The direct path's copy of `config`, allowed to hand its keys to [`Records`].
@@ -183,11 +191,7 @@ pub fn direct_config(config: &rustls::ClientConfig) -> Arc<rustls::ClientConfig>
 impl TlsConn {
     /// The TCP connection under it.
     pub fn socket(&self) -> &TcpStream {
-        match &self.0 {
-            State::Rustls(s) => &s.sock.sock,
-            State::Records(r) => &r.framer.sock,
-            State::Switching => unreachable!("switching is not observable"),
-        }
+        &self.sock
     }
 
     /// Whether the connection can leave rustls: TLS 1.3, handshake done,
@@ -209,8 +213,8 @@ impl TlsConn {
     }
 
     fn switch(&mut self) -> std::io::Result<()> {
-        let State::Rustls(s) = std::mem::replace(&mut self.0, State::Switching) else {
-            unreachable!("switch is called in the rustls state only");
+        let State::Rustls(s) = std::mem::replace(&mut self.state, State::Failed) else {
+            return Err(std::io::Error::other("TLS: no connection to take over"));
         };
         let (conn, framer) = s.into_parts();
         let secrets = conn.dangerous_extract_secrets().map_err(|e| {
@@ -235,7 +239,7 @@ impl TlsConn {
             .as_ref()
             .try_into()
             .map_err(|_| std::io::Error::other("TLS: traffic IV of the wrong size"))?;
-        self.0 = State::Records(Box::new(Records {
+        self.state = State::Records(Box::new(Records {
             framer,
             key: LessSafeKey::new(key),
             iv,
@@ -251,7 +255,7 @@ impl TlsConn {
 
 impl Read for TlsConn {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        if let State::Rustls(s) = &mut self.0 {
+        if let State::Rustls(s) = &mut self.state {
             // Plaintext rustls already decrypted comes first.
             match s.conn.reader().read(buf) {
                 Ok(n) => return Ok(n),
@@ -270,16 +274,18 @@ impl Read for TlsConn {
             }
             self.switch()?;
         }
-        match &mut self.0 {
+        match &mut self.state {
             State::Records(r) => r.read(buf),
-            _ => unreachable!("switched above"),
+            _ => Err(std::io::Error::other(
+                "TLS: the connection failed before (taking over the record layer)",
+            )),
         }
     }
 }
 
 impl Write for TlsConn {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        match &mut self.0 {
+        match &mut self.state {
             State::Rustls(s) => s.write(buf),
             _ => Err(std::io::Error::other(
                 "TLS: nothing is sent after the request",
@@ -287,7 +293,7 @@ impl Write for TlsConn {
         }
     }
     fn flush(&mut self) -> std::io::Result<()> {
-        match &mut self.0 {
+        match &mut self.state {
             State::Rustls(s) => s.flush(),
             _ => Ok(()),
         }

@@ -81,7 +81,7 @@ fn fetch(bed: Bed) -> (Vec<u8>, Option<std::io::Error>, bool) {
             Err(e) => break Some(e),
         }
     };
-    let taken_over = matches!(c.0, State::Records(_));
+    let taken_over = matches!(c.state, State::Records(_));
     drop(c);
     bed.server.join().unwrap();
     (got, err, taken_over)
