@@ -682,7 +682,7 @@ fn main() -> Result<()> {
             }
         }
     }
-    // HTTPS: the raw image through a loopback TLS front, its certificate
+    // HTTPS: the raw image from a loopback HTTPS file server, its certificate
     // trusted with --cafile, against the two-core floor with TLS in the
     // loop (the image read over TLS, no hash, written as the floor above).
     if o.only
@@ -707,7 +707,7 @@ fn main() -> Result<()> {
         let rate = mbps(size, r.secs);
         let target = 0.85 * tls_floor;
         println!(
-            "\nHTTPS (TLS front on loopback, RSA-2048, --cafile): raw ours {rate:.0} MB/s, peak {:.1} MiB; the image over TLS with no hash {:.0} MB/s using {:.2} CPU-s; two-core floor with TLS and sha256 {tls_floor:.0} MB/s: ratio {:.2}, target 0.85: {}",
+            "\nHTTPS (file server on loopback, RSA-2048, --cafile): raw ours {rate:.0} MB/s, peak {:.1} MiB; the image over TLS with no hash {:.0} MB/s using {:.2} CPU-s; two-core floor with TLS and sha256 {tls_floor:.0} MB/s: ratio {:.2}, target 0.85: {}",
             r.peak_rss_mib,
             mbps(size, tls_copy.wall),
             tls_copy.cpu,
