@@ -71,8 +71,20 @@ pub fn http_body(url: &str) -> Result<impl Read> {
         .strip_prefix("http://")
         .with_context(|| format!("{url}: only http:// is measured"))?;
     let (host, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-    let mut conn = TcpStream::connect(host).with_context(|| format!("connecting to {host}"))?;
-    write!(conn, "GET {path} HTTP/1.1\r\nHost: {host}\r\n\r\n")?;
+    let conn = TcpStream::connect(host).with_context(|| format!("connecting to {host}"))?;
+    get_body(
+        conn,
+        url,
+        &format!("GET {path} HTTP/1.1\r\nHost: {host}\r\n\r\n"),
+    )
+}
+
+/// Sends `request` on `conn` (in one write: one TLS record over TLS) and
+/// reads the response head; the reader returned yields exactly the body's
+/// Content-Length bytes (the server may keep the connection open).
+pub fn get_body<S: Read + Write>(mut conn: S, url: &str, request: &str) -> Result<impl Read> {
+    conn.write_all(request.as_bytes())?;
+    conn.flush()?;
     let mut head = Vec::new();
     let mut chunk = [0u8; 4096];
     let body_start = loop {
@@ -92,7 +104,6 @@ pub fn http_body(url: &str) -> Result<impl Read> {
         let status = String::from_utf8_lossy(&head[..head.len().min(40)]).into_owned();
         bail!("{url}: {status}");
     }
-    // The server keeps the connection open: read exactly Content-Length.
     let text = String::from_utf8_lossy(&head[..body_start]).to_ascii_lowercase();
     let len: u64 = text
         .lines()

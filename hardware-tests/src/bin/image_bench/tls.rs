@@ -151,35 +151,11 @@ pub fn https_body(url: &str, cafile: &Path) -> Result<impl Read> {
     let config =
         agent::image::fetch::direct_tls_config(&agent::tls::client_config(false, Some(cafile))?);
     let bare = host.rsplit_once(':').map_or(host, |(h, _)| h);
-    let mut s = agent::image::fetch::connect_tls(TcpStream::connect(host)?, bare, &config)
+    let conn = agent::image::fetch::connect_tls(TcpStream::connect(host)?, bare, &config)
         .map_err(|e| anyhow::anyhow!("{url}: {e}"))?;
-    // One write, so one TLS record.
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
-    s.write_all(request.as_bytes())?;
-    s.flush()?;
-    // Skip the headers byte by byte.
-    let mut head = Vec::new();
-    let mut one = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        if s.read(&mut one)? == 0 {
-            bail!("{url}: closed inside the headers");
-        }
-        head.push(one[0]);
-    }
-    if !head.starts_with(b"HTTP/1.1 200") {
-        bail!(
-            "{url}: {}",
-            String::from_utf8_lossy(&head[..head.len().min(40)])
-        );
-    }
-    let len: u64 = String::from_utf8_lossy(&head)
-        .to_ascii_lowercase()
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("content-length:")
-                .map(|v| v.trim().to_string())
-        })
-        .and_then(|v| v.parse().ok())
-        .with_context(|| format!("{url}: no Content-Length"))?;
-    Ok(s.take(len))
+    crate::floor::get_body(
+        conn,
+        url,
+        &format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"),
+    )
 }
