@@ -361,7 +361,7 @@ impl Records {
         }
         let b = self.framer.buffered();
         let header: [u8; HEADER] = [b[0], b[1], b[2], b[3], b[4]];
-        let len = usize::from(u16::from_be_bytes([header[3], header[4]]));
+        let len = self.framer.next_len().unwrap_or(0);
         if header[0] != 23 || header[1] != 3 {
             return Err(invalid(format!(
                 "TLS: unexpected record type {} version {}.{} after the handshake",
