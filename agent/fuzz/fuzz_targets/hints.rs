@@ -24,6 +24,8 @@ fn disk(name: &str, size: u64, serial: &str, rotational: bool) -> Disk {
         tran: Some("sata".into()),
         read_only: false,
         removable: false,
+        serials: Vec::new(),
+        wwns: Vec::new(),
     }
 }
 

@@ -6,6 +6,25 @@ use crate::inventory::Disk;
 
 const GIB: f64 = (1u64 << 30) as f64;
 
+/// Every value the disk reports for a hint: all its serials or WWNs (IPA
+/// 13 matches a hint when any one of them does), else the one attribute.
+fn values(disk: &Disk, name: &str) -> Vec<String> {
+    let many = match name {
+        "serial" => &disk.serials,
+        "wwn" => &disk.wwns,
+        _ => &Vec::new(),
+    };
+    let mut out: Vec<String> = attribute(disk, name).into_iter().collect();
+    out.extend(
+        many.iter()
+            .filter(|v| !out.contains(v))
+            .cloned()
+            .collect::<Vec<_>>(),
+    );
+    out.retain(|v| !v.trim().is_empty());
+    out
+}
+
 /// The disk attribute a hint looks at, as a string (`None`: unknown).
 fn attribute(disk: &Disk, name: &str) -> Option<String> {
     match name {
@@ -77,10 +96,14 @@ pub fn check(disk: &Disk, hint: &Hint) -> Result<(), Mismatch> {
         }
         (Expr::Cmp { op, values }, Kind::Size) => {
             let gib = disk.size as f64 / GIB;
-            let ok = values.iter().any(|v| {
-                let want: f64 = v.parse().unwrap_or(f64::NAN);
-                numeric(*op, gib, want)
-            });
+            let ok = if *op == Op::RangeIn {
+                in_range(values, gib)
+            } else {
+                values.iter().any(|v| {
+                    let want: f64 = v.parse().unwrap_or(f64::NAN);
+                    numeric(*op, gib, want)
+                })
+            };
             if ok {
                 Ok(())
             } else {
@@ -91,31 +114,52 @@ pub fn check(disk: &Disk, hint: &Hint) -> Result<(), Mismatch> {
             }
         }
         (Expr::Cmp { op, values }, _) => {
-            let Some(raw) = attribute(disk, &hint.name).filter(|v| !v.trim().is_empty()) else {
+            let raw = self::values(disk, &hint.name);
+            if raw.is_empty() {
                 return Err(Mismatch::Missing {
                     name: hint.name.clone(),
                     given: hint.given.clone(),
                 });
-            };
-            let value = normalize(&raw);
-            let mut ok = string(*op, &value, values);
+            }
+            let mut have: Vec<String> = raw.iter().map(|v| normalize(v)).collect();
             // A name hint may give the by-path link instead of the kernel name.
-            if !ok && hint.name == "name" {
+            if hint.name == "name" {
                 if let Some(bp) = &disk.by_path {
-                    ok = string(*op, &normalize(bp), values);
+                    have.push(normalize(bp));
                 }
             }
+            let ok = match op {
+                Op::AllIn => values.iter().all(|v| have.contains(v)),
+                Op::RangeIn => raw
+                    .iter()
+                    .any(|v| v.trim().parse::<f64>().is_ok_and(|n| in_range(values, n))),
+                op => have.iter().any(|h| string(*op, h, values)),
+            };
             if ok {
                 Ok(())
             } else {
                 Err(Mismatch::Differs {
                     name: hint.name.clone(),
-                    have: raw,
+                    have: raw.join(", "),
                     given: hint.given.clone(),
                 })
             }
         }
     }
+}
+
+/// `values` of a `<range-in>`: `[`/`(`, low, high, `]`/`)` (checked when
+/// parsed).
+fn in_range(values: &[String], have: f64) -> bool {
+    let [open, lo, hi, close] = values else {
+        return false;
+    };
+    let (Ok(lo), Ok(hi)) = (lo.parse::<f64>(), hi.parse::<f64>()) else {
+        return false;
+    };
+    let above = if open == "(" { have > lo } else { have >= lo };
+    let below = if close == ")" { have < hi } else { have <= hi };
+    above && below
 }
 
 fn numeric(op: Op, have: f64, want: f64) -> bool {

@@ -89,10 +89,15 @@ pub fn hints_from_node(node: &Value) -> Option<Value> {
     })
 }
 
-/// Chooses the root device among the inventory's disks and logs the
-/// decision. `hints` `None`, `null` or `{}` mean "no hints".
-pub fn root_device(inventory: &Inventory, hints: Option<&Value>) -> Result<Choice, HintError> {
-    let result = choose(&inventory.disks, hints);
+/// Chooses the root device among the inventory's disks, never one of
+/// `excluded` (the disks `skip_block_devices` protect, with their reasons),
+/// and logs the decision. `hints` `None`, `null` or `{}` mean "no hints".
+pub fn root_device(
+    inventory: &Inventory,
+    hints: Option<&Value>,
+    excluded: &[Rejection],
+) -> Result<Choice, HintError> {
+    let result = choose_excluding(&inventory.disks, hints, excluded);
     match &result {
         Ok(c) => {
             tracing::info!(disk = %c.disk.name, reason = %c.reason, "root device chosen");
@@ -101,6 +106,34 @@ pub fn root_device(inventory: &Inventory, hints: Option<&Value>) -> Result<Choic
             }
         }
         Err(e) => tracing::error!("{e}"),
+    }
+    result
+}
+
+/// [`choose`] among the disks not in `excluded`; each excluded disk is
+/// among the rejected with its reason.
+pub fn choose_excluding(
+    disks: &[Disk],
+    hints: Option<&Value>,
+    excluded: &[Rejection],
+) -> Result<Choice, HintError> {
+    let open: Vec<Disk> = disks
+        .iter()
+        .filter(|d| !excluded.iter().any(|r| r.name == d.name))
+        .cloned()
+        .collect();
+    let mut result = choose(&open, hints);
+    let kept = || {
+        excluded
+            .iter()
+            .filter(|r| disks.iter().any(|d| d.name == r.name))
+            .cloned()
+    };
+    match &mut result {
+        Ok(Choice { rejected, .. })
+        | Err(HintError::NoMatch { rejected, .. })
+        | Err(HintError::NoDisk { rejected }) => rejected.extend(kept()),
+        Err(HintError::Invalid(_)) => {}
     }
     result
 }

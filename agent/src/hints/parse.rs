@@ -6,9 +6,14 @@
 //! An expression is `[<op>] <value>` or `<or> v1 <or> v2 ...`. Values are
 //! lower-cased and URL-quoted (so `s== big model` compares `big%20model`).
 //! Without an operator, string hints mean `s==` and `size` means `==`.
-//! `size` is in GiB. Operators IPA accepts but can never match with
-//! (`<all-in>`, `<range-in>`, string operators on `size`) are rejected here,
-//! so a hint can never silently select nothing for a reason nobody sees.
+//! `size` is in GiB. `<all-in> a b` asks that the disk reports every value
+//! (a disk can report several serials and WWNs); `<range-in> [ 10 20 )`
+//! compares numbers within bounds (inclusive `[ ]`, exclusive `( )`), as
+//! oslo documents them. (IPA 13 parses both, but its matcher then raises
+//! on them: `ast.literal_eval` of a disk attribute, and `int("[ 10 20 ]")`
+//! for `size`; here they mean what oslo's documentation says.) String
+//! operators on `size` are rejected, so a hint can never silently select
+//! nothing for a reason nobody sees.
 
 use serde_json::Value;
 
@@ -72,6 +77,11 @@ pub enum Op {
     In,
     /// `<or>`: equal to any of the values.
     Or,
+    /// `<all-in>`: the disk reports every one of the values.
+    AllIn,
+    /// `<range-in>`: a number within bounds; values are `[`/`(`, the
+    /// lower bound, the upper bound, `]`/`)`.
+    RangeIn,
 }
 
 /// Unary operators in the order the grammar tries them (longest first where
@@ -98,6 +108,8 @@ impl Op {
     pub fn as_str(self) -> &'static str {
         match self {
             Op::Or => "<or>",
+            Op::AllIn => "<all-in>",
+            Op::RangeIn => "<range-in>",
             op => UNARY
                 .iter()
                 .find(|(_, o)| *o == op)
@@ -162,9 +174,13 @@ pub enum ExprError {
     /// Nothing but blanks.
     #[error("the expression is empty")]
     Empty,
-    /// `<all-in>` or `<range-in>`, which no disk attribute can satisfy.
-    #[error("the {0} operator cannot match a disk attribute")]
-    Unsupported(&'static str),
+    /// `<all-in>` and nothing else.
+    #[error("<all-in> without values")]
+    AllInWithoutValues,
+    /// A `<range-in>` that is not `<range-in> [ low high ]` (brackets `[`
+    /// or `(` and `]` or `)`, numbers, low ≤ high).
+    #[error("<range-in> needs \"[ low high ]\" with ( or [, ) or ] and numbers low <= high: {0}")]
+    Range(String),
     /// `<or>` and nothing else.
     #[error("<or> without values")]
     OrWithoutValues,
@@ -228,10 +244,15 @@ pub fn split_expression(expr: &str) -> Result<(Option<Op>, Vec<String>), ExprErr
     if e.is_empty() {
         return Err(ExprError::Empty);
     }
-    for unsupported in ["<all-in>", "<range-in>"] {
-        if e.starts_with(unsupported) {
-            return Err(ExprError::Unsupported(unsupported));
+    if let Some(rest) = e.strip_prefix("<all-in>") {
+        let values: Vec<String> = rest.split_whitespace().map(String::from).collect();
+        if values.is_empty() {
+            return Err(ExprError::AllInWithoutValues);
         }
+        return Ok((Some(Op::AllIn), values));
+    }
+    if let Some(rest) = e.strip_prefix("<range-in>") {
+        return range(rest).map(|v| (Some(Op::RangeIn), v));
     }
     if e.starts_with("<or>") {
         let values: Vec<String> = e
@@ -255,6 +276,42 @@ pub fn split_expression(expr: &str) -> Result<(Option<Op>, Vec<String>), ExprErr
         }
     }
     Ok((None, vec![e]))
+}
+
+/// `[ low high ]` (spaces around the brackets optional) into its four
+/// tokens, checked.
+fn range(text: &str) -> Result<Vec<String>, ExprError> {
+    let mut tokens: Vec<String> = Vec::new();
+    let mut word = String::new();
+    for c in text.chars() {
+        if matches!(c, '[' | '(' | ']' | ')') || c.is_whitespace() {
+            if !word.is_empty() {
+                tokens.push(std::mem::take(&mut word));
+            }
+            if !c.is_whitespace() {
+                tokens.push(c.to_string());
+            }
+        } else {
+            word.push(c);
+        }
+    }
+    if !word.is_empty() {
+        tokens.push(word);
+    }
+    let bad = || ExprError::Range(text.trim().to_string());
+    let [open, lo, hi, close] = tokens.as_slice() else {
+        return Err(bad());
+    };
+    let (Ok(l), Ok(h)) = (lo.parse::<f64>(), hi.parse::<f64>()) else {
+        return Err(bad());
+    };
+    if !matches!(open.as_str(), "[" | "(")
+        || !matches!(close.as_str(), "]" | ")")
+        || l.partial_cmp(&h).is_none_or(|o| o.is_gt())
+    {
+        return Err(bad());
+    }
+    Ok(tokens)
 }
 
 /// Parses a `root_device` object. `null` and `{}` mean "no hints".
@@ -291,9 +348,14 @@ pub fn parse(hints: &Value) -> Result<Vec<Hint>, ParseError> {
                 }
                 let (op, values) = split_expression(&given)
                     .map_err(|reason| ParseError::Expression { name, reason })?;
+                let op = op.unwrap_or(Op::StrEq);
                 Expr::Cmp {
-                    op: op.unwrap_or(Op::StrEq),
-                    values: values.iter().map(|v| normalize(v)).collect(),
+                    op,
+                    values: if op == Op::RangeIn {
+                        values
+                    } else {
+                        values.iter().map(|v| normalize(v)).collect()
+                    },
                 }
             }
             Kind::Size => {
@@ -306,10 +368,10 @@ pub fn parse(hints: &Value) -> Result<Vec<Hint>, ParseError> {
                         reason,
                     })?;
                 let op = op.unwrap_or(Op::NumEq);
-                if !(op.is_numeric() || op == Op::Or) {
+                if !(op.is_numeric() || op == Op::Or || op == Op::RangeIn) {
                     return Err(ParseError::SizeOperator(op.as_str()));
                 }
-                for v in &values {
+                for v in values.iter().filter(|_| op != Op::RangeIn) {
                     match v.parse::<i64>() {
                         Ok(n) if n > 0 => {}
                         Ok(_) => return Err(ParseError::SizeNotPositive(given)),
@@ -437,8 +499,12 @@ mod tests {
             (json!({"model": "  "}), "empty"),
             (json!({"model": "s=="}), "without a value"),
             (json!({"rotational": "maybe"}), "Boolean"),
-            (json!({"model": "<all-in> a b"}), "cannot match"),
-            (json!({"size": "<range-in> [ 1 2 ]"}), "cannot match"),
+            (json!({"model": "<all-in>"}), "<all-in> without values"),
+            (json!({"size": "<all-in> 1 2"}), "numeric operator"),
+            (json!({"size": "<range-in> [ 2 1 ]"}), "low <= high"),
+            (json!({"size": "<range-in> [ 1 2"}), "<range-in> needs"),
+            (json!({"model": "<range-in> { 1 2 }"}), "<range-in> needs"),
+            (json!({"size": "<range-in> [ a 2 ]"}), "<range-in> needs"),
             (json!(["name"]), "object"),
         ] {
             let e = parse(&hints).unwrap_err().to_string();
@@ -446,6 +512,22 @@ mod tests {
         }
         assert!(parse(&json!({})).unwrap().is_empty());
         assert!(parse(&Value::Null).unwrap().is_empty());
+    }
+
+    #[test]
+    fn all_in_and_range_in_parse() {
+        let h =
+            parse(&json!({"serial": "<all-in> ABC def", "size": "<range-in> (10 20]"})).unwrap();
+        assert_eq!(
+            cmp(&h[0]),
+            (
+                Op::RangeIn,
+                vec!["(".into(), "10".into(), "20".into(), "]".into()]
+            )
+        );
+        assert_eq!(cmp(&h[1]), (Op::AllIn, vec!["abc".into(), "def".into()]));
+        let h = parse(&json!({"hctl": "<range-in> [ 0 1.5 )"})).unwrap();
+        assert_eq!(cmp(&h[0]).1, ["[", "0", "1.5", ")"]);
     }
 
     #[test]

@@ -25,6 +25,8 @@ fn disk(name: &str, size_gib: u64) -> Disk {
         tran: None,
         read_only: false,
         removable: false,
+        serials: Vec::new(),
+        wwns: Vec::new(),
     }
 }
 
@@ -275,4 +277,49 @@ fn read_only_disks_are_never_chosen() {
         e.to_string().contains("/dev/nvme0n1: read-only device"),
         "{e}"
     );
+}
+
+#[test]
+fn every_serial_and_wwn_a_disk_reports_is_matched() {
+    let mut d = disks();
+    // sdb reports a second serial (udev's long one) and a second WWN.
+    d[1].serials = vec![
+        "S5XYNG0R123456".into(),
+        "Samsung_SSD_870_S5XYNG0R123456".into(),
+    ];
+    d[1].wwns = vec!["0x5002538e40a1b2c3".into(), "naa.5002538e40a1b2c3".into()];
+    let pick_in = |h: Value| choose(&d, Some(&h)).unwrap().disk.name;
+    assert_eq!(
+        pick_in(json!({"serial": "samsung_ssd_870_s5xyng0r123456"})),
+        "/dev/sdb"
+    );
+    assert_eq!(pick_in(json!({"wwn": "naa.5002538e40a1b2c3"})), "/dev/sdb");
+    assert_eq!(
+        pick_in(json!({"serial": "<all-in> S5XYNG0R123456 Samsung_SSD_870_S5XYNG0R123456"})),
+        "/dev/sdb"
+    );
+    let e = choose(
+        &d,
+        Some(&json!({"serial": "<all-in> S5XYNG0R123456 other"})),
+    )
+    .unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        msg.contains("serial \"S5XYNG0R123456, Samsung_SSD_870_S5XYNG0R123456\" does not match"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn range_in_compares_numbers_within_bounds() {
+    assert_eq!(pick(json!({"size": "<range-in> [ 100 200 ]"})), "/dev/sdb");
+    assert_eq!(pick(json!({"size": "<range-in> [10 10]"})), "/dev/nvme0n1");
+    assert_eq!(pick(json!({"size": "<range-in> (10 60]"})), "/dev/sda");
+    assert_eq!(pick(json!({"size": "<range-in> ( 1 10 )"})), "/dev/sdc");
+    fails(json!({"size": "<range-in> ( 10 60 )"}));
+    // A string attribute that reads as a number.
+    let mut d = disks();
+    d[3].serial = Some("42".into());
+    let c = choose(&d, Some(&json!({"serial": "<range-in> [ 40 50 )"}))).unwrap();
+    assert_eq!(c.disk.name, "/dev/sdc");
 }

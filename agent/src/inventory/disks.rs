@@ -53,6 +53,15 @@ pub struct Disk {
     pub read_only: bool,
     /// Removable media (`/sys/block/<d>/removable`); not sent by IPA.
     pub removable: bool,
+    /// Every serial number the disk reports (udev's short and long serial,
+    /// the kernel's, VPD page 0x80), `serial` first; hints match any of
+    /// them, as IPA 13's `all_serial_and_wwn` listing. Not sent.
+    #[serde(default, skip_serializing)]
+    pub serials: Vec<String>,
+    /// Every WWN the disk reports (udev's, with and without extension, the
+    /// kernel's `wwid`), `wwn` first; matched like `serials`. Not sent.
+    #[serde(default, skip_serializing)]
+    pub wwns: Vec<String>,
 }
 
 const SKIPPED: [&str; 7] = ["ram", "zram", "loop", "fd", "sr", "dm-", "md"];
@@ -114,18 +123,30 @@ fn read_one(root: &Path, name: &str, by_path_links: &HashMap<String, String>) ->
             prop("ID_WWN_WITH_EXTENSION").or(Some(w)),
             prop("ID_WWN_VENDOR_EXTENSION"),
         ),
-        None => sysfs_wwn.unwrap_or_default(),
+        None => sysfs_wwn.clone().unwrap_or_default(),
     };
-    let serial = prop("ID_SERIAL_SHORT")
-        .or_else(|| attr("serial"))
-        .or_else(|| attr("device/serial"))
-        .or_else(|| {
-            std::fs::read(b.join("device/vpd_pg80"))
-                .ok()
-                .and_then(|v| vpd_serial(&v))
-        })
-        .or_else(|| usb_serial(&canonical))
-        .or_else(|| prop("ID_SERIAL"));
+    let vpd = || {
+        std::fs::read(b.join("device/vpd_pg80"))
+            .ok()
+            .and_then(|v| vpd_serial(&v))
+    };
+    let serial_sources = [
+        prop("ID_SERIAL_SHORT").or_else(|| prop("DM_SERIAL_SHORT")),
+        attr("serial"),
+        attr("device/serial"),
+        vpd(),
+        usb_serial(&canonical),
+        prop("ID_SERIAL").or_else(|| prop("DM_SERIAL")),
+    ];
+    let serials = distinct(serial_sources);
+    let serial = serials.first().cloned();
+    let wwns = distinct([
+        wwn.clone(),
+        prop("DM_WWN"),
+        wwn_with_extension.clone(),
+        sysfs_wwn.as_ref().and_then(|w| w.0.clone()),
+        sysfs_wwn.as_ref().and_then(|w| w.1.clone()),
+    ]);
     let by_path = prop("ID_PATH")
         .map(|p| format!("/dev/disk/by-path/{p}"))
         .or_else(|| by_path_links.get(name).cloned())
@@ -149,7 +170,21 @@ fn read_one(root: &Path, name: &str, by_path_links: &HashMap<String, String>) ->
         tran: transport(&rel, name),
         read_only: attr("ro").as_deref() == Some("1"),
         removable: attr("removable").as_deref() == Some("1"),
+        serials,
+        wwns,
     })
+}
+
+/// The non-empty values, trimmed, each once, in order.
+fn distinct<const N: usize>(values: [Option<String>; N]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for v in values.into_iter().flatten() {
+        let v = v.trim().to_string();
+        if !v.is_empty() && !out.contains(&v) {
+            out.push(v);
+        }
+    }
+    out
 }
 
 /// Properties (`E:KEY=VALUE` lines) of a block device in the udev database.

@@ -35,6 +35,8 @@ fn disk(name: &str, size_gib: u64, serial: &str) -> Disk {
         tran: None,
         read_only: false,
         removable: false,
+        serials: Vec::new(),
+        wwns: Vec::new(),
     }
 }
 
