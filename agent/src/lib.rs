@@ -20,7 +20,9 @@
 //! 3. Disk contents: [`image`] (the streaming image write), [`configdrive`]
 //!    (config drives after an image write), [`ignition`] (Ignition for
 //!    CoreOS-like images), [`partimage`] (partition images: layout, table,
-//!    the other partitions, their UEFI loaders), [`uefi`] (boot entries), [`grub`] (BIOS GRUB
+//!    the other partitions, their UEFI loaders), [`raid`] (software RAID),
+//!    [`selection`] (which disks the node's `skip_block_devices` protect),
+//!    [`uefi`] (boot entries), [`grub`] (BIOS GRUB
 //!    installed from the deployed image), [`vmedia`] (what Ironic
 //!    puts on virtual media for the ramdisk).
 //! 4. [`conductor`]: the client of Ironic's ramdisk endpoints.
@@ -67,6 +69,7 @@ pub mod power;
 pub mod pstore;
 pub mod raid;
 pub mod rescue;
+pub mod selection;
 pub mod server;
 pub mod startup;
 pub mod state;

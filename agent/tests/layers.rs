@@ -50,6 +50,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "inject",
             "partimage",
             "raid",
+            "selection",
             "uefi",
             "vmedia",
         ],

@@ -12,7 +12,7 @@
 //! (`delete_configuration` removes those); a partition of a member disk
 //! that is no member (a BIOS boot partition) is wiped.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Result;
@@ -87,11 +87,11 @@ pub async fn erase_devices_express_step(
 
 /// Devices the erase steps erase (see the module docs): the allowed
 /// devices in host mode, every disk and running md device in the ramdisk,
-/// with their partitions when `partitions`; minus the node's
-/// `properties.skip_block_devices` names and minus RAID members. Sorted by
-/// name descending, partitions before their disk (as IPA).
+/// with their partitions when `partitions`; minus the disks the node's
+/// `properties.skip_block_devices` protect and minus RAID members. Sorted
+/// by name descending, partitions before their disk (as IPA).
 fn targets(policy: &WritePolicy, node: &Value, partitions: bool) -> Result<Vec<Device>> {
-    let listed = without_skipped(erasable_devices(policy)?, node);
+    let listed = crate::selection::unprotected(node, erasable_devices(policy)?)?;
     let mut devices = if partitions {
         erase_candidates(&listed)?
     } else {
@@ -116,36 +116,13 @@ fn paths(devices: Vec<Device>) -> Vec<PathBuf> {
 }
 
 /// Whole disks to erase or burn in: the allowed devices in host mode,
-/// every disk in the ramdisk; minus the node's
-/// `properties.skip_block_devices` names.
+/// every disk in the ramdisk; minus the disks the node's
+/// `properties.skip_block_devices` protect.
 pub(super) fn disks(policy: &WritePolicy, node: &Value) -> Result<Vec<PathBuf>> {
-    Ok(without_skipped(erasable_disks(policy)?, node))
-}
-
-fn without_skipped(devices: Vec<PathBuf>, node: &Value) -> Vec<PathBuf> {
-    let skip = skip_list(node);
-    devices
-        .into_iter()
-        .filter(|d| {
-            let skipped = skip.iter().any(|s| Path::new(s) == d.as_path());
-            if skipped {
-                tracing::info!(device = %d.display(), "skipped: in properties.skip_block_devices");
-            }
-            !skipped
-        })
-        .collect()
-}
-
-/// Device names in `properties.skip_block_devices` (`[{"name": "/dev/sda"}]`).
-fn skip_list(node: &Value) -> Vec<String> {
-    node["properties"]["skip_block_devices"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|e| e["name"].as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default()
+    Ok(crate::selection::unprotected(
+        node,
+        erasable_disks(policy)?,
+    )?)
 }
 
 #[cfg(test)]
@@ -195,6 +172,29 @@ mod tests {
         let p = policy(&[a.clone(), b.clone()]);
         let node = serde_json::json!({"properties": {"skip_block_devices": [{"name": a.display().to_string()}]}});
         assert_eq!(disks(&p, &node).unwrap(), [b]);
+    }
+
+    #[test]
+    fn skip_block_devices_are_hints() {
+        let dir = tempfile::tempdir().unwrap();
+        let (small, big) = (dir.path().join("small"), dir.path().join("big"));
+        std::fs::File::create(&small)
+            .unwrap()
+            .set_len(5 << 30)
+            .unwrap();
+        std::fs::File::create(&big)
+            .unwrap()
+            .set_len(6 << 30)
+            .unwrap();
+        let p = policy(&[small.clone(), big.clone()]);
+        let node = serde_json::json!({"properties": {"skip_block_devices": [{"size": 5}]}});
+        assert_eq!(disks(&p, &node).unwrap(), std::slice::from_ref(&big));
+        let node = serde_json::json!({"properties": {"skip_block_devices": [{"size": "> 5"}]}});
+        assert_eq!(disks(&p, &node).unwrap(), [small]);
+        // A protection that cannot be read stops the step.
+        let node = serde_json::json!({"properties": {"skip_block_devices": [{"size": "five"}]}});
+        let e = format!("{:#}", disks(&p, &node).unwrap_err());
+        assert!(e.contains("skip_block_devices[0]"), "{e}");
     }
 
     #[test]

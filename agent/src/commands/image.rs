@@ -264,36 +264,89 @@ pub fn whole_disk_partition_uuids(device: &Path) -> Result<Value, CommandError> 
     Ok(json!({"root uuid": format!("0x{:08x}", u32::from_le_bytes(sig))}))
 }
 
-/// The disk to write: in host mode the one allowed device; in the ramdisk
-/// the disk chosen by the node's root-device hints (fail closed when hints
-/// match nothing), else the smallest disk of at least 4 GiB.
+/// The disk to write, never one the node's `skip_block_devices` protect
+/// ([`crate::selection`]): in the ramdisk the disk chosen by the node's
+/// root-device hints (fail closed when hints match nothing), else the
+/// smallest disk of at least 4 GiB. In host mode the same choice among
+/// the allowed devices; a single allowed device is the target whatever the
+/// hints say (unless it is protected).
 pub(crate) fn choose_device(state: &AgentState) -> Result<PathBuf, CommandError> {
     let fail = |msg: String| CommandError::new(ErrorKind::Deployment, msg);
-    if state.config.mode == RunMode::Host {
-        return match state.config.allowed_devices.as_slice() {
-            [one] => Ok(one.clone()),
-            other => Err(fail(format!(
-                "host mode writes images only to a single --allow-device; {} are allowed",
-                other.len()
-            ))),
+    let node = state.node();
+    let node = node.as_ref();
+    let skip = node
+        .map(crate::selection::SkipList::from_node)
+        .transpose()
+        .map_err(|e| fail(e.to_string()))?
+        .unwrap_or_default();
+    let hints = node.and_then(crate::hints::hints_from_node);
+    let disks: Vec<crate::inventory::Disk> = if state.config.mode == RunMode::Host {
+        let allowed = &state.config.allowed_devices;
+        if allowed.is_empty() {
+            return Err(fail(
+                "host mode writes images only to an --allow-device; none is allowed".into(),
+            ));
+        }
+        let candidates = crate::selection::gather::candidates(allowed);
+        if let [one] = allowed.as_slice() {
+            let protection = crate::selection::Protection::decide(&skip, &candidates);
+            return match protection.reason(one) {
+                Some(why) => Err(fail(format!(
+                    "{} is the only allowed device, and it is protected: {why}",
+                    one.display()
+                ))),
+                None => Ok(one.clone()),
+            };
+        }
+        // Named as allowed, so the choice is one of the given paths.
+        candidates
+            .into_iter()
+            .map(|c| crate::inventory::Disk {
+                name: c.path.display().to_string(),
+                ..c.disk
+            })
+            .collect()
+    } else {
+        // The BMC plays no part in choosing a disk: not probed.
+        let opts = crate::inventory::Options {
+            skip_bmc: true,
+            ..crate::inventory::Options::live(None)
         };
-    }
-    let hints = state
-        .node()
-        .as_ref()
-        .and_then(crate::hints::hints_from_node);
-    // The BMC plays no part in choosing a disk: not probed.
-    let opts = crate::inventory::Options {
-        skip_bmc: true,
-        ..crate::inventory::Options::live(None)
+        crate::inventory::collect(&opts)
+            .map_err(|e| fail(format!("reading the hardware inventory: {e:#}")))?
+            .disks
     };
-    let inventory = crate::inventory::collect(&opts)
-        .map_err(|e| fail(format!("reading the hardware inventory: {e:#}")))?;
-    let choice =
-        crate::hints::root_device(&inventory, hints.as_ref()).map_err(|e| fail(e.to_string()))?;
+    let excluded = protected_disks(&skip, &disks);
+    let choice = crate::hints::choose_excluding(&disks, hints.as_ref(), &excluded)
+        .map_err(|e| fail(e.to_string()))?;
     tracing::info!(device = %choice.disk.name, reason = %choice.reason, "root device chosen");
     for r in &choice.rejected {
         tracing::info!(device = %r.name, reason = %r.reason, "not the root device");
     }
     Ok(PathBuf::from(&choice.disk.name))
+}
+
+/// The disks `skip` protects among `disks`, as rejections of the root-device
+/// choice.
+fn protected_disks(
+    skip: &crate::selection::SkipList,
+    disks: &[crate::inventory::Disk],
+) -> Vec<crate::hints::Rejection> {
+    if skip.is_empty() {
+        return Vec::new();
+    }
+    let paths: Vec<PathBuf> = disks.iter().map(|d| PathBuf::from(&d.name)).collect();
+    let mut candidates = crate::selection::gather::candidates(&paths);
+    // The description the choice uses (the allowed path's in host mode).
+    for (c, d) in candidates.iter_mut().zip(disks) {
+        c.disk = d.clone();
+    }
+    crate::selection::Protection::decide(skip, &candidates)
+        .protected()
+        .iter()
+        .map(|(p, why)| crate::hints::Rejection {
+            name: p.display().to_string(),
+            reason: format!("protected: {why}"),
+        })
+        .collect()
 }

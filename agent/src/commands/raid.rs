@@ -4,7 +4,9 @@
 //! step, priority 0, arguments `raid_config` and `delete_existing`). The
 //! work is [`crate::raid`]; this reads the node, picks the disks the agent
 //! may use and turns failures into IPA's `SoftwareRAIDError` (its class,
-//! code and message, the specifics in `details`).
+//! code and message, the specifics in `details`). Disks the node's
+//! `skip_block_devices` protect ([`crate::selection`], a kept
+//! `volume_name` among them) are neither deleted nor built on.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -31,8 +33,11 @@ fn error(kind: ErrorKind, what: &str, e: &anyhow::Error) -> CommandError {
 }
 
 /// The disks RAID may use: the inventory's (in host mode only the allowed
-/// devices), md devices aside.
-fn candidate_disks(state: &AgentState) -> anyhow::Result<Vec<crate::inventory::Disk>> {
+/// devices), md devices and protected disks aside.
+fn candidate_disks(
+    state: &AgentState,
+    node: &Value,
+) -> anyhow::Result<Vec<crate::inventory::Disk>> {
     // In host mode the allowed devices (loop devices, say) are listed too.
     let extra: Vec<String> = state
         .config
@@ -47,6 +52,9 @@ fn candidate_disks(state: &AgentState) -> anyhow::Result<Vec<crate::inventory::D
         let allowed: Vec<PathBuf> = WritePolicy::from_config(&state.config).allowed().to_vec();
         disks.retain(|d| allowed.iter().any(|a| a.as_os_str() == d.name.as_str()));
     }
+    let paths: Vec<PathBuf> = disks.iter().map(|d| PathBuf::from(&d.name)).collect();
+    let open = crate::selection::unprotected(node, paths)?;
+    disks.retain(|d| open.iter().any(|p| p.as_os_str() == d.name.as_str()));
     Ok(disks)
 }
 
@@ -68,7 +76,7 @@ fn build(
     raid_config: &Value,
     kind: ErrorKind,
 ) -> Result<Value, CommandError> {
-    let disks = candidate_disks(state)
+    let disks = candidate_disks(state, node)
         .map_err(|e| error(kind, "Listing the disks for software RAID", &e))?;
     let Some(cfg) = config::parse(raid_config, &node_uuid(node), disks.len())
         .map_err(|e| CommandError::new(kind, e.to_string()))?
@@ -140,19 +148,22 @@ pub async fn create_configuration_step(
 }
 
 /// `delete_configuration`: stops every array on the disks the agent may
-/// write and removes every md superblock and the tables of their disks.
+/// write and removes every md superblock and the tables of their disks;
+/// the disks the node protects (a kept `volume_name` among them) are left
+/// whole.
 pub async fn delete_configuration_step(
     state: Arc<AgentState>,
-    _call: StepCall,
+    call: StepCall,
 ) -> Result<Value, CommandError> {
     let kind = ErrorKind::SoftwareRaid;
-    blocking(kind, move || delete(&state, kind)).await
+    blocking(kind, move || delete(&state, &call.node, kind)).await
 }
 
-fn delete(state: &AgentState, kind: ErrorKind) -> Result<Value, CommandError> {
+fn delete(state: &AgentState, node: &Value, kind: ErrorKind) -> Result<Value, CommandError> {
     let policy = WritePolicy::from_config(&state.config);
-    let disks =
-        crate::disk::erasable_disks(&policy).map_err(|e| error(kind, "Listing the disks", &e))?;
+    let disks = crate::disk::erasable_disks(&policy)
+        .and_then(|d| Ok(crate::selection::unprotected(node, d)?))
+        .map_err(|e| error(kind, "Listing the disks", &e))?;
     let deleted = ops::delete(&disks, &policy)
         .map_err(|e| error(kind, "Failed to delete software RAID", &e))?;
     tracing::info!(stopped = ?deleted.stopped, zeroed = ?deleted.zeroed, wiped = ?deleted.wiped, "software RAID deleted");
@@ -187,12 +198,12 @@ pub async fn apply_configuration_step(
     let node = call.node.clone();
     blocking(kind, move || {
         // Validate before deleting anything (IPA's order).
-        let disks = candidate_disks(&state)
+        let disks = candidate_disks(&state, &node)
             .map_err(|e| error(kind, "Listing the disks for software RAID", &e))?;
         config::parse(&raid_config, &node_uuid(&node), disks.len())
             .map_err(|e| CommandError::new(kind, e.to_string()))?;
         if delete_existing {
-            delete(&state, kind)?;
+            delete(&state, &node, kind)?;
         }
         build(&state, &node, &raid_config, kind)
     })

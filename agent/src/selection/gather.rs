@@ -1,0 +1,99 @@
+//! The [`Candidate`]s of the running machine: each path described as the
+//! inventory describes its disk (every serial and WWN), its partitions
+//! from sysfs, and the md volume names in its superblocks. A path that is
+//! no block device known to sysfs (a regular file standing in for a disk
+//! in host mode) is described by its name and size alone.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use super::Candidate;
+use crate::disk::{ioctl, Device};
+use crate::inventory::{disks, Disk};
+
+/// Describes `paths` (whole disks or md arrays), in order.
+pub fn candidates(paths: &[PathBuf]) -> Vec<Candidate> {
+    let devices: Vec<Option<Device>> = paths.iter().map(|p| Device::open(p).ok()).collect();
+    let knames: Vec<Option<String>> = devices
+        .iter()
+        .map(|d| d.as_ref().and_then(Device::kernel_name))
+        .collect();
+    let extra: Vec<String> = knames.iter().flatten().cloned().collect();
+    let listed: HashMap<String, Disk> = disks::read(Path::new("/"), &extra)
+        .unwrap_or_else(|e| {
+            tracing::warn!("describing the disks for properties.skip_block_devices: {e:#}");
+            Vec::new()
+        })
+        .into_iter()
+        .map(|d| (d.name.clone(), d))
+        .collect();
+    paths
+        .iter()
+        .zip(devices)
+        .zip(knames)
+        .map(|((path, dev), kname)| {
+            let disk = kname
+                .as_ref()
+                .and_then(|k| listed.get(&format!("/dev/{k}")).cloned())
+                .unwrap_or_else(|| bare(path));
+            let partitions: Vec<Device> = dev.as_ref().map(Device::partitions).unwrap_or_default();
+            let mut raid_volumes: Vec<String> = std::iter::once(path.as_path())
+                .chain(partitions.iter().map(|p| p.path.as_path()))
+                .filter_map(volume_name)
+                .collect();
+            raid_volumes.dedup();
+            Candidate {
+                path: path.clone(),
+                disk,
+                partitions: partitions
+                    .iter()
+                    .map(|p| (p.path.display().to_string(), size(&p.path)))
+                    .collect(),
+                raid_volumes,
+            }
+        })
+        .collect()
+}
+
+/// A disk known only by its path and size.
+fn bare(path: &Path) -> Disk {
+    Disk {
+        name: path.display().to_string(),
+        model: None,
+        size: size(path),
+        rotational: false,
+        wwn: None,
+        serial: None,
+        vendor: None,
+        wwn_with_extension: None,
+        wwn_vendor_extension: None,
+        hctl: None,
+        by_path: None,
+        logical_sectors: 512,
+        physical_sectors: 512,
+        tran: None,
+        read_only: false,
+        removable: false,
+        serials: Vec::new(),
+        wwns: Vec::new(),
+    }
+}
+
+fn size(path: &Path) -> u64 {
+    std::fs::File::open(path)
+        .and_then(|f| ioctl::size_bytes(&f).or_else(|_| f.metadata().map(|m| m.len())))
+        .unwrap_or(0)
+}
+
+/// The md volume name in `path`'s version-1 superblock (`host:name` as
+/// mdadm writes it gives `name`).
+fn volume_name(path: &Path) -> Option<String> {
+    let (_, found) = crate::raid::ops::examine(path)?;
+    let name = found
+        .name
+        .rsplit(':')
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    (!name.is_empty()).then_some(name)
+}
