@@ -57,13 +57,23 @@ pub fn read(params: &mut KernelParams) -> Option<Vec<u8>> {
             params.set(k, v);
         }
     }
-    let Some((path, disc)) = iso else {
+    let Some(vmedia::Disc {
+        candidate,
+        path,
+        file: disc,
+    }) = iso
+    else {
         say(&format!(
             "vmedia: no disc labelled {} found; network by DHCP",
             vmedia::ISO_LABELS.join(" or ")
         ));
         return None;
     };
+    say(&format!(
+        "vmedia: boot ISO on {} ({})",
+        path.display(),
+        candidate.why
+    ));
     match vmedia::copy_config(&disc, root) {
         Ok(files) => {
             let names: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();

@@ -8,7 +8,9 @@
 //! Only whole devices that look like a BMC's virtual media count (IPA's
 //! rule): CD/DVD drives, and USB disks below 4 GiB. A partition labelled
 //! `config-2` on a disk (an instance's config drive left from an earlier
-//! deployment) is never read. Files are read from the device without
+//! deployment) is never read. CD/DVD drives are tried before USB disks, so
+//! a USB stick an earlier tenant left labelled `config-2` does not win
+//! over the BMC's virtual CD. Files are read from the device without
 //! mounting it ([`crate::ignition::iso`], `fatfs`), sizes bounded.
 
 use std::path::{Path, PathBuf};
@@ -32,16 +34,30 @@ const MAX_FILES: usize = 256;
 /// USB disks at or above this size are not virtual media (IPA's bound).
 const USB_MEDIA_MAX_BYTES: u64 = 4 << 30;
 
+/// What kind of virtual media a device can be, in the order they are
+/// tried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Kind {
+    /// A CD/DVD drive: how BMCs present a virtual CD.
+    CdDvd,
+    /// A small USB disk: a BMC's virtual floppy or USB stick, or a stick
+    /// someone plugged in.
+    UsbDisk,
+}
+
 /// A block device that can be virtual media.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Candidate {
     /// Kernel name (`sr0`, `sdb`).
     pub name: String,
+    /// What kind of device it is.
+    pub kind: Kind,
     /// Why it qualifies (`CD/DVD drive`, `USB disk of N bytes`).
     pub why: String,
 }
 
-/// Whole block devices under `sys/class/block` that can be virtual media.
+/// Whole block devices under `sys/class/block` that can be virtual media:
+/// CD/DVD drives first, then USB disks, each by name.
 pub fn candidates(sys: &Path) -> Vec<Candidate> {
     let mut out: Vec<Candidate> = std::fs::read_dir(sys.join("class/block"))
         .into_iter()
@@ -58,6 +74,7 @@ pub fn candidates(sys: &Path) -> Vec<Candidate> {
             if read("device/type").is_some_and(|t| t.trim() == "5") {
                 return Some(Candidate {
                     name,
+                    kind: Kind::CdDvd,
                     why: "CD/DVD drive".into(),
                 });
             }
@@ -70,24 +87,41 @@ pub fn candidates(sys: &Path) -> Vec<Candidate> {
                 .map(|sectors| sectors.saturating_mul(512))?;
             (usb && bytes > 0 && bytes < USB_MEDIA_MAX_BYTES).then(|| Candidate {
                 name,
+                kind: Kind::UsbDisk,
                 why: format!("USB disk of {bytes} bytes"),
             })
         })
         .collect();
-    out.sort_by(|a, b| a.name.cmp(&b.name));
+    out.sort_by(|a, b| (a.kind, &a.name).cmp(&(b.kind, &b.name)));
     out
 }
 
-/// The boot ISO among `candidates` (its device under `dev`), opened.
-pub fn find_iso(dev: &Path, candidates: &[Candidate]) -> Option<(PathBuf, std::fs::File)> {
+/// Ironic's boot ISO, found on a candidate.
+#[derive(Debug)]
+pub struct Disc {
+    /// The device it is on.
+    pub candidate: Candidate,
+    /// The device's path under `dev`.
+    pub path: PathBuf,
+    /// The device, opened.
+    pub file: std::fs::File,
+}
+
+/// The boot ISO among `candidates` (its device under `dev`), opened: the
+/// first in their order (CD/DVD drives first).
+pub fn find_iso(dev: &Path, candidates: &[Candidate]) -> Option<Disc> {
     candidates.iter().find_map(|c| {
         let path = dev.join(&c.name);
-        let f = std::fs::File::open(&path).ok()?;
-        let label = iso::volume_id(&f)?;
+        let file = std::fs::File::open(&path).ok()?;
+        let label = iso::volume_id(&file)?;
         ISO_LABELS
             .iter()
             .any(|l| l.eq_ignore_ascii_case(&label))
-            .then_some((path, f))
+            .then(|| Disc {
+                candidate: c.clone(),
+                path,
+                file,
+            })
     })
 }
 

@@ -76,8 +76,10 @@ fn only_whole_cd_drives_and_small_usb_disks_are_candidates() {
     );
     let c = candidates(&sys);
     let names: Vec<&str> = c.iter().map(|c| c.name.as_str()).collect();
-    assert_eq!(names, ["sdb", "sr0"], "{c:?}");
-    assert_eq!(c[0].why, "USB disk of 1474560 bytes");
+    assert_eq!(names, ["sr0", "sdb"], "{c:?}");
+    assert_eq!(c[0].kind, Kind::CdDvd);
+    assert_eq!(c[1].why, "USB disk of 1474560 bytes");
+    assert_eq!(c[1].kind, Kind::UsbDisk);
 }
 
 #[test]
@@ -88,12 +90,14 @@ fn the_boot_iso_is_found_by_label_and_its_config_copied() {
     // sr0 holds some other disc, sr1 Ironic's.
     std::fs::copy(ironic_iso("OTHER", dir.path()), dev.join("sr0")).unwrap();
     std::fs::copy(ironic_iso("config-2", dir.path()), dev.join("sr1")).unwrap();
-    let cands = ["sr0", "sr1", "sr9"].map(|n| Candidate {
-        name: n.into(),
-        why: "CD/DVD drive".into(),
-    });
-    let (path, f) = find_iso(&dev, &cands).unwrap();
+    let cands = ["sr0", "sr1", "sr9"].map(cd);
+    let Disc {
+        candidate,
+        path,
+        file: f,
+    } = find_iso(&dev, &cands).unwrap();
     assert_eq!(path, dev.join("sr1"));
+    assert_eq!(candidate, cands[1]);
     assert_eq!(
         iso::read_file_from(&f, crate::netconf::network_data::PATH_ON_MEDIA, 1 << 20).as_deref(),
         Some(&b"{\"links\": []}"[..])
@@ -116,8 +120,69 @@ fn the_boot_iso_is_found_by_label_and_its_config_copied() {
     );
     // VMEDIA_BOOT_ISO (no openstack/ files) counts too; no disc: none.
     std::fs::copy(ironic_iso("VMEDIA_BOOT_ISO", dir.path()), dev.join("sr0")).unwrap();
-    assert_eq!(find_iso(&dev, &cands).unwrap().0, dev.join("sr0"));
+    assert_eq!(find_iso(&dev, &cands).unwrap().path, dev.join("sr0"));
     assert!(find_iso(&dev, &cands[2..]).is_none());
+}
+
+fn cd(name: &str) -> Candidate {
+    Candidate {
+        name: name.into(),
+        kind: Kind::CdDvd,
+        why: "CD/DVD drive".into(),
+    }
+}
+
+fn usb(name: &str) -> Candidate {
+    Candidate {
+        name: name.into(),
+        kind: Kind::UsbDisk,
+        why: "USB disk".into(),
+    }
+}
+
+/// A sysfs tree with a USB disk `sda` (a stick left behind) and a CD
+/// drive `sr0` (the BMC's), and their devices under `dev`.
+fn stick_and_cd(dir: &Path) -> (PathBuf, PathBuf) {
+    let (sys, dev) = (dir.join("sys"), dir.join("dev"));
+    let block = sys.join("class/block");
+    std::fs::create_dir_all(&block).unwrap();
+    std::fs::create_dir_all(&dev).unwrap();
+    for (name, real, ty) in [
+        ("sda", "pci0000:00/usb2/2-1/host6", "0"),
+        ("sr0", "pci0000:00/ata1/host0", "5"),
+    ] {
+        let d = dir.join("devices").join(real).join(name);
+        std::fs::create_dir_all(d.join("device")).unwrap();
+        std::fs::write(d.join("device/type"), ty).unwrap();
+        std::fs::write(d.join("size"), "2048\n").unwrap();
+        std::os::unix::fs::symlink(&d, block.join(name)).unwrap();
+    }
+    (sys, dev)
+}
+
+#[test]
+fn the_cd_drive_is_tried_before_a_usb_stick() {
+    let dir = tempfile::tempdir().unwrap();
+    let (sys, dev) = stick_and_cd(dir.path());
+    let c = candidates(&sys);
+    assert_eq!(
+        c,
+        [
+            cd("sr0"),
+            Candidate {
+                why: "USB disk of 1048576 bytes".into(),
+                ..usb("sda")
+            }
+        ]
+    );
+    // Both carry a disc labelled config-2: the CD's is the one read.
+    std::fs::copy(ironic_iso("config-2", dir.path()), dev.join("sda")).unwrap();
+    std::fs::copy(ironic_iso("config-2", dir.path()), dev.join("sr0")).unwrap();
+    let disc = find_iso(&dev, &c).unwrap();
+    assert_eq!(
+        (disc.path, disc.candidate.kind),
+        (dev.join("sr0"), Kind::CdDvd)
+    );
 }
 
 #[test]
