@@ -40,7 +40,11 @@ pub fn read(params: &mut KernelParams) -> Option<Vec<u8>> {
         .map(|c| format!("{} ({})", c.name, c.why))
         .collect();
     say(&format!("vmedia: candidates: {}", names.join(", ")));
-    if let Some(text) = vmedia::floppy_parameters(dev, &candidates) {
+    let floppy = vmedia::floppy_parameters(dev, &candidates);
+    for note in &floppy.notes {
+        say(&format!("vmedia: {note}"));
+    }
+    if let Some((from, text)) = floppy.found {
         let path = root.join(crate::config::VMEDIA_PARAMS);
         let written = path
             .parent()
@@ -48,8 +52,10 @@ pub fn read(params: &mut KernelParams) -> Option<Vec<u8>> {
             .and_then(|()| std::fs::write(&path, &text));
         match written {
             Ok(()) => say(&format!(
-                "vmedia: parameters from the {} floppy",
-                vmedia::FLOPPY_LABEL
+                "vmedia: parameters from the {} floppy on {} ({})",
+                vmedia::FLOPPY_LABEL,
+                dev.join(&from.name).display(),
+                from.why
             )),
             Err(e) => say(&format!("vmedia: cannot keep the floppy's parameters: {e}")),
         }

@@ -11,13 +11,16 @@
 //! deployment) is never read. CD/DVD drives are tried before USB disks, so
 //! a USB stick an earlier tenant left labelled `config-2` does not win
 //! over the BMC's virtual CD. Files are read from the device without
-//! mounting it ([`crate::ignition::iso`], `fatfs`), sizes bounded.
+//! mounting it ([`crate::ignition::iso`], [`floppy`]), sizes bounded; a
+//! malformed or looping filesystem costs a warning, never a hang.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
 use crate::ignition::iso;
+
+pub mod floppy;
 
 /// Labels of Ironic's virtual-media boot ISO.
 pub const ISO_LABELS: [&str; 2] = ["config-2", "VMEDIA_BOOT_ISO"];
@@ -161,27 +164,52 @@ pub fn copy_config(media: &(impl iso::Media + ?Sized), root: &Path) -> Result<Ve
     Ok(written)
 }
 
-/// `parameters.txt` of the virtual floppy among `candidates`, if any.
-pub fn floppy_parameters(dev: &Path, candidates: &[Candidate]) -> Option<String> {
-    candidates.iter().find_map(|c| {
-        let f = std::fs::File::open(dev.join(&c.name)).ok()?;
-        read_floppy(f)
-    })
+/// What the search for the virtual floppy found.
+#[derive(Debug, Default)]
+pub struct FloppySearch {
+    /// The device that supplied `parameters.txt`, and its text.
+    pub found: Option<(Candidate, String)>,
+    /// One line for each candidate that looked like the floppy but was
+    /// refused (device and reason); each was also logged as a warning.
+    pub notes: Vec<String>,
 }
 
-/// `parameters.txt` from a FAT image labelled [`FLOPPY_LABEL`].
-pub fn read_floppy<T: std::io::Read + std::io::Write + std::io::Seek>(image: T) -> Option<String> {
-    use std::io::Read;
-    let fs = fatfs::FileSystem::new(image, fatfs::FsOptions::new()).ok()?;
-    if !fs.volume_label().trim().eq_ignore_ascii_case(FLOPPY_LABEL) {
-        return None;
+/// `parameters.txt` of the virtual floppy: the first of `candidates` (in
+/// their order) whose device under `dev` is a FAT12/FAT16 volume labelled
+/// [`FLOPPY_LABEL`] with the file ([`floppy::read_device`]).
+pub fn floppy_parameters(dev: &Path, candidates: &[Candidate]) -> FloppySearch {
+    let mut search = FloppySearch::default();
+    for c in candidates {
+        let path = dev.join(&c.name);
+        let Ok(mut f) = std::fs::File::open(&path) else {
+            // An empty drive (no medium) or a device gone since listing.
+            continue;
+        };
+        match floppy::read_device(&mut f) {
+            Ok(text) => {
+                tracing::info!(
+                    "virtual media: {FLOPPY_LABEL} parameters from {} ({})",
+                    path.display(),
+                    c.why
+                );
+                search.found = Some((c.clone(), text));
+                break;
+            }
+            Err(e) if e.is_other_media() => {
+                tracing::debug!("virtual media: {}: not the floppy: {e}", path.display());
+            }
+            Err(e) => {
+                let note = format!(
+                    "{} ({}): {e}; not read as the floppy",
+                    path.display(),
+                    c.why
+                );
+                tracing::warn!("virtual media: {note}");
+                search.notes.push(note);
+            }
+        }
     }
-    let file = fs.root_dir().open_file("parameters.txt").ok()?;
-    let mut text = String::new();
-    file.take(MAX_FILE_BYTES as u64)
-        .read_to_string(&mut text)
-        .ok()?;
-    Some(text)
+    search
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
 //! Finding and reading virtual media on fixtures: a sysfs tree, an ISO made
-//! by genisoimage the way Ironic makes it (`-r -J -V <label>`), a FAT floppy.
+//! by genisoimage the way Ironic makes it (`-r -J -V <label>`), FAT
+//! floppies (the reader itself is tested in `floppy/tests.rs`).
 
 use super::*;
 
@@ -185,29 +186,71 @@ fn the_cd_drive_is_tried_before_a_usb_stick() {
     );
 }
 
+fn floppy(label: &[u8; 11]) -> Vec<u8> {
+    let mut img = std::io::Cursor::new(vec![0u8; 1440 * 1024]);
+    fatfs::format_volume(
+        &mut img,
+        fatfs::FormatVolumeOptions::new().volume_label(*label),
+    )
+    .unwrap();
+    {
+        use std::io::Write;
+        let fs = fatfs::FileSystem::new(&mut img, fatfs::FsOptions::new()).unwrap();
+        let mut f = fs.root_dir().create_file("parameters.txt").unwrap();
+        f.write_all(b"ipa-api-url=http://10.0.0.1:6385 boot_method=vmedia\n")
+            .unwrap();
+    }
+    img.into_inner()
+}
+
 #[test]
 fn the_floppy_gives_parameters_only_with_its_label() {
-    let floppy = |label: &[u8; 11]| {
-        let mut img = std::io::Cursor::new(vec![0u8; 1440 * 1024]);
-        fatfs::format_volume(
-            &mut img,
-            fatfs::FormatVolumeOptions::new().volume_label(*label),
-        )
-        .unwrap();
-        {
-            use std::io::Write;
-            let fs = fatfs::FileSystem::new(&mut img, fatfs::FsOptions::new()).unwrap();
-            let mut f = fs.root_dir().create_file("parameters.txt").unwrap();
-            f.write_all(b"ipa-api-url=http://10.0.0.1:6385 boot_method=vmedia\n")
-                .unwrap();
-        }
-        img.set_position(0);
-        img
-    };
     assert_eq!(
-        read_floppy(floppy(b"ir-vfd-dev ")).as_deref(),
-        Some("ipa-api-url=http://10.0.0.1:6385 boot_method=vmedia\n")
+        floppy::parameters(&floppy(b"ir-vfd-dev ")).as_deref(),
+        Ok("ipa-api-url=http://10.0.0.1:6385 boot_method=vmedia\n")
     );
-    assert_eq!(read_floppy(floppy(b"OTHER      ")), None);
-    assert_eq!(read_floppy(std::io::Cursor::new(vec![0u8; 4096])), None);
+    let other = floppy::parameters(&floppy(b"OTHER      "));
+    assert!(other.unwrap_err().is_other_media());
+    assert!(floppy::parameters(&[0u8; 4096])
+        .unwrap_err()
+        .is_other_media());
+}
+
+#[test]
+fn a_refused_floppy_is_a_note_naming_its_device() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = dir.path().join("dev");
+    std::fs::create_dir_all(&dev).unwrap();
+    // sr0: the boot ISO; sda: a floppy whose boot sector says FAT32 (what
+    // a looping root directory would hide behind); sdb: another FAT
+    // volume; sdc: Ironic's floppy; sr1: an empty drive.
+    std::fs::copy(ironic_iso("config-2", dir.path()), dev.join("sr0")).unwrap();
+    let mut fat32 = floppy(b"ir-vfd-dev ");
+    fat32[22..24].fill(0);
+    fat32[66] = 0x29;
+    fat32[71..82].copy_from_slice(b"ir-vfd-dev ");
+    std::fs::write(dev.join("sda"), fat32).unwrap();
+    std::fs::write(dev.join("sdb"), floppy(b"OTHER      ")).unwrap();
+    std::fs::write(dev.join("sdc"), floppy(b"ir-vfd-dev ")).unwrap();
+    let cands = [cd("sr0"), cd("sr1"), usb("sda"), usb("sdb"), usb("sdc")];
+    let found = floppy_parameters(&dev, &cands);
+    let (from, text) = found.found.unwrap();
+    assert_eq!(
+        (from, text.as_str()),
+        (
+            usb("sdc"),
+            "ipa-api-url=http://10.0.0.1:6385 boot_method=vmedia\n"
+        )
+    );
+    assert_eq!(
+        found.notes,
+        [format!(
+            "{} (USB disk): labelled ir-vfd-dev but FAT32; only FAT12 and FAT16 are read; not read as the floppy",
+            dev.join("sda").display()
+        )]
+    );
+    // Without sdc: no parameters, the same note.
+    let found = floppy_parameters(&dev, &cands[..4]);
+    assert!(found.found.is_none());
+    assert_eq!(found.notes.len(), 1);
 }
