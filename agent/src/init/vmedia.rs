@@ -13,7 +13,9 @@ use crate::vmedia;
 
 use super::say;
 
-/// How long to wait for the virtual CD drive to appear after coldplug.
+/// How long to wait for the virtual CD drive to appear after coldplug (and
+/// for one to appear when only a USB disk carries a disc with Ironic's
+/// label).
 const MEDIA_WAIT: Duration = Duration::from_secs(10);
 
 /// Whether Ironic says the ramdisk came from virtual media.
@@ -27,13 +29,19 @@ pub fn booted_from_vmedia(params: &KernelParams) -> bool {
 pub fn read(params: &mut KernelParams) -> Option<Vec<u8>> {
     let (sys, dev, root) = (Path::new("/sys"), Path::new("/dev"), Path::new("/"));
     let until = Instant::now() + MEDIA_WAIT;
+    // A disc on a CD/DVD drive ends the wait at once; one on a USB disk
+    // only when no CD/DVD drive has shown one by the end of it, as the
+    // BMC's virtual CD can appear after a USB stick left in the machine.
     let (candidates, iso) = loop {
         let c = vmedia::candidates(sys);
-        match vmedia::find_iso(dev, &c) {
-            Some(found) => break (c, Some(found)),
-            None if Instant::now() >= until => break (c, None),
-            None => std::thread::sleep(Duration::from_millis(250)),
+        let found = vmedia::find_iso(dev, &c);
+        let on_cd = found
+            .as_ref()
+            .is_some_and(|d| d.candidate.kind == vmedia::Kind::CdDvd);
+        if on_cd || Instant::now() >= until {
+            break (c, found);
         }
+        std::thread::sleep(Duration::from_millis(250));
     };
     let names: Vec<String> = candidates
         .iter()
