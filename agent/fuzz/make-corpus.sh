@@ -9,7 +9,7 @@ out=$PWD/corpus
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 rm -rf "$out"
-mkdir -p "$out"/{qcow2,decode,partition_table,gpt_relocate,iso9660,vfat,lldp,dhcp,cmdline,fetch_text,lookup,hints,api_router}
+mkdir -p "$out"/{qcow2,decode,partition_table,gpt_relocate,iso9660,vfat,floppy,lldp,dhcp,cmdline,fetch_text,lookup,hints,api_router}
 
 # qcow2: a 1 MiB disk with a little data, several layouts.
 python3 -c "
@@ -106,6 +106,14 @@ for f in 1 3; do
     MTOOLS_SKIP_CHECK=1 mcopy -s -i "$tmp/cd.vfat" "$tmp/cd/openstack" ::/
     { printf "\\x0$f"; cat "$tmp/cd.vfat"; } > "$out/vfat/drive-$f"
 done
+
+# floppy: Ironic's virtual floppy as its create_vfat_image makes it (100
+# KiB, mkfs.vfat -n ir-vfd-dev, then parameters.txt copied in); the
+# agent's unit tests (vmedia/floppy/tests.rs) read it too.
+printf 'ipa-api-url=http://192.0.2.1:6385\nboot_method=vmedia\nipa-global-request-id=req-1' > "$tmp/parameters.txt"
+dd if=/dev/zero of="$out/floppy/ironic-100k" bs=1KiB count=100 status=none
+mkfs.vfat -n ir-vfd-dev "$out/floppy/ironic-100k" >/dev/null 2>&1
+MTOOLS_SKIP_CHECK=1 mcopy -i "$out/floppy/ironic-100k" "$tmp/parameters.txt" ::/
 
 python3 - "$out" <<'PY'
 import json, struct, sys

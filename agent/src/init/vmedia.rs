@@ -13,7 +13,9 @@ use crate::vmedia;
 
 use super::say;
 
-/// How long to wait for the virtual CD drive to appear after coldplug.
+/// How long to wait for the virtual CD drive to appear after coldplug (and
+/// for one to appear when only a USB disk carries a disc with Ironic's
+/// label).
 const MEDIA_WAIT: Duration = Duration::from_secs(10);
 
 /// Whether Ironic says the ramdisk came from virtual media.
@@ -27,20 +29,30 @@ pub fn booted_from_vmedia(params: &KernelParams) -> bool {
 pub fn read(params: &mut KernelParams) -> Option<Vec<u8>> {
     let (sys, dev, root) = (Path::new("/sys"), Path::new("/dev"), Path::new("/"));
     let until = Instant::now() + MEDIA_WAIT;
+    // A disc on a CD/DVD drive ends the wait at once; one on a USB disk
+    // only when no CD/DVD drive has shown one by the end of it, as the
+    // BMC's virtual CD can appear after a USB stick left in the machine.
     let (candidates, iso) = loop {
         let c = vmedia::candidates(sys);
-        match vmedia::find_iso(dev, &c) {
-            Some(found) => break (c, Some(found)),
-            None if Instant::now() >= until => break (c, None),
-            None => std::thread::sleep(Duration::from_millis(250)),
+        let found = vmedia::find_iso(dev, &c);
+        let on_cd = found
+            .as_ref()
+            .is_some_and(|d| d.candidate.kind == vmedia::Kind::CdDvd);
+        if on_cd || Instant::now() >= until {
+            break (c, found);
         }
+        std::thread::sleep(Duration::from_millis(250));
     };
     let names: Vec<String> = candidates
         .iter()
         .map(|c| format!("{} ({})", c.name, c.why))
         .collect();
     say(&format!("vmedia: candidates: {}", names.join(", ")));
-    if let Some(text) = vmedia::floppy_parameters(dev, &candidates) {
+    let floppy = vmedia::floppy_parameters(dev, &candidates);
+    for note in &floppy.notes {
+        say(&format!("vmedia: {note}"));
+    }
+    if let Some((from, text)) = floppy.found {
         let path = root.join(crate::config::VMEDIA_PARAMS);
         let written = path
             .parent()
@@ -48,8 +60,10 @@ pub fn read(params: &mut KernelParams) -> Option<Vec<u8>> {
             .and_then(|()| std::fs::write(&path, &text));
         match written {
             Ok(()) => say(&format!(
-                "vmedia: parameters from the {} floppy",
-                vmedia::FLOPPY_LABEL
+                "vmedia: parameters from the {} floppy on {} ({})",
+                vmedia::FLOPPY_LABEL,
+                dev.join(&from.name).display(),
+                from.why
             )),
             Err(e) => say(&format!("vmedia: cannot keep the floppy's parameters: {e}")),
         }
@@ -57,13 +71,23 @@ pub fn read(params: &mut KernelParams) -> Option<Vec<u8>> {
             params.set(k, v);
         }
     }
-    let Some((path, disc)) = iso else {
+    let Some(vmedia::Disc {
+        candidate,
+        path,
+        file: disc,
+    }) = iso
+    else {
         say(&format!(
             "vmedia: no disc labelled {} found; network by DHCP",
             vmedia::ISO_LABELS.join(" or ")
         ));
         return None;
     };
+    say(&format!(
+        "vmedia: boot ISO on {} ({})",
+        path.display(),
+        candidate.why
+    ));
     match vmedia::copy_config(&disc, root) {
         Ok(files) => {
             let names: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
