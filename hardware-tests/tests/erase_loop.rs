@@ -1,12 +1,14 @@
-//! `erase_devices` on loop devices this test creates: discard with a
-//! sampled read-back (the loop driver punches holes in the backing file),
-//! two disks in parallel, then the overwrite method on a block device
-//! (random pass, zero pass through BLKZEROOUT, verified).
+//! `erase_devices` on loop devices this test creates: two disks in
+//! parallel, overwritten although discard is enabled (a loop device has no
+//! secure erase, and IPA 13 discards only after a secure erase that
+//! failed); discard asked for by name, with a sampled read-back (the loop
+//! driver punches holes in the backing file); then the overwrite method on
+//! a block device (random pass, zero pass through BLKZEROOUT, verified).
 
 use std::sync::atomic::{AtomicBool, AtomicU64};
 
 use agent::config::Config;
-use agent::disk::fullerase::{erase_disks, methods, Erased, Knobs};
+use agent::disk::fullerase::{erase_disks, erase_with, methods, Erased, Knobs, Method};
 use agent::disk::WritePolicy;
 use hardware_tests::loopdev::LoopDevice;
 
@@ -43,10 +45,29 @@ fn erase_devices_discards_two_loop_devices_and_overwrites_one() {
     };
     let out = erase_disks(&disks, &policy, &knobs, &AtomicBool::new(false)).unwrap();
     for (d, o) in &out {
-        assert_eq!(o.erased, Erased::Discard, "{}", d.display());
+        assert!(
+            matches!(o.erased, Erased::Overwrite { .. }),
+            "{}: {:?}",
+            d.display(),
+            o.erased
+        );
     }
     assert!(all_zero(&a) && all_zero(&b));
     assert!(a.signatures().unwrap().is_empty());
+
+    std::fs::write(&b.path, vec![0x5au8; 1 << 20]).unwrap();
+    let done = AtomicU64::new(0);
+    let e = erase_with(
+        &b.path,
+        &policy,
+        &knobs,
+        Method::Discard,
+        &AtomicBool::new(false),
+        &done,
+    )
+    .unwrap();
+    assert_eq!(e, Erased::Discard);
+    assert!(all_zero(&b));
 
     std::fs::write(&a.path, vec![0xa5u8; 1 << 20]).unwrap();
     let file = std::fs::OpenOptions::new()

@@ -2,13 +2,15 @@
 //! `erase_devices_express` clean steps (PROTOCOL.md §7.2, §7.3; the steps are
 //! `commands/erase.rs`).
 //!
-//! Per disk, the best method this agent has: NVMe Format NVM with secure
-//! erase ([`nvme`], when enabled), ATA security erase through SG_IO
-//! ([`ata`], when enabled; not behind USB/SAS bridges, not when frozen),
-//! discard with a sampled read-back that
-//! proves zeros ([`methods`], only when enabled: `agent_enable_discard_erase`
-//! or `ipa-enable-discard-erase`, off by default as in IPA), else overwrite with the passes and final
-//! zeroing the conductor asked for ([`knobs`]). Disks are
+//! Per disk, IPA 13's decision ([`tree`]): the secure erase of the disk's
+//! kind — NVMe Format NVM ([`nvme`]) or ATA security erase through SG_IO
+//! ([`ata`]; not behind USB/SAS bridges) — then, when it does not apply,
+//! overwrite with the passes and final zeroing the conductor asked for
+//! ([`knobs`]); when it failed (a frozen drive), discard with a sampled
+//! read-back that proves zeros ([`methods`], when
+//! `agent_enable_discard_erase` or `ipa-enable-discard-erase` allow it),
+//! else overwrite when `agent_continue_if_secure_erase_failed` allows it,
+//! else the step fails. Disks are
 //! erased in parallel, at most `disk_erasure_concurrency` at once; progress
 //! is logged per disk every 10 %; the agent's abort flag (raised on reboot
 //! or when the token is wiped, which is how Ironic aborts a clean) stops
@@ -24,6 +26,7 @@ pub mod guard;
 pub mod knobs;
 pub mod methods;
 pub mod nvme;
+pub mod tree;
 
 use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
@@ -120,8 +123,16 @@ pub fn express_erase(disks: &[PathBuf], policy: &WritePolicy, knobs: &Knobs) -> 
         let dev = Device::open(disk)?;
         policy.check(&dev)?;
         let file = open(disk, dev.devno.is_some())?;
-        if let Some(e) = try_nvme(&dev, &file, knobs)? {
-            tracing::info!(device = %disk.display(), method = %e.describe(), "express erase");
+        // IPA 13: a failed NVMe erase falls back to the metadata wipe.
+        match nvme_attempt(&dev, &file, knobs) {
+            tree::Secure::Erased(e) => {
+                tracing::info!(device = %disk.display(), method = %e.describe(), "express erase")
+            }
+            tree::Secure::NotApplicable(_) => {}
+            tree::Secure::Failed(e) => tracing::error!(
+                device = %disk.display(),
+                "NVMe secure erase failed ({e:#}); falling back to the metadata wipe"
+            ),
         }
     }
     Ok(())
@@ -307,18 +318,20 @@ pub fn erase_with(
         })
     };
     let result = match method {
-        Method::Auto => (|| {
-            if let Some(done) = try_nvme(&dev, &file, knobs)? {
-                return Ok(done);
-            }
-            if let Some(done) = try_ata(&dev, &file, knobs)? {
-                return Ok(done);
-            }
-            if knobs.enable_discard && target.discard_and_verify()? {
-                return Ok(Erased::Discard);
-            }
-            overwrite()
-        })(),
+        Method::Auto => {
+            let secure = if is_nvme(&dev) {
+                nvme_attempt(&dev, &file, knobs)
+            } else {
+                ata_attempt(&dev, &file, knobs)
+            };
+            tree::finish(
+                &path.display().to_string(),
+                secure,
+                knobs,
+                || target.discard_and_verify(),
+                overwrite,
+            )
+        }
         Method::Metadata => unreachable!("handled above"),
         Method::Discard => match target.discard_and_verify()? {
             true => Ok(Erased::Discard),
@@ -333,9 +346,7 @@ pub fn erase_with(
                 continue_if_secure_erase_failed: false,
                 ..knobs.clone()
             };
-            try_ata(&dev, &file, &forced)?.ok_or_else(|| {
-                anyhow::anyhow!("ATA security erase does not apply to this device (see the log)")
-            })
+            forced_only(ata_attempt(&dev, &file, &forced), "ATA security erase")
         }
         Method::Nvme => {
             let forced = Knobs {
@@ -343,9 +354,7 @@ pub fn erase_with(
                 continue_if_secure_erase_failed: false,
                 ..knobs.clone()
             };
-            try_nvme(&dev, &file, &forced)?.ok_or_else(|| {
-                anyhow::anyhow!("not an NVMe namespace, or its controller cannot format")
-            })
+            forced_only(nvme_attempt(&dev, &file, &forced), "NVMe secure format")
         }
     };
     if let Ok(e) = &result {
@@ -354,36 +363,46 @@ pub fn erase_with(
     result
 }
 
-/// ATA security erase when the knob allows it and the drive answers ATA
-/// pass-through ([`ata`]). `Ok(None)`: not applicable (no SG_IO, not ATA,
-/// no security feature set, behind a USB/SAS bridge), or failed with
-/// `continue_if_secure_erase_failed`.
-fn try_ata(dev: &Device, file: &File, knobs: &Knobs) -> Result<Option<Erased>> {
-    if !knobs.enable_ata_secure_erase || dev.devno.is_none() {
-        return Ok(None);
-    }
-    match ata::try_secure_erase(&dev.path, dev.kernel_name().as_deref(), file) {
-        Ok(ata::Outcome::Erased { enhanced }) => Ok(Some(Erased::AtaSecurityErase { enhanced })),
-        Ok(ata::Outcome::NotApplicable(why)) => {
-            tracing::info!(device = %dev.path.display(), "ATA security erase not applicable: {why}; other methods");
-            Ok(None)
-        }
-        Err(e) if knobs.continue_if_secure_erase_failed => {
-            tracing::warn!(device = %dev.path.display(), "ATA security erase failed ({e:#}); other methods");
-            Ok(None)
-        }
-        Err(e) => Err(
-            e.context("ATA security erase failed (agent_continue_if_secure_erase_failed is off)")
-        ),
+/// The outcome of a secure erase asked for by name (`agent erase
+/// --method`): anything but an erase is an error.
+fn forced_only(secure: tree::Secure, what: &str) -> Result<Erased> {
+    match secure {
+        tree::Secure::Erased(e) => Ok(e),
+        tree::Secure::NotApplicable(why) => Err(anyhow::anyhow!("{what} does not apply: {why}")),
+        tree::Secure::Failed(e) => Err(e.context(format!("{what} failed"))),
     }
 }
 
-/// NVMe secure format when the disk is NVMe and the knob allows it.
-/// `Ok(None)`: not applicable, or failed with `continue_if_secure_erase_failed`.
-fn try_nvme(dev: &Device, file: &File, knobs: &Knobs) -> Result<Option<Erased>> {
-    let is_nvme = dev.kernel_name().is_some_and(|n| n.starts_with("nvme"));
-    if !is_nvme || !knobs.enable_nvme_secure_erase {
-        return Ok(None);
+fn is_nvme(dev: &Device) -> bool {
+    dev.kernel_name().is_some_and(|n| n.starts_with("nvme"))
+}
+
+/// ATA security erase when the knob allows it and the drive answers ATA
+/// pass-through ([`ata`]).
+fn ata_attempt(dev: &Device, file: &File, knobs: &Knobs) -> tree::Secure {
+    if !knobs.enable_ata_secure_erase {
+        return tree::Secure::NotApplicable("agent_enable_ata_secure_erase is off".into());
+    }
+    if dev.devno.is_none() {
+        return tree::Secure::NotApplicable("not a block device".into());
+    }
+    match ata::try_secure_erase(&dev.path, dev.kernel_name().as_deref(), file) {
+        Ok(ata::Outcome::Erased { enhanced }) => {
+            tree::Secure::Erased(Erased::AtaSecurityErase { enhanced })
+        }
+        Ok(ata::Outcome::NotApplicable(why)) => tree::Secure::NotApplicable(why),
+        Err(e) => tree::Secure::Failed(e.context("ATA security erase")),
+    }
+}
+
+/// NVMe secure format when the disk is NVMe and the knob allows it; a
+/// controller that cannot format has failed, as in IPA 13.
+fn nvme_attempt(dev: &Device, file: &File, knobs: &Knobs) -> tree::Secure {
+    if !is_nvme(dev) {
+        return tree::Secure::NotApplicable("not an NVMe namespace".into());
+    }
+    if !knobs.enable_nvme_secure_erase {
+        return tree::Secure::NotApplicable("agent_enable_nvme_secure_erase is off".into());
     }
     let attempt = nvme::caps(file).and_then(|caps| {
         if caps.format {
@@ -393,19 +412,11 @@ fn try_nvme(dev: &Device, file: &File, knobs: &Knobs) -> Result<Option<Erased>> 
         }
     });
     match attempt {
-        Ok(Some(ses)) => Ok(Some(Erased::NvmeFormat(ses))),
-        Ok(None) => {
-            tracing::info!(device = %dev.path.display(), "NVMe format not supported; other methods");
-            Ok(None)
-        }
-        Err(e) if knobs.continue_if_secure_erase_failed => {
-            tracing::warn!(device = %dev.path.display(), "NVMe secure erase failed ({e:#}); other methods");
-            Ok(None)
-        }
-        Err(e) => {
-            Err(e
-                .context("NVMe secure erase failed (agent_continue_if_secure_erase_failed is off)"))
-        }
+        Ok(Some(ses)) => tree::Secure::Erased(Erased::NvmeFormat(ses)),
+        Ok(None) => tree::Secure::Failed(anyhow::anyhow!(
+            "NVMe secure erase: the controller supports no Format NVM"
+        )),
+        Err(e) => tree::Secure::Failed(e.context("NVMe secure erase")),
     }
 }
 

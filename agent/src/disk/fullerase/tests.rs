@@ -25,7 +25,7 @@ fn all_zero(p: &Path) -> bool {
 }
 
 #[test]
-fn disks_are_discarded_in_parallel_and_read_back_as_zeros() {
+fn disks_without_a_secure_erase_are_overwritten_in_parallel_discard_enabled_or_not() {
     let dir = tempfile::tempdir().unwrap();
     let disks: Vec<PathBuf> = (0..3)
         .map(|i| filled(dir.path(), &format!("d{i}"), 3))
@@ -38,17 +38,42 @@ fn disks_are_discarded_in_parallel_and_read_back_as_zeros() {
     let out = erase_disks(&disks, &policy(&disks), &knobs, &AtomicBool::new(false)).unwrap();
     assert_eq!(out.len(), 3);
     for (d, o) in &out {
-        assert_eq!(o.erased, Erased::Discard, "{}", d.display());
+        assert!(
+            matches!(o.erased, Erased::Overwrite { .. }),
+            "{}: {:?}",
+            d.display(),
+            o.erased
+        );
         assert_eq!(o.bytes, 3 << 20, "{}", d.display());
         assert!(o.seconds > 0.0 && o.mb_per_s() > 0.0, "{o:?}");
-        assert!(
-            o.describe()
-                .starts_with("discard, verified zeros; 0.0 GiB in "),
-            "{}",
-            o.describe()
-        );
+        assert!(o.describe().starts_with("overwrite: "), "{}", o.describe());
         assert!(all_zero(d));
     }
+}
+
+#[test]
+fn discard_asked_for_by_name_reads_back_zeros() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = filled(dir.path(), "d", 3);
+    let done = std::sync::atomic::AtomicU64::new(0);
+    let e = erase_with(
+        &d,
+        &policy(std::slice::from_ref(&d)),
+        &Knobs::default(),
+        Method::Discard,
+        &AtomicBool::new(false),
+        &done,
+    )
+    .unwrap();
+    assert_eq!(e, Erased::Discard);
+    assert!(Outcome {
+        erased: e,
+        bytes: 3 << 20,
+        seconds: 0.1
+    }
+    .describe()
+    .starts_with("discard, verified zeros; 0.0 GiB in "));
+    assert!(all_zero(&d));
 }
 
 #[test]
@@ -149,5 +174,5 @@ fn a_vmfs_disk_is_protected_unless_wiping_special_filesystems_is_allowed() {
         &AtomicBool::new(false),
     )
     .unwrap();
-    assert_eq!(out[0].1.erased, Erased::Discard);
+    assert!(matches!(out[0].1.erased, Erased::Overwrite { .. }));
 }
