@@ -228,15 +228,17 @@ fn unsupported_options_in_files_are_reported_with_the_reason() {
         "[DEFAULT]\nrunner = docker\nguard_special_filesystems = false\n",
     )
     .unwrap();
-    let notes = files::read(root.path()).notes.join("\n");
+    let read = files::read(root.path());
+    let notes = read.notes.join("\n");
     assert!(
         notes.contains("option runner ignored: no container runtime"),
         "{notes}"
     );
+    // A supported option is taken, as its kernel parameter.
     assert!(
-        notes.contains(
-            "option guard_special_filesystems ignored: the node's wipe_special_filesystems"
-        ),
-        "{notes}"
+        read.params
+            .contains(&("ipa-guard-special-filesystems".into(), "false".into())),
+        "{:?}",
+        read.params
     );
 }

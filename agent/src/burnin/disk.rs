@@ -190,7 +190,8 @@ fn one(
         };
         if let Some(why) = guard::special_filesystem(&file, size, sector) {
             return Err(fail(format!(
-                "protected device: {why}; set wipe_special_filesystems to burn it in"
+                "protected device: {why}; to burn it in, {}",
+                guard::HOW_TO_ALLOW
             )));
         }
     }

@@ -181,7 +181,8 @@ pub async fn burnin_disk_step(
     }
     let plan = burnin::disk::Plan {
         loops,
-        wipe_special: crate::disk::fullerase::guard::wipe_special_allowed(&node),
+        wipe_special: crate::disk::fullerase::guard::wipe_special_allowed(&node)
+            || !state.config.guard_special_filesystems,
     };
     let policy = WritePolicy::from_config(&state.config);
     let disks = super::erase::disks(&policy, &node)

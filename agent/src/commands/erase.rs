@@ -25,20 +25,69 @@ use crate::disk::{erasable_devices, erasable_disks, erase, erase_candidates, Dev
 use crate::state::AgentState;
 
 /// The `erase_devices_metadata` step (the node's `skip_block_devices` are
-/// left alone, as by `erase_devices`).
+/// left alone, as by `erase_devices`; a device holding a shared cluster
+/// filesystem stops the step before anything is written, as IPA 13's
+/// `safety_check_block_device`, unless the node or
+/// `ipa-guard-special-filesystems=0` allows it).
 pub async fn erase_devices_metadata_step(
     state: Arc<AgentState>,
     call: StepCall,
 ) -> Result<Value, CommandError> {
     let policy = WritePolicy::from_config(&state.config);
+    let knobs = knobs(&state, &call.node);
     let node = call.node;
     tokio::task::spawn_blocking(move || {
-        erase::erase_devices(targets(&policy, &node, true)?, &policy)
+        let devices = targets(&policy, &node, true)?;
+        refuse_special(&devices, &knobs)?;
+        erase::erase_devices(devices, &policy).map_err(EraseFailure::Erase)
     })
     .await
     .map_err(|e| CommandError::new(ErrorKind::CommandExecution, e.to_string()))?
-    .map_err(|e| CommandError::from_anyhow(ErrorKind::BlockDeviceErase, &e))?;
+    .map_err(EraseFailure::into_command_error)?;
     Ok(Value::Null)
+}
+
+/// Why an erase step stopped.
+#[derive(Debug, thiserror::Error)]
+enum EraseFailure {
+    /// Listing or erasing failed.
+    #[error(transparent)]
+    Erase(#[from] anyhow::Error),
+    /// A device holds a shared cluster filesystem.
+    #[error("{device}: {what}; to erase it, {}", fullerase::guard::HOW_TO_ALLOW)]
+    Protected {
+        /// The device.
+        device: String,
+        /// What was found.
+        what: String,
+    },
+}
+
+impl EraseFailure {
+    fn into_command_error(self) -> CommandError {
+        match self {
+            Self::Erase(e) => CommandError::from_anyhow(ErrorKind::BlockDeviceErase, &e),
+            p @ Self::Protected { .. } => {
+                CommandError::new(ErrorKind::ProtectedDevice, p.to_string())
+            }
+        }
+    }
+}
+
+/// Stops before anything is written when one of `devices` holds a shared
+/// cluster filesystem and the knobs do not allow wiping it.
+fn refuse_special(devices: &[Device], knobs: &Knobs) -> Result<(), EraseFailure> {
+    if knobs.wipe_special {
+        return Ok(());
+    }
+    let paths: Vec<PathBuf> = devices.iter().map(|d| d.path.clone()).collect();
+    match fullerase::guard::first_special(&paths) {
+        Some((device, what)) => Err(EraseFailure::Protected {
+            device: device.display().to_string(),
+            what,
+        }),
+        None => Ok(()),
+    }
 }
 
 /// The `erase_devices` step.
@@ -46,7 +95,7 @@ pub async fn erase_devices_step(
     state: Arc<AgentState>,
     call: StepCall,
 ) -> Result<Value, CommandError> {
-    let knobs = Knobs::from_node(&call.node, state.config.enable_discard_erase);
+    let knobs = knobs(&state, &call.node);
     let policy = WritePolicy::from_config(&state.config);
     // Raised when the operation ends under the step (Ironic aborted the
     // clean and powered the node off, or wiped the token).
@@ -73,16 +122,26 @@ pub async fn erase_devices_express_step(
     state: Arc<AgentState>,
     call: StepCall,
 ) -> Result<Value, CommandError> {
-    let knobs = Knobs::from_node(&call.node, state.config.enable_discard_erase);
+    let knobs = knobs(&state, &call.node);
     let policy = WritePolicy::from_config(&state.config);
     let node = call.node.clone();
     tokio::task::spawn_blocking(move || {
-        fullerase::express_erase(&paths(targets(&policy, &node, false)?), &policy, &knobs)
+        let devices = targets(&policy, &node, false)?;
+        refuse_special(&devices, &knobs)?;
+        fullerase::express_erase(&paths(devices), &policy, &knobs).map_err(EraseFailure::Erase)
     })
     .await
     .map_err(|e| CommandError::new(ErrorKind::BlockDeviceErase, e.to_string()))?
-    .map_err(|e| CommandError::from_anyhow(ErrorKind::BlockDeviceErase, &e))?;
+    .map_err(EraseFailure::into_command_error)?;
     erase_devices_metadata_step(state, call).await
+}
+
+/// The node's erase settings, with the agent's defaults
+/// (`ipa-enable-discard-erase`, `ipa-guard-special-filesystems`).
+fn knobs(state: &AgentState, node: &Value) -> Knobs {
+    let mut k = Knobs::from_node(node, state.config.enable_discard_erase);
+    k.wipe_special |= !state.config.guard_special_filesystems;
+    k
 }
 
 /// Devices the erase steps erase (see the module docs): the allowed
@@ -243,6 +302,55 @@ mod tests {
             |p: &PathBuf| crate::disk::erase::probe_signatures(&File::open(p).unwrap()).unwrap();
         assert!(sigs(&wipe).is_empty(), "{:?}", sigs(&wipe));
         assert!(!sigs(&keep).is_empty(), "the skipped disk was wiped");
+    }
+
+    #[tokio::test]
+    async fn a_vmfs_disk_stops_the_metadata_wipe_before_anything_is_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let plain = dir.path().join("plain.img");
+        crate::testconductor::demo::write_demo_image(&plain).unwrap();
+        let vmfs = crate::disk::table::tests::sparse_disk(
+            dir.path(),
+            32,
+            "label: gpt\ntype=AA31E02A-400F-11DB-9590-000C2911D1B8\n",
+        );
+        let before = (
+            std::fs::read(&plain).unwrap(),
+            std::fs::read(&vmfs).unwrap(),
+        );
+        let config = |guard: bool| Config {
+            allowed_devices: vec![plain.clone(), vmfs.clone()],
+            guard_special_filesystems: guard,
+            ..Config::default()
+        };
+        let call = StepCall {
+            node: serde_json::json!({}),
+            ports: serde_json::json!([]),
+            args: serde_json::Map::new(),
+        };
+        for step in ["metadata", "express"] {
+            let state = Arc::new(AgentState::new(config(true), None));
+            let e = match step {
+                "metadata" => erase_devices_metadata_step(state, call.clone()).await,
+                _ => erase_devices_express_step(state, call.clone()).await,
+            }
+            .unwrap_err();
+            assert_eq!(e.kind, ErrorKind::ProtectedDevice, "{step}: {e:?}");
+            assert!(e.details.contains("VMware VMFS"), "{step}: {}", e.details);
+            assert!(
+                (
+                    std::fs::read(&plain).unwrap(),
+                    std::fs::read(&vmfs).unwrap()
+                ) == before,
+                "{step}: a device was written before the refusal"
+            );
+        }
+        // ipa-guard-special-filesystems=0: wiped like any disk.
+        let state = Arc::new(AgentState::new(config(false), None));
+        erase_devices_metadata_step(state, call).await.unwrap();
+        let sigs =
+            |p: &PathBuf| crate::disk::erase::probe_signatures(&File::open(p).unwrap()).unwrap();
+        assert!(sigs(&vmfs).is_empty() && sigs(&plain).is_empty());
     }
 
     #[tokio::test]

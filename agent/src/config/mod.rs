@@ -159,6 +159,11 @@ pub struct Config {
     /// A verified discard counts as an erase (`ipa-enable-discard-erase`;
     /// the node's `agent_enable_discard_erase` overrides it).
     pub enable_discard_erase: bool,
+    /// Refuse to erase or burn in a disk holding a shared cluster
+    /// filesystem (VMFS, GPFS, gfs2) unless the node allows it
+    /// (`ipa-guard-special-filesystems`, default on as in IPA 13; off
+    /// turns the guard off for every clean).
+    pub guard_special_filesystems: bool,
 }
 
 /// The curve of the auto-TLS certificate's key.
@@ -232,6 +237,7 @@ impl Default for Config {
             inject_files_priority: 0,
             ignore_bootloader_failure: None,
             enable_discard_erase: false,
+            guard_special_filesystems: true,
         }
     }
 }
@@ -434,6 +440,9 @@ fn more_params(p: &KernelParams, c: &mut Config, errors: &mut Vec<ParamError>) {
     }
     if let Some(v) = take(errors, p.bool("ipa-enable-discard-erase")) {
         c.enable_discard_erase = v;
+    }
+    if let Some(v) = take(errors, p.bool("ipa-guard-special-filesystems")) {
+        c.guard_special_filesystems = v;
     }
 }
 

@@ -2,8 +2,11 @@
 //! device the ramdisk may have booted from, Linux RAID members (skipped with
 //! a note), and disks holding shared cluster filesystems (GPFS and VMFS
 //! partition types, gfs2), which abort the erase with a protected-device
-//! error unless the operator allowed wiping them (`wipe_special_filesystems`
-//! in `driver_internal_info` or `driver_info`, as IPA reads it).
+//! error unless the operator turned the guard off: the kernel's
+//! `ipa-guard-special-filesystems=0`, or the node's
+//! `driver_internal_info.wipe_special_filesystems` set to `false` — IPA
+//! 13's reading (`safety_check_block_device`: the check runs when the key
+//! is absent or true), kept so a node means here what it meant there.
 
 use std::fs::File;
 use std::path::Path;
@@ -23,12 +26,14 @@ const SPECIAL_TYPES: &[(&str, &str)] = &[
 /// MBR partition type of VMFS.
 const VMFS_MBR: u8 = 0xfb;
 
-/// Whether the operator allowed wiping special filesystems.
+/// Whether the node turns the guard off (IPA 13: an explicit `false` in
+/// `driver_internal_info.wipe_special_filesystems`).
 pub fn wipe_special_allowed(node: &Value) -> bool {
-    ["driver_internal_info", "driver_info"]
-        .iter()
-        .any(|k| node[k]["wipe_special_filesystems"].as_bool() == Some(true))
+    node["driver_internal_info"]["wipe_special_filesystems"].as_bool() == Some(false)
 }
+
+/// How to let a guarded erase go on, for messages.
+pub const HOW_TO_ALLOW: &str = "boot the ramdisk with ipa-guard-special-filesystems=0 (or set the node's driver_internal_info.wipe_special_filesystems to false, as IPA 13 reads it)";
 
 /// A reason to skip `device` quietly, if any.
 pub fn skip_reason(device: &Path, file: &File, size: u64) -> Option<String> {
@@ -38,6 +43,21 @@ pub fn skip_reason(device: &Path, file: &File, size: u64) -> Option<String> {
     }
     (probe_value(file, 0, size, "TYPE").as_deref() == Some("linux_raid_member"))
         .then(|| "a Linux RAID member".into())
+}
+
+/// The first of `devices` (disks, partitions) holding a special
+/// filesystem, with what was found; read-only probes, nothing written.
+/// IPA 13 checks each device as it reaches it (`safety_check_block_device`);
+/// checking all first means a refusal leaves every device as it was.
+pub fn first_special(devices: &[std::path::PathBuf]) -> Option<(std::path::PathBuf, String)> {
+    devices.iter().find_map(|d| {
+        let f = File::open(d).ok()?;
+        let size = crate::disk::ioctl::size_bytes(&f)
+            .or_else(|_| f.metadata().map(|m| m.len()))
+            .ok()?;
+        let sector = crate::disk::ioctl::logical_sector_size(&f).map_or(512, u64::from);
+        special_filesystem(&f, size, sector).map(|why| (d.clone(), why))
+    })
 }
 
 /// The special filesystem found on the disk, if any.
@@ -91,9 +111,16 @@ mod tests {
         assert!(special_filesystem(&File::open(&mbr).unwrap(), size, 512)
             .unwrap()
             .contains("0xfb"));
+        // IPA 13's reading: guarded unless an explicit false.
         assert!(!wipe_special_allowed(&json!({})));
+        assert!(!wipe_special_allowed(
+            &json!({"driver_internal_info": {"wipe_special_filesystems": true}})
+        ));
+        assert!(!wipe_special_allowed(
+            &json!({"driver_info": {"wipe_special_filesystems": false}})
+        ));
         assert!(wipe_special_allowed(
-            &json!({"driver_info": {"wipe_special_filesystems": true}})
+            &json!({"driver_internal_info": {"wipe_special_filesystems": false}})
         ));
     }
 }

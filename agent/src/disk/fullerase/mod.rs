@@ -289,7 +289,10 @@ pub fn erase_with(
             512
         };
         if let Some(why) = guard::special_filesystem(&file, size, sector) {
-            anyhow::bail!("protected device: {why}; set wipe_special_filesystems to erase it");
+            anyhow::bail!(
+                "protected device: {why}; to erase it, {}",
+                guard::HOW_TO_ALLOW
+            );
         }
     }
     tracing::info!(device = %path.display(), size, ?method, "erasing");
