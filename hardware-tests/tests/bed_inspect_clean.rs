@@ -154,7 +154,7 @@ fn inventory_equals_the_vm() {
         let expect = match d.bus {
             Bus::Virtio => "/dev/vd",
             Bus::Nvme => "/dev/nvme",
-            Bus::Sata | Bus::Scsi => "/dev/sd",
+            Bus::Sata | Bus::Scsi | Bus::Usb => "/dev/sd",
         };
         assert!(name.starts_with(expect), "{} is {name}{ctx}", d.serial);
     }

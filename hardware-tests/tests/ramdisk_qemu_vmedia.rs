@@ -17,9 +17,22 @@
 //! clean (`erase_devices_metadata`) must finish. Init records the four
 //! interfaces for `coreos_copy_network`.
 //!
+//! Beside the virtual CD, media an earlier tenant could leave in the
+//! machine: a USB stick holding an ISO labelled `config-2` (another static
+//! address, a configuration file turning TLS verification off) and a USB
+//! disk with a FAT32 filesystem labelled `ir-vfd-dev` whose root-directory
+//! cluster chain loops (its `parameters.txt` would point the agent at
+//! another conductor). The configuration must come from the CD, the
+//! floppy must be refused with a warning, and reading the media once the
+//! devices are there must take under a second (the agent's own timing:
+//! two TCG boots, with and without the tenant media, differ by more than
+//! the cost measured here).
+//!
 //! The kernel is handed to QEMU directly; booting the ISO Ironic builds
 //! itself, through a Redfish BMC, is the Metal3 suite's part.
 
+use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::time::Duration;
 
 use agent::testconductor::{Settings, TestConductor};
@@ -55,6 +68,77 @@ fn network_data() -> String {
     .to_string()
 }
 
+/// A tenant's USB stick: an ISO labelled `config-2` with another address
+/// and a configuration file that would turn TLS verification off.
+fn tenant_stick(dir: &Path) -> PathBuf {
+    let tree = dir.join("stick");
+    std::fs::create_dir_all(tree.join("openstack/latest")).unwrap();
+    std::fs::create_dir_all(tree.join("etc/ironic-python-agent.d")).unwrap();
+    let nd = serde_json::json!({
+        "links": [{"id": "nic1", "type": "phy", "ethernet_mac_address": MACS[0]}],
+        "networks": [{"id": "evil", "type": "ipv4", "link": "nic1", "ip_address": "10.99.0.66",
+                      "netmask": "255.255.255.0", "routes": [], "network_id": "evil"}],
+        "services": []
+    });
+    std::fs::write(
+        tree.join("openstack/latest/network_data.json"),
+        nd.to_string(),
+    )
+    .unwrap();
+    std::fs::write(
+        tree.join("etc/ironic-python-agent.d/tenant.conf"),
+        "[DEFAULT]\ninsecure = true\n",
+    )
+    .unwrap();
+    let iso = dir.join("stick.iso");
+    hardware_tests::run(
+        Command::new("genisoimage")
+            .args(["-quiet", "-r", "-J", "-l", "-V", "config-2", "-o"])
+            .arg(&iso)
+            .arg(&tree),
+    )
+    .unwrap();
+    iso
+}
+
+/// A 40 MiB FAT32 filesystem labelled `ir-vfd-dev` with a `parameters.txt`,
+/// then its root directory's cluster chain made to loop onto itself.
+fn looping_floppy(dir: &Path) -> PathBuf {
+    let img = dir.join("floppy.img");
+    std::fs::File::create(&img)
+        .unwrap()
+        .set_len(40 << 20)
+        .unwrap();
+    hardware_tests::run(
+        Command::new("mkfs.vfat")
+            .args(["-F", "32", "-n", "ir-vfd-dev"])
+            .arg(&img),
+    )
+    .unwrap();
+    let params = dir.join("parameters.txt");
+    std::fs::write(&params, "ipa-api-url=https://10.99.0.77:6385\n").unwrap();
+    hardware_tests::run(
+        Command::new("mcopy")
+            .arg("-i")
+            .arg(&img)
+            .arg(&params)
+            .arg("::/"),
+    )
+    .unwrap();
+    let mut b = std::fs::read(&img).unwrap();
+    let u16_at = |b: &[u8], o: usize| u64::from(u16::from_le_bytes([b[o], b[o + 1]]));
+    let u32_at =
+        |b: &[u8], o: usize| u64::from(u32::from_le_bytes(b[o..o + 4].try_into().unwrap()));
+    let (sector, reserved, fats) = (u16_at(&b, 11), u16_at(&b, 14), u64::from(b[16]));
+    let (fat_sectors, root) = (u32_at(&b, 36), u32_at(&b, 44));
+    for k in 0..fats {
+        let entry = ((reserved + k * fat_sectors) * sector + root * 4) as usize;
+        b[entry..entry + 4].copy_from_slice(&(root as u32).to_le_bytes());
+    }
+    std::fs::write(&img, b).unwrap();
+    img
+}
+
 #[test]
 fn vmedia_static_bond_without_dhcp_and_the_isos_ca() {
     require_root("the QEMU virtual-media test");
@@ -82,6 +166,18 @@ fn vmedia_static_bond_without_dhcp_and_the_isos_ca() {
         serial: "VMEDIA01".into(),
         model: None,
     });
+    for (path, serial) in [
+        (tenant_stick(tmp.path()), "TENANTSTICK"),
+        (looping_floppy(tmp.path()), "TENANTFLOPPY"),
+    ] {
+        spec.disks.push(Disk {
+            size: std::fs::metadata(&path).unwrap().len(),
+            path,
+            bus: Bus::Usb,
+            serial: serial.into(),
+            model: None,
+        });
+    }
     spec.cdrom = Some(iso);
     spec.boot = Boot::Direct {
         kernel: ramdisk.join("deploy.kernel"),
@@ -159,7 +255,8 @@ fn vmedia_static_bond_without_dhcp_and_the_isos_ca() {
     );
     assert_eq!(node.provision_state, "manageable");
     for line in [
-        "vmedia: candidates: sr0 (CD/DVD drive)",
+        "vmedia: candidates: sr0 (CD/DVD drive), sda (USB disk",
+        "vmedia: boot ISO on /dev/sr0 (CD/DVD drive)",
         "/etc/ironic-python-agent.d/ironic-tls.conf",
         "bond0 (bond active-backup of eth0+eth1, link \"bond0\") 10.99.0.50/24 route 0.0.0.0/0 via 10.99.0.1 from network_data.json",
         "bond0.100 (VLAN 100 on bond0, link \"vlan100\") 10.98.0.10/24 from network_data.json",
@@ -178,4 +275,28 @@ fn vmedia_static_bond_without_dhcp_and_the_isos_ca() {
         !console.contains("insecure"),
         "the conductor must be trusted through the CA file, not ipa-insecure{ctx}"
     );
+    // The tenant's floppy: refused with a warning, its parameters unused.
+    assert!(
+        console
+            .lines()
+            .any(|l| l.contains("labelled ir-vfd-dev but") && l.contains("not read as the floppy")),
+        "the looping FAT32 floppy was not refused with a warning{ctx}"
+    );
+    assert!(
+        !console.contains("parameters from the ir-vfd-dev floppy")
+            && !console.contains("10.99.0.77"),
+        "the tenant's floppy parameters were taken{ctx}"
+    );
+    assert!(
+        !console.contains("10.99.0.66"),
+        "the tenant stick's address was applied{ctx}"
+    );
+    let read = console
+        .lines()
+        .find_map(|l| l.split("vmedia: media waited for ").nth(1))
+        .and_then(|rest| rest.split("read in ").nth(1))
+        .and_then(|t| t.trim().trim_end_matches(" s").parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("no media timing on the console{ctx}"));
+    println!("virtual media with the tenant's stick and looping floppy read in {read:.2} s");
+    assert!(read < 1.0, "reading the media took {read} s{ctx}");
 }

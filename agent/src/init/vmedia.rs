@@ -28,7 +28,8 @@ pub fn booted_from_vmedia(params: &KernelParams) -> bool {
 /// reads them ([`crate::config::VMEDIA_PARAMS`]) and merged into `params`.
 pub fn read(params: &mut KernelParams) -> Option<Vec<u8>> {
     let (sys, dev, root) = (Path::new("/sys"), Path::new("/dev"), Path::new("/"));
-    let until = Instant::now() + MEDIA_WAIT;
+    let started = Instant::now();
+    let until = started + MEDIA_WAIT;
     // A disc on a CD/DVD drive ends the wait at once; one on a USB disk
     // only when no CD/DVD drive has shown one by the end of it, as the
     // BMC's virtual CD can appear after a USB stick left in the machine.
@@ -48,6 +49,7 @@ pub fn read(params: &mut KernelParams) -> Option<Vec<u8>> {
         .map(|c| format!("{} ({})", c.name, c.why))
         .collect();
     say(&format!("vmedia: candidates: {}", names.join(", ")));
+    let waited = started.elapsed();
     let floppy = vmedia::floppy_parameters(dev, &candidates);
     for note in &floppy.notes {
         say(&format!("vmedia: {note}"));
@@ -107,6 +109,14 @@ pub fn read(params: &mut KernelParams) -> Option<Vec<u8>> {
         network_data::PATH_ON_MEDIA,
         network_data::MAX_BYTES,
     );
+    // What reading the media cost once the devices were there (the floppy
+    // search over every candidate included): a malformed device must not
+    // make it long.
+    say(&format!(
+        "vmedia: media waited for {:.2} s, read in {:.2} s",
+        waited.as_secs_f64(),
+        (started.elapsed() - waited).as_secs_f64()
+    ));
     if nd.is_none() {
         say(&format!(
             "vmedia: {}: no {}",

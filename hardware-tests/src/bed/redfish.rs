@@ -686,8 +686,8 @@ pub fn domain_xml(spec: &VmSpec, taps: &[String], console: &Path) -> Result<Stri
                 scsi |= d.bus == Bus::Scsi;
                 (format!("sd{}", (b'a' + sd - 1) as char), bus)
             }
-            Bus::Nvme => bail!(
-                "disk {}: libvirt 9.0 has no NVMe disk bus; use virtio, SATA or SCSI",
+            Bus::Nvme | Bus::Usb => bail!(
+                "disk {}: the Redfish bed's domains have virtio, SATA and SCSI disks only",
                 d.serial
             ),
         };

@@ -41,6 +41,9 @@ pub enum Bus {
     Sata,
     /// virtio-scsi (`/dev/sdX`).
     Scsi,
+    /// A USB mass-storage device on an xHCI controller (`/dev/sdX`,
+    /// transport usb): a stick left in the machine.
+    Usb,
 }
 
 /// A virtual disk backed by a file (created sparse when missing).
@@ -406,6 +409,7 @@ impl Drop for Vm<'_> {
 fn disk_args(disks: &[Disk], bios_disk_boot: bool, args: &mut Vec<String>) -> Result<()> {
     let mut sata = 0;
     let mut scsi = false;
+    let mut usb = false;
     for (i, d) in disks.iter().enumerate() {
         if !d.path.exists() {
             std::fs::File::create(&d.path)
@@ -436,12 +440,20 @@ fn disk_args(disks: &[Disk], bios_disk_boot: bool, args: &mut Vec<String>) -> Re
                 }
                 format!("scsi-hd,drive=d{i},bus=scsi0.0,serial={}", d.serial)
             }
+            Bus::Usb => {
+                if !usb {
+                    args.push("-device".into());
+                    args.push("qemu-xhci,id=xhci0".into());
+                    usb = true;
+                }
+                format!("usb-storage,drive=d{i},bus=xhci0.0,serial={}", d.serial)
+            }
         };
         if let Some(model) = &d.model {
             match d.bus {
                 Bus::Sata => dev.push_str(&format!(",model={model}")),
                 Bus::Scsi => dev.push_str(&format!(",product={model}")),
-                Bus::Virtio | Bus::Nvme => {
+                Bus::Virtio | Bus::Nvme | Bus::Usb => {
                     bail!(
                         "disk {}: a model can be set on SATA and SCSI disks only",
                         d.serial
