@@ -22,6 +22,13 @@
 //! The domain has **512 MiB of RAM** (issue 17: the full-coverage ramdisk
 //! inspects, cleans and deploys a 2 GiB qcow2 on a 512 MiB machine).
 //!
+//! A second disk holds data the operator protects by its serial
+//! (`properties.skip_block_devices: [{"serial": "metal3-keep"}]`, issue
+//! 31): a SCSI disk (`/dev/sda`) of the same size as the virtio one, so
+//! without the protection the root-disk guess (smallest, then name) would
+//! pick it. Cleaning and the deploy must leave it byte-identical, and the
+//! image must land on `/dev/vda`.
+//!
 //! The flow: enroll → manage → inspect (managed, over virtual media) →
 //! provide (automated cleaning, `erase_devices_metadata`) → deploy of a
 //! qcow2 of 2 GiB virtual size (the test image, compressed, and 576 MiB of
@@ -69,6 +76,8 @@ const GUEST: &str = "10.99.0.60";
 const IRONIC_PORT: u16 = 6385;
 const HTTP_PORT: u16 = 8088;
 const DISK_GIB: u64 = 5;
+/// The serial of the disk `skip_block_devices` protects.
+const KEEP_SERIAL: &str = "metal3-keep";
 const MARKER: &str = "metal3-deployed-5b2c";
 const RAMDISK_START: &str = "deploy ramdisk init starting";
 /// What one phase may take under TCG.
@@ -244,6 +253,23 @@ fn metal3_profile_inspects_cleans_and_deploys_in_one_ramdisk_boot() {
         serial: "metal3-disk0".into(),
         model: None,
     });
+    // The protected disk, with a table and a filesystem signature on it.
+    spec.disks.push(Disk {
+        path: tmp.path().join("keep.img"),
+        size: DISK_GIB << 30,
+        bus: Bus::Scsi,
+        serial: KEEP_SERIAL.into(),
+        model: None,
+    });
+    std::fs::File::create(&spec.disks[1].path)
+        .and_then(|f| f.set_len(DISK_GIB << 30))
+        .unwrap();
+    run(Command::new("sh")
+        .arg("-c")
+        .arg("printf 'label: gpt\nname=tenant-data\n' | sfdisk --quiet \"$0\"")
+        .arg(&spec.disks[1].path))
+    .unwrap();
+    let kept = file_sha256(&spec.disks[1].path);
     spec.nics = MACS.iter().map(|m| Nic { mac: m.to_string() }).collect();
     let sys = bmc.define(&spec).unwrap();
     bmc.start_emulator().unwrap();
@@ -334,7 +360,8 @@ fn metal3_profile_inspects_cleans_and_deploys_in_one_ramdisk_boot() {
                     "network_interface": "noop",
                     "network_data": network_data(),
                     "automated_clean": true,
-                    "properties": { "cpu_arch": "x86_64", "capabilities": "boot_mode:uefi" },
+                    "properties": { "cpu_arch": "x86_64", "capabilities": "boot_mode:uefi",
+                                    "skip_block_devices": [{"serial": KEEP_SERIAL}] },
                 }))
                 .await
                 .unwrap();
@@ -412,6 +439,13 @@ fn metal3_profile_inspects_cleans_and_deploys_in_one_ramdisk_boot() {
                     .as_array()
                     .is_some_and(|d| d.iter().any(|d| d["size"] == json!(DISK_GIB << 30))),
                 "{}",
+                inv["disks"]
+            );
+            assert!(
+                inv["disks"].as_array().is_some_and(|d| d
+                    .iter()
+                    .any(|d| d["name"] == json!("/dev/sda") && d["serial"] == json!(KEEP_SERIAL))),
+                "the protected disk is not in the inventory as /dev/sda: {}",
                 inv["disks"]
             );
             let ifaces = inv["interfaces"].clone();
@@ -548,6 +582,13 @@ fn metal3_profile_inspects_cleans_and_deploys_in_one_ramdisk_boot() {
         written, data_sha256,
         "the disk's bytes where the image's random data goes"
     );
+    // The protected disk went through inspection, cleaning and the deploy
+    // untouched.
+    assert_eq!(
+        file_sha256(&spec.disks[1].path),
+        kept,
+        "the disk protected by skip_block_devices changed"
+    );
 
     // One ramdisk boot for inspection, cleaning and deploy.
     let ramdisk_boots = text.matches(RAMDISK_START).count();
@@ -608,4 +649,14 @@ fn metal3_profile_inspects_cleans_and_deploys_in_one_ramdisk_boot() {
         secs(t0),
         secs(total)
     );
+}
+
+/// The whole file's sha256, by `sha256sum` (sparse holes read fast).
+fn file_sha256(path: &Path) -> String {
+    run(Command::new("sha256sum").arg(path))
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_string()
 }
