@@ -87,3 +87,47 @@ fn erase_devices_discards_two_loop_devices_and_overwrites_one() {
     drop(file);
     assert!(all_zero(&a));
 }
+
+/// IPA 13's read-only branch: a read-only device fails the erase unless
+/// `agent_erase_skip_read_only`, and is then skipped untouched.
+#[test]
+fn a_read_only_disk_fails_the_erase_or_is_skipped_when_allowed() {
+    hardware_tests::require_root("the loop-device erase test");
+    let d = LoopDevice::new(16 << 20).unwrap();
+    std::fs::write(&d.path, vec![0x77u8; 1 << 20]).unwrap();
+    hardware_tests::run(
+        std::process::Command::new("blockdev")
+            .arg("--setro")
+            .arg(&d.path),
+    )
+    .unwrap();
+    let disks = vec![d.path.clone()];
+    let policy = WritePolicy::from_config(&Config {
+        allowed_devices: disks.clone(),
+        ..Config::default()
+    });
+    let e = erase_disks(&disks, &policy, &Knobs::default(), &AtomicBool::new(false)).unwrap_err();
+    assert!(
+        format!("{e:#}").contains("agent_erase_skip_read_only"),
+        "{e:#}"
+    );
+    let knobs = Knobs {
+        skip_read_only: true,
+        ..Knobs::default()
+    };
+    let out = erase_disks(&disks, &policy, &knobs, &AtomicBool::new(false)).unwrap();
+    assert!(
+        matches!(out[0].1.erased, Erased::Skipped(_)),
+        "{:?}",
+        out[0].1
+    );
+    hardware_tests::run(
+        std::process::Command::new("blockdev")
+            .arg("--setrw")
+            .arg(&d.path),
+    )
+    .unwrap();
+    assert!(std::fs::read(&d.path).unwrap()[..1 << 20]
+        .iter()
+        .all(|b| *b == 0x77));
+}
