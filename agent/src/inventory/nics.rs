@@ -1,6 +1,12 @@
 //! Network interfaces: name, MAC, first IPv4/IPv6 address, carrier, speed,
 //! driver and PCI identity, from `/sys/class/net` and the kernel's address
 //! list (getifaddrs, i.e. netlink; a captured file for fixtures).
+//!
+//! InfiniBand ports (`type` 32) have a 20-byte hardware address; they are
+//! reported as IPA reports them: the six-byte MAC Ironic's ports take,
+//! derived from the port GUID (its upper three and lower three bytes), and
+//! the DHCP client identifier of RFC 4390 in `client_id`, which Ironic's
+//! inspection hook keeps as the port's `extra.client-id` for DHCP and PXE.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -28,7 +34,7 @@ pub struct Interface {
     pub vendor: Option<String>,
     /// Device id (`0x1572`).
     pub product: Option<String>,
-    /// InfiniBand DHCP client id (not read: always null).
+    /// InfiniBand DHCP client id (RFC 4390; null for Ethernet).
     pub client_id: Option<String>,
     /// biosdevname (not used by this agent: always null).
     pub biosdevname: Option<String>,
@@ -132,7 +138,17 @@ pub fn read(root: &Path, addrs: &Addresses) -> Vec<Interface> {
             if !wanted {
                 return None;
             }
-            let mac = crate::net::nic_mac(&d)?;
+            let raw = crate::net::nic_mac(&d)?;
+            let (mac, client_id) = match read_attr(&d.join("type")).as_deref() {
+                Some(ARPHRD_INFINIBAND) => match infiniband(&raw) {
+                    Some(ib) => ib,
+                    None => {
+                        tracing::warn!(interface = %name, address = %raw, "InfiniBand address without a port GUID; left out");
+                        return None;
+                    }
+                },
+                _ => (raw, None),
+            };
             if !crate::net::is_valid_mac(&mac) || mac.starts_with("fa:") {
                 return None;
             }
@@ -150,7 +166,7 @@ pub fn read(root: &Path, addrs: &Addresses) -> Vec<Interface> {
                 lldp: None,
                 vendor: read_attr(&dev.join("vendor")),
                 product: read_attr(&dev.join("device")),
-                client_id: None,
+                client_id,
                 biosdevname: None,
                 speed_mbps: read_attr(&d.join("speed"))
                     .and_then(|s| s.parse::<i64>().ok())
@@ -162,6 +178,36 @@ pub fn read(root: &Path, addrs: &Addresses) -> Vec<Interface> {
             })
         })
         .collect()
+}
+
+/// `/sys/class/net/*/type` of an InfiniBand port (ARPHRD_INFINIBAND).
+const ARPHRD_INFINIBAND: &str = "32";
+
+/// An InfiniBand port's 20-byte address (4 bytes of flags and QPN, the
+/// 8-byte subnet prefix, the 8-byte port GUID) → `(mac, client_id)`: the
+/// MAC is the GUID's upper and lower three bytes (the middle `03:00` or
+/// `ff:fe` dropped, as Mellanox derives it), the client id RFC 4390's
+/// `ff:00:00:00:00:00:02:00:00:02:c9:00:` followed by the GUID.
+pub fn infiniband(address: &str) -> Option<(String, Option<String>)> {
+    let bytes: Vec<&str> = address.trim().split(':').collect();
+    let ok = bytes.len() == 20
+        && bytes
+            .iter()
+            .all(|b| b.len() == 2 && b.bytes().all(|c| c.is_ascii_hexdigit()));
+    if !ok {
+        return None;
+    }
+    let guid = &bytes[12..20];
+    if guid.iter().all(|b| *b == "00") {
+        return None;
+    }
+    let mac = [&guid[..3], &guid[5..]]
+        .concat()
+        .join(":")
+        .to_ascii_lowercase();
+    let client_id =
+        format!("ff:00:00:00:00:00:02:00:00:02:c9:00:{}", guid.join(":")).to_ascii_lowercase();
+    Some((mac, Some(client_id)))
 }
 
 /// The PCI address of a NIC's device: the device itself, or its nearest PCI
@@ -231,6 +277,40 @@ mod tests {
                 ("eth0".to_string(), "52:54:00:3a:11:01".to_string()),
                 ("eth1".to_string(), "52:54:00:3a:11:02".to_string()),
             ]
+        );
+    }
+
+    #[test]
+    fn infiniband_ports_get_the_guid_mac_and_a_client_id() {
+        let root = tempfile::tempdir().unwrap();
+        let ib = root.path().join("sys/class/net/ib0");
+        std::fs::create_dir_all(ib.join("device")).unwrap();
+        std::fs::write(
+            ib.join("address"),
+            "a0:00:02:20:fe:80:00:00:00:00:00:00:7c:fe:90:03:00:29:26:52\n",
+        )
+        .unwrap();
+        std::fs::write(ib.join("type"), "32\n").unwrap();
+        // An IPoIB child without a GUID is left out, not reported broken.
+        let bad = root.path().join("sys/class/net/ib1");
+        std::fs::create_dir_all(bad.join("device")).unwrap();
+        std::fs::write(
+            bad.join("address"),
+            "00:00:00:00:00:00:00:00:00:00:00:00:00:00:00:00:00:00:00:00\n",
+        )
+        .unwrap();
+        std::fs::write(bad.join("type"), "32\n").unwrap();
+        let found = read(root.path(), &Addresses::default());
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].mac_address, "7c:fe:90:29:26:52");
+        assert_eq!(
+            found[0].client_id.as_deref(),
+            Some("ff:00:00:00:00:00:02:00:00:02:c9:00:7c:fe:90:03:00:29:26:52")
+        );
+        assert_eq!(infiniband("7c:fe:90:29:26:52"), None);
+        assert_eq!(
+            infiniband("zz:00:02:20:fe:80:00:00:00:00:00:00:7c:fe:90:03:00:29:26:52"),
+            None
         );
     }
 
