@@ -150,6 +150,15 @@ pub async fn collect(config: &Config, opts: &Options) -> Value {
         Ok(mut inv) => {
             add_host_mode_macs(&mut inv, config);
             if config.collect_lldp || wants("lldp") {
+                // Only the deploy ramdisk changes NIC settings.
+                if config.mode == RunMode::Ramdisk {
+                    let plans = lldp::intel::plan(
+                        inv.interfaces
+                            .iter()
+                            .map(|i| (i.name.as_str(), i.driver.as_deref())),
+                    );
+                    lldp::intel::stop_firmware_agents(std::path::Path::new("/"), &plans);
+                }
                 let data = lldp::collect(&inv, config.lldp_timeout).await;
                 lldp::apply(&mut inv, &data);
                 if wants("lldp") {

@@ -7,6 +7,8 @@
 //! most once. Results go into `interfaces[].lldp` in IPA's raw form (what
 //! Ironic parses); the parsed form is for people and the `lldp_parsed` key.
 
+pub mod ethtool;
+pub mod intel;
 pub mod listen;
 pub mod socket;
 pub mod tlv;
