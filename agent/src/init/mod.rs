@@ -10,7 +10,8 @@
 //! `boot_method=vmedia` (read the virtual media), `BOOTIF` (preferred NIC), `ip=` (static address),
 //! `ipa-enable-vlan-interfaces` (VLANs, explicit or from LLDP within
 //! `ipa-lldp-timeout`), `ipa-debug=1` or
-//! `agent.shell=1` (debug shell), `sshkey=` (SSH access, [`ssh`]), `agent.settle=SECONDS` (coldplug quiet
+//! `agent.shell=1` (debug shell), `sshkey=` (SSH access, [`ssh`]), `rootpwd=` (a `$6$` crypt hash:
+//! root logs in on the console), `agent.settle=SECONDS` (coldplug quiet
 //! time, default 1), `agent.dhcp-timeout=SECONDS` (default 30).
 
 pub mod clock;
@@ -184,12 +185,33 @@ pub fn main() -> ! {
         },
         None => false,
     };
+    let logins = match rootpwd_from_cmdline(&cmdline) {
+        Some(hash) => match crate::rescue::account::set_root_password(Path::new("/"), &hash) {
+            Ok(()) => true,
+            Err(e) => {
+                say(&format!("{e:#}; no console login"));
+                false
+            }
+        },
+        None => false,
+    };
     let services = supervise::Services {
         agent_args,
         shell: flag("ipa-debug") || flag("agent.shell"),
         ssh,
+        logins,
     };
     supervise::run(&services)
+}
+
+/// The `rootpwd=` value of a kernel command line (a crypt hash, quoted or
+/// not), as IPA ramdisks built with DIB's dynamic-login element take it.
+pub fn rootpwd_from_cmdline(cmdline: &str) -> Option<String> {
+    cmdline.split_whitespace().find_map(|w| {
+        let v = w.strip_prefix("rootpwd=")?;
+        let v = v.trim_matches(|c| c == '"' || c == '\'');
+        (!v.is_empty()).then(|| v.to_string())
+    })
 }
 
 /// A duration parameter in seconds (fractions allowed), else `default`.
@@ -203,6 +225,7 @@ fn secs(params: &KernelParams, key: &str, default: f64) -> Duration {
 
 #[cfg(test)]
 mod tests {
+
     //! When the binary is PID 1's code.
 
     use std::ffi::OsStr;
@@ -229,5 +252,16 @@ mod tests {
         );
         assert!(!is_init_for(Some(OsStr::new("/usr/bin/agent")), true));
         assert!(!is_init_for(None, true));
+    }
+
+    #[test]
+    fn rootpwd_quoted_or_not() {
+        use super::rootpwd_from_cmdline as r;
+        assert_eq!(
+            r("console=ttyS0 rootpwd=\"$6$s$abc\" quiet").as_deref(),
+            Some("$6$s$abc")
+        );
+        assert_eq!(r("rootpwd=$6$s$abc").as_deref(), Some("$6$s$abc"));
+        assert_eq!(r("xrootpwd=$6$s$abc rootpwd="), None);
     }
 }

@@ -23,6 +23,8 @@ pub struct Services {
     pub shell: bool,
     /// Run the SSH server (an authorized key was given).
     pub ssh: bool,
+    /// A login prompt on each console (root has a password from `rootpwd=`).
+    pub logins: bool,
 }
 
 /// Runs forever.
@@ -34,6 +36,9 @@ pub fn run(services: &Services) -> ! {
     let mut logins: Vec<(Pid, String)> = Vec::new();
     if rescued {
         enter_rescue(&mut shell, &mut ssh, &mut logins);
+    } else if services.logins && shell.is_none() {
+        say("root login on the console (password from rootpwd=)");
+        open_logins(&mut logins);
     }
     let mut restarts = 0u32;
     loop {
@@ -116,6 +121,13 @@ fn enter_rescue(shell: &mut Option<Pid>, ssh: &mut Option<Pid>, logins: &mut Vec
         let _ = waitpid(pid, None);
     }
     *ssh = spawn_rescue_ssh();
+    if logins.is_empty() {
+        open_logins(logins);
+    }
+}
+
+/// A login prompt on every console.
+fn open_logins(logins: &mut Vec<(Pid, String)>) {
     for tty in
         console_ttys(&std::fs::read_to_string("/sys/class/tty/console/active").unwrap_or_default())
     {

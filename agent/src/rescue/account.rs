@@ -99,6 +99,32 @@ pub fn install(root: &Path, hash: &str) -> Result<()> {
     Ok(())
 }
 
+/// Gives root the password `hash` for console logins (IPA ramdisks'
+/// `rootpwd=` kernel argument, DIB's dynamic-login element); only PID 1 in
+/// the deploy ramdisk calls this. `$5$`/`$6$` hashes only (`openssl passwd
+/// -6`); an MD5 (`$1$`) or malformed one is refused, naming why.
+pub fn set_root_password(root: &Path, hash: &str) -> Result<()> {
+    if hash.starts_with("$1$") {
+        anyhow::bail!(
+            "rootpwd: MD5 crypt ($1$) is refused; give a SHA-512 hash (openssl passwd -6)"
+        );
+    }
+    crypt::check_hash(hash).context("rootpwd")?;
+    let etc = root.join("etc");
+    fs::create_dir_all(&etc)?;
+    edit(&etc.join("passwd"), 0o644, |t| {
+        if t.lines().any(|l| l.starts_with("root:")) {
+            t.to_string()
+        } else {
+            replace_entry(t, "root", "root:x:0:0:root:/root:/bin/sh")
+        }
+    })?;
+    let day = today();
+    edit(&etc.join("shadow"), 0o600, |t| {
+        replace_entry(t, "root", &format!("root:{hash}:{day}:0:99999:7:::"))
+    })
+}
+
 /// Whether the ramdisk under `root` was rescued.
 pub fn rescued(root: &Path) -> bool {
     root.join(RESCUED_MARKER).exists()
@@ -109,6 +135,32 @@ mod tests {
     use super::*;
 
     const HASH: &str = "$6$saltsalt$TVLlQcbpFVof5W3Yz4DTP6gRstiNuHwwTt6GLc1E5n0U0aDehy0S5knV8wiOQSpT0Y77vwPZN.Pq.H91p5hVO1";
+
+    #[test]
+    fn rootpwd_sets_roots_hash_and_refuses_md5_and_junk() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        fs::create_dir_all(root.join("etc")).unwrap();
+        fs::write(
+            root.join("etc/shadow"),
+            "root:*:1:0:99999:7:::\nnobody:*:1::::::\n",
+        )
+        .unwrap();
+        set_root_password(root, HASH).unwrap();
+        let shadow = fs::read_to_string(root.join("etc/shadow")).unwrap();
+        assert!(shadow.contains(&format!("root:{HASH}:")), "{shadow}");
+        assert!(shadow.contains("nobody:*:1::::::"), "{shadow}");
+        assert_eq!(shadow.matches("root:").count(), 1, "{shadow}");
+        assert!(fs::read_to_string(root.join("etc/passwd"))
+            .unwrap()
+            .starts_with("root:x:0:0:"));
+        let md5 = set_root_password(root, "$1$abcdefgh$abcdefghijklmnopqrstuv").unwrap_err();
+        assert!(format!("{md5:#}").contains("openssl passwd -6"), "{md5:#}");
+        let junk = set_root_password(root, "hunter2").unwrap_err();
+        assert!(format!("{junk:#}").starts_with("rootpwd: "), "{junk:#}");
+        // Nothing changed by the refusals.
+        assert_eq!(fs::read_to_string(root.join("etc/shadow")).unwrap(), shadow);
+    }
 
     #[test]
     fn writes_the_account_as_login_and_dropbear_read_it() {
