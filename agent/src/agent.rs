@@ -47,7 +47,7 @@ pub struct RunningAgent {
 /// conductor URL, the agent inspects and then idles (as IPA does).
 pub async fn run(config: Config) -> Result<()> {
     crate::startup::prepare(&config).await;
-    if config.api_urls == ApiUrls::None && config.inspection_callback_url.is_some() {
+    if config.api_urls == ApiUrls::None && inspect::callback_urls(&config).is_some() {
         let http = tls::http_client(
             config.insecure,
             config.cafile.as_deref(),

@@ -365,30 +365,47 @@ fn classify(e: ConductorError) -> Attempt {
     }
 }
 
-/// Collects and posts when `ipa-inspection-callback-url` is set. Failures
+/// Where inspection data goes, as IPA 13 decides (`inspector.is_enabled`,
+/// `_get_urls`): the `ipa-inspection-callback-url` (a comma-separated list
+/// of URLs, or `mdns`); else, when `ipa-inspection-collectors` was given
+/// with `ipa-api-url`, each API URL's `/v1/continue_inspection` (how
+/// Ironic's own `agent` inspect interface may boot the ramdisk); else
+/// `None`: no inspection.
+pub fn callback_urls(config: &Config) -> Option<String> {
+    if let Some(url) = &config.inspection_callback_url {
+        return Some(url.clone());
+    }
+    match &config.api_urls {
+        crate::config::ApiUrls::Urls(urls) if config.inspection_collectors_given => Some(
+            urls.iter()
+                .map(|u| format!("{}/v1/continue_inspection", u.trim_end_matches('/')))
+                .collect::<Vec<_>>()
+                .join(","),
+        ),
+        _ => None,
+    }
+}
+
+/// Collects and posts when [`callback_urls`] names somewhere. Failures
 /// are logged; the agent then continues to lookup, as IPA does.
 pub async fn run_if_configured(config: &Config, conductor: &impl Conductor) -> Option<Outcome> {
-    let url = config.inspection_callback_url.as_deref()?;
+    let configured = callback_urls(config)?;
     // IPA: `mdns` looks up the inspector's advertisement and appends /v1/continue.
-    let discovered;
-    let url = if url == "mdns" {
+    let url = if configured == "mdns" {
         match crate::discovery::discover(
             "baremetal-introspection",
             std::time::Duration::from_secs(10),
         )
         .await
         {
-            Ok(base) => {
-                discovered = format!("{}/v1/continue", base.trim_end_matches('/'));
-                discovered.as_str()
-            }
+            Ok(base) => format!("{}/v1/continue", base.trim_end_matches('/')),
             Err(e) => {
                 tracing::error!("ipa-inspection-callback-url=mdns: {e:#}; skipping inspection");
                 return None;
             }
         }
     } else {
-        url
+        configured
     };
     let started = std::time::Instant::now();
     if config.mode == RunMode::Ramdisk {
@@ -396,7 +413,7 @@ pub async fn run_if_configured(config: &Config, conductor: &impl Conductor) -> O
     }
     let doc = collect(config, &live_options(config)).await;
     tracing::info!(collected_in_s = started.elapsed().as_secs_f64(), %url, "posting inspection data");
-    match post_via(conductor, url, &doc, &RetryPolicy::default()).await {
+    match post_via(conductor, &url, &doc, &RetryPolicy::default()).await {
         Ok(o) => {
             tracing::info!(node = ?o.node_uuid, token = o.lookup.is_some(), "inspection data accepted");
             Some(o)

@@ -63,6 +63,10 @@ pub struct Config {
     pub inspection_callback_url: Option<String>,
     /// Inspection collectors (`ipa-inspection-collectors`).
     pub inspection_collectors: Vec<String>,
+    /// `ipa-inspection-collectors` was given: with `ipa-api-url` and no
+    /// callback URL, IPA 13 inspects through Ironic's
+    /// `/v1/continue_inspection` ([`crate::inspect::callback_urls`]).
+    pub inspection_collectors_given: bool,
     /// Skip TLS verification of the conductor and image servers (`ipa-insecure`).
     pub insecure: bool,
     /// CA bundle for outbound TLS (`[DEFAULT] cafile` in IPA's config dir).
@@ -195,6 +199,7 @@ impl Default for Config {
             api_urls: ApiUrls::None,
             inspection_callback_url: None,
             inspection_collectors: vec!["default".into(), "logs".into()],
+            inspection_collectors_given: false,
             insecure: false,
             cafile: None,
             agent_token: None,
@@ -274,6 +279,7 @@ impl Config {
             }
         }
         if let Some(raw) = p.get("ipa-inspection-collectors") {
+            c.inspection_collectors_given = true;
             c.inspection_collectors = raw
                 .split(',')
                 .map(str::trim)
@@ -609,6 +615,7 @@ mod tests {
             Some(Duration::from_secs(3600))
         );
         assert_eq!(c.inspection_collectors, vec!["default", "lldp"]);
+        assert!(c.inspection_collectors_given);
         assert!(c
             .inspection_callback_url
             .unwrap()

@@ -126,3 +126,36 @@ async fn unusable_callback_urls_are_refused_without_a_call() {
     }
     assert!(inspections(&c).is_empty());
 }
+
+#[test]
+fn inspection_goes_where_ipa_13_sends_it() {
+    use crate::config::{ApiUrls, Config};
+    let api = |collectors: bool| Config {
+        api_urls: ApiUrls::Urls(vec![
+            "http://conductor.test:6385/".into(),
+            "https://10.0.0.2:6385".into(),
+        ]),
+        inspection_collectors_given: collectors,
+        ..Config::default()
+    };
+    // Neither a callback URL nor collectors: no inspection.
+    assert_eq!(callback_urls(&api(false)), None);
+    // Collectors with ipa-api-url: every API URL's continue_inspection.
+    assert_eq!(
+        callback_urls(&api(true)).as_deref(),
+        Some(format!("{IRONIC},https://10.0.0.2:6385/v1/continue_inspection").as_str())
+    );
+    // A callback URL wins.
+    let c = Config {
+        inspection_callback_url: Some(INSPECTOR.into()),
+        ..api(true)
+    };
+    assert_eq!(callback_urls(&c).as_deref(), Some(INSPECTOR));
+    // Collectors without ipa-api-url (mdns discovery of the API): none.
+    let c = Config {
+        api_urls: ApiUrls::Mdns,
+        inspection_collectors_given: true,
+        ..Config::default()
+    };
+    assert_eq!(callback_urls(&c), None);
+}
