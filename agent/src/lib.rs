@@ -7,7 +7,8 @@
 //! 1. Foundations: [`config`] (kernel command line, IPA's config files and
 //!    flags), [`tls`] (with the pinned self-signed certificate rule),
 //!    [`net`], [`discovery`] (finding the conductor by mDNS), [`errfmt`],
-//!    [`tool`] (running external tools), [`timesync`] (the clock before TLS).
+//!    [`tool`] (running external tools), [`timesync`] (the clock before TLS),
+//!    [`rtc`] (the hardware clock).
 //! 2. Hardware and devices: [`inventory`] (what the machine is) with its
 //!    [`collectors`], [`hints`] (which disk is the root device), [`lldp`]
 //!    (which switch port each NIC sees), [`disk`] (device policy, partition
@@ -69,6 +70,7 @@ pub mod power;
 pub mod pstore;
 pub mod raid;
 pub mod rescue;
+pub mod rtc;
 pub mod selection;
 pub mod server;
 pub mod startup;

@@ -19,6 +19,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "discovery",
             "errfmt",
             "net",
+            "rtc",
             "timesync",
             "tls",
             "tool",

@@ -5,7 +5,16 @@
 //! and the agent's state is reset as after a reboot (fresh command list, token
 //! forgotten, lookup again), which is what the conductor observes of a real
 //! reboot.
+//!
+//! As IPA 13 (`standby.sync`, `_run_shutdown_command`): `sync` and every
+//! power action flush file system and device buffers
+//! ([`crate::disk::flush`]); before a power action the clock is set from
+//! `ipa-ntp-server` when one is configured and written to the hardware clock
+//! ([`crate::rtc`]), so the deployed OS boots with the right time. Clock
+//! failures are logged, as IPA ignores them by default. In host mode the
+//! page cache and both clocks are left alone.
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,9 +33,9 @@ pub async fn get_partition_uuids(state: Arc<AgentState>, _params: Value) -> Outc
 }
 
 /// `standby.sync` (sync): flush every filesystem and block device buffer.
-pub async fn sync(_state: Arc<AgentState>, _params: Value) -> Outcome {
-    match tokio::task::spawn_blocking(nix::unistd::sync).await {
-        Ok(()) => Outcome::Done(Value::Null),
+pub async fn sync(state: Arc<AgentState>, _params: Value) -> Outcome {
+    match tokio::task::spawn_blocking(move || flush(&state)).await {
+        Ok(_) => Outcome::Done(Value::Null),
         Err(e) => Outcome::Failed(CommandError::new(
             ErrorKind::CommandExecution,
             format!("sync failed: {e}"),
@@ -48,8 +57,54 @@ pub async fn reboot(state: Arc<AgentState>, _params: Value) -> Outcome {
 /// conductor sees the command's result before the agent goes away.
 const POWER_DELAY: Duration = Duration::from_secs(1);
 
+/// IPA's `full_sync` over the devices the agent may write (every disk and
+/// running md device in the ramdisk, the allowed ones in host mode).
+fn flush(state: &AgentState) -> crate::disk::flush::Flushed {
+    let policy = crate::disk::WritePolicy::from_config(&state.config);
+    let devices = crate::disk::erasable_devices(&policy).unwrap_or_else(|e| {
+        tracing::warn!("listing the devices to flush: {e:#}");
+        Vec::new()
+    });
+    let knob = (state.config.mode == RunMode::Ramdisk).then(|| PathBuf::from(DROP_CACHES));
+    crate::disk::flush::full_sync(&devices, knob.as_deref())
+}
+
+const DROP_CACHES: &str = "/proc/sys/vm/drop_caches";
+
+/// The RTC `hwclock --systohc` writes when `/dev/rtc` is missing.
+const RTC: [&str; 2] = ["/dev/rtc", "/dev/rtc0"];
+
+/// Before a power action in the ramdisk: the clock from `ipa-ntp-server`
+/// (when set), then the hardware clock from the system clock.
+async fn set_clocks(state: &AgentState) {
+    if let Some(server) = state.config.ntp_server.as_deref() {
+        match crate::timesync::sntp_offset(server).await {
+            Ok(off) => {
+                if let Err(e) = crate::timesync::apply(off, true, &format!("NTP server {server}")) {
+                    tracing::error!("before the power action: {e:#}");
+                }
+            }
+            Err(e) => tracing::error!("before the power action, ipa-ntp-server={server}: {e:#}"),
+        }
+    }
+    let rtc = RTC.iter().map(Path::new).find(|p| p.exists());
+    match rtc.map(crate::rtc::set_from_system) {
+        Some(Ok(())) => {}
+        Some(Err(e)) => tracing::error!("Failed to sync hardware clock: {e:#}"),
+        None => {
+            tracing::warn!("no RTC device (/dev/rtc, /dev/rtc0): the hardware clock is not set")
+        }
+    }
+}
+
 async fn power(state: Arc<AgentState>, action: PowerAction) -> Outcome {
-    nix::unistd::sync();
+    if state.config.mode == RunMode::Ramdisk {
+        set_clocks(&state).await;
+    }
+    let s = state.clone();
+    if let Err(e) = tokio::task::spawn_blocking(move || flush(&s)).await {
+        tracing::error!("flushing before the power action: {e}");
+    }
     match state.config.mode {
         RunMode::Host => {
             tracing::warn!(

@@ -7,6 +7,7 @@
 
 pub mod busy;
 pub mod erase;
+pub mod flush;
 pub mod fullerase;
 pub mod gpt;
 pub mod ioctl;
