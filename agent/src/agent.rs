@@ -48,9 +48,10 @@ pub struct RunningAgent {
 pub async fn run(config: Config) -> Result<()> {
     crate::startup::prepare(&config).await;
     if config.api_urls == ApiUrls::None && inspect::callback_urls(&config).is_some() {
-        let http = tls::http_client(
+        let http = tls::http_client_with(
             config.insecure,
             config.cafile.as_deref(),
+            config.client_certificate().as_ref(),
             config.http_request_timeout,
         )?;
         // No conductor URL: the client serves only the inspection callback.
@@ -89,9 +90,10 @@ pub async fn start(config: Config) -> Result<RunningAgent> {
             "no conductor configured: set ipa-api-url on the kernel command line or --api-url"
         ),
     };
-    let http = tls::http_client(
+    let http = tls::http_client_with(
         config.insecure,
         config.cafile.as_deref(),
+        config.client_certificate().as_ref(),
         config.http_request_timeout,
     )?;
     let client = ConductorClient::new(http, urls.clone(), config.global_request_id.clone());
@@ -126,7 +128,13 @@ pub async fn start(config: Config) -> Result<RunningAgent> {
         crate::bootphases::record("lookup");
     }
 
-    let cert = if config.auto_tls && version >= ApiVersion::AUTO_TLS {
+    // The operator's own certificate (listen_tls) replaces auto-TLS, as in
+    // IPA: nothing is sent as agent_verify_ca, Ironic verifies the agent
+    // with its own [agent] verify_ca.
+    let own = config.own_server_certificate()?;
+    let cert = if own.is_some() {
+        None
+    } else if config.auto_tls && version >= ApiVersion::AUTO_TLS {
         Some(tls::generate_certificate(
             advertise,
             &hostname(),
@@ -160,10 +168,17 @@ pub async fn start(config: Config) -> Result<RunningAgent> {
         .tls_cipher_suites
         .as_deref()
         .or(config.tls_cipher_suites.as_deref());
-    let server_tls = cert
-        .as_ref()
-        .map(|c| tls::server_config(c, min_version, suites))
-        .transpose()?;
+    let server_tls = match &own {
+        Some(files) => Some(
+            tls::server_config_from_files(files, min_version, suites)
+                .context("listen_tls: the command API's certificate")?,
+        ),
+        None => cert
+            .as_ref()
+            .map(|c| tls::server_config(c, min_version, suites))
+            .transpose()?,
+    };
+    let server_tls_used = server_tls.is_some();
     let listen = SocketAddr::new(config.listen_host, config.listen_port);
     let server = server::Server::start(listen, api::router(state.clone()), server_tls).await?;
     let port = if config.listen_port == 0 || config.advertise_port == 0 {
@@ -171,7 +186,7 @@ pub async fn start(config: Config) -> Result<RunningAgent> {
     } else {
         config.advertise_port
     };
-    let scheme = if cert.is_some() { "https" } else { "http" };
+    let scheme = if server_tls_used { "https" } else { "http" };
     let callback_url = net::callback_url(scheme, advertise, port);
     tracing::info!(%callback_url, listen = %server.local_addr, "command API listening");
 

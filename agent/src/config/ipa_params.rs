@@ -64,8 +64,6 @@ const fn p(
 
 use Status::{Ignored, NotApplicable, Supported};
 
-const AUTO_TLS: &str =
-    "the command API uses auto-TLS: a certificate the agent makes and sends in its heartbeat";
 const OWN_LOGS: &str =
     "logs go to the console and to the agent's log buffer (log.collect_system_logs)";
 const NO_CONTAINERS: &str = "no container runtime in the ramdisk: container steps are not offered";
@@ -78,9 +76,9 @@ pub const PARAMS: &[Param] = &[
     p("global_request_id", Some("ipa-global-request-id"), Supported("sent as X-OpenStack-Request-ID (conductor/client.rs)"), "req-1"),
     p("listen_host", Some("ipa-listen-host"), Supported("address the command API binds (server.rs)"), "127.0.0.1"),
     p("listen_port", Some("ipa-listen-port"), Supported("port the command API binds (server.rs)"), "9998"),
-    p("listen_tls", None, Ignored(AUTO_TLS), "true"),
-    p("tls_cert_file", None, Ignored(AUTO_TLS), "/etc/cert.pem"),
-    p("tls_key_file", None, Ignored(AUTO_TLS), "/etc/key.pem"),
+    p("listen_tls", Some("ipa-listen-tls"), Supported("the command API serves the operator's certificate instead of auto-TLS (agent.rs); the kernel parameter is this agent's"), "true"),
+    p("tls_cert_file", Some("ipa-tls-cert-file"), Supported("the command API's certificate with listen_tls (tls/); the kernel parameter is this agent's"), "/etc/cert.pem"),
+    p("tls_key_file", Some("ipa-tls-key-file"), Supported("its private key (tls/); the kernel parameter is this agent's"), "/etc/key.pem"),
     p("enable_auto_tls", Some("ipa-enable-auto-tls"), Supported("auto-TLS on or off (agent.rs); the kernel parameter is this agent's"), "false"),
     p("auto_tls_allowed_clock_skew", None, Ignored("the certificate is valid from an hour before it was made, IPA's default skew"), "7200"),
     p("tls_min_version", Some("ipa-tls-min-version"), Supported("the command API's lowest TLS version until the lookup says (tls/)"), "1.3"),
@@ -105,8 +103,8 @@ pub const PARAMS: &[Param] = &[
     p("disk_wait_delay", Some("ipa-disk-wait-delay"), Supported("pause between those looks (agent.rs)"), "1"),
     p("insecure", Some("ipa-insecure"), Supported("no TLS verification towards the conductor and image servers"), "true"),
     p("cafile", None, Supported("CA bundle for the conductor, image servers and inspection (config/files.rs)"), "/etc/ironic-python-agent/ironic.crt"),
-    p("certfile", None, Ignored("client certificates towards the conductor are not supported"), "/etc/client.pem"),
-    p("keyfile", None, Ignored("client certificates towards the conductor are not supported"), "/etc/client.key"),
+    p("certfile", Some("ipa-certfile"), Supported("client certificate for the conductor and the inspection callback (tls/); the kernel parameter is this agent's"), "/etc/client.pem"),
+    p("keyfile", Some("ipa-keyfile"), Supported("its private key (tls/); the kernel parameter is this agent's"), "/etc/client.key"),
     p("introspection_daemon", None, Ignored("inspection runs once per boot, before lookup"), "true"),
     p("introspection_daemon_post_interval", None, Ignored("inspection runs once per boot, before lookup"), "60"),
     p("ntp_server", Some("ipa-ntp-server"), Supported("clock set by SNTP before any TLS (clock/); in host mode only measured"), "192.0.2.1"),

@@ -168,6 +168,27 @@ pub struct Config {
     /// (`ipa-guard-special-filesystems`, default on as in IPA 13; off
     /// turns the guard off for every clean).
     pub guard_special_filesystems: bool,
+    /// Serve the operator's own certificate on the command API instead of
+    /// auto-TLS (IPA's `listen_tls`; [`Config::own_server_certificate`]).
+    pub listen_tls: bool,
+    /// Its certificate (chain), PEM (`tls_cert_file`).
+    pub tls_cert_file: Option<PathBuf>,
+    /// Its private key, PEM (`tls_key_file`).
+    pub tls_key_file: Option<PathBuf>,
+    /// A client certificate presented to the conductor and the inspection
+    /// callback (IPA's `certfile`; [`Config::client_certificate`]).
+    pub certfile: Option<PathBuf>,
+    /// Its private key (IPA's `keyfile`).
+    pub keyfile: Option<PathBuf>,
+}
+
+/// A PEM certificate (chain) and its private key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// The certificate (chain), PEM.
+    pub cert: PathBuf,
+    /// The private key, PEM.
+    pub key: PathBuf,
 }
 
 /// The curve of the auto-TLS certificate's key.
@@ -243,6 +264,11 @@ impl Default for Config {
             ignore_bootloader_failure: None,
             enable_discard_erase: false,
             guard_special_filesystems: true,
+            listen_tls: false,
+            tls_cert_file: None,
+            tls_key_file: None,
+            certfile: None,
+            keyfile: None,
         }
     }
 }
@@ -375,6 +401,63 @@ impl Config {
     }
 }
 
+/// IPA's `listen_tls`, `tls_cert_file`, `tls_key_file`, `certfile` and
+/// `keyfile` (configuration-file options in IPA; kernel parameters
+/// `ipa-listen-tls`, `ipa-tls-cert-file`, `ipa-tls-key-file`,
+/// `ipa-certfile`, `ipa-keyfile` here, which the files map onto).
+fn tls_files(p: &KernelParams, c: &mut Config, errors: &mut Vec<ParamError>) {
+    let path = |k: &str| {
+        p.get(k)
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
+    if let Some(v) = take(errors, p.bool("ipa-listen-tls")) {
+        c.listen_tls = v;
+    }
+    c.tls_cert_file = path("ipa-tls-cert-file");
+    c.tls_key_file = path("ipa-tls-key-file");
+    c.certfile = path("ipa-certfile");
+    c.keyfile = path("ipa-keyfile");
+}
+
+impl Config {
+    /// The command API's own certificate and key when `listen_tls` asks for
+    /// them; an error names what is missing.
+    pub fn own_server_certificate(&self) -> anyhow::Result<Option<TlsFiles>> {
+        if !self.listen_tls {
+            return Ok(None);
+        }
+        match (&self.tls_cert_file, &self.tls_key_file) {
+            (Some(cert), Some(key)) => Ok(Some(TlsFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+            })),
+            _ => anyhow::bail!(
+                "listen_tls needs both tls_cert_file and tls_key_file (ipa-tls-cert-file, ipa-tls-key-file)"
+            ),
+        }
+    }
+
+    /// The client certificate when both `certfile` and `keyfile` are given
+    /// (one alone is logged and ignored, as IPA does).
+    pub fn client_certificate(&self) -> Option<TlsFiles> {
+        match (&self.certfile, &self.keyfile) {
+            (Some(cert), Some(key)) => Some(TlsFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+            }),
+            (None, None) => None,
+            _ => {
+                tracing::warn!(
+                    "only one of certfile and keyfile is set: no client certificate is presented"
+                );
+                None
+            }
+        }
+    }
+}
+
 /// The parameters added for IPA 13's full set (see [`ipa_params`]).
 fn more_params(p: &KernelParams, c: &mut Config, errors: &mut Vec<ParamError>) {
     let text = |k: &str| p.get(k).map(str::trim).filter(|v| !v.is_empty());
@@ -382,6 +465,7 @@ fn more_params(p: &KernelParams, c: &mut Config, errors: &mut Vec<ParamError>) {
         take(errors, p.number::<u64>(k)).map(Duration::from_secs)
     };
     c.ntp_server = text("ipa-ntp-server").map(String::from);
+    tls_files(p, c, errors);
     if let Some(v) = secs(errors, "ipa-hardware-initialization-delay") {
         c.hardware_initialization_delay = v;
     }

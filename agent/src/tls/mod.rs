@@ -183,8 +183,90 @@ pub fn server_config(
     Ok(cfg)
 }
 
+/// The command API's configuration with the operator's own certificate
+/// chain and key (`listen_tls`), as [`server_config`] otherwise.
+pub fn server_config_from_files(
+    files: &crate::config::TlsFiles,
+    min_version: Option<&str>,
+    cipher_suites: Option<&str>,
+) -> Result<rustls::ServerConfig> {
+    let (certs, key) = load_pair(files)?;
+    let mut cfg = rustls::ServerConfig::builder_with_provider(provider_for(cipher_suites)?)
+        .with_protocol_versions(versions(min_version)?)
+        .context("choosing TLS versions")?
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .with_context(|| {
+            format!(
+                "{} does not go with {}",
+                files.key.display(),
+                files.cert.display()
+            )
+        })?;
+    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(cfg)
+}
+
+/// A PEM certificate chain and its private key, read and checked.
+pub fn load_pair(
+    files: &crate::config::TlsFiles,
+) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>)> {
+    use rustls::pki_types::pem::PemObject;
+    let pem = std::fs::read(&files.cert)
+        .with_context(|| format!("reading the certificate {}", files.cert.display()))?;
+    let certs = pem_certificates(&pem)
+        .with_context(|| format!("loading the certificate {}", files.cert.display()))?;
+    let key = PrivateKeyDer::from_pem_file(&files.key)
+        .with_context(|| format!("loading the private key {}", files.key.display()))?;
+    Ok((certs, key))
+}
+
 /// Client configuration for talking to the conductor and image servers.
 pub fn client_config(insecure: bool, cafile: Option<&Path>) -> Result<rustls::ClientConfig> {
+    client_config_with(insecure, cafile, None)
+}
+
+/// [`client_config`] presenting the client certificate `identity`
+/// (IPA's `certfile`/`keyfile`) when a server asks for one.
+pub fn client_config_with(
+    insecure: bool,
+    cafile: Option<&Path>,
+    identity: Option<&crate::config::TlsFiles>,
+) -> Result<rustls::ClientConfig> {
+    let mut cfg = server_verified(insecure, cafile)?;
+    if let Some(files) = identity {
+        let (certs, key) = load_pair(files)?;
+        let signer = provider()
+            .key_provider
+            .load_private_key(key)
+            .with_context(|| format!("using the private key {}", files.key.display()))?;
+        cfg.client_auth_cert_resolver = Arc::new(SingleClientCert(Arc::new(
+            rustls::sign::CertifiedKey::new(certs, signer),
+        )));
+    }
+    Ok(cfg)
+}
+
+/// Presents one certificate to every server that asks.
+#[derive(Debug)]
+struct SingleClientCert(Arc<rustls::sign::CertifiedKey>);
+
+impl rustls::client::ResolvesClientCert for SingleClientCert {
+    fn resolve(
+        &self,
+        _root_hint_subjects: &[&[u8]],
+        _sigschemes: &[rustls::SignatureScheme],
+    ) -> Option<Arc<rustls::sign::CertifiedKey>> {
+        Some(self.0.clone())
+    }
+
+    fn has_certs(&self) -> bool {
+        true
+    }
+}
+
+/// The server verification part of [`client_config_with`].
+fn server_verified(insecure: bool, cafile: Option<&Path>) -> Result<rustls::ClientConfig> {
     let builder = rustls::ClientConfig::builder_with_provider(provider())
         .with_protocol_versions(versions(None)?)
         .context("choosing TLS versions")?;
@@ -328,8 +410,18 @@ pub fn http_client(
     cafile: Option<&Path>,
     timeout: std::time::Duration,
 ) -> Result<reqwest::Client> {
+    http_client_with(insecure, cafile, None, timeout)
+}
+
+/// [`http_client`] presenting the client certificate `identity`.
+pub fn http_client_with(
+    insecure: bool,
+    cafile: Option<&Path>,
+    identity: Option<&crate::config::TlsFiles>,
+    timeout: std::time::Duration,
+) -> Result<reqwest::Client> {
     reqwest::Client::builder()
-        .tls_backend_preconfigured(client_config(insecure, cafile)?)
+        .tls_backend_preconfigured(client_config_with(insecure, cafile, identity)?)
         .connect_timeout(timeout)
         .timeout(timeout)
         .build()
@@ -425,5 +517,139 @@ mod tests {
         assert!(has(c.der.as_ref(), &p384) && !has(c.der.as_ref(), &p256));
         let c = generate_certificate(ip, "h", crate::config::TlsCurve::P256).unwrap();
         assert!(has(c.der.as_ref(), &p256) && !has(c.der.as_ref(), &p384));
+    }
+}
+
+#[cfg(test)]
+mod own_certificate_tests {
+    //! `listen_tls` with the operator's certificate and `certfile`/`keyfile`:
+    //! a TLS handshake in memory between the two configurations, the
+    //! server asking for a client certificate signed by the same CA.
+
+    use super::*;
+    use crate::config::TlsFiles;
+
+    /// A CA and two leaves it signed (server for 127.0.0.1, client),
+    /// written as PEM files under `dir`; returns (server, client, CA path).
+    fn pki(dir: &Path) -> (TlsFiles, TlsFiles, std::path::PathBuf) {
+        let ca_key = KeyPair::generate().unwrap();
+        let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        ca.distinguished_name.push(DnType::CommonName, "test CA");
+        let ca_cert = ca.self_signed(&ca_key).unwrap();
+        let issuer = rcgen::Issuer::new(ca, ca_key);
+        let write = |name: &str, text: String| {
+            let p = dir.join(name);
+            std::fs::write(&p, text).unwrap();
+            p
+        };
+        let leaf = |sans: Vec<SanType>, name: &str| {
+            let key = KeyPair::generate().unwrap();
+            let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
+            p.subject_alt_names = sans;
+            p.distinguished_name.push(DnType::CommonName, name);
+            let cert = p.signed_by(&key, &issuer).unwrap();
+            TlsFiles {
+                cert: write(&format!("{name}.pem"), cert.pem()),
+                key: write(&format!("{name}.key"), key.serialize_pem()),
+            }
+        };
+        let server = leaf(
+            vec![SanType::IpAddress("127.0.0.1".parse().unwrap())],
+            "server",
+        );
+        let client = leaf(Vec::new(), "client");
+        (server, client, write("ca.pem", ca_cert.pem()))
+    }
+
+    fn handshake(
+        client: rustls::ClientConfig,
+        server: rustls::ServerConfig,
+    ) -> Result<rustls::ServerConnection> {
+        let mut c = rustls::ClientConnection::new(
+            Arc::new(client),
+            rustls::pki_types::ServerName::try_from("127.0.0.1")?.to_owned(),
+        )?;
+        let mut s = rustls::ServerConnection::new(Arc::new(server))?;
+        for _ in 0..10 {
+            let mut buf = Vec::new();
+            c.write_tls(&mut buf)?;
+            s.read_tls(&mut buf.as_slice())?;
+            s.process_new_packets()?;
+            let mut buf = Vec::new();
+            s.write_tls(&mut buf)?;
+            c.read_tls(&mut buf.as_slice())?;
+            c.process_new_packets()?;
+            if !c.is_handshaking() && !s.is_handshaking() {
+                return Ok(s);
+            }
+        }
+        bail!("the handshake did not finish")
+    }
+
+    #[test]
+    fn the_operators_certificate_serves_and_the_client_certificate_is_presented() {
+        let dir = tempfile::tempdir().unwrap();
+        let (server_files, client_files, ca) = pki(dir.path());
+        let server = server_config_from_files(&server_files, None, None).unwrap();
+        let client = client_config_with(false, Some(&ca), Some(&client_files)).unwrap();
+        handshake(client, server.clone()).unwrap();
+
+        // A server that requires a client certificate from the CA.
+        let mut roots = rustls::RootCertStore::empty();
+        add_pem_roots(&mut roots, &std::fs::read(&ca).unwrap()).unwrap();
+        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+            Arc::new(roots),
+            provider(),
+        )
+        .build()
+        .unwrap();
+        let (certs, key) = load_pair(&server_files).unwrap();
+        let strict = rustls::ServerConfig::builder_with_provider(provider())
+            .with_protocol_versions(versions(None).unwrap())
+            .unwrap()
+            .with_client_cert_verifier(verifier)
+            .with_single_cert(certs, key)
+            .unwrap();
+        let s = handshake(
+            client_config_with(false, Some(&ca), Some(&client_files)).unwrap(),
+            strict.clone(),
+        )
+        .unwrap();
+        let presented = s.peer_certificates().unwrap();
+        assert_eq!(presented[0], load_pair(&client_files).unwrap().0[0]);
+        // Without the client certificate the strict server refuses.
+        let e = handshake(client_config(false, Some(&ca)).unwrap(), strict).unwrap_err();
+        assert!(
+            format!("{e:#}").to_lowercase().contains("certificate"),
+            "{e:#}"
+        );
+    }
+
+    #[test]
+    fn mismatched_or_missing_files_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let (server_files, client_files, _) = pki(dir.path());
+        let crossed = TlsFiles {
+            cert: server_files.cert.clone(),
+            key: client_files.key.clone(),
+        };
+        let e = format!(
+            "{:#}",
+            server_config_from_files(&crossed, None, None).unwrap_err()
+        );
+        assert!(
+            e.contains("client.key does not go with") && e.contains("server.pem"),
+            "{e}"
+        );
+        let missing = TlsFiles {
+            cert: dir.path().join("nope.pem"),
+            key: server_files.key,
+        };
+        let e = format!(
+            "{:#}",
+            client_config_with(false, None, Some(&missing)).unwrap_err()
+        );
+        assert!(e.contains("nope.pem"), "{e}");
     }
 }
