@@ -331,6 +331,22 @@ pub fn partition_maps(root: &Path, kname: &str) -> Vec<(u32, String)> {
     out
 }
 
+/// A multipath partition map `kname` under `root` as (its multipath
+/// device's kernel name, partition number); what the kernel's `partition`
+/// attribute and parent directory give for a disk's own partitions.
+pub fn partition_of(root: &Path, kname: &str) -> Option<(String, u32)> {
+    let uuid = dm_uuid(root, kname)?;
+    let (part, rest) = uuid.split_once('-')?;
+    let number = part.strip_prefix("part")?.parse().ok()?;
+    if !rest.starts_with(UUID_PREFIX) {
+        return None;
+    }
+    let parent = list(&sys_block(root).join(kname).join("slaves"))
+        .into_iter()
+        .find(|s| dm_uuid(root, s).as_deref() == Some(rest))?;
+    Some((parent, number))
+}
+
 /// The multipath device behind `/dev` path `dev`, if it is one.
 fn multipath_of(dev: &Path) -> Option<Multipath> {
     let d = super::Device::open(dev).ok()?;
@@ -544,6 +560,12 @@ mod tests {
         assert_eq!(holder(t.path(), "sdd"), None);
         assert_eq!(multipath(t.path(), "dm-1"), None);
         assert_eq!(partition_maps(t.path(), "dm-0"), [(1, "dm-2".to_string())]);
+        fs::create_dir_all(t.path().join("sys/block/dm-2/slaves/dm-0")).unwrap();
+        assert_eq!(partition_of(t.path(), "dm-2"), Some(("dm-0".into(), 1)));
+        // Its multipath device is not among its slaves: not a partition.
+        assert_eq!(partition_of(t.path(), "dm-3"), None);
+        assert_eq!(partition_of(t.path(), "dm-0"), None);
+        assert_eq!(partition_of(t.path(), "sdb"), None);
         assert!(partition_maps(t.path(), "dm-1").is_empty());
     }
 }
