@@ -9,17 +9,23 @@
 //! - `erase_devices_metadata` erases through the multipath device (its
 //!   partition map removed first; the paths, held, are never touched
 //!   themselves): both GPTs are gone from the files;
+//! - software RAID: `create_configuration` of a RAID-1 whose members are
+//!   chosen by the LUN's WWN and the other disk's serial partitions the
+//!   multipath device (its partition mapped) and puts an md member on the
+//!   map: the superblock is in the LUN file's partition; then
+//!   `delete_configuration` removes it and the LUN's table;
 //! - a deploy of a whole-disk image with a config drive and a root device
 //!   hint by the shared WWN writes through the multipath device: the LUN's
 //!   file holds the image and the config drive, the other disk nothing.
 //!
-//! About 26 s here (TCG, 2 cores).
+//! About 38 s here (TCG, 2 cores).
 
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use agent::raid::superblock;
 use agent::testconductor::image_server::{Fault, ImageServer};
 use agent::testconductor::{BootMode, DeployRequest, ImageInfo, Settings, TestConductor};
 use hardware_tests::bed::BRIDGE_IP;
@@ -43,6 +49,20 @@ fn gpt(disk: &Path, size: u64) {
         .arg(disk)
         .stdin(std::fs::File::open(&script).unwrap()))
     .unwrap();
+}
+
+/// The md superblock in the partition at byte `start` (length `len`) of
+/// a disk image: its array name.
+fn member(disk: &Path, start: u64, len: u64) -> Option<String> {
+    let f = std::fs::File::open(disk).ok()?;
+    for sector in superblock::offsets(len / 512) {
+        let mut b = vec![0u8; 4096];
+        f.read_exact_at(&mut b, start + sector * 512).ok()?;
+        if let Some(found) = superblock::decode(&b, sector) {
+            return Some(found.name);
+        }
+    }
+    None
 }
 
 fn signatures(disk: &Path) -> String {
@@ -96,7 +116,15 @@ fn ramdisk_lists_erases_and_deploys_through_a_multipath_device() {
         paths: 2,
     });
     let workdir = tmp.path().to_path_buf();
-    type Outcome = (Option<Value>, String, String, String, Vec<String>);
+    type Outcome = (
+        Option<Value>,
+        Vec<(u64, u64, Option<String>)>,
+        String,
+        String,
+        String,
+        String,
+        Vec<String>,
+    );
     let outcome: anyhow::Result<Outcome> = net
         .block_on(async {
             let settings = Settings {
@@ -141,6 +169,40 @@ fn ramdisk_lists_erases_and_deploys_through_a_multipath_device() {
             let lun_after_clean = signatures(&lun);
             let plain_after_clean = signatures(&plain);
 
+            conductor.update_node(&uuid, |n| {
+                n.target_raid_config = json!({"logical_disks": [
+                {"controller": "software", "raid_level": "1", "size_gb": 1, "volume_name": "mp",
+                 "physical_disks": [{"wwn": WWN}, {"serial": "PLAIN0001"}]}]});
+            });
+            let raid = |name: &str| json!({"interface": "raid", "step": name, "args": {}});
+            conductor.start_clean(
+                &uuid,
+                Some(vec![
+                    raid("delete_configuration"),
+                    raid("create_configuration"),
+                ]),
+            )?;
+            conductor
+                .wait_for_state(&uuid, "manageable", Duration::from_secs(120))
+                .await
+                .map_err(|e| {
+                    anyhow::anyhow!("create_configuration: {e:#}{}", ctx(&vm, &conductor))
+                })?;
+            println!("{:>5.1} s RAID built", started.elapsed().as_secs_f64());
+            let raid_layout: Vec<(u64, u64, Option<String>)> = direct::partitions(&lun)
+                .into_iter()
+                .map(|(s, l)| (s, l, member(&lun, s, l)))
+                .collect();
+            conductor.start_clean(&uuid, Some(vec![raid("delete_configuration")]))?;
+            conductor
+                .wait_for_state(&uuid, "manageable", Duration::from_secs(120))
+                .await
+                .map_err(|e| {
+                    anyhow::anyhow!("delete_configuration: {e:#}{}", ctx(&vm, &conductor))
+                })?;
+            println!("{:>5.1} s RAID deleted", started.elapsed().as_secs_f64());
+            let lun_after_delete = signatures(&lun);
+
             conductor.make_available(&uuid)?;
             let configdrive = deploy::config_drive(&workdir, &json!({"uuid": "multipath"}))?;
             conductor.start_deploy(
@@ -174,6 +236,8 @@ fn ramdisk_lists_erases_and_deploys_through_a_multipath_device() {
             vm.kill();
             Ok((
                 inspected,
+                raid_layout,
+                lun_after_delete,
                 lun_after_clean,
                 plain_after_clean,
                 console,
@@ -181,8 +245,15 @@ fn ramdisk_lists_erases_and_deploys_through_a_multipath_device() {
             ))
         })
         .and_then(|r| r);
-    let (inspected, lun_after_clean, plain_after_clean, console, transcript) =
-        outcome.unwrap_or_else(|e| panic!("{e:#}"));
+    let (
+        inspected,
+        raid_layout,
+        lun_after_delete,
+        lun_after_clean,
+        plain_after_clean,
+        console,
+        transcript,
+    ) = outcome.unwrap_or_else(|e| panic!("{e:#}"));
     let ctx = format!(
         "\n--- transcript ---\n{}\n--- console ({}) ---\n{console}",
         transcript.join("\n"),
@@ -220,6 +291,26 @@ fn ramdisk_lists_erases_and_deploys_through_a_multipath_device() {
     assert_eq!(m["wwn"], WWN, "{ctx}");
     assert_eq!(m["size"], 5 * GIB, "{ctx}");
     assert_eq!(m["by_path"], Value::Null, "{ctx}");
+
+    // RAID on the multipath device's partition.
+    assert_eq!(
+        raid_layout.len(),
+        1,
+        "one RAID partition on the LUN: {raid_layout:?}{ctx}"
+    );
+    assert_eq!(
+        raid_layout[0].2.as_deref(),
+        Some("mp"),
+        "no member of array mp on the LUN's partition: {raid_layout:?}{ctx}"
+    );
+    assert!(
+        console.contains("name=mpatha-part1"),
+        "the RAID partition was not mapped{ctx}"
+    );
+    assert!(
+        lun_after_delete.is_empty() && member(&lun, raid_layout[0].0, raid_layout[0].1).is_none(),
+        "delete_configuration left on the LUN: {lun_after_delete}{ctx}"
+    );
 
     // Erased through the multipath device.
     assert!(
