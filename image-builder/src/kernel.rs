@@ -236,6 +236,11 @@ pub const WANTED: &[&str] = &[
     "raid1",
     "raid10",
     "raid456",
+    // multipath devices over a SAN LUN's paths (the agent assembles them;
+    // there is no modprobe for the kernel to load the path selector itself)
+    "dm_mod",
+    "dm_multipath",
+    "dm_round_robin",
     // bonds from network_data.json (loaded by init only when one is planned)
     "bonding",
     // IPMI: the BMC's LAN settings for the inventory (ipmi_si binds by
@@ -263,6 +268,9 @@ pub const ALWAYS: &[&str] = &[
     "raid1",
     "raid10",
     "raid456",
+    "dm_mod",
+    "dm_multipath",
+    "dm_round_robin",
     // no modalias: the character device for whichever IPMI driver binds
     "ipmi_devintf",
 ];

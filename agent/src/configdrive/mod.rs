@@ -168,6 +168,11 @@ fn place(device: &Path, data: &[u8]) -> Result<Placed, TargetError> {
         }) {
             tracing::debug!(device = %device.display(), "re-reading partitions: {e}");
         }
+        // A multipath device's partitions are dm maps (the kernel makes none).
+        crate::disk::multipath::sync_partitions(device).map_err(|e| TargetError::Io {
+            what: "mapping the multipath device's partitions",
+            source: std::io::Error::other(format!("{e:#}")),
+        })?;
     }
     Ok(Placed {
         part,

@@ -76,6 +76,11 @@ pub fn erase_devices(devices: Vec<Device>, policy: &WritePolicy) -> Result<()> {
 pub fn erase_metadata(path: &Path) -> Result<Wiped> {
     let dev = Device::open(path).map_err(anyhow::Error::from)?;
     let block = dev.devno.is_some();
+    // A multipath device's partition maps hold it open: removed first (its
+    // table goes now), made again from the new table by whoever writes one.
+    if block {
+        super::multipath::drop_partitions(path)?;
+    }
     let file = super::busy::retry(path, "opening it exclusively", || {
         OpenOptions::new()
             .read(true)

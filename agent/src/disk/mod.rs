@@ -6,11 +6,13 @@
 //! `--allow-device` (and their partitions) may be written at all.
 
 pub mod busy;
+pub mod dm;
 pub mod erase;
 pub mod flush;
 pub mod fullerase;
 pub mod gpt;
 pub mod ioctl;
+pub mod multipath;
 pub mod probe;
 pub mod table;
 
@@ -81,11 +83,18 @@ impl Device {
         link.file_name().map(|n| n.to_string_lossy().into_owned())
     }
 
-    /// Partitions of this (whole) device, as devices, found through sysfs.
+    /// Partitions of this (whole) device, as devices, found through sysfs;
+    /// for a multipath device, its partition maps (`/dev/dm-N`).
     pub fn partitions(&self) -> Vec<Device> {
         let Some(name) = self.kernel_name() else {
             return Vec::new();
         };
+        if name.starts_with("dm-") {
+            return multipath::partition_maps(Path::new("/"), &name)
+                .into_iter()
+                .filter_map(|(_, k)| Device::open(&Path::new("/dev").join(k)).ok())
+                .collect();
+        }
         let Ok(entries) = fs::read_dir(format!("/sys/class/block/{name}")) else {
             return Vec::new();
         };
@@ -174,8 +183,20 @@ impl WritePolicy {
         }
         for (ma, mi) in &family {
             let holders = format!("/sys/dev/block/{ma}:{mi}/holders");
-            if let Ok(mut entries) = fs::read_dir(&holders) {
-                if let Some(h) = entries.next().and_then(|e| e.ok()) {
+            let Ok(entries) = fs::read_dir(&holders) else {
+                continue;
+            };
+            for h in entries.flatten() {
+                // A multipath device's partition maps hold it; they are
+                // its partitions (in `family`), checked themselves.
+                let own = fs::read_to_string(h.path().join("dev"))
+                    .ok()
+                    .and_then(|d| {
+                        let (a, b) = d.trim().split_once(':')?;
+                        Some((a.parse().ok()?, b.parse().ok()?))
+                    })
+                    .is_some_and(|d| family.contains(&d));
+                if !own {
                     return Err(Refusal::Held(
                         display,
                         h.file_name().to_string_lossy().into_owned(),
@@ -219,14 +240,24 @@ pub fn mounted_at(mountinfo: &str, devnos: &[(u64, u64)]) -> Option<String> {
 
 /// Whole disks that may hold an OS, from `/sys/block` under `sys_root`:
 /// everything but loop, ram, zram, floppies, optical drives and
-/// device-mapper/md virtual devices.
+/// device-mapper/md virtual devices, except that a multipath device is
+/// listed (`/dev/dm-N`) in place of its paths, which are left out.
 pub fn whole_disks(sys_root: &Path) -> Result<Vec<PathBuf>> {
     let dir = sys_root.join("block");
+    let root = sys_root.parent().unwrap_or(Path::new("/"));
     let mut out = Vec::new();
     for e in fs::read_dir(&dir).with_context(|| format!("listing {}", dir.display()))? {
         let name = e?.file_name().to_string_lossy().into_owned();
         const SKIP: [&str; 7] = ["loop", "ram", "zram", "fd", "sr", "dm-", "md"];
+        if name.starts_with("dm-") && multipath::multipath(root, &name).is_some() {
+            out.push(PathBuf::from("/dev").join(name));
+            continue;
+        }
         if SKIP.iter().any(|p| name.starts_with(p)) {
+            continue;
+        }
+        if let Some(m) = multipath::holder(root, &name) {
+            tracing::debug!(disk = %name, multipath = %m, "a path of a multipath device: left out");
             continue;
         }
         out.push(PathBuf::from("/dev").join(name));
@@ -281,18 +312,25 @@ pub fn erasable_devices(policy: &WritePolicy) -> Result<Vec<PathBuf>> {
 }
 
 /// Devices the erase steps consider: `disks` (from [`erasable_disks`], less
-/// the node's `skip_block_devices`), each followed by its partitions.
-/// Sorted by name descending so partitions come before their disk (as IPA
-/// does).
+/// the node's `skip_block_devices`), each preceded by its partitions.
+/// Disks by name descending, each disk's partitions descending before it
+/// (as IPA does; for `sd*` and `nvme*` names the same order as sorting
+/// all by name, and a multipath device's partition maps, `dm-N` too, stay
+/// with their disk whatever their numbers).
 pub fn erase_candidates(disks: &[PathBuf]) -> Result<Vec<Device>> {
-    let mut out = Vec::new();
-    for d in disks {
+    let mut sorted: Vec<&PathBuf> = disks.iter().collect();
+    sorted.sort_by(|a, b| b.cmp(a));
+    let mut out: Vec<Device> = Vec::new();
+    for d in sorted {
         let dev = Device::open(d).with_context(|| format!("examining {}", d.display()))?;
-        out.extend(dev.partitions());
-        out.push(dev);
+        let mut parts = dev.partitions();
+        parts.sort_by(|a, b| b.path.cmp(&a.path));
+        for p in parts.into_iter().chain([dev]) {
+            if !out.contains(&p) {
+                out.push(p);
+            }
+        }
     }
-    out.sort_by(|a, b| b.path.cmp(&a.path));
-    out.dedup();
     Ok(out)
 }
 
@@ -333,6 +371,30 @@ mod tests {
         assert_eq!(
             md_devices(dir.path()),
             [PathBuf::from("/dev/md0"), PathBuf::from("/dev/md127")]
+        );
+    }
+
+    #[test]
+    fn whole_disks_list_a_multipath_device_in_place_of_its_paths() {
+        let dir = tempfile::tempdir().unwrap();
+        let block = dir.path().join("sys/block");
+        for name in ["sda", "sdb", "sdc", "dm-0", "dm-1", "loop0"] {
+            fs::create_dir_all(block.join(name).join("holders")).unwrap();
+        }
+        fs::create_dir_all(block.join("dm-0/dm")).unwrap();
+        fs::write(block.join("dm-0/dm/uuid"), "mpath-naa.5000c50015ea71ad").unwrap();
+        fs::create_dir_all(block.join("dm-1/dm")).unwrap();
+        fs::write(
+            block.join("dm-1/dm/uuid"),
+            "part1-mpath-naa.5000c50015ea71ad",
+        )
+        .unwrap();
+        for s in ["sdb", "sdc"] {
+            fs::create_dir(block.join(s).join("holders/dm-0")).unwrap();
+        }
+        assert_eq!(
+            whole_disks(&dir.path().join("sys")).unwrap(),
+            [PathBuf::from("/dev/dm-0"), PathBuf::from("/dev/sda")]
         );
     }
 

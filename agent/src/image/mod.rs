@@ -159,6 +159,15 @@ pub fn write_image(
             let committed = target
                 .commit()
                 .inspect_err(|_| progress.set_phase(Phase::Failed))?;
+            // A multipath device has no kernel partitions (its BLKRRPART
+            // fails): its partitions are dm maps, made from the table just
+            // written, now that the exclusive open is closed.
+            crate::disk::multipath::sync_partitions(device)
+                .map_err(|e| ImageError::Write {
+                    device: device.display().to_string(),
+                    reason: format!("mapping the multipath device's partitions: {e:#}"),
+                })
+                .inspect_err(|_| progress.set_phase(Phase::Failed))?;
             progress.set_phase(Phase::Done);
             let report = WriteReport {
                 device: device.display().to_string(),

@@ -94,6 +94,22 @@ pub fn main() -> ! {
         moddir.display()
     ));
     bootphases::record("modules");
+    // Multipath devices over the paths of each SAN LUN, as multipathd makes
+    // them in IPA's ramdisk, before anything lists the disks (RAID members
+    // included: an array on a LUN is assembled on its multipath device).
+    let (assembled, failures) = crate::disk::multipath::assemble();
+    for f in failures {
+        say(&format!("multipath: {f}"));
+    }
+    for m in assembled {
+        say(&format!(
+            "multipath: {} ({}) assembled from {} (WWID {})",
+            m.node.display(),
+            m.name,
+            m.paths.join(", "),
+            m.wwid
+        ));
+    }
     // Software RAID arrays on the disks start now, as udev and mdadm
     // --incremental start them in IPA's ramdisk (a deploy onto /dev/md0
     // after the clean that built it runs in a new boot).

@@ -9,6 +9,12 @@
 //! zram, floppies, optical drives and device-mapper devices. Software RAID
 //! (md) arrays are listed, as IPA lists them, once running (an inactive
 //! array has size zero).
+//!
+//! Multipath (as IPA 13 with multipathd): a device-mapper multipath device
+//! is listed once, as `/dev/dm-N` with its own size and sector sizes and
+//! the serial, WWN, model and vendor of its paths (no `hctl`, `by_path` or
+//! transport: those belong to one path), and its paths (`sdX` held by it)
+//! are not listed.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -17,6 +23,7 @@ use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
 use super::{read_attr, under};
+use crate::disk::multipath;
 
 /// One entry of `inventory.disks`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -78,6 +85,14 @@ pub fn read(root: &Path, extra: &[String]) -> Result<Vec<Disk>> {
             extra.contains(n)
                 || !SKIPPED.iter().any(|p| n.starts_with(p))
                 || (n.starts_with("md") && dir.join(n).join("md").is_dir())
+                || (n.starts_with("dm-") && multipath::multipath(root, n).is_some())
+        })
+        .filter(|n| match multipath::holder(root, n) {
+            Some(m) => {
+                tracing::debug!(disk = %n, multipath = %m, "a path of a multipath device: not listed");
+                false
+            }
+            None => true,
         })
         .collect();
     names.sort();
@@ -94,6 +109,9 @@ pub fn read(root: &Path, extra: &[String]) -> Result<Vec<Disk>> {
 }
 
 fn read_one(root: &Path, name: &str, by_path_links: &HashMap<String, String>) -> Option<Disk> {
+    if let Some(m) = multipath::multipath(root, name) {
+        return read_multipath(root, &m, by_path_links);
+    }
     let b = under(root, "/sys/block").join(name);
     let attr = |p: &str| read_attr(&b.join(p));
     let num = |p: &str| attr(p).and_then(|v| v.parse::<u64>().ok());
@@ -170,6 +188,61 @@ fn read_one(root: &Path, name: &str, by_path_links: &HashMap<String, String>) ->
         tran: transport(&rel, name),
         read_only: attr("ro").as_deref() == Some("1"),
         removable: attr("removable").as_deref() == Some("1"),
+        serials,
+        wwns,
+    })
+}
+
+/// A multipath device: its own name, size and sector sizes; what its paths
+/// report about the LUN (every serial and WWN of every path, the first
+/// path's model and vendor).
+fn read_multipath(
+    root: &Path,
+    m: &multipath::Multipath,
+    by_path_links: &HashMap<String, String>,
+) -> Option<Disk> {
+    let b = under(root, "/sys/block").join(&m.kname);
+    let attr = |p: &str| read_attr(&b.join(p));
+    let num = |p: &str| attr(p).and_then(|v| v.parse::<u64>().ok());
+    let sectors = num("size")?;
+    let paths: Vec<Disk> = m
+        .paths
+        .iter()
+        .filter_map(|p| read_one(root, p, by_path_links))
+        .collect();
+    let first = paths.first();
+    let from_first = |f: fn(&Disk) -> Option<String>| first.and_then(f);
+    let mut serials: Vec<String> = Vec::new();
+    let mut wwns: Vec<String> = Vec::new();
+    for p in &paths {
+        for s in &p.serials {
+            if !serials.contains(s) {
+                serials.push(s.clone());
+            }
+        }
+        for w in &p.wwns {
+            if !wwns.contains(w) {
+                wwns.push(w.clone());
+            }
+        }
+    }
+    Some(Disk {
+        name: format!("/dev/{}", m.kname),
+        model: from_first(|d| d.model.clone()),
+        size: sectors * 512,
+        rotational: attr("queue/rotational").as_deref() == Some("1"),
+        wwn: from_first(|d| d.wwn.clone()),
+        serial: from_first(|d| d.serial.clone()),
+        vendor: from_first(|d| d.vendor.clone()),
+        wwn_with_extension: from_first(|d| d.wwn_with_extension.clone()),
+        wwn_vendor_extension: from_first(|d| d.wwn_vendor_extension.clone()),
+        hctl: None,
+        by_path: None,
+        logical_sectors: num("queue/logical_block_size").unwrap_or(512) as u32,
+        physical_sectors: num("queue/physical_block_size").unwrap_or(512) as u32,
+        tran: None,
+        read_only: attr("ro").as_deref() == Some("1"),
+        removable: false,
         serials,
         wwns,
     })
@@ -390,6 +463,82 @@ mod tests {
             split_wwid("t10.ATA     QEMU HARDDISK   QM00001"),
             (None, None, None)
         );
+    }
+
+    /// A fixture tree: `sda` a plain disk; `sdb` and `sdc` two virtio-scsi
+    /// paths of one LUN (same serial and WWID) held by multipath device
+    /// `dm-0` (`mpatha`); `dm-1` an LVM volume (not listed).
+    fn multipath_tree() -> tempfile::TempDir {
+        use std::fs;
+        let t = tempfile::tempdir().unwrap();
+        let block = t.path().join("sys/block");
+        let dev = |name: &str, devno: &str, size: &str| {
+            let b = block.join(name);
+            for d in ["holders", "slaves", "queue", "device"] {
+                fs::create_dir_all(b.join(d)).unwrap();
+            }
+            fs::write(b.join("dev"), devno).unwrap();
+            fs::write(b.join("size"), size).unwrap();
+            fs::write(b.join("queue/logical_block_size"), "512").unwrap();
+            fs::write(b.join("queue/physical_block_size"), "4096").unwrap();
+            b
+        };
+        dev("sda", "8:0", "2048");
+        for (i, name) in ["sdb", "sdc"].iter().enumerate() {
+            let b = dev(name, &format!("8:{}", 16 * (i + 1)), "8192");
+            fs::write(b.join("device/wwid"), "naa.5000c50015ea71ad").unwrap();
+            fs::write(b.join("device/model"), "SANLUN").unwrap();
+            fs::write(b.join("device/vendor"), "QEMU").unwrap();
+            let mut p = vec![0, 0x80, 0, 8];
+            p.extend_from_slice(b"MPATH001");
+            fs::write(b.join("device/vpd_pg80"), p).unwrap();
+            fs::create_dir_all(b.join(format!("device/scsi_device/0:0:{i}:0"))).unwrap();
+            fs::create_dir(b.join("holders/dm-0")).unwrap();
+        }
+        let m = dev("dm-0", "254:0", "8192");
+        fs::remove_dir(m.join("device")).unwrap();
+        fs::create_dir_all(m.join("dm")).unwrap();
+        fs::write(m.join("dm/uuid"), "mpath-naa.5000c50015ea71ad").unwrap();
+        fs::write(m.join("dm/name"), "mpatha").unwrap();
+        for s in ["sdb", "sdc"] {
+            fs::create_dir(m.join("slaves").join(s)).unwrap();
+        }
+        let lv = dev("dm-1", "254:1", "100");
+        fs::create_dir_all(lv.join("dm")).unwrap();
+        fs::write(lv.join("dm/uuid"), "LVM-xyz").unwrap();
+        t
+    }
+
+    #[test]
+    fn a_multipath_device_is_listed_once_and_its_paths_not_at_all() {
+        let t = multipath_tree();
+        let disks = read(t.path(), &[]).unwrap();
+        let names: Vec<&str> = disks.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(names, ["/dev/dm-0", "/dev/sda"]);
+        let m = &disks[0];
+        assert_eq!(m.size, 8192 * 512);
+        assert_eq!(m.serial.as_deref(), Some("MPATH001"));
+        assert_eq!(m.wwn.as_deref(), Some("0x5000c50015ea71ad"));
+        assert_eq!(m.model.as_deref(), Some("SANLUN"));
+        assert_eq!(m.vendor.as_deref(), Some("QEMU"));
+        assert_eq!(
+            (m.hctl.as_ref(), m.by_path.as_ref(), m.tran.as_ref()),
+            (None, None, None)
+        );
+        assert_eq!((m.logical_sectors, m.physical_sectors), (512, 4096));
+        assert!(m.serials.contains(&"MPATH001".to_string()));
+        assert_eq!(m.wwns, ["0x5000c50015ea71ad"]);
+        // Without the multipath device, both paths are disks again.
+        std::fs::remove_dir_all(t.path().join("sys/block/dm-0")).unwrap();
+        for s in ["sdb", "sdc"] {
+            std::fs::remove_dir(t.path().join("sys/block").join(s).join("holders/dm-0")).unwrap();
+        }
+        let names: Vec<String> = read(t.path(), &[])
+            .unwrap()
+            .into_iter()
+            .map(|d| d.name)
+            .collect();
+        assert_eq!(names, ["/dev/sda", "/dev/sdb", "/dev/sdc"]);
     }
 
     #[test]

@@ -185,10 +185,17 @@ pub fn write_table(
         }
     };
     f.sync_all().context("flushing the partition table")?;
-    crate::disk::busy::retry(disk, "re-reading the partition table", || {
+    let reread = crate::disk::busy::retry(disk, "re-reading the partition table", || {
         ioctl::reread_partitions(&f)
-    })
-    .context("having the kernel re-read the partition table")?;
+    });
+    match reread {
+        // A multipath device has no kernel partitions: partition_devices
+        // maps them.
+        Err(e)
+            if e.raw_os_error() == Some(libc::EINVAL)
+                && crate::disk::multipath::is_multipath(disk) => {}
+        r => r.context("having the kernel re-read the partition table")?,
+    }
     tracing::info!(device = %disk.display(), ?label, partitions = entries.len(), "partition table written");
     Ok(uuids)
 }
@@ -261,6 +268,20 @@ pub fn partition_devices(dev: &Device, parts: &[(u32, u64, u64)]) -> anyhow::Res
     let name = dev
         .kernel_name()
         .context("the disk's kernel name is not in sysfs")?;
+    if let Some(maps) = crate::disk::multipath::sync_partitions(&dev.path)? {
+        // A multipath device: its partitions are the dm maps just made.
+        return parts
+            .iter()
+            .map(|(number, _, len)| {
+                maps.iter()
+                    .find(|(n, _, size)| n == number && size == len)
+                    .map(|(_, path, _)| path.clone())
+                    .with_context(|| {
+                        format!("multipath device {name} has no partition {number} of {len} bytes after mapping its table (maps: {maps:?})")
+                    })
+            })
+            .collect();
+    }
     let started = Instant::now();
     let mut told = false;
     loop {

@@ -28,6 +28,9 @@ pub struct MirroredEsp {
 /// The disk and partition number of partition device `name` (`vda1`),
 /// from sysfs.
 fn parent(name: &str) -> Option<(PathBuf, u32)> {
+    if let Some((disk, number)) = crate::disk::multipath::partition_of(Path::new("/"), name) {
+        return Some((Path::new("/dev").join(disk), number));
+    }
     let sys = std::fs::canonicalize(Path::new("/sys/class/block").join(name)).ok()?;
     let number = std::fs::read_to_string(sys.join("partition"))
         .ok()?

@@ -267,6 +267,7 @@ pub fn member_disks(root: &Path, name: &str) -> Vec<PathBuf> {
                         .and_then(|d| d.file_name())
                         .map(|n| n.to_string_lossy().into_owned())
                 })
+                .or_else(|| crate::disk::multipath::partition_of(root, m).map(|(d, _)| d))
                 .unwrap_or_else(|| m.clone());
             Path::new("/dev").join(disk)
         })

@@ -588,6 +588,10 @@ pub fn assemble_existing(disks: &[PathBuf]) -> Vec<PathBuf> {
                     .ok()
             })
             .and_then(|t| t.trim().parse().ok())
+            .or_else(|| {
+                let n = p.file_name()?.to_str()?;
+                crate::disk::multipath::partition_of(Path::new("/"), n).map(|(_, number)| number)
+            })
             .unwrap_or(0)
     };
     let mut groups: Vec<Group> = groups.into_values().collect();

@@ -49,7 +49,7 @@ pub mod vm;
 pub mod vmedia_disc;
 
 pub use net::{Net, NetOptions, Proc, BRIDGE_IP};
-pub use vm::{Boot, Bus, Disk, Firmware, Nic, Vm, VmSpec};
+pub use vm::{Boot, Bus, Disk, Firmware, MultipathDisk, Nic, Vm, VmSpec};
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

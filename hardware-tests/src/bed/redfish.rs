@@ -627,6 +627,11 @@ pub fn domain_xml(spec: &VmSpec, taps: &[String], console: &Path) -> Result<Stri
         "{}: the IPMI simulator is not offered on a Redfish machine",
         spec.name
     );
+    anyhow::ensure!(
+        spec.multipath_disks.is_empty(),
+        "{}: multipath disks are offered on directly started machines only",
+        spec.name
+    );
     anyhow::ensure!(taps.len() == spec.nics.len(), "one tap per NIC");
     let mut x = String::new();
     // type='qemu': TCG, as this machine's KVM cannot boot a stock kernel.

@@ -61,6 +61,24 @@ pub struct Disk {
     pub model: Option<String>,
 }
 
+/// One LUN seen on several paths, as a SAN presents it: `paths` virtio-scsi
+/// disks (`scsi-hd`, each on its own target of one controller) on the same
+/// backing file, shared for writing without QEMU's image locking, all with
+/// the same serial and WWN. Offered on directly started machines only.
+#[derive(Debug, Clone)]
+pub struct MultipathDisk {
+    /// The backing file (raw; created sparse when missing).
+    pub path: PathBuf,
+    /// Size in bytes if the file must be created.
+    pub size: u64,
+    /// Serial number every path reports.
+    pub serial: String,
+    /// WWN every path reports (`0x5000c50015ea71ad`).
+    pub wwn: String,
+    /// Number of paths.
+    pub paths: u32,
+}
+
 /// A NIC on a tap in the bed's bridge.
 #[derive(Debug, Clone)]
 pub struct Nic {
@@ -117,6 +135,8 @@ pub struct VmSpec {
     /// `tests/faults_disk_qemu.rs`). QEMU reads the file each time the
     /// machine starts. Offered on the Redfish bed's domains only.
     pub blkdebug: Option<PathBuf>,
+    /// LUNs seen on several paths (after `disks`).
+    pub multipath_disks: Vec<MultipathDisk>,
 }
 
 impl VmSpec {
@@ -134,6 +154,7 @@ impl VmSpec {
             cdrom: None,
             rtc_base: None,
             blkdebug: None,
+            multipath_disks: Vec::new(),
         }
     }
 }
@@ -226,6 +247,7 @@ impl<'n> Vm<'n> {
         let bios_disk_boot =
             matches!(spec.firmware, Firmware::Bios) && matches!(spec.boot, Boot::Disk);
         disk_args(&spec.disks, bios_disk_boot, &mut args)?;
+        multipath_args(&spec.multipath_disks, &mut args)?;
         if let Some(iso) = &spec.cdrom {
             let sata = spec.disks.iter().filter(|d| d.bus == Bus::Sata).count();
             anyhow::ensure!(
@@ -404,6 +426,31 @@ impl Drop for Vm<'_> {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+fn multipath_args(disks: &[MultipathDisk], args: &mut Vec<String>) -> Result<()> {
+    for (i, d) in disks.iter().enumerate() {
+        if !d.path.exists() {
+            std::fs::File::create(&d.path)
+                .and_then(|f| f.set_len(d.size))
+                .with_context(|| format!("creating disk {}", d.path.display()))?;
+        }
+        args.push("-device".into());
+        args.push(format!("virtio-scsi-pci,id=mp{i}"));
+        for p in 0..d.paths {
+            args.push("-drive".into());
+            args.push(format!(
+                "file={},if=none,id=mp{i}p{p},format=raw,file.locking=off",
+                d.path.display()
+            ));
+            args.push("-device".into());
+            args.push(format!(
+                "scsi-hd,drive=mp{i}p{p},bus=mp{i}.0,scsi-id={p},lun=0,share-rw=on,serial={},wwn={}",
+                d.serial, d.wwn
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn disk_args(disks: &[Disk], bios_disk_boot: bool, args: &mut Vec<String>) -> Result<()> {

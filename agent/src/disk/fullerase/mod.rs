@@ -424,6 +424,10 @@ fn nvme_attempt(dev: &Device, file: &File, knobs: &Knobs) -> tree::Secure {
 }
 
 fn open(path: &Path, is_block: bool) -> Result<File> {
+    if is_block {
+        // A multipath device's partition maps hold it (see erase_metadata).
+        crate::disk::multipath::drop_partitions(path)?;
+    }
     crate::disk::busy::retry(path, "opening it exclusively", || {
         OpenOptions::new()
             .read(true)
