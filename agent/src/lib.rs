@@ -8,7 +8,7 @@
 //!    flags), [`tls`] (with the pinned self-signed certificate rule),
 //!    [`net`], [`discovery`] (finding the conductor by mDNS), [`errfmt`],
 //!    [`tool`] (running external tools), [`timesync`] (the clock before TLS),
-//!    [`rtc`] (the hardware clock).
+//!    [`rtc`] (the hardware clock), [`metrics`] (statsd timers).
 //! 2. Hardware and devices: [`inventory`] (what the machine is) with its
 //!    [`collectors`], [`hints`] (which disk is the root device), [`lldp`]
 //!    (which switch port each NIC sees), [`disk`] (device policy, partition
@@ -63,6 +63,7 @@ pub mod inventory;
 pub mod lldp;
 pub mod lockdown;
 pub mod logs;
+pub mod metrics;
 pub mod net;
 pub mod netconf;
 pub mod partimage;

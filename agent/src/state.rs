@@ -72,6 +72,7 @@ pub struct AgentState {
     node: RwLock<Option<Value>>,
     partition_uuids: RwLock<Option<Value>>,
     lookup_config: RwLock<Option<LookupConfig>>,
+    metrics: RwLock<Option<Arc<crate::metrics::Metrics>>>,
     events: Mutex<Option<mpsc::UnboundedSender<AgentEvent>>>,
     abort: Mutex<Arc<AtomicBool>>,
     session: RwLock<SessionInfo>,
@@ -96,6 +97,7 @@ impl AgentState {
             node: RwLock::new(None),
             partition_uuids: RwLock::new(None),
             lookup_config: RwLock::new(None),
+            metrics: RwLock::new(None),
             events: Mutex::new(events),
             abort: Mutex::new(Arc::new(AtomicBool::new(false))),
             session: RwLock::new(SessionInfo {
@@ -163,12 +165,34 @@ impl AgentState {
         self.node.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    /// Remembers the settings of the last lookup.
+    /// Remembers the settings of the last lookup, and the metrics sink
+    /// they ask for ([`crate::metrics`]).
     pub fn set_lookup_config(&self, c: LookupConfig) {
+        let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_string())
+            .unwrap_or_default();
+        let metrics = match crate::metrics::Metrics::from_lookup(&c.raw, &hostname) {
+            Ok(m) => m.map(Arc::new),
+            Err(e) => {
+                tracing::warn!("lookup: {e}; no metrics are sent");
+                None
+            }
+        };
+        *self.metrics.write().unwrap_or_else(|p| p.into_inner()) = metrics;
         *self
             .lookup_config
             .write()
             .unwrap_or_else(|p| p.into_inner()) = Some(c);
+    }
+
+    /// A timer of the command API's call `name`, sent when dropped, if the
+    /// conductor asked for metrics.
+    pub fn api_timer(&self, name: &'static str) -> Option<crate::metrics::Timer> {
+        self.metrics
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map(|m| m.time(name))
     }
 
     /// The settings of the last lookup.

@@ -18,6 +18,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "config",
             "discovery",
             "errfmt",
+            "metrics",
             "net",
             "rtc",
             "timesync",

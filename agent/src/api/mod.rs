@@ -163,6 +163,7 @@ async fn v1(headers: axum::http::HeaderMap) -> Json<Value> {
 }
 
 async fn status(State(state): State<Arc<AgentState>>) -> Json<Value> {
+    let _timer = state.api_timer("get_status");
     Json(json!({"started_at": state.started_at, "version": AGENT_VERSION}))
 }
 
@@ -216,6 +217,7 @@ async fn list_commands(
     State(state): State<Arc<AgentState>>,
     Query(q): Params,
 ) -> Result<Json<Value>, ApiError> {
+    let _timer = state.api_timer("list_commands");
     check_token(&state, &q)?;
     Ok(Json(json!({"commands": state.commands.all()})))
 }
@@ -225,6 +227,7 @@ async fn get_command(
     id: Result<Path<String>, PathRejection>,
     Query(q): Params,
 ) -> Result<Json<Value>, ApiError> {
+    let _timer = state.api_timer("get_command");
     check_token(&state, &q)?;
     // An id that does not decode (not UTF-8) names no command.
     let Path(id) = id.map_err(|e| ApiError::NotFound(format!("no command at this URL: {e}")))?;
@@ -255,6 +258,7 @@ async fn run_command(
     axum::Extension(budget): axum::Extension<BodyBudget>,
     req: Request,
 ) -> Result<impl IntoResponse, ApiError> {
+    let _timer = state.api_timer("run_command");
     check_token(&state, &q)?;
     let limit = state
         .config

@@ -59,11 +59,11 @@ pub const KEYS: &[(&str, Handling)] = &[
     ),
     (
         "metrics",
-        Handling::Ignored("the agent emits no metrics; Ironic's default agent backend is `noop`, and a `statsd` backend is reported in the log"),
+        Handling::Honoured("backend `statsd`: the command API's timers with IPA's names and prefixes (metrics.rs)"),
     ),
     (
         "metrics_statsd",
-        Handling::Ignored("only used by a `statsd` metrics backend, which this agent does not have"),
+        Handling::Honoured("where a `statsd` backend sends (metrics.rs)"),
     ),
     (
         "agent_containers",
@@ -89,19 +89,9 @@ pub fn unclassified(config: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// Logs what the agent leaves undone that the conductor asked for: a
-/// metrics backend other than `noop`, containers allowed, unknown keys.
+/// Logs what the agent leaves undone that the conductor asked for:
+/// containers allowed, unknown keys.
 pub fn log_ignored(config: &Value) {
-    let backend = config
-        .pointer("/metrics/backend")
-        .and_then(Value::as_str)
-        .unwrap_or("noop");
-    if backend != "noop" {
-        tracing::warn!(
-            backend,
-            "the conductor asks for agent metrics; this agent emits none"
-        );
-    }
     if let Some(c) = config.get("agent_containers") {
         let arbitrary = c
             .get("allow_arbitrary_containers")
