@@ -29,6 +29,12 @@
 //! pick it. Cleaning and the deploy must leave it byte-identical, and the
 //! image must land on `/dev/vda`.
 //!
+//! A third disk is a SAN LUN on two paths (the same 6 GiB file as two
+//! shareable virtio-scsi disks with one serial and WWN): the inventory
+//! Ironic stores lists it once, as the multipath device (`/dev/dm-N`), and
+//! neither path; automated cleaning erases it through that device (the
+//! GPT put on the file beforehand is gone).
+//!
 //! The flow: enroll → manage → inspect (managed, over virtual media) →
 //! provide (automated cleaning, `erase_devices_metadata`) → deploy of a
 //! qcow2 of 2 GiB virtual size (the test image, compressed, and 576 MiB of
@@ -66,7 +72,9 @@ use std::time::{Duration, Instant};
 
 use hardware_tests::bed::http_root::HttpRoot;
 use hardware_tests::bed::redfish::{self, Bmc};
-use hardware_tests::bed::{self, Bus, Disk, Firmware, Net, NetOptions, Nic, VmSpec, BRIDGE_IP};
+use hardware_tests::bed::{
+    self, Bus, Disk, Firmware, MultipathDisk, Net, NetOptions, Nic, VmSpec, BRIDGE_IP,
+};
 use hardware_tests::ironic::Ironic;
 use hardware_tests::{require_root, run, testimage};
 use serde_json::{json, Value};
@@ -78,6 +86,11 @@ const HTTP_PORT: u16 = 8088;
 const DISK_GIB: u64 = 5;
 /// The serial of the disk `skip_block_devices` protects.
 const KEEP_SERIAL: &str = "metal3-keep";
+/// The LUN on two paths: larger than the virtio disk, so the root-disk
+/// guess keeps `/dev/vda`.
+const LUN_GIB: u64 = 6;
+const LUN_SERIAL: &str = "metal3-lun";
+const LUN_WWN: &str = "0x5000c500aa11bb22";
 const MARKER: &str = "metal3-deployed-5b2c";
 const RAMDISK_START: &str = "deploy ramdisk init starting";
 /// What one phase may take under TCG.
@@ -270,7 +283,23 @@ fn metal3_profile_inspects_cleans_and_deploys_in_one_ramdisk_boot() {
         .arg(&spec.disks[1].path))
     .unwrap();
     let kept = file_sha256(&spec.disks[1].path);
+    spec.multipath_disks.push(MultipathDisk {
+        path: tmp.path().join("lun.img"),
+        size: LUN_GIB << 30,
+        serial: LUN_SERIAL.into(),
+        wwn: LUN_WWN.into(),
+        paths: 2,
+    });
+    std::fs::File::create(&spec.multipath_disks[0].path)
+        .and_then(|f| f.set_len(LUN_GIB << 30))
+        .unwrap();
+    run(Command::new("sh")
+        .arg("-c")
+        .arg("printf 'label: gpt\nname=san-old\n' | sfdisk --quiet \"$0\"")
+        .arg(&spec.multipath_disks[0].path))
+    .unwrap();
     spec.nics = MACS.iter().map(|m| Nic { mac: m.to_string() }).collect();
+    let lun_path = spec.multipath_disks[0].path.clone();
     let sys = bmc.define(&spec).unwrap();
     bmc.start_emulator().unwrap();
     let _http = HttpRoot::serve(&net, &www, HTTP_PORT).unwrap();
@@ -448,6 +477,18 @@ fn metal3_profile_inspects_cleans_and_deploys_in_one_ramdisk_boot() {
                 "the protected disk is not in the inventory as /dev/sda: {}",
                 inv["disks"]
             );
+            let lun: Vec<&Value> = inv["disks"]
+                .as_array()
+                .map(|d| d.iter().filter(|d| d["serial"] == json!(LUN_SERIAL)).collect())
+                .unwrap_or_default();
+            assert!(
+                lun.len() == 1
+                    && lun[0]["name"].as_str().is_some_and(|n| n.starts_with("/dev/dm-"))
+                    && lun[0]["wwn"] == json!(LUN_WWN)
+                    && lun[0]["size"] == json!(LUN_GIB << 30),
+                "the LUN must be listed once, as its multipath device: {}",
+                inv["disks"]
+            );
             let ifaces = inv["interfaces"].clone();
             eprintln!("inspected interfaces: {ifaces}");
             assert!(
@@ -491,6 +532,14 @@ fn metal3_profile_inspects_cleans_and_deploys_in_one_ramdisk_boot() {
             let node = settle(&ironic, &uuid, "available", t0).await;
             timing!("phase provide (automated cleaning): available after {}", secs(t));
             assert!(node["last_error"].is_null(), "{}", node["last_error"]);
+            let left = run(Command::new("blkid")
+                .args(["-p", "-o", "export"])
+                .arg(&lun_path))
+            .unwrap_or_default();
+            assert!(
+                !left.contains("PTTYPE"),
+                "cleaning left the LUN's partition table: {left}"
+            );
 
             // Deploy, as the baremetal-operator asks for it.
             let t = Instant::now();

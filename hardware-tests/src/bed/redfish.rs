@@ -627,11 +627,6 @@ pub fn domain_xml(spec: &VmSpec, taps: &[String], console: &Path) -> Result<Stri
         "{}: the IPMI simulator is not offered on a Redfish machine",
         spec.name
     );
-    anyhow::ensure!(
-        spec.multipath_disks.is_empty(),
-        "{}: multipath disks are offered on directly started machines only",
-        spec.name
-    );
     anyhow::ensure!(taps.len() == spec.nics.len(), "one tap per NIC");
     let mut x = String::new();
     // type='qemu': TCG, as this machine's KVM cannot boot a stock kernel.
@@ -725,6 +720,34 @@ pub fn domain_xml(spec: &VmSpec, taps: &[String], console: &Path) -> Result<Stri
             path_attr(&d.path),
             xml_escape(&d.serial)
         );
+    }
+    // A LUN on several paths: the same file as several shareable SCSI
+    // disks with one serial and WWN (libvirt gives QEMU share-rw=on).
+    for d in &spec.multipath_disks {
+        if !d.path.exists() {
+            std::fs::File::create(&d.path)
+                .and_then(|f| f.set_len(d.size))
+                .with_context(|| format!("creating disk {}", d.path.display()))?;
+        }
+        let wwn = d.wwn.trim_start_matches("0x");
+        anyhow::ensure!(
+            wwn.len() == 16 && wwn.bytes().all(|b| b.is_ascii_hexdigit()),
+            "multipath disk {}: libvirt takes a WWN of 16 hex digits, not {}",
+            d.serial,
+            d.wwn
+        );
+        for _ in 0..d.paths {
+            sd += 1;
+            anyhow::ensure!(sd < 23, "too many sd disks");
+            scsi = true;
+            let _ = writeln!(
+                x,
+                "    <disk type='file' device='disk'><driver name='qemu' type='raw' cache='none'/><source file='{}'/><target dev='sd{}' bus='scsi'/><shareable/><serial>{}</serial><wwn>{wwn}</wwn></disk>",
+                path_attr(&d.path),
+                (b'a' + sd - 1) as char,
+                xml_escape(&d.serial)
+            );
+        }
     }
     if scsi {
         let _ = writeln!(x, "    <controller type='scsi' model='virtio-scsi'/>");
