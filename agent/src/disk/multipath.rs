@@ -241,11 +241,12 @@ pub fn uuid(wwid: &str) -> String {
 }
 
 /// The multipath table of a group: one priority group, round-robin over
-/// every path, no features, no hardware handler.
+/// every path (a repeat count of 1: the kernel's round-robin selector takes
+/// no other), no features, no hardware handler.
 pub fn table(g: &Group) -> Target {
     let mut params = format!("0 0 1 1 round-robin 0 {} 1", g.paths.len());
     for p in &g.paths {
-        params.push_str(&format!(" {}:{} 1000", p.devno.0, p.devno.1));
+        params.push_str(&format!(" {}:{} 1", p.devno.0, p.devno.1));
     }
     Target {
         start: 0,
@@ -503,7 +504,7 @@ mod tests {
         );
         assert_eq!(
             table(&g[0]).params,
-            "0 0 1 1 round-robin 0 2 1 8:16 1000 8:32 1000"
+            "0 0 1 1 round-robin 0 2 1 8:16 1 8:32 1"
         );
         assert_eq!(table(&g[0]).length, 4096);
         assert_eq!(uuid(&g[0].wwid), "mpath-naa.5000c50015ea71ad");
