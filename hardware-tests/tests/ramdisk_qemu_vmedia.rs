@@ -23,10 +23,10 @@
 //! disk with a FAT32 filesystem labelled `ir-vfd-dev` whose root-directory
 //! cluster chain loops (its `parameters.txt` would point the agent at
 //! another conductor). The configuration must come from the CD, the
-//! floppy must be refused with a warning, and reading the media once the
-//! devices are there must take under a second (the agent's own timing:
-//! two TCG boots, with and without the tenant media, differ by more than
-//! the cost measured here).
+//! floppy must be refused with a warning, reading the media once the
+//! devices are there must take under a second (the agent's own timing),
+//! and the first heartbeat must come within 5 s of a second boot of the
+//! same machine without the tenant's media.
 //!
 //! The kernel is handed to QEMU directly; booting the ISO Ironic builds
 //! itself, through a Redfish BMC, is the Metal3 suite's part.
@@ -191,49 +191,13 @@ fn vmedia_static_bond_without_dhcp_and_the_isos_ca() {
         tls: Some(vmedia_disc::server_tls(&cert, &key).unwrap()),
         ..Settings::default()
     };
-    let (cleaned, node, console, transcript, heartbeat_at, dnsmasq) = net
-        .block_on(async {
-            let conductor =
-                TestConductor::start_on(settings, format!("{BRIDGE_IP}:6385").parse().unwrap())
-                    .await
-                    .unwrap();
-            assert!(conductor.url().starts_with("https://"));
-            let uuid = conductor.enroll(&MACS);
-            // A manual clean: Ironic answers lookups only for nodes in an
-            // operation that waits for the agent.
-            let erase = serde_json::json!(
-                {"interface": "deploy", "step": "erase_devices_metadata", "args": {}});
-            conductor.start_clean(&uuid, Some(vec![erase])).unwrap();
-            let vm = Vm::start(&net, &spec).unwrap();
-            let mut heartbeat_at = None;
-            let deadline = tokio::time::Instant::now() + Duration::from_secs(240);
-            while heartbeat_at.is_none() && tokio::time::Instant::now() < deadline {
-                if conductor
-                    .transcript()
-                    .iter()
-                    .any(|l| l.contains("POST /v1/heartbeat") && l.ends_with("-> 202"))
-                {
-                    heartbeat_at = Some(vm.elapsed());
-                }
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            println!(
-                "virtual media, static bond: first heartbeat {heartbeat_at:?} after starting QEMU"
-            );
-            let cleaned = conductor
-                .wait_for_state(&uuid, "manageable", Duration::from_secs(120))
-                .await;
-            println!("clean done {:?} after starting QEMU", vm.elapsed());
-            (
-                cleaned,
-                conductor.node(&uuid).unwrap(),
-                vm.console(),
-                conductor.transcript(),
-                heartbeat_at,
-                net.dnsmasq_log(),
-            )
-        })
-        .unwrap();
+    let (cleaned, node, console, transcript, heartbeat_at) = boot(&net, &spec, settings.clone());
+    let dnsmasq = net.dnsmasq_log();
+    // The same machine without the tenant's media, for the time they cost.
+    let mut plain = spec.clone();
+    plain.disks.truncate(1);
+    let (_, _, _, _, plain_heartbeat) = boot(&net, &plain, settings);
+    println!("without the tenant's media: first heartbeat {plain_heartbeat:?} after starting QEMU");
     let ctx = format!(
         "\n--- transcript ---\n{}\n--- console ({}) ---\n{console}",
         transcript.join("\n"),
@@ -299,4 +263,71 @@ fn vmedia_static_bond_without_dhcp_and_the_isos_ca() {
         .unwrap_or_else(|| panic!("no media timing on the console{ctx}"));
     println!("virtual media with the tenant's stick and looping floppy read in {read:.2} s");
     assert!(read < 1.0, "reading the media took {read} s{ctx}");
+    let (with, without) = (
+        heartbeat_at.unwrap(),
+        plain_heartbeat.expect("no heartbeat without the tenant's media"),
+    );
+    assert!(
+        with <= without + Duration::from_secs(5),
+        "the tenant's media cost {:?} to the first heartbeat ({with:?} against {without:?}){ctx}",
+        with.saturating_sub(without)
+    );
+}
+
+/// One boot of `spec` against a stand-in conductor with a manual clean:
+/// (the clean's end, the node, the console, the conductor's transcript,
+/// when the first heartbeat was accepted).
+#[allow(clippy::type_complexity)]
+fn boot(
+    net: &Net,
+    spec: &VmSpec,
+    settings: Settings,
+) -> (
+    anyhow::Result<agent::testconductor::Node>,
+    agent::testconductor::Node,
+    String,
+    Vec<String>,
+    Option<Duration>,
+) {
+    net.block_on(async {
+        let conductor =
+            TestConductor::start_on(settings, format!("{BRIDGE_IP}:6385").parse().unwrap())
+                .await
+                .unwrap();
+        assert!(conductor.url().starts_with("https://"));
+        let uuid = conductor.enroll(&MACS);
+        // A manual clean: Ironic answers lookups only for nodes in an
+        // operation that waits for the agent.
+        let erase = serde_json::json!(
+            {"interface": "deploy", "step": "erase_devices_metadata", "args": {}});
+        conductor.start_clean(&uuid, Some(vec![erase])).unwrap();
+        let vm = Vm::start(net, spec).unwrap();
+        let mut heartbeat_at = None;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(240);
+        while heartbeat_at.is_none() && tokio::time::Instant::now() < deadline {
+            if conductor
+                .transcript()
+                .iter()
+                .any(|l| l.contains("POST /v1/heartbeat") && l.ends_with("-> 202"))
+            {
+                heartbeat_at = Some(vm.elapsed());
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        println!(
+            "virtual media, static bond: first heartbeat {heartbeat_at:?} after starting QEMU"
+        );
+        let cleaned = conductor
+            .wait_for_state(&uuid, "manageable", Duration::from_secs(120))
+            .await;
+        println!("clean done {:?} after starting QEMU", vm.elapsed());
+        (
+            cleaned,
+            conductor.node(&uuid).unwrap(),
+            vm.console(),
+            conductor.transcript(),
+            heartbeat_at,
+        )
+    })
+    .unwrap()
 }
