@@ -81,11 +81,16 @@ pub fn start_detached(config: Config) -> tokio::task::JoinHandle<Result<()>> {
 
 /// Inspects (when `ipa-inspection-callback-url` is set), looks up the
 /// node, starts the API and returns once the heartbeat loop runs.
-pub async fn start(config: Config) -> Result<RunningAgent> {
+pub async fn start(mut config: Config) -> Result<RunningAgent> {
     server::raise_open_file_limit();
     let urls = match &config.api_urls {
         ApiUrls::Urls(u) => u.clone(),
-        ApiUrls::Mdns => vec![discover_conductor(&config).await?],
+        ApiUrls::Mdns => {
+            let found = discover_conductor(&config).await?;
+            // Before inspection, which an override may turn on.
+            config.apply_mdns_overrides(&found.overrides);
+            vec![found.url]
+        }
         ApiUrls::None => bail!(
             "no conductor configured: set ipa-api-url on the kernel command line or --api-url"
         ),
@@ -210,13 +215,13 @@ pub async fn start(config: Config) -> Result<RunningAgent> {
 }
 
 /// Browses mDNS for the conductor until found or the lookup budget ends.
-async fn discover_conductor(config: &Config) -> Result<String> {
+async fn discover_conductor(config: &Config) -> Result<crate::discovery::Found> {
     let deadline = deadline(config.lookup_timeout);
     loop {
-        match crate::discovery::discover("baremetal", Duration::from_secs(10)).await {
-            Ok(url) => {
-                tracing::info!(%url, "conductor found by mDNS");
-                return Ok(url);
+        match crate::discovery::find("baremetal", Duration::from_secs(10)).await {
+            Ok(found) => {
+                tracing::info!(url = %found.url, "conductor found by mDNS");
+                return Ok(found);
             }
             Err(e) if deadline.is_some_and(|d| Instant::now() >= d) => {
                 return Err(e).context("ipa-api-url=mdns");

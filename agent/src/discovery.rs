@@ -5,6 +5,10 @@
 //! host is the address when the SRV target is a `.local.` name, else the
 //! SRV host name. Loopback addresses are skipped; IPv4 is preferred.
 //!
+//! TXT properties named `ipa_<option>` are configuration overrides, as
+//! IPA 13 reads them ([`Found::overrides`]; which ones apply is the
+//! configuration's business: `Config::apply_mdns_overrides`).
+//!
 //! The browse runs on mdns-sd's own thread; [`discover`] waits on its
 //! channel from a blocking task.
 
@@ -57,17 +61,48 @@ pub fn url_of(a: &Advert) -> Result<String> {
     Ok(format!("{protocol}://{host}:{}{path}", a.port))
 }
 
+/// What an advertisement gives the agent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Found {
+    /// The base URL ([`url_of`]).
+    pub url: String,
+    /// `ipa_<option>` TXT properties as `(option, value)`, sorted.
+    pub overrides: Vec<(String, String)>,
+}
+
+/// The `ipa_` TXT properties of `a`, prefix removed, sorted by name.
+pub fn overrides_of(a: &Advert) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = a
+        .txt
+        .iter()
+        .filter_map(|(k, v)| Some((k.strip_prefix("ipa_")?.to_string(), v.clone())))
+        .filter(|(k, _)| !k.is_empty())
+        .collect();
+    out.sort();
+    out
+}
+
 /// Browses for `instance` (`baremetal`) for up to `timeout` and returns its URL
 /// (on a blocking thread).
 pub async fn discover(instance: &str, timeout: Duration) -> Result<String> {
+    Ok(find(instance, timeout).await?.url)
+}
+
+/// [`discover`] with the advertisement's configuration overrides.
+pub async fn find(instance: &str, timeout: Duration) -> Result<Found> {
     let instance = instance.to_string();
-    tokio::task::spawn_blocking(move || discover_blocking(&instance, timeout))
+    tokio::task::spawn_blocking(move || find_blocking(&instance, timeout))
         .await
         .context("the mDNS browse task failed")?
 }
 
 /// [`discover`] on the calling thread (which decides the network namespace).
 pub fn discover_blocking(instance: &str, timeout: Duration) -> Result<String> {
+    Ok(find_blocking(instance, timeout)?.url)
+}
+
+/// [`find`] on the calling thread.
+pub fn find_blocking(instance: &str, timeout: Duration) -> Result<Found> {
     let daemon = mdns_sd::ServiceDaemon::new().context("starting mDNS")?;
     let events = daemon.browse(SERVICE_TYPE).context("browsing mDNS")?;
     let want = format!("{instance}.{SERVICE_TYPE}");
@@ -86,7 +121,10 @@ pub fn discover_blocking(instance: &str, timeout: Duration) -> Result<String> {
                         .collect(),
                 };
                 tracing::info!(?advert, "mDNS advertisement found");
-                break url_of(&advert);
+                break url_of(&advert).map(|url| Found {
+                    url,
+                    overrides: overrides_of(&advert),
+                });
             }
             Ok(_) => {}
             Err(_) => {
@@ -143,5 +181,26 @@ mod tests {
         assert_eq!(url_of(&v6).unwrap(), "http://[fd00::5]:6385");
         v6.addresses = vec!["127.0.0.1".parse().unwrap()];
         assert!(url_of(&v6).is_err());
+    }
+
+    #[test]
+    fn ipa_txt_properties_are_overrides() {
+        let a = advert(
+            "conductor.local.",
+            6385,
+            &[
+                ("protocol", "https"),
+                ("ipa_ntp_server", "10.0.0.5"),
+                ("ipa_debug", "1"),
+                ("ipa_", "x"),
+            ],
+        );
+        assert_eq!(
+            overrides_of(&a),
+            [
+                ("debug".to_string(), "1".to_string()),
+                ("ntp_server".into(), "10.0.0.5".into())
+            ]
+        );
     }
 }

@@ -2,7 +2,9 @@
 //! announcer (mdns-sd, as Ironic's zeroconf would) registers
 //! `baremetal._openstack._tcp.local.` on one end of a veth pair, and the
 //! agent's browser finds it and builds the URL from the TXT `protocol` and
-//! `path`. No packet leaves the namespace; it is deleted on drop.
+//! `path`, and takes the `ipa_` TXT properties as configuration overrides
+//! (IPA 13's default allowed list: `ntp_server` applies, `debug` does not).
+//! No packet leaves the namespace; it is deleted on drop.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -22,10 +24,15 @@ fn agent_finds_the_conductor_by_mdns_in_a_namespace() {
     let found = ns
         .enter(|| {
             let announcer = mdns_sd::ServiceDaemon::new().unwrap();
-            let props: HashMap<String, String> = [("protocol", "http"), ("path", "/baremetal")]
-                .into_iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect();
+            let props: HashMap<String, String> = [
+                ("protocol", "http"),
+                ("path", "/baremetal"),
+                ("ipa_ntp_server", "10.77.0.1"),
+                ("ipa_debug", "1"),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
             let info = mdns_sd::ServiceInfo::new(
                 agent::discovery::SERVICE_TYPE,
                 "baremetal",
@@ -36,10 +43,15 @@ fn agent_finds_the_conductor_by_mdns_in_a_namespace() {
             )
             .unwrap();
             announcer.register(info).unwrap();
-            let r = agent::discovery::discover_blocking("baremetal", Duration::from_secs(20));
+            let r = agent::discovery::find_blocking("baremetal", Duration::from_secs(20));
             let _ = announcer.shutdown();
             r
         })
         .unwrap();
-    assert_eq!(found.unwrap(), "http://10.77.0.1:6385/baremetal");
+    let found = found.unwrap();
+    assert_eq!(found.url, "http://10.77.0.1:6385/baremetal");
+    let mut config = agent::config::Config::default();
+    let notes = config.apply_mdns_overrides(&found.overrides);
+    assert_eq!(config.ntp_server.as_deref(), Some("10.77.0.1"), "{notes:?}");
+    assert!(!config.debug, "ipa_debug must not apply: {notes:?}");
 }

@@ -421,7 +421,51 @@ fn tls_files(p: &KernelParams, c: &mut Config, errors: &mut Vec<ParamError>) {
     c.keyfile = path("ipa-keyfile");
 }
 
+/// The options an mDNS advertisement may override: IPA 13's default
+/// `[mdns] allowed_overrides`.
+pub const MDNS_ALLOWED_OVERRIDES: [&str; 2] = ["inspection_callback_url", "ntp_server"];
+
 impl Config {
+    /// Applies an mDNS advertisement's `ipa_<option>` TXT overrides
+    /// ([`crate::discovery::Found::overrides`]) as IPA 13 does: only the
+    /// options of [`MDNS_ALLOWED_OVERRIDES`] (mDNS is not authenticated);
+    /// every other one, and a value that does not parse, is skipped. Returns
+    /// one line per override saying what was done.
+    pub fn apply_mdns_overrides(&mut self, overrides: &[(String, String)]) -> Vec<String> {
+        let mut out = Vec::new();
+        for (key, value) in overrides {
+            if !MDNS_ALLOWED_OVERRIDES.contains(&key.as_str()) {
+                out.push(format!(
+                    "mDNS override ipa_{key} skipped: not in the allowed overrides ({})",
+                    MDNS_ALLOWED_OVERRIDES.join(", ")
+                ));
+                continue;
+            }
+            let v = value.trim();
+            match key.as_str() {
+                "inspection_callback_url"
+                    if v == "mdns" || v.starts_with("http://") || v.starts_with("https://") =>
+                {
+                    self.inspection_callback_url = Some(v.to_string());
+                }
+                "ntp_server" if !v.is_empty() && !v.contains(char::is_whitespace) => {
+                    self.ntp_server = Some(v.to_string());
+                }
+                _ => {
+                    out.push(format!(
+                        "mDNS override ipa_{key}={value:?} skipped: not a usable value"
+                    ));
+                    continue;
+                }
+            }
+            out.push(format!("mDNS override: {key} = {v}"));
+        }
+        for line in &out {
+            tracing::info!("{line}");
+        }
+        out
+    }
+
     /// The command API's own certificate and key when `listen_tls` asks for
     /// them; an error names what is missing.
     pub fn own_server_certificate(&self) -> anyhow::Result<Option<TlsFiles>> {
@@ -739,5 +783,33 @@ mod tests {
             ]
         );
         assert!(errors[0].to_string().contains("does not start with http"));
+    }
+
+    #[test]
+    fn mdns_overrides_are_limited_to_ipas_default_list() {
+        let mut c = Config::default();
+        let notes = c.apply_mdns_overrides(&[
+            ("debug".into(), "1".into()),
+            (
+                "inspection_callback_url".into(),
+                "https://10.0.0.9:5050/v1/continue".into(),
+            ),
+            ("ntp_server".into(), "bad value".into()),
+        ]);
+        assert_eq!(
+            c.inspection_callback_url.as_deref(),
+            Some("https://10.0.0.9:5050/v1/continue")
+        );
+        assert_eq!(c.ntp_server, None);
+        assert!(
+            notes[0].contains("ipa_debug skipped: not in the allowed overrides"),
+            "{notes:?}"
+        );
+        assert!(
+            notes[2].contains("ipa_ntp_server=\"bad value\" skipped"),
+            "{notes:?}"
+        );
+        c.apply_mdns_overrides(&[("ntp_server".into(), "10.0.0.5".into())]);
+        assert_eq!(c.ntp_server.as_deref(), Some("10.0.0.5"));
     }
 }
