@@ -152,6 +152,16 @@ pub const PARAMS: &[Param] = &[
     p("use_mdns", Some("ipa-use-mdns"), Supported("the same as ipa-api-url=mdns (config/mod.rs)"), "true"),
     p("container_auth", Some("ipa-container-auth-*"), NotApplicable(NO_CONTAINERS), "x"),
     p("standalone", Some("ipa-standalone"), NotApplicable("removed from IPA in 2021; refused with a message"), "true"),
+    p("mdns.allowed_overrides", None, Ignored("IPA's default (inspection_callback_url, ntp_server) applies; the [mdns] group of a configuration file is not read (config/mod.rs apply_mdns_overrides)"), "ntp_server"),
+    p("mdns.lookup_attempts", None, Ignored("the browse runs until the lookup timeout instead of IPA's 3 attempts (agent.rs)"), "5"),
+    p("mdns.params", None, Ignored("TXT overrides come from the advertisement itself (discovery.rs)"), "ipa_debug:1"),
+    p("mdns.interfaces", None, Ignored("mDNS runs on every interface"), "10.0.0.2"),
+    p("metrics.backend", None, Ignored("set by the conductor's lookup (metrics.rs); a configuration file's [metrics] group is not read"), "statsd"),
+    p("metrics.prepend_host", None, Ignored("set by the conductor's lookup (metrics.rs)"), "true"),
+    p("metrics.prepend_host_reverse", None, Ignored("set by the conductor's lookup (metrics.rs)"), "false"),
+    p("metrics.global_prefix", None, Ignored("set by the conductor's lookup (metrics.rs)"), "ironic"),
+    p("metrics_statsd.statsd_host", None, Ignored("set by the conductor's lookup (metrics.rs)"), "192.0.2.5"),
+    p("metrics_statsd.statsd_port", None, Ignored("set by the conductor's lookup (metrics.rs)"), "8126"),
 ];
 
 /// The kernel parameter a configuration file's `option` sets, for the
