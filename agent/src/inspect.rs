@@ -218,7 +218,11 @@ pub async fn collect(config: &Config, opts: &Options) -> Value {
     // Last, as IPA asks of its `logs` collector, so the bundle holds the
     // log lines of everything above. Its failures are only logged (IPA).
     if wants("logs") {
-        match tokio::task::spawn_blocking(|| crate::logs::bundle(false)).await {
+        match tokio::task::spawn_blocking(|| {
+            crate::logs::bundle(false, &crate::uefi::efivars::log_part())
+        })
+        .await
+        {
             Ok(Ok(b64)) => {
                 doc.insert("logs".into(), json!(b64));
             }

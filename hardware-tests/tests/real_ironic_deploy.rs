@@ -184,7 +184,21 @@ async fn real_ironic_deploys_with_config_drive_undeploys_and_reports_bad_checksu
     let logs = ironic.deploy_logs();
     assert_eq!(logs.len(), 1, "{logs:?}");
     let listing = hardware_tests::run(Command::new("tar").arg("-tzf").arg(&logs[0])).unwrap();
-    assert!(listing.lines().any(|l| l == "agent.log"), "{listing}");
+    // IPA 13's bundle, made natively: the tables, multipath, udev and
+    // kernel properties beside the agent's log.
+    for part in [
+        "agent.log",
+        "dmesg",
+        "partitions",
+        "multipath",
+        "inventory.json",
+    ] {
+        assert!(
+            listing.lines().any(|l| l == part),
+            "{part} not in {listing}"
+        );
+    }
+    assert!(listing.lines().any(|l| l.starts_with("udev/")), "{listing}");
     assert!(!agent.is_finished(), "the agent stopped");
     agent.abort();
 }

@@ -2,11 +2,15 @@
 //! [`crate::commands::logs`]): a base64 `tar.gz` of the agent's
 //! own log ([`memlog`]), the kernel log, the ramdisk's boot phases
 //! ([`crate::bootphases`]), the inventory, mounts, block
-//! devices and network state. Ironic only decodes and stores it (on deploy
+//! devices and network state, and what IPA 13 gets from tools, made
+//! natively ([`native`]): partition tables, multipath devices, udev and
+//! kernel properties of disks and NICs (the UEFI boot entries come from the
+//! caller). Ironic only decodes and stores it (on deploy
 //! failure by default). Each part that cannot be read is replaced by a file
 //! saying why, so the bundle is always produced.
 
 pub mod memlog;
+pub mod native;
 pub mod tar;
 
 use std::io::Write;
@@ -35,8 +39,9 @@ const FILES: &[(&str, &str)] = &[
     ("boot_phases", crate::bootphases::RAMDISK_PATH),
 ];
 
-/// Builds the base64 tar.gz.
-pub fn bundle(skip_bmc: bool) -> std::io::Result<String> {
+/// Builds the base64 tar.gz, with the parts `extra` the layers above make
+/// (the UEFI boot entries).
+pub fn bundle(skip_bmc: bool, extra: &[(String, Vec<u8>)]) -> std::io::Result<String> {
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
@@ -57,6 +62,9 @@ pub fn bundle(skip_bmc: bool) -> std::io::Result<String> {
         .map(|inv| serde_json::to_vec_pretty(&inv).unwrap_or_default())
         .unwrap_or_else(|e| format!("collecting the inventory: {e:#}\n").into_bytes());
     tar::append_file(&mut tar, "inventory.json", &inventory, now);
+    for (name, data) in native::parts(std::path::Path::new("/")).iter().chain(extra) {
+        tar::append_file(&mut tar, name, data, now);
+    }
     tar::finish(&mut tar);
     let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
     gz.write_all(&tar)?;
@@ -90,7 +98,7 @@ mod tests {
     #[test]
     fn bundle_is_a_base64_tar_gz_with_every_part() {
         memlog::append(b"a line the bundle must carry\n");
-        let b64 = bundle(true).unwrap();
+        let b64 = bundle(true, &[("extra".to_string(), b"part".to_vec())]).unwrap();
         let gz = base64::engine::general_purpose::STANDARD
             .decode(b64)
             .unwrap();
@@ -107,8 +115,19 @@ mod tests {
         .unwrap_or_else(|e| panic!("{e}"));
         let log = std::fs::read_to_string(dir.path().join("agent.log")).unwrap();
         assert!(log.contains("a line the bundle must carry"));
-        for name in ["dmesg", "ip_addr", "lsblk", "mounts", "inventory.json"] {
+        for name in [
+            "dmesg",
+            "ip_addr",
+            "lsblk",
+            "mounts",
+            "inventory.json",
+            "partitions",
+            "multipath",
+            "extra",
+        ] {
             assert!(dir.path().join(name).exists(), "{name} missing");
         }
+        assert_eq!(std::fs::read(dir.path().join("extra")).unwrap(), b"part");
+        assert!(dir.path().join("udev").is_dir(), "no udev/ properties");
     }
 }

@@ -107,6 +107,47 @@ pub struct BootRecord {
     pub path: String,
 }
 
+/// The boot entries as `efibootmgr -v` lists them (`BootCurrent`,
+/// `BootOrder`, then `Boot####[*] description\tpath`), for the log bundle.
+pub fn listing(vars: &EfiVars) -> String {
+    let hex = |n: &u16| format!("{n:04X}");
+    let mut out = String::new();
+    if let Some(c) = vars.read("BootCurrent").filter(|c| c.len() >= 2) {
+        out.push_str(&format!(
+            "BootCurrent: {:04X}\n",
+            u16::from_le_bytes([c[0], c[1]])
+        ));
+    }
+    let order: Vec<String> = vars.boot_order().iter().map(hex).collect();
+    out.push_str(&format!("BootOrder: {}\n", order.join(",")));
+    for n in vars.boot_numbers() {
+        let Some(opt) = vars.read(&format!("Boot{n:04X}")) else {
+            continue;
+        };
+        let active = opt.first().is_some_and(|a| a & 1 == 1);
+        let desc = super::loadopt::description(&opt).unwrap_or_default();
+        let path = super::devpath::load_option_path(&opt).unwrap_or_else(|| "(malformed)".into());
+        out.push_str(&format!(
+            "Boot{n:04X}{} {desc}\t{path}\n",
+            if active { "*" } else { " " }
+        ));
+    }
+    out
+}
+
+/// The log bundle's `efibootmgr` part (IPA runs `efibootmgr -v`): the boot
+/// entries when the machine booted by UEFI, else nothing.
+pub fn log_part() -> Vec<(String, Vec<u8>)> {
+    let root = Path::new(EFIVARS);
+    if !root.is_dir() {
+        return Vec::new();
+    }
+    vec![(
+        "efibootmgr".into(),
+        listing(&EfiVars::new(root)).into_bytes(),
+    )]
+}
+
 /// Removes every boot entry whose device path `matches`, and its place in
 /// `BootOrder` (IPA's `clean_boot_records`); returns the removed ones.
 pub fn clean_boot_records(
@@ -213,6 +254,30 @@ mod tests {
             size_lba: 1000,
             guid: [1; 16],
         }
+    }
+
+    #[test]
+    fn the_listing_reads_like_efibootmgr_v() {
+        let dir = tempfile::tempdir().unwrap();
+        let vars = EfiVars::new(dir.path());
+        vars.write(
+            "Boot0003",
+            &loadopt::load_option("debian", &part(), r"\EFI\debian\shimx64.efi"),
+        )
+        .unwrap();
+        vars.write("Boot0004", b"\x01\x00").unwrap();
+        vars.write("BootOrder", &[3, 0, 4, 0]).unwrap();
+        vars.write("BootCurrent", &[3, 0]).unwrap();
+        let text = listing(&vars);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], "BootCurrent: 0003");
+        assert_eq!(lines[1], "BootOrder: 0003,0004");
+        assert!(
+            lines[2].starts_with("Boot0003* debian\tHD(1,GPT,")
+                && lines[2].ends_with(r"File(\EFI\debian\shimx64.efi)"),
+            "{text}"
+        );
+        assert_eq!(lines[3], "Boot0004* \t(malformed)");
     }
 
     #[test]
