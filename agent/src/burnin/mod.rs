@@ -19,6 +19,7 @@ pub mod knobs;
 pub mod memory;
 pub mod network;
 pub mod pairing;
+pub mod smart;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;

@@ -174,11 +174,8 @@ pub async fn burnin_disk_step(
     let loops = count_knob(&node, "agent_burnin_fio_disk_loops", 4).map_err(to_command_error)?;
     let runtime =
         count_knob(&node, "agent_burnin_fio_disk_runtime", 0).map_err(to_command_error)?;
-    if knob(&node, "agent_burnin_fio_disk_smart_test").is_some_and(|v| v.as_bool() == Some(true)) {
-        return Err(to_command_error(BurninError::Unsupported(
-            "agent_burnin_fio_disk_smart_test: SMART self-tests are not supported by this agent (IPA runs smartctl, which this ramdisk does not have); unset it to burn the disks in without them".into(),
-        )));
-    }
+    let smart_test = knob(&node, "agent_burnin_fio_disk_smart_test")
+        .is_some_and(|v| v.as_bool() == Some(true) || v.as_str() == Some("true"));
     let plan = burnin::disk::Plan {
         loops,
         wipe_special: crate::disk::fullerase::guard::wipe_special_allowed(&node)
@@ -189,7 +186,27 @@ pub async fn burnin_disk_step(
         .map_err(|e| CommandError::from_anyhow(ErrorKind::CommandExecution, &e))?;
     let report = blocking(&state, move |cancel| {
         let deadline = (runtime > 0).then(|| Instant::now() + Duration::from_secs(runtime));
-        burnin::disk::run(&disks, &policy, plan, Stop { deadline, cancel })
+        let report = burnin::disk::run(&disks, &policy, plan, Stop { deadline, cancel })?;
+        let smart = smart_test.then(|| smart_self_tests(&disks, cancel));
+        if let Some(s) = &smart {
+            if !s.failed.is_empty() {
+                let list: Vec<String> =
+                    s.failed.iter().map(|(d, why)| format!("{d}: {why}")).collect();
+                return Err(BurninError::failed(
+                    "SMART self-test",
+                    format!("failed on {}", list.join("; ")),
+                ));
+            }
+        }
+        let report = serde_json::to_value(&report).unwrap_or(Value::Null);
+        Ok(match smart {
+            // The report alone, as without the knob.
+            None => report,
+            Some(s) => serde_json::json!({"disks": report, "smart": {
+                "passed": s.passed,
+                "skipped": s.skipped.iter().map(|(d, why)| format!("{d}: {why}")).collect::<Vec<_>>(),
+            }}),
+        })
     })
     .await?;
     Ok(finish(
@@ -198,6 +215,56 @@ pub async fn burnin_disk_step(
         "agent_burnin_fio_disk_outputfile",
         &report,
     ))
+}
+
+/// `agent_burnin_fio_disk_smart_test`: the extended SMART self-test on every
+/// disk after the burn-in ([`burnin::smart`]), polled every 30 s as IPA.
+fn smart_self_tests(disks: &[std::path::PathBuf], cancel: &AtomicBool) -> burnin::smart::Outcome {
+    use crate::disk::fullerase::ata::{sgio::SgIo, Attachment};
+    let mut opened = Vec::new();
+    let mut out = burnin::smart::Outcome::default();
+    for d in disks {
+        let name = d.display().to_string();
+        let kernel = crate::disk::Device::open(d)
+            .ok()
+            .and_then(|dev| dev.kernel_name());
+        let bridged = kernel
+            .as_deref()
+            .map(Attachment::of)
+            .is_some_and(|a| a != Attachment::Other);
+        match std::fs::File::open(d) {
+            _ if kernel.as_deref().is_some_and(|k| k.starts_with("nvme")) => out.skipped.push((
+                name,
+                "an NVMe disk (IPA 13 reads ATA self-test data only)".into(),
+            )),
+            _ if bridged => out.skipped.push((
+                name,
+                "behind a USB or SAS bridge: no ATA pass-through trusted".into(),
+            )),
+            Ok(f) => opened.push((name, f)),
+            Err(e) => out.skipped.push((name, format!("cannot open it: {e}"))),
+        }
+    }
+    let transports: Vec<(String, SgIo<'_>)> = opened
+        .iter()
+        .map(|(n, f)| (n.clone(), SgIo { file: f }))
+        .collect();
+    let testers: Vec<burnin::smart::Ata<'_>> = transports
+        .iter()
+        .map(|(_, t)| burnin::smart::Ata(t))
+        .collect();
+    let list: Vec<(String, &dyn burnin::smart::SelfTester)> = transports
+        .iter()
+        .zip(&testers)
+        .map(|((n, _), t)| (n.clone(), t as &dyn burnin::smart::SelfTester))
+        .collect();
+    let found = burnin::smart::run(&list, Duration::from_secs(30), &|| {
+        cancel.load(std::sync::atomic::Ordering::Relaxed)
+    });
+    out.passed.extend(found.passed);
+    out.failed.extend(found.failed);
+    out.skipped.extend(found.skipped);
+    out
 }
 
 /// How the network burn-in finds its partner, from `driver_info`.
@@ -485,10 +552,20 @@ mod tests {
         assert_eq!(r[0]["passes"], 1);
         assert_ne!(std::fs::read(&a).unwrap(), vec![1u8; 1 << 20]);
         assert_eq!(std::fs::read(&b).unwrap(), vec![1u8; 1 << 20], "skipped");
-        let e = burnin_disk_step(s, call(json!({"agent_burnin_fio_disk_smart_test": true})))
-            .await
-            .unwrap_err();
-        assert_eq!(e.kind, ErrorKind::IncompatibleHardwareMethod);
+        // With the SMART self-test: files have no ATA pass-through, so each
+        // is left out with the reason (as IPA drops a disk without status).
+        let r = burnin_disk_step(
+            s,
+            call(
+                json!({"agent_burnin_fio_disk_smart_test": true, "agent_burnin_fio_disk_loops": 1}),
+            ),
+        )
+        .await
+        .unwrap();
+        assert_eq!(r["disks"].as_array().unwrap().len(), 2, "{r}");
+        let skipped = r["smart"]["skipped"].as_array().unwrap();
+        assert_eq!(skipped.len(), 2, "{r}");
+        assert!(skipped[0].as_str().unwrap().contains("no SG_IO"), "{r}");
     }
 
     #[test]

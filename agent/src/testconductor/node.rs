@@ -122,6 +122,8 @@ pub struct Node {
     pub last_error: Option<String>,
     /// `driver_internal_info` as sent to the agent.
     pub driver_internal_info: Value,
+    /// `driver_info` as sent to the agent (burn-in knobs live here).
+    pub driver_info: Value,
     /// Heartbeats accepted.
     pub heartbeats: u64,
     /// Lookups answered with a token.
@@ -164,6 +166,7 @@ impl Node {
                 "disk_erasure_concurrency": 4,
                 "agent_erase_skip_read_only": false,
             }),
+            driver_info: json!({}),
             heartbeats: 0,
             tokens_issued: 0,
             properties: json!({"cpu_arch": "x86_64"}),
@@ -217,6 +220,7 @@ impl Node {
             "target_raid_config": self.target_raid_config,
             "instance_info": self.instance_info(),
             "driver_internal_info": dii,
+            "driver_info": self.driver_info,
             "provision_state": self.provision_state,
         })
     }

@@ -15,6 +15,14 @@ pub const SECURITY_ERASE_PREPARE: u8 = 0xf3;
 pub const SECURITY_ERASE_UNIT: u8 = 0xf4;
 /// SECURITY DISABLE PASSWORD.
 pub const SECURITY_DISABLE_PASSWORD: u8 = 0xf6;
+/// SMART (the feature register selects the subcommand).
+pub const SMART: u8 = 0xb0;
+/// SMART READ DATA.
+pub const SMART_READ_DATA: u16 = 0xd0;
+/// SMART EXECUTE OFF-LINE IMMEDIATE.
+pub const SMART_EXECUTE_OFFLINE: u16 = 0xd4;
+/// The SMART signature in LBA mid/high (0x4f, 0xc2).
+const SMART_LBA: u64 = 0xc2_4f00;
 
 /// How data moves (SAT protocol field).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,6 +71,25 @@ impl AtaCommand {
             Protocol::PioOut,
             Some(password_block(control, password)),
         )
+    }
+
+    /// SMART READ DATA: the 512-byte SMART data in.
+    pub fn smart_read_data() -> Self {
+        Self {
+            features: SMART_READ_DATA,
+            lba: SMART_LBA,
+            ..Self::new(SMART, Protocol::PioIn, None)
+        }
+    }
+
+    /// SMART EXECUTE OFF-LINE IMMEDIATE with `subcommand` in LBA low (2:
+    /// the extended self-test in off-line mode, `smartctl -t long`).
+    pub fn smart_execute_offline(subcommand: u8) -> Self {
+        Self {
+            features: SMART_EXECUTE_OFFLINE,
+            lba: SMART_LBA | u64::from(subcommand),
+            ..Self::new(SMART, Protocol::NonData, None)
+        }
     }
 
     fn new(command: u8, protocol: Protocol, data_out: Option<[u8; 512]>) -> Self {
