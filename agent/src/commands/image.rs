@@ -81,6 +81,7 @@ pub(crate) fn http_options(state: &AgentState) -> HttpOptions {
     HttpOptions {
         insecure: c.insecure,
         cafile: c.cafile.clone(),
+        client_certificate: c.client_certificate(),
         total_timeout: c.image_download_max_duration,
         stall_timeout: c.image_download_connection_timeout,
         retries: c.image_download_connection_retries,

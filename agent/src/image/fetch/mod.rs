@@ -40,6 +40,9 @@ pub struct HttpOptions {
     pub insecure: bool,
     /// CA bundle to trust instead of the system's.
     pub cafile: Option<PathBuf>,
+    /// Client certificate presented when a server asks (IPA's
+    /// `certfile`/`keyfile`).
+    pub client_certificate: Option<crate::config::TlsFiles>,
     /// Proxy for http URLs (`image_info.proxies.http`).
     pub http_proxy: Option<String>,
     /// Proxy for https URLs.
@@ -63,6 +66,7 @@ impl Default for HttpOptions {
         Self {
             insecure: false,
             cafile: None,
+            client_certificate: None,
             http_proxy: None,
             https_proxy: None,
             no_proxy: None,
@@ -95,8 +99,12 @@ impl HttpOptions {
 
     /// Builds the HTTP client.
     pub fn client(&self) -> Result<reqwest::Client, ImageError> {
-        let tls = crate::tls::client_config(self.insecure, self.cafile.as_deref())
-            .map_err(|e| ImageError::InvalidParams(format!("TLS settings: {e:#}")))?;
+        let tls = crate::tls::client_config_with(
+            self.insecure,
+            self.cafile.as_deref(),
+            self.client_certificate.as_ref(),
+        )
+        .map_err(|e| ImageError::InvalidParams(format!("TLS settings: {e:#}")))?;
         let mut b = reqwest::Client::builder()
             .tls_backend_preconfigured(tls)
             .connect_timeout(self.stall_timeout);
@@ -368,8 +376,12 @@ async fn fetch_http(
     let client = opts.client()?;
     // The direct path's TLS: the same configuration as the client's.
     let tls = tls_records::direct_config(
-        &crate::tls::client_config(opts.insecure, opts.cafile.as_deref())
-            .map_err(|e| ImageError::InvalidParams(format!("TLS settings: {e:#}")))?,
+        &crate::tls::client_config_with(
+            opts.insecure,
+            opts.cafile.as_deref(),
+            opts.client_certificate.as_ref(),
+        )
+        .map_err(|e| ImageError::InvalidParams(format!("TLS settings: {e:#}")))?,
     );
     let started = Instant::now();
     let mut state = HttpState {
