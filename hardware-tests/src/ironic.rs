@@ -497,6 +497,24 @@ impl Ironic {
         Ok(uuid)
     }
 
+    /// A manual clean with `steps` (a JSON list): asks for it and waits
+    /// until the node is `manageable` again, failing on a `clean failed`
+    /// with Ironic's `last_error` and when the node ends with one.
+    pub async fn manual_clean(&self, uuid: &str, steps: Value, timeout: Duration) -> Result<Value> {
+        self.provision(
+            uuid,
+            serde_json::json!({"target": "clean", "clean_steps": steps}),
+        )
+        .await?;
+        let node = self.wait_for(uuid, "manageable", timeout).await?;
+        anyhow::ensure!(
+            node["last_error"].is_null(),
+            "manual clean: {}",
+            node["last_error"]
+        );
+        Ok(node)
+    }
+
     /// Polls until the node's provision state is `state`; fails early on a
     /// `* failed` state with Ironic's `last_error`.
     pub async fn wait_for(&self, uuid: &str, state: &str, timeout: Duration) -> Result<Value> {

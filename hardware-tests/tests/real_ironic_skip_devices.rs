@@ -52,15 +52,9 @@ fn host_config_for(url: &str, mac: &str, devices: &[&LoopDevice]) -> Config {
 
 async fn manual_clean(ironic: &Ironic, uuid: &str, steps: Value) -> Value {
     ironic
-        .provision(uuid, json!({"target": "clean", "clean_steps": steps}))
+        .manual_clean(uuid, steps, Duration::from_secs(180))
         .await
-        .unwrap();
-    let node = ironic
-        .wait_for(uuid, "manageable", Duration::from_secs(180))
-        .await
-        .unwrap_or_else(|e| panic!("manual clean: {e:#}"));
-    assert!(node["last_error"].is_null(), "{}", node["last_error"]);
-    node
+        .unwrap_or_else(|e| panic!("{e:#}"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,26 +8,7 @@ use super::*;
 const GIB: u64 = 1 << 30;
 
 fn disk(name: &str, size_gib: u64) -> Disk {
-    Disk {
-        name: format!("/dev/{name}"),
-        model: None,
-        size: size_gib * GIB,
-        rotational: false,
-        wwn: None,
-        serial: None,
-        vendor: None,
-        wwn_with_extension: None,
-        wwn_vendor_extension: None,
-        hctl: None,
-        by_path: None,
-        logical_sectors: 512,
-        physical_sectors: 512,
-        tran: None,
-        read_only: false,
-        removable: false,
-        serials: Vec::new(),
-        wwns: Vec::new(),
-    }
+    Disk::bare(&format!("/dev/{name}"), size_gib * GIB)
 }
 
 /// sda: 60 GiB SAS HDD (PERC); sdb: 120 GiB SATA SSD; nvme0n1: 10 GiB; sdc: 2 GiB USB stick.

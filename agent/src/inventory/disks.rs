@@ -71,6 +71,33 @@ pub struct Disk {
     pub wwns: Vec<String>,
 }
 
+impl Disk {
+    /// A disk known only by its name and size (a file standing in for a
+    /// disk, a partition, a test's disk); the rest unknown.
+    pub fn bare(name: &str, size: u64) -> Self {
+        Self {
+            name: name.to_string(),
+            model: None,
+            size,
+            rotational: false,
+            wwn: None,
+            serial: None,
+            vendor: None,
+            wwn_with_extension: None,
+            wwn_vendor_extension: None,
+            hctl: None,
+            by_path: None,
+            logical_sectors: 512,
+            physical_sectors: 512,
+            tran: None,
+            read_only: false,
+            removable: false,
+            serials: Vec::new(),
+            wwns: Vec::new(),
+        }
+    }
+}
+
 const SKIPPED: [&str; 7] = ["ram", "zram", "loop", "fd", "sr", "dm-", "md"];
 
 /// Lists the whole disks under `root/sys/block`, sorted by name.

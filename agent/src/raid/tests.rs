@@ -19,24 +19,9 @@ const MIB: u64 = 1 << 20;
 
 fn disk(name: &str, size_gib: u64, serial: &str) -> Disk {
     Disk {
-        name: format!("/dev/{name}"),
         model: Some("QEMU HARDDISK".into()),
-        size: size_gib * GIB,
-        rotational: false,
-        wwn: None,
         serial: Some(serial.into()),
-        vendor: None,
-        wwn_with_extension: None,
-        wwn_vendor_extension: None,
-        hctl: None,
-        by_path: None,
-        logical_sectors: 512,
-        physical_sectors: 512,
-        tran: None,
-        read_only: false,
-        removable: false,
-        serials: Vec::new(),
-        wwns: Vec::new(),
+        ..Disk::bare(&format!("/dev/{name}"), size_gib * GIB)
     }
 }
 

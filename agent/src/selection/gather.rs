@@ -57,26 +57,7 @@ pub fn candidates(paths: &[PathBuf]) -> Vec<Candidate> {
 
 /// A disk known only by its path and size.
 fn bare(path: &Path) -> Disk {
-    Disk {
-        name: path.display().to_string(),
-        model: None,
-        size: size(path),
-        rotational: false,
-        wwn: None,
-        serial: None,
-        vendor: None,
-        wwn_with_extension: None,
-        wwn_vendor_extension: None,
-        hctl: None,
-        by_path: None,
-        logical_sectors: 512,
-        physical_sectors: 512,
-        tran: None,
-        read_only: false,
-        removable: false,
-        serials: Vec::new(),
-        wwns: Vec::new(),
-    }
+    Disk::bare(&path.display().to_string(), size(path))
 }
 
 fn size(path: &Path) -> u64 {
