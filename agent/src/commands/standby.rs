@@ -98,6 +98,10 @@ async fn set_clocks(state: &AgentState) {
 }
 
 async fn power(state: Arc<AgentState>, action: PowerAction) -> Outcome {
+    // First: the conductor wipes the token as soon as it sent the command,
+    // and the heartbeat loop must wait for the power event rather than
+    // look up again while the clocks are set and the buffers flushed.
+    state.set_power_pending();
     if state.config.mode == RunMode::Ramdisk {
         set_clocks(&state).await;
     }
@@ -114,7 +118,6 @@ async fn power(state: Arc<AgentState>, action: PowerAction) -> Outcome {
         }
         RunMode::Ramdisk => tracing::info!(?action, "powering the machine"),
     }
-    state.set_power_pending();
     let s = state.clone();
     tokio::spawn(async move {
         tokio::time::sleep(POWER_DELAY).await;
