@@ -94,6 +94,62 @@ impl LoopDevice {
         }
     }
 
+    /// The file behind the device.
+    pub fn backing_file(&self) -> PathBuf {
+        self._dir.path().join("disk.img")
+    }
+
+    /// A fingerprint of the whole device, fast on a sparse one: every data
+    /// extent of the backing file (`SEEK_DATA`/`SEEK_HOLE`) with the sha256
+    /// of its bytes. Any write through the device, of data or zeros, and
+    /// any discard changes it. The device's buffers are flushed first, so
+    /// the file holds every write made through the device.
+    pub fn fingerprint(&self) -> Result<Vec<(u64, u64, String)>> {
+        use nix::unistd::{lseek, Whence};
+        use std::io::{Read, Seek, SeekFrom};
+        nix::unistd::sync();
+        run(Command::new("blockdev").arg("--flushbufs").arg(&self.path))?;
+        let mut f = std::fs::File::open(self.backing_file())?;
+        // Extents allocated unwritten (a zeroing through the loop device)
+        // count as data while their pages are cached: drop the file's
+        // cache so a read through the device changes nothing here.
+        nix::fcntl::posix_fadvise(
+            &f,
+            0,
+            0,
+            nix::fcntl::PosixFadviseAdvice::POSIX_FADV_DONTNEED,
+        )
+        .context("dropping the backing file's cache")?;
+        let len = f.metadata()?.len();
+        let mut out = Vec::new();
+        let mut at: i64 = 0;
+        while (at as u64) < len {
+            let Ok(start) = lseek(&f, at, Whence::SeekData) else {
+                break; // ENXIO: no data after `at`
+            };
+            let end = lseek(&f, start, Whence::SeekHole).context("SEEK_HOLE")?;
+            f.seek(SeekFrom::Start(start as u64))?;
+            let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+            let mut left = (end - start) as u64;
+            let mut buf = vec![0u8; 1 << 20];
+            while left > 0 {
+                let n = left.min(buf.len() as u64) as usize;
+                f.read_exact(&mut buf[..n])?;
+                ctx.update(&buf[..n]);
+                left -= n as u64;
+            }
+            let hex: String = ctx
+                .finish()
+                .as_ref()
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect();
+            out.push((start as u64, (end - start) as u64, hex));
+            at = end;
+        }
+        Ok(out)
+    }
+
     /// `/dev/loopNpK`.
     pub fn partition(&self, k: u32) -> PathBuf {
         PathBuf::from(format!("{}p{k}", self.path.display()))

@@ -16,8 +16,6 @@
 //! tests cover them (`agent/src/selection/tests.rs`), loop devices have none.
 
 use std::os::unix::fs::FileExt;
-use std::path::Path;
-use std::process::Command;
 use std::time::Duration;
 
 use agent::config::Config;
@@ -32,15 +30,10 @@ use serde_json::{json, Value};
 const GIB: u64 = 1 << 30;
 const MIB: u64 = 1 << 20;
 
-/// The device's whole contents, hashed by `sha256sum` (sparse holes read
-/// fast through the loop driver).
-fn digest(dev: &Path) -> String {
-    hardware_tests::run(Command::new("sha256sum").arg(dev))
-        .unwrap()
-        .split_whitespace()
-        .next()
-        .unwrap_or_default()
-        .to_string()
+/// The device's whole contents, as data extents and their hashes (fast on
+/// the sparse files behind these loop devices).
+fn digest(dev: &LoopDevice) -> Vec<(u64, u64, String)> {
+    dev.fingerprint().unwrap()
 }
 
 fn host_config_for(url: &str, mac: &str, devices: &[&LoopDevice]) -> Config {
@@ -67,7 +60,7 @@ async fn a_disk_protected_by_size_is_neither_cleaned_nor_deployed_to() {
         d.partition_and_format()
             .expect("partitioning a loop device");
     }
-    let kept = digest(&small.path);
+    let kept = digest(&small);
 
     let dir = tempfile::tempdir().unwrap();
     let image = dir.path().join("test.raw");
@@ -100,11 +93,7 @@ async fn a_disk_protected_by_size_is_neither_cleaned_nor_deployed_to() {
                {"interface": "deploy", "step": "erase_devices_express"}]),
     )
     .await;
-    assert_eq!(
-        digest(&small.path),
-        kept,
-        "the protected 5 GiB disk changed"
-    );
+    assert_eq!(digest(&small), kept, "the protected 5 GiB disk changed");
     let left = big.signatures().unwrap();
     assert!(left.is_empty(), "the 6 GiB disk kept {left:?}");
 
@@ -143,11 +132,7 @@ async fn a_disk_protected_by_size_is_neither_cleaned_nor_deployed_to() {
         head[body.clone()] == bytes[body],
         "the image is not on the 6 GiB disk"
     );
-    assert_eq!(
-        digest(&small.path),
-        kept,
-        "the deploy wrote the protected disk"
-    );
+    assert_eq!(digest(&small), kept, "the deploy wrote the protected disk");
     assert!(!agent.is_finished(), "the agent stopped");
     agent.abort();
 }
@@ -206,7 +191,7 @@ async fn a_kept_raid_volume_survives_delete_configuration_and_erase() {
     }
     plant_member(&a, "data", 0);
     plant_member(&b, "data", 1);
-    let (kept_a, kept_b) = (digest(&a.path), digest(&b.path));
+    let (kept_a, kept_b) = (digest(&a), digest(&b));
 
     let ironic = Ironic::start().expect("starting Ironic 39.0.0");
     let uuid = ironic.enroll_ready("skip-raid", mac, false).await.unwrap();
@@ -227,16 +212,8 @@ async fn a_kept_raid_volume_survives_delete_configuration_and_erase() {
                {"interface": "deploy", "step": "erase_devices_metadata"}]),
     )
     .await;
-    assert_eq!(
-        digest(&a.path),
-        kept_a,
-        "a member of the kept volume changed"
-    );
-    assert_eq!(
-        digest(&b.path),
-        kept_b,
-        "a member of the kept volume changed"
-    );
+    assert_eq!(digest(&a), kept_a, "a member of the kept volume changed");
+    assert_eq!(digest(&b), kept_b, "a member of the kept volume changed");
     let left = plain.signatures().unwrap();
     assert!(left.is_empty(), "the unprotected disk kept {left:?}");
     agent.abort();
