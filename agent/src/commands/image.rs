@@ -288,25 +288,26 @@ pub(crate) fn choose_device(state: &AgentState) -> Result<PathBuf, CommandError>
                 "host mode writes images only to an --allow-device; none is allowed".into(),
             ));
         }
-        let candidates = crate::selection::gather::candidates(allowed);
+        // Named as allowed, so the choice is one of the given paths.
+        let disks: Vec<crate::inventory::Disk> = allowed
+            .iter()
+            .zip(crate::selection::gather::describe(allowed))
+            .map(|(path, d)| crate::inventory::Disk {
+                name: path.display().to_string(),
+                ..d
+            })
+            .collect();
         if let [one] = allowed.as_slice() {
-            let protection = crate::selection::Protection::decide(&skip, &candidates);
-            return match protection.reason(one) {
-                Some(why) => Err(fail(format!(
-                    "{} is the only allowed device, and it is protected: {why}",
-                    one.display()
+            return match protected(&skip, &disks).first() {
+                Some(r) => Err(fail(format!(
+                    "{} is the only allowed device, and it is {}",
+                    one.display(),
+                    r.reason
                 ))),
                 None => Ok(one.clone()),
             };
         }
-        // Named as allowed, so the choice is one of the given paths.
-        candidates
-            .into_iter()
-            .map(|c| crate::inventory::Disk {
-                name: c.path.display().to_string(),
-                ..c.disk
-            })
-            .collect()
+        disks
     } else {
         // The BMC plays no part in choosing a disk: not probed.
         let opts = crate::inventory::Options {
@@ -317,31 +318,21 @@ pub(crate) fn choose_device(state: &AgentState) -> Result<PathBuf, CommandError>
             .map_err(|e| fail(format!("reading the hardware inventory: {e:#}")))?
             .disks
     };
-    let excluded = protected_disks(&skip, &disks);
-    let choice = crate::hints::choose_excluding(&disks, hints.as_ref(), &excluded)
+    let choice = crate::hints::root_device(&disks, hints.as_ref(), &protected(&skip, &disks))
         .map_err(|e| fail(e.to_string()))?;
-    tracing::info!(device = %choice.disk.name, reason = %choice.reason, "root device chosen");
-    for r in &choice.rejected {
-        tracing::info!(device = %r.name, reason = %r.reason, "not the root device");
-    }
     Ok(PathBuf::from(&choice.disk.name))
 }
 
 /// The disks `skip` protects among `disks`, as rejections of the root-device
 /// choice.
-fn protected_disks(
+fn protected(
     skip: &crate::selection::SkipList,
     disks: &[crate::inventory::Disk],
 ) -> Vec<crate::hints::Rejection> {
     if skip.is_empty() {
         return Vec::new();
     }
-    let paths: Vec<PathBuf> = disks.iter().map(|d| PathBuf::from(&d.name)).collect();
-    let mut candidates = crate::selection::gather::candidates(&paths);
-    // The description the choice uses (the allowed path's in host mode).
-    for (c, d) in candidates.iter_mut().zip(disks) {
-        c.disk = d.clone();
-    }
+    let candidates = crate::selection::candidates_named(disks);
     crate::selection::Protection::decide(skip, &candidates)
         .protected()
         .iter()

@@ -52,10 +52,7 @@ fn candidate_disks(
         let allowed: Vec<PathBuf> = WritePolicy::from_config(&state.config).allowed().to_vec();
         disks.retain(|d| allowed.iter().any(|a| a.as_os_str() == d.name.as_str()));
     }
-    let paths: Vec<PathBuf> = disks.iter().map(|d| PathBuf::from(&d.name)).collect();
-    let open = crate::selection::unprotected(node, paths)?;
-    disks.retain(|d| open.iter().any(|p| p.as_os_str() == d.name.as_str()));
-    Ok(disks)
+    Ok(crate::selection::unprotected_disks(node, disks)?)
 }
 
 fn geometry(path: &Path) -> anyhow::Result<plan::MemberDisk> {

@@ -15,7 +15,7 @@ use std::fmt;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::inventory::{Disk, Inventory};
+use crate::inventory::Disk;
 
 /// IPA's minimum size for a guessed root disk.
 pub const MIN_ROOT_SIZE: u64 = 4 << 30;
@@ -89,15 +89,15 @@ pub fn hints_from_node(node: &Value) -> Option<Value> {
     })
 }
 
-/// Chooses the root device among the inventory's disks, never one of
-/// `excluded` (the disks `skip_block_devices` protect, with their reasons),
-/// and logs the decision. `hints` `None`, `null` or `{}` mean "no hints".
+/// Chooses the root device among `disks`, never one of `excluded` (the
+/// disks `skip_block_devices` protect, with their reasons), and logs the
+/// decision. `hints` `None`, `null` or `{}` mean "no hints".
 pub fn root_device(
-    inventory: &Inventory,
+    disks: &[Disk],
     hints: Option<&Value>,
     excluded: &[Rejection],
 ) -> Result<Choice, HintError> {
-    let result = choose_excluding(&inventory.disks, hints, excluded);
+    let result = choose_excluding(disks, hints, excluded);
     match &result {
         Ok(c) => {
             tracing::info!(disk = %c.disk.name, reason = %c.reason, "root device chosen");

@@ -13,10 +13,15 @@ use crate::inventory::{disks, Disk};
 
 /// Describes `paths` (whole disks or md arrays), in order.
 pub fn candidates(paths: &[PathBuf]) -> Vec<Candidate> {
-    let devices: Vec<Option<Device>> = paths.iter().map(|p| Device::open(p).ok()).collect();
-    let knames: Vec<Option<String>> = devices
+    candidates_of(paths.iter().cloned().zip(describe(paths)).collect())
+}
+
+/// Each path's disk as the inventory describes it (named `/dev/<kernel
+/// name>`; a path sysfs does not know by its name and size), in order.
+pub fn describe(paths: &[PathBuf]) -> Vec<Disk> {
+    let knames: Vec<Option<String>> = paths
         .iter()
-        .map(|d| d.as_ref().and_then(Device::kernel_name))
+        .map(|p| Device::open(p).ok().and_then(|d| d.kernel_name()))
         .collect();
     let extra: Vec<String> = knames.iter().flatten().cloned().collect();
     let listed: HashMap<String, Disk> = disks::read(Path::new("/"), &extra)
@@ -29,26 +34,36 @@ pub fn candidates(paths: &[PathBuf]) -> Vec<Candidate> {
         .collect();
     paths
         .iter()
-        .zip(devices)
         .zip(knames)
-        .map(|((path, dev), kname)| {
-            let disk = kname
-                .as_ref()
+        .map(|(path, kname)| {
+            kname
                 .and_then(|k| listed.get(&format!("/dev/{k}")).cloned())
-                .unwrap_or_else(|| bare(path));
-            let partitions: Vec<Device> = dev.as_ref().map(Device::partitions).unwrap_or_default();
+                .unwrap_or_else(|| bare(path))
+        })
+        .collect()
+}
+
+/// Candidates of disks already described (the inventory's), each listed by
+/// its path: their partitions and md volume names added.
+pub fn candidates_of(disks: Vec<(PathBuf, Disk)>) -> Vec<Candidate> {
+    disks
+        .into_iter()
+        .map(|(path, disk)| {
+            let partitions: Vec<Device> = Device::open(&path)
+                .map(|d| d.partitions())
+                .unwrap_or_default();
             let mut raid_volumes: Vec<String> = std::iter::once(path.as_path())
                 .chain(partitions.iter().map(|p| p.path.as_path()))
                 .filter_map(volume_name)
                 .collect();
             raid_volumes.dedup();
             Candidate {
-                path: path.clone(),
-                disk,
                 partitions: partitions
                     .iter()
                     .map(|p| (p.path.display().to_string(), size(&p.path)))
                     .collect(),
+                path,
+                disk,
                 raid_volumes,
             }
         })

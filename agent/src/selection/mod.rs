@@ -229,5 +229,29 @@ pub fn unprotected(node: &Value, paths: Vec<PathBuf>) -> Result<Vec<PathBuf>, Sk
     Ok(Protection::decide(&skip, &gather::candidates(&paths)).retain(paths))
 }
 
+/// `disks` (described by the inventory, each listed by its name) less the
+/// ones the node's `skip_block_devices` protect, each protected one logged.
+pub fn unprotected_disks(node: &Value, disks: Vec<Disk>) -> Result<Vec<Disk>, SkipError> {
+    let skip = SkipList::from_node(node)?;
+    if skip.is_empty() {
+        return Ok(disks);
+    }
+    let protection = Protection::decide(&skip, &candidates_named(&disks));
+    Ok(disks
+        .into_iter()
+        .filter(|d| protection.reason(Path::new(&d.name)).is_none())
+        .collect())
+}
+
+/// The candidates of `disks`, each listed by its name.
+pub fn candidates_named(disks: &[Disk]) -> Vec<Candidate> {
+    gather::candidates_of(
+        disks
+            .iter()
+            .map(|d| (PathBuf::from(&d.name), d.clone()))
+            .collect(),
+    )
+}
+
 #[cfg(test)]
 mod tests;
