@@ -10,8 +10,12 @@
 
 use std::time::{Duration, Instant};
 
+use std::fs::File;
+use std::path::Path;
+
 use crate::disk::fullerase::ata::cdb::AtaCommand;
-use crate::disk::fullerase::ata::AtaTransport;
+use crate::disk::fullerase::ata::sgio::SgIo;
+use crate::disk::fullerase::ata::{AtaTransport, Attachment};
 
 /// A disk's self-test as SMART reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,29 +59,53 @@ pub trait SelfTester {
     fn status(&self) -> Status;
 }
 
-/// ATA SMART through a pass-through transport.
-pub struct Ata<'a>(pub &'a dyn AtaTransport);
+/// ATA SMART through SG_IO on an open disk.
+#[derive(Debug)]
+pub struct Ata(File);
 
-impl std::fmt::Debug for Ata<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Ata(SMART over ATA pass-through)")
+impl Ata {
+    /// The disk at `path`, or why it gets no ATA self-test: an NVMe
+    /// namespace (IPA 13 reads ATA self-test data only), a disk behind a
+    /// USB or SAS bridge (no ATA pass-through trusted), one that does not
+    /// open.
+    pub fn open(path: &Path) -> Result<Self, String> {
+        let kernel = crate::disk::Device::open(path)
+            .ok()
+            .and_then(|d| d.kernel_name());
+        if kernel.as_deref().is_some_and(|k| k.starts_with("nvme")) {
+            return Err("an NVMe disk (IPA 13 reads ATA self-test data only)".into());
+        }
+        if kernel
+            .as_deref()
+            .map(Attachment::of)
+            .is_some_and(|a| a != Attachment::Other)
+        {
+            return Err("behind a USB or SAS bridge: no ATA pass-through trusted".into());
+        }
+        File::open(path)
+            .map(Self)
+            .map_err(|e| format!("cannot open it: {e}"))
+    }
+
+    fn execute(&self, cmd: &AtaCommand) -> Result<[u8; 512], String> {
+        SgIo { file: &self.0 }
+            .execute(cmd, SHORT)
+            .map_err(|e| e.to_string())
     }
 }
 
 const SHORT: Duration = Duration::from_secs(30);
 
-impl SelfTester for Ata<'_> {
+impl SelfTester for Ata {
     fn start(&self) -> Result<(), String> {
-        self.0
-            .execute(&AtaCommand::smart_execute_offline(2), SHORT)
+        self.execute(&AtaCommand::smart_execute_offline(2))
             .map(drop)
-            .map_err(|e| e.to_string())
     }
 
     fn status(&self) -> Status {
-        match self.0.execute(&AtaCommand::smart_read_data(), SHORT) {
+        match self.execute(&AtaCommand::smart_read_data()) {
             Ok(data) => decode(&data),
-            Err(e) => Status::Unavailable(e.to_string()),
+            Err(e) => Status::Unavailable(e),
         }
     }
 }

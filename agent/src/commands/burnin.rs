@@ -220,50 +220,29 @@ pub async fn burnin_disk_step(
 /// `agent_burnin_fio_disk_smart_test`: the extended SMART self-test on every
 /// disk after the burn-in ([`burnin::smart`]), polled every 30 s as IPA.
 fn smart_self_tests(disks: &[std::path::PathBuf], cancel: &AtomicBool) -> burnin::smart::Outcome {
-    use crate::disk::fullerase::ata::{sgio::SgIo, Attachment};
-    let mut opened = Vec::new();
-    let mut out = burnin::smart::Outcome::default();
-    for d in disks {
-        let name = d.display().to_string();
-        let kernel = crate::disk::Device::open(d)
-            .ok()
-            .and_then(|dev| dev.kernel_name());
-        let bridged = kernel
-            .as_deref()
-            .map(Attachment::of)
-            .is_some_and(|a| a != Attachment::Other);
-        match std::fs::File::open(d) {
-            _ if kernel.as_deref().is_some_and(|k| k.starts_with("nvme")) => out.skipped.push((
-                name,
-                "an NVMe disk (IPA 13 reads ATA self-test data only)".into(),
-            )),
-            _ if bridged => out.skipped.push((
-                name,
-                "behind a USB or SAS bridge: no ATA pass-through trusted".into(),
-            )),
-            Ok(f) => opened.push((name, f)),
-            Err(e) => out.skipped.push((name, format!("cannot open it: {e}"))),
-        }
-    }
-    let transports: Vec<(String, SgIo<'_>)> = opened
+    let mut skipped = Vec::new();
+    let testers: Vec<(String, burnin::smart::Ata)> = disks
         .iter()
-        .map(|(n, f)| (n.clone(), SgIo { file: f }))
+        .filter_map(|d| {
+            let name = d.display().to_string();
+            match burnin::smart::Ata::open(d) {
+                Ok(t) => Some((name, t)),
+                Err(why) => {
+                    skipped.push((name, why));
+                    None
+                }
+            }
+        })
         .collect();
-    let testers: Vec<burnin::smart::Ata<'_>> = transports
+    let list: Vec<(String, &dyn burnin::smart::SelfTester)> = testers
         .iter()
-        .map(|(_, t)| burnin::smart::Ata(t))
+        .map(|(n, t)| (n.clone(), t as &dyn burnin::smart::SelfTester))
         .collect();
-    let list: Vec<(String, &dyn burnin::smart::SelfTester)> = transports
-        .iter()
-        .zip(&testers)
-        .map(|((n, _), t)| (n.clone(), t as &dyn burnin::smart::SelfTester))
-        .collect();
-    let found = burnin::smart::run(&list, Duration::from_secs(30), &|| {
+    let mut out = burnin::smart::run(&list, Duration::from_secs(30), &|| {
         cancel.load(std::sync::atomic::Ordering::Relaxed)
     });
-    out.passed.extend(found.passed);
-    out.failed.extend(found.failed);
-    out.skipped.extend(found.skipped);
+    skipped.append(&mut out.skipped);
+    out.skipped = skipped;
     out
 }
 
