@@ -77,16 +77,8 @@ const RTC: [&str; 2] = ["/dev/rtc", "/dev/rtc0"];
 /// Before a power action in the ramdisk: the clock from `ipa-ntp-server`
 /// (when set), then the hardware clock from the system clock.
 async fn set_clocks(state: &AgentState) {
-    if let Some(server) = state.config.ntp_server.as_deref() {
-        match crate::timesync::sntp_offset(server).await {
-            Ok(off) => {
-                if let Err(e) = crate::timesync::apply(off, true, &format!("NTP server {server}")) {
-                    tracing::error!("before the power action: {e:#}");
-                }
-            }
-            Err(e) => tracing::error!("before the power action, ipa-ntp-server={server}: {e:#}"),
-        }
-    }
+    // The same SNTP step as at start-up (failures logged there).
+    crate::timesync::sync(state.config.ntp_server.as_deref(), None, true).await;
     let rtc = RTC.iter().map(Path::new).find(|p| p.exists());
     match rtc.map(crate::rtc::set_from_system) {
         Some(Ok(())) => {}

@@ -71,7 +71,7 @@ fn properties(root: &Path, dir: &Path, kind: &str) -> BTreeMap<String, BTreeMap<
     let mut out = BTreeMap::new();
     let uevent = pairs(&read(&dir.join("uevent")), "");
     let udev_key = match kind {
-        "block" => read(&dir.join("dev")).trim().to_string().to_owned(),
+        "block" => read(&dir.join("dev")).trim().to_string(),
         _ => uevent.get("IFINDEX").cloned().unwrap_or_default(),
     };
     if !udev_key.is_empty() {

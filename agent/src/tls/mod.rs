@@ -173,12 +173,30 @@ pub fn server_config(
     cipher_suites: Option<&str>,
 ) -> Result<rustls::ServerConfig> {
     let key = PrivateKeyDer::Pkcs8(cert.key.clone_key());
+    serving(
+        vec![cert.der.clone()],
+        key,
+        min_version,
+        cipher_suites,
+        || "loading the TLS certificate".into(),
+    )
+}
+
+/// The command API's configuration serving `certs` with `key`; a pair
+/// rustls refuses is said with `refused`'s words.
+fn serving(
+    certs: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+    min_version: Option<&str>,
+    cipher_suites: Option<&str>,
+    refused: impl FnOnce() -> String,
+) -> Result<rustls::ServerConfig> {
     let mut cfg = rustls::ServerConfig::builder_with_provider(provider_for(cipher_suites)?)
         .with_protocol_versions(versions(min_version)?)
         .context("choosing TLS versions")?
         .with_no_client_auth()
-        .with_single_cert(vec![cert.der.clone()], key)
-        .context("loading the TLS certificate")?;
+        .with_single_cert(certs, key)
+        .with_context(refused)?;
     cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(cfg)
 }
@@ -191,20 +209,13 @@ pub fn server_config_from_files(
     cipher_suites: Option<&str>,
 ) -> Result<rustls::ServerConfig> {
     let (certs, key) = load_pair(files)?;
-    let mut cfg = rustls::ServerConfig::builder_with_provider(provider_for(cipher_suites)?)
-        .with_protocol_versions(versions(min_version)?)
-        .context("choosing TLS versions")?
-        .with_no_client_auth()
-        .with_single_cert(certs, key)
-        .with_context(|| {
-            format!(
-                "{} does not go with {}",
-                files.key.display(),
-                files.cert.display()
-            )
-        })?;
-    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(cfg)
+    serving(certs, key, min_version, cipher_suites, || {
+        format!(
+            "{} does not go with {}",
+            files.key.display(),
+            files.cert.display()
+        )
+    })
 }
 
 /// A PEM certificate chain and its private key, read and checked.
