@@ -153,18 +153,22 @@ fn ramdisk_lists_erases_and_deploys_through_a_multipath_device() {
             println!("{:>5.1} s inspected", started.elapsed().as_secs_f64());
             let inspected = node.inspection_data;
 
-            conductor.start_clean(
-                &uuid,
-                Some(vec![
-                    json!({"interface": "deploy", "step": "erase_devices_metadata", "args": {}}),
-                ]),
-            )?;
-            conductor
-                .wait_for_state(&uuid, "manageable", Duration::from_secs(120))
-                .await
-                .map_err(|e| {
-                    anyhow::anyhow!("erase_devices_metadata: {e:#}{}", ctx(&vm, &conductor))
-                })?;
+            // A manual clean with `steps`, waited for; `what` names it.
+            let clean = |steps: Vec<Value>, what: &'static str| {
+                let (conductor, uuid, vm) = (&conductor, &uuid, &vm);
+                async move {
+                    conductor.start_clean(uuid, Some(steps))?;
+                    conductor
+                        .wait_for_state(uuid, "manageable", Duration::from_secs(120))
+                        .await
+                        .map_err(|e| anyhow::anyhow!("{what}: {e:#}{}", ctx(vm, conductor)))
+                }
+            };
+            clean(
+                vec![json!({"interface": "deploy", "step": "erase_devices_metadata", "args": {}})],
+                "erase_devices_metadata",
+            )
+            .await?;
             println!("{:>5.1} s cleaned", started.elapsed().as_secs_f64());
             let lun_after_clean = signatures(&lun);
             let plain_after_clean = signatures(&plain);
@@ -175,31 +179,17 @@ fn ramdisk_lists_erases_and_deploys_through_a_multipath_device() {
                  "physical_disks": [{"wwn": WWN}, {"serial": "PLAIN0001"}]}]});
             });
             let raid = |name: &str| json!({"interface": "raid", "step": name, "args": {}});
-            conductor.start_clean(
-                &uuid,
-                Some(vec![
-                    raid("delete_configuration"),
-                    raid("create_configuration"),
-                ]),
-            )?;
-            conductor
-                .wait_for_state(&uuid, "manageable", Duration::from_secs(120))
-                .await
-                .map_err(|e| {
-                    anyhow::anyhow!("create_configuration: {e:#}{}", ctx(&vm, &conductor))
-                })?;
+            clean(
+                vec![raid("delete_configuration"), raid("create_configuration")],
+                "create_configuration",
+            )
+            .await?;
             println!("{:>5.1} s RAID built", started.elapsed().as_secs_f64());
             let raid_layout: Vec<(u64, u64, Option<String>)> = direct::partitions(&lun)
                 .into_iter()
                 .map(|(s, l)| (s, l, member(&lun, s, l)))
                 .collect();
-            conductor.start_clean(&uuid, Some(vec![raid("delete_configuration")]))?;
-            conductor
-                .wait_for_state(&uuid, "manageable", Duration::from_secs(120))
-                .await
-                .map_err(|e| {
-                    anyhow::anyhow!("delete_configuration: {e:#}{}", ctx(&vm, &conductor))
-                })?;
+            clean(vec![raid("delete_configuration")], "delete_configuration").await?;
             println!("{:>5.1} s RAID deleted", started.elapsed().as_secs_f64());
             let lun_after_delete = signatures(&lun);
 
