@@ -27,6 +27,7 @@ pub mod policy;
 pub mod progress;
 pub mod qcow2;
 mod reread;
+mod streams;
 pub mod target;
 
 use std::path::Path;

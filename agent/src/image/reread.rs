@@ -24,11 +24,11 @@ use std::ops::Range;
 use std::sync::mpsc::sync_channel;
 
 use super::buffers::{Block, Pool};
-use super::decode::{decompressor, BlockReader};
 use super::fetch::{self, FetchEnd, HttpOptions};
 use super::format::Format;
 use super::progress::Progress;
 use super::qcow2;
+use super::streams::{decompressor, BlockReader};
 
 /// Buffers for one re-read: 4 × 1 MiB.
 const BUFFERS: (usize, usize) = (4, 1 << 20);

@@ -73,7 +73,7 @@ fn flag_names(name: &str) -> Result<Vec<String>> {
     buf[4..8].copy_from_slice(&ETH_SS_PRIV_FLAGS.to_ne_bytes());
     buf[8..12].copy_from_slice(&(count as u32).to_ne_bytes());
     ioctl(name, buf.as_mut_ptr().cast())?;
-    Ok(super::intel::strings(&buf[12..], count))
+    Ok(strings(&buf[12..], count))
 }
 
 /// Sets private flag `flag` of interface `name` to `value`.
@@ -91,4 +91,29 @@ pub fn set_private_flag(name: &str, flag: &str, value: bool) -> Result<()> {
     };
     let mut v = [ETHTOOL_SPFLAGS, flags];
     ioctl(name, v.as_mut_ptr().cast())
+}
+
+/// `count` NUL-padded 32-byte names from an `ETHTOOL_GSTRINGS` answer.
+fn strings(data: &[u8], count: usize) -> Vec<String> {
+    data.chunks(32)
+        .take(count)
+        .map(|c| {
+            let end = c.iter().position(|b| *b == 0).unwrap_or(c.len());
+            String::from_utf8_lossy(&c[..end]).into_owned()
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn private_flag_names_are_read_from_gstrings() {
+        let mut data = vec![0u8; 64];
+        data[..15].copy_from_slice(b"disable-fw-lldp");
+        data[32..45].copy_from_slice(b"link-down-on-");
+        assert_eq!(strings(&data, 2), ["disable-fw-lldp", "link-down-on-"]);
+        assert_eq!(strings(&data, 5).len(), 2, "never past the buffer");
+    }
 }

@@ -121,17 +121,6 @@ pub fn i40e_debugfs_stop(root: &Path) -> Vec<String> {
         .collect()
 }
 
-/// `count` NUL-padded 32-byte names from an `ETHTOOL_GSTRINGS` answer.
-pub(super) fn strings(data: &[u8], count: usize) -> Vec<String> {
-    data.chunks(32)
-        .take(count)
-        .map(|c| {
-            let end = c.iter().position(|b| *b == 0).unwrap_or(c.len());
-            String::from_utf8_lossy(&c[..end]).into_owned()
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -194,14 +183,5 @@ mod tests {
             lines[0].contains("no fw-lldp-agent private flag"),
             "{lines:?}"
         );
-    }
-
-    #[test]
-    fn private_flag_names_are_read_from_gstrings() {
-        let mut data = vec![0u8; 64];
-        data[..15].copy_from_slice(b"disable-fw-lldp");
-        data[32..45].copy_from_slice(b"link-down-on-");
-        assert_eq!(strings(&data, 2), ["disable-fw-lldp", "link-down-on-"]);
-        assert_eq!(strings(&data, 5).len(), 2, "never past the buffer");
     }
 }

@@ -24,7 +24,7 @@ use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 
 use super::agent_client::{AgentClient, StepKind};
-use super::driver::Next;
+use super::node::Next;
 use super::node::{BootMode, DeployPhase, DeployRequest, Node, Operation};
 use super::Inner;
 

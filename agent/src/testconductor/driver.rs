@@ -10,18 +10,8 @@ use anyhow::{anyhow, Context, Result};
 use serde_json::{json, Value};
 
 use super::agent_client::{AgentClient, StepKind};
-use super::node::{Node, Operation};
+use super::node::{Next, Node, Operation};
 use super::Inner;
-
-/// What a conductor action decided.
-pub(super) enum Next {
-    /// Keep waiting for more heartbeats (operation state updated).
-    Wait(Operation),
-    /// All steps done.
-    Finished,
-    /// The operation failed with this message.
-    Failed(String),
-}
 
 /// Reacts to an accepted heartbeat (in its own task, holding the node lock).
 pub(super) fn on_heartbeat(c: Arc<Inner>, uuid: String) {

@@ -271,3 +271,13 @@ impl Node {
         )
     }
 }
+
+/// What a conductor action decided.
+pub(super) enum Next {
+    /// Keep waiting for more heartbeats (operation state updated).
+    Wait(Operation),
+    /// All steps done.
+    Finished,
+    /// The operation failed with this message.
+    Failed(String),
+}

@@ -35,6 +35,7 @@ mod header;
 mod pending;
 mod reread;
 mod runs;
+mod source;
 mod stream;
 mod table;
 mod window;
@@ -50,7 +51,7 @@ use std::io;
 
 pub use decompress::DecompressError;
 pub use error::{ErrorClass, Qcow2Error};
-pub use reread::{NoReread, Reread};
+pub use source::{NoReread, Reread};
 
 /// Where guest bytes go. Offsets are guest (virtual disk) byte offsets.
 pub trait Sink {

@@ -13,6 +13,7 @@ use std::ops::Range;
 use super::digests::BlockDigests;
 use super::error::Qcow2Error;
 use super::pending::{Item, Kind};
+use super::source::Reread;
 use super::stream::Engine;
 use super::window::Window;
 use super::Sink;
@@ -21,32 +22,6 @@ use super::Sink;
 /// table takes one, data behind the L2 table read in that round a second;
 /// a third can only come from a table the same round already reached.
 const MAX_ROUNDS: u32 = 4;
-
-/// A source that can deliver host byte ranges of the image again.
-pub trait Reread {
-    /// Delivers the host bytes of each of `runs` (ascending, disjoint) in
-    /// order, in pieces of any size, to `deliver(host offset, bytes)`, which
-    /// returns false to stop early (the caller then has its own error).
-    fn reread(
-        &mut self,
-        runs: &[Range<u64>],
-        deliver: &mut dyn FnMut(u64, &[u8]) -> bool,
-    ) -> io::Result<()>;
-}
-
-/// For sources that cannot be read again: every re-read fails with `why`.
-#[derive(Debug, Clone)]
-pub struct NoReread(pub &'static str);
-
-impl Reread for NoReread {
-    fn reread(
-        &mut self,
-        _: &[Range<u64>],
-        _: &mut dyn FnMut(u64, &[u8]) -> bool,
-    ) -> io::Result<()> {
-        Err(io::Error::new(io::ErrorKind::Unsupported, self.0))
-    }
-}
 
 impl<S: Sink + ?Sized> Engine<'_, S> {
     /// Reads again, in rounds, every deferred range (and whatever the tables
