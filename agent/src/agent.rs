@@ -358,7 +358,11 @@ async fn lookup_until_found(
                 };
                 crate::conductor::lookup_keys::log_ignored(&found.config.raw);
                 state.set_lookup_config(found.config.clone());
-                state.cache_node(found.node.clone());
+                match crate::node::Node::parse(found.node.clone()) {
+                    Ok(Some(node)) => state.cache_node(node),
+                    Ok(None) => {}
+                    Err(e) => tracing::warn!("the lookup's node is not cached: node.{e}"),
+                }
                 match decide_token(found.config.agent_token.as_deref(), state.token().as_deref()) {
                     TokenDecision::Adopt(t) => {
                         state.set_token(Some(t));

@@ -6,7 +6,7 @@
 //!
 //! 1. Foundations: [`config`] (kernel command line, IPA's config files and
 //!    flags), [`tls`] (with the pinned self-signed certificate rule),
-//!    [`net`], [`discovery`] (finding the conductor by mDNS), [`errfmt`],
+//!    [`net`], [`node`] (the node as the conductor sends it), [`discovery`] (finding the conductor by mDNS), [`errfmt`],
 //!    [`tool`] (running external tools), [`timesync`] (the clock before TLS),
 //!    [`rtc`] (the hardware clock), [`metrics`] (statsd timers).
 //! 2. Hardware and devices: [`inventory`] (what the machine is) with its
@@ -27,9 +27,10 @@
 //!    installed from the deployed image), [`vmedia`] (what Ironic
 //!    puts on virtual media for the ramdisk).
 //! 4. [`conductor`]: the client of Ironic's ramdisk endpoints.
-//! 5. The agent's core: [`commands`] (every command and step handler, and
-//!    the mapping of errors to IPA error classes), [`state`] (the shared
-//!    state, which owns the command history: the one documented cycle),
+//! 5. The agent's core: [`command`] (a command's result, its IPA error
+//!    classes, and the history that runs commands), [`state`] (the shared
+//!    state, which owns the history), [`commands`] (every command and step
+//!    handler, each request parsed into a typed command where it arrives),
 //!    [`power`].
 //! 6. Serving and driving: [`agent`] (lookup, heartbeats), [`api`] and
 //!    [`server`] (the command API), [`startup`] (waits before the hardware
@@ -45,6 +46,7 @@ pub mod bootphases;
 pub mod burnin;
 pub mod cli;
 pub mod collectors;
+pub mod command;
 pub mod commands;
 pub mod conductor;
 pub mod config;
@@ -66,6 +68,7 @@ pub mod logs;
 pub mod metrics;
 pub mod net;
 pub mod netconf;
+pub mod node;
 pub mod partimage;
 pub mod power;
 pub mod pstore;

@@ -9,9 +9,10 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use crate::commands::history::CommandHistory;
+use crate::command::history::CommandHistory;
 use crate::conductor::lookup::LookupConfig;
 use crate::config::Config;
+use crate::node::Node;
 
 /// A power action requested by a command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,7 +70,7 @@ pub struct AgentState {
     /// HMAC-SHA256 under it (ring's `hmac::verify`, constant time), so
     /// neither the token's bytes nor its length show in timing.
     token_key: ring::hmac::Key,
-    node: RwLock<Option<Value>>,
+    node: RwLock<Option<Node>>,
     partition_uuids: RwLock<Option<Value>>,
     lookup_config: RwLock<Option<LookupConfig>>,
     metrics: RwLock<Option<Arc<crate::metrics::Metrics>>>,
@@ -156,12 +157,12 @@ impl AgentState {
     }
 
     /// Remembers the node the conductor sent (root device hints, erase knobs).
-    pub fn cache_node(&self, node: Value) {
+    pub fn cache_node(&self, node: Node) {
         *self.node.write().unwrap_or_else(|p| p.into_inner()) = Some(node);
     }
 
     /// The node last sent by the conductor.
-    pub fn node(&self) -> Option<Value> {
+    pub fn node(&self) -> Option<Node> {
         self.node.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 

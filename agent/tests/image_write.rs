@@ -8,7 +8,7 @@ use std::io::Write;
 use std::path::Path;
 use std::time::Duration;
 
-use agent::commands::image::error_kind;
+use agent::commands::image_errors::error_kind;
 use agent::image::checksum::Algo;
 use agent::image::progress::Progress;
 use agent::image::{write_image, ImageError};

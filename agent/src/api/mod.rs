@@ -1,7 +1,7 @@
 //! The IPA-compatible command API (PROTOCOL.md §1): routes, token check, body
 //! limits, and the mapping of command outcomes to HTTP replies. Handlers only
 //! parse and validate; running commands belongs to
-//! [`crate::commands::history::CommandHistory`].
+//! [`crate::command::history::CommandHistory`].
 //!
 //! Both `/v1/commands` and `/v1/commands/` are served (Ironic always uses the
 //! trailing slash), with and without the `/v1` prefix as IPA does.
@@ -22,9 +22,11 @@ use serde_json::{json, Value};
 
 pub use error::ApiError;
 
-use crate::commands::history::StartError;
+use crate::command::history::OnAsyncEnd;
+use crate::command::history::StartError;
+use crate::commands::context::Context;
 use crate::commands::registry::{self, LookupError};
-use crate::state::AgentState;
+use crate::state::{AgentEvent, AgentState};
 
 /// The agent's version string, sent as `agent_version` and served on `/v1/status`.
 pub use crate::AGENT_VERSION;
@@ -287,10 +289,16 @@ async fn run_command(
             ApiError::InvalidCommand(e.to_string())
         }
     })?;
-    (spec.validate)(&params).map_err(|e| ApiError::InvalidParams(e.to_string()))?;
+    let request = (spec.parse)(params, &Context::of(&state))
+        .map_err(|e| ApiError::InvalidParams(e.to_string()))?;
+    let ready = request.ready(state.clone(), spec.extension, spec.method, spec.mode);
+    let on_async_end: OnAsyncEnd = {
+        let state = state.clone();
+        Box::new(move || state.notify(AgentEvent::AsyncCommandFinished))
+    };
     let result = state
         .commands
-        .execute(&state, spec, params, wants_wait(&q))
+        .execute(ready, wants_wait(&q), on_async_end)
         .await
         .map_err(|StartError::Busy(name)| ApiError::Busy(name))?;
     Ok(Json(serde_json::to_value(result).map_err(internal)?))

@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 use tower::ServiceExt;
 
 use super::router;
-use crate::commands::registry::{CommandFuture, CommandSpec, Mode};
+use crate::command::history::{Mode, Ready};
 use crate::commands::Outcome;
 use crate::config::Config;
 use crate::state::AgentState;
@@ -155,7 +155,7 @@ async fn get_clean_steps_returns_five_keys_and_ipa_steps() {
         v["command_result"]["hardware_manager_version"],
         json!({"generic_hardware_manager": "1.2"})
     );
-    assert_eq!(s.node().unwrap()["uuid"], "n1", "the node is cached");
+    assert_eq!(s.node().unwrap().uuid(), Some("n1"), "the node is cached");
 
     let (_, v) = post(
         &s,
@@ -298,21 +298,19 @@ impl http_body::Body for Chunks {
     }
 }
 
-static SLOW: CommandSpec = CommandSpec {
-    extension: "test",
-    method: "slow",
-    mode: Mode::Async,
-    validate: |_| Ok(()),
-    run: slow,
-};
-
 static RELEASE: tokio::sync::Notify = tokio::sync::Notify::const_new();
 
-fn slow(_: Arc<AgentState>, _: Value) -> CommandFuture {
-    Box::pin(async {
-        RELEASE.notified().await;
-        Outcome::Done(json!({"done": true}))
-    })
+/// An async command that runs until [`RELEASE`] is notified.
+fn slow() -> Ready {
+    Ready {
+        full_name: "test.slow".into(),
+        method: "slow",
+        mode: Mode::Async,
+        work: Box::pin(async {
+            RELEASE.notified().await;
+            Outcome::Done(json!({"done": true}))
+        }),
+    }
 }
 
 #[tokio::test]
@@ -320,7 +318,7 @@ async fn busy_while_an_async_command_runs_then_free() {
     let s = state();
     let running = s
         .commands
-        .execute(&s, &SLOW, json!({}), false)
+        .execute(slow(), false, Box::new(|| {}))
         .await
         .unwrap();
     assert_eq!(
@@ -613,4 +611,70 @@ async fn an_undecodable_command_id_gets_a_json_404() {
     .await;
     assert_eq!(st, StatusCode::NOT_FOUND);
     assert_fault(&v, "no command at this URL");
+}
+
+/// Each request is parsed once where it arrives: a wrong shape is HTTP 400
+/// naming its JSON path; what only the agent's settings refuse, or a bad
+/// step argument, is the command's failure, as with IPA.
+#[tokio::test]
+async fn requests_are_typed_where_they_arrive() {
+    let s = state();
+    let (st, v) = post(
+        &s,
+        &cmd_uri(""),
+        json!({"name": "deploy.execute_deploy_step", "params": {
+            "step": {"step": "write_image", "args": {}}, "node": {"properties": "x"}}}),
+    )
+    .await;
+    assert_eq!(st, StatusCode::BAD_REQUEST);
+    assert_fault(
+        &v,
+        "node.properties: invalid type: string \"x\", expected a map",
+    );
+    let (st, v) = post(
+        &s,
+        &cmd_uri(""),
+        json!({"name": "standby.prepare_image", "params": {"image_info": {"id": "i"}}}),
+    )
+    .await;
+    assert_eq!(st, StatusCode::BAD_REQUEST);
+    assert_fault(&v, "image_info");
+
+    // MD5 is refused by the conductor's settings (no lookup: IPA's default).
+    let md5 = "0123456789abcdef0123456789abcdef";
+    let (st, v) = post(
+        &s,
+        &cmd_uri("&wait=true"),
+        json!({"name": "standby.prepare_image", "params": {"image_info": {
+            "id": "i", "urls": ["http://127.0.0.1:9/i"], "checksum": md5}}}),
+    )
+    .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    assert_eq!(v["command_status"], "FAILED", "{v}");
+    let details = v["command_error"]["details"].as_str().unwrap();
+    assert!(details.contains("agent_md5_checksum_enable"), "{v}");
+
+    // A bad argument of a known step fails the command, naming it.
+    let (st, v) = post(
+        &s,
+        &cmd_uri("&wait=true"),
+        json!({"name": "deploy.execute_deploy_step", "params": {
+            "step": {"step": "inject_files", "args": {"verify_ca": "yes"}},
+            "node": {"uuid": "n1"}}}),
+    )
+    .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    assert_eq!(v["command_status"], "FAILED", "{v}");
+    assert_eq!(
+        v["command_error"]["type"], "InvalidCommandParamsError",
+        "{v}"
+    );
+    assert!(
+        v["command_error"]["details"]
+            .as_str()
+            .unwrap()
+            .starts_with("verify_ca: invalid type: string \"yes\", expected a boolean"),
+        "{v}"
+    );
+    assert_eq!(s.node().unwrap().uuid(), Some("n1"), "the node is cached");
 }

@@ -126,12 +126,12 @@ pub async fn run(args: WriteImageArgs) -> Result<()> {
         Err(e) if e.before_write() => {
             bail!(
                 "{e} ({}); the device was not touched",
-                crate::commands::image::error_kind(&e).type_name()
+                crate::commands::image_errors::error_kind(&e).type_name()
             )
         }
         Err(e) => bail!(
             "{e} ({}); the device was left without a partition table",
-            crate::commands::image::error_kind(&e).type_name()
+            crate::commands::image_errors::error_kind(&e).type_name()
         ),
     }
 }

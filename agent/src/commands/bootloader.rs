@@ -33,14 +33,19 @@ use serde_json::Value;
 use super::params::InstallBootloader;
 use super::{CommandError, ErrorKind, Outcome};
 use crate::config::RunMode;
+use crate::node::Node;
 use crate::state::AgentState;
 
 /// `image.install_bootloader` (async).
-pub async fn install_bootloader(state: Arc<AgentState>, params: Value) -> Outcome {
-    let p: InstallBootloader = match super::params::for_command(&params) {
-        Ok(p) => p,
-        Err(e) => return Outcome::Failed(e),
-    };
+/// `node`: the node cached from the conductor's last command (Ironic sends
+/// none with this one): its root-device hints and protected disks choose
+/// the device, as for the image write.
+pub async fn install_bootloader(
+    state: Arc<AgentState>,
+    p: InstallBootloader,
+    node: Option<Node>,
+) -> Outcome {
+    let node = node.as_ref();
     let mode = p.target_boot_mode.as_deref().unwrap_or("bios");
     let root_uuid = p.root_uuid.as_deref().unwrap_or_default();
     // The parameter, else `ipa-ignore-bootloader-failure`, as IPA.
@@ -58,7 +63,7 @@ pub async fn install_bootloader(state: Arc<AgentState>, params: Value) -> Outcom
     };
     if mode == "uefi" && !is_whole_disk(root_uuid) {
         // A partition image: its own loaders go to the ESP first.
-        if let Err(e) = partition_image_loaders(&state, root_uuid).await {
+        if let Err(e) = partition_image_loaders(&state, node, root_uuid).await {
             tracing::error!(root_uuid, "{}", e.details);
             return finish(Err(e));
         }
@@ -90,7 +95,7 @@ pub async fn install_bootloader(state: Arc<AgentState>, params: Value) -> Outcom
             tracing::error!("{}", err.details);
             return finish(Err(err));
         }
-        return finish(bios_grub(&state, root_uuid).await);
+        return finish(bios_grub(&state, node, root_uuid).await);
     }
     if state.config.mode == RunMode::Host {
         tracing::warn!(
@@ -101,7 +106,7 @@ pub async fn install_bootloader(state: Arc<AgentState>, params: Value) -> Outcom
         return Outcome::Done(Value::Null);
     }
     let efivars = std::path::Path::new(crate::uefi::efivars::EFIVARS);
-    let result = match super::image::choose_device(&state) {
+    let result = match super::target::choose_device(&state, node) {
         Err(e) => Err(e),
         Ok(_) if !efivars.is_dir() => Err(CommandError::new(
             ErrorKind::CommandExecution,
@@ -191,8 +196,12 @@ fn raid_uefi(
 /// filesystem's `boot/efi/EFI`) to the ESP the deploy created
 /// ([`crate::partimage::efi`]). An image without them would need GRUB
 /// installed from it: IPA's refusal then, as for BIOS.
-async fn partition_image_loaders(state: &AgentState, root_uuid: &str) -> Result<(), CommandError> {
-    let device = super::image::choose_device(state)?;
+async fn partition_image_loaders(
+    state: &AgentState,
+    node: Option<&Node>,
+    root_uuid: &str,
+) -> Result<(), CommandError> {
+    let device = super::target::choose_device(state, node)?;
     let root = root_uuid.to_string();
     let preserved =
         tokio::task::spawn_blocking(move || crate::partimage::efi::preserve_assets(&device, &root))
@@ -254,8 +263,12 @@ fn bios_grub_refusal() -> CommandError {
 /// BIOS, allowed by the conductor: GRUB installed from the image whose
 /// root filesystem is `root_uuid` on the root device ([`crate::grub`]),
 /// into every member disk when that is a software RAID array.
-async fn bios_grub(state: &AgentState, root_uuid: &str) -> Result<(), CommandError> {
-    let device = super::image::choose_device(state)?;
+async fn bios_grub(
+    state: &AgentState,
+    node: Option<&Node>,
+    root_uuid: &str,
+) -> Result<(), CommandError> {
+    let device = super::target::choose_device(state, node)?;
     let disks = match device.file_name().map(|n| n.to_string_lossy().into_owned()) {
         Some(name) if is_md(&device) => {
             let disks = crate::raid::md::member_disks(std::path::Path::new("/"), &name);

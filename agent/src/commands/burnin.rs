@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use serde_json::Value;
 
-use super::steps::StepCall;
+use super::step_call::StepCall;
 use super::{CommandError, ErrorKind};
 use crate::burnin::{self, knobs, network, pairing, BurninError, Stop};
 use crate::config::RunMode;
@@ -90,7 +90,7 @@ pub async fn burnin_cpu_step(
     state: Arc<AgentState>,
     call: StepCall,
 ) -> Result<Value, CommandError> {
-    let node = &call.node;
+    let node = call.node_document();
     let workers = count_knob(node, "agent_burnin_cpu_cpu", 0).map_err(to_command_error)?;
     let timeout = duration_knob(node, "agent_burnin_cpu_timeout", DEFAULT_TIMEOUT)
         .map_err(to_command_error)?;
@@ -138,7 +138,7 @@ pub async fn burnin_memory_step(
     state: Arc<AgentState>,
     call: StepCall,
 ) -> Result<Value, CommandError> {
-    let node = &call.node;
+    let node = call.node_document();
     let workers = count_knob(node, "agent_burnin_vm_vm", 0).map_err(to_command_error)?;
     let timeout = duration_knob(node, "agent_burnin_vm_timeout", DEFAULT_TIMEOUT)
         .map_err(to_command_error)?;
@@ -170,7 +170,7 @@ pub async fn burnin_disk_step(
     state: Arc<AgentState>,
     call: StepCall,
 ) -> Result<Value, CommandError> {
-    let node = call.node.clone();
+    let node = call.node_document().clone();
     let loops = count_knob(&node, "agent_burnin_fio_disk_loops", 4).map_err(to_command_error)?;
     let runtime =
         count_knob(&node, "agent_burnin_fio_disk_runtime", 0).map_err(to_command_error)?;
@@ -422,7 +422,7 @@ pub async fn burnin_network_step(
     state: Arc<AgentState>,
     call: StepCall,
 ) -> Result<Value, CommandError> {
-    let node = call.node.clone();
+    let node = call.node_document().clone();
     let plan = network_plan(&state, &node).await?;
     let report = blocking(&state, move |cancel| {
         network::run(
@@ -450,11 +450,7 @@ mod tests {
     use crate::config::Config;
 
     fn call(driver_info: Value) -> StepCall {
-        StepCall {
-            node: json!({"driver_info": driver_info}),
-            ports: json!([]),
-            args: serde_json::Map::new(),
-        }
+        StepCall::with_node(json!({"driver_info": driver_info}))
     }
 
     fn state(config: Config) -> Arc<AgentState> {
@@ -523,8 +519,10 @@ mod tests {
             allowed_devices: vec![a.clone(), b.clone()],
             ..Config::default()
         });
-        let mut c = call(json!({"agent_burnin_fio_disk_loops": 1}));
-        c.node["properties"] = json!({"skip_block_devices": [{"name": b.display().to_string()}]});
+        let c = StepCall::with_node(json!({
+            "driver_info": {"agent_burnin_fio_disk_loops": 1},
+            "properties": {"skip_block_devices": [{"name": b.display().to_string()}]},
+        }));
         let r = burnin_disk_step(s.clone(), c).await.unwrap();
         assert_eq!(r.as_array().unwrap().len(), 1, "{r}");
         assert_eq!(r[0]["device"], a.display().to_string());

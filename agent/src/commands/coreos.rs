@@ -39,7 +39,7 @@ use serde_json::{json, Value};
 
 use super::image::{parse_image_info, write_whole_disk};
 use super::params::{IgnitionText, InstallCoreosArgs, KernelArgs};
-use super::steps::StepCall;
+use super::step_call::StepCall;
 use super::{CommandError, ErrorKind};
 use crate::netconf::nm_keyfile::{self, Keyfile};
 use crate::netconf::record::NetRecord;
@@ -56,14 +56,14 @@ fn deploy_error(msg: impl std::fmt::Display) -> CommandError {
 /// The `install_coreos` deploy step.
 pub async fn install_coreos_step(
     state: Arc<AgentState>,
-    call: StepCall,
+    call: StepCall<InstallCoreosArgs>,
 ) -> Result<Value, CommandError> {
     let instance_info = call
-        .node
+        .node_document()
         .get("instance_info")
         .cloned()
         .unwrap_or(Value::Null);
-    let args: InstallCoreosArgs = super::params::for_command(&Value::Object(call.args))?;
+    let args = call.args;
     let image_info = match args.image_info {
         Some(v) => v,
         None => image_info_from_instance(&instance_info)?,
@@ -82,7 +82,7 @@ pub async fn install_coreos_step(
         network_files = network.len(),
         "installing CoreOS"
     );
-    let mut result = write_whole_disk(state, parsed, move |dev| {
+    let mut result = write_whole_disk(state, call.node.as_ref(), parsed, move |dev| {
         finish(dev, ignition.as_deref(), &kargs, &network)
     })
     .await?;
@@ -240,7 +240,7 @@ async fn ignition_config(
                 None => return Ok(None),
             },
             Some(rendered) => {
-                let http = super::image::http_options(state);
+                let http = super::context::http_options(state);
                 let rendered = rendered.clone();
                 let iso = tokio::task::spawn_blocking(move || {
                     crate::configdrive::source::load(&rendered, &http)

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use anyhow::Result;
 use serde_json::{Map, Value};
 
-use super::steps::StepCall;
+use super::step_call::StepCall;
 use super::{CommandError, ErrorKind};
 use crate::disk::fullerase::{self, Knobs};
 use crate::disk::{erasable_devices, erasable_disks, erase, erase_candidates, Device, WritePolicy};
@@ -34,8 +34,8 @@ pub async fn erase_devices_metadata_step(
     call: StepCall,
 ) -> Result<Value, CommandError> {
     let policy = WritePolicy::from_config(&state.config);
-    let knobs = knobs(&state, &call.node);
-    let node = call.node;
+    let knobs = knobs(&state, call.node_document());
+    let node = call.node_document().clone();
     tokio::task::spawn_blocking(move || {
         let devices = targets(&policy, &node, true)?;
         refuse_special(&devices, &knobs)?;
@@ -95,12 +95,12 @@ pub async fn erase_devices_step(
     state: Arc<AgentState>,
     call: StepCall,
 ) -> Result<Value, CommandError> {
-    let knobs = knobs(&state, &call.node);
+    let knobs = knobs(&state, call.node_document());
     let policy = WritePolicy::from_config(&state.config);
     // Raised when the operation ends under the step (Ironic aborted the
     // clean and powered the node off, or wiped the token).
     let cancel = state.abort_flag();
-    let node = call.node.clone();
+    let node = call.node_document().clone();
     let results = tokio::task::spawn_blocking(move || {
         let disks = paths(targets(&policy, &node, false)?);
         fullerase::erase_disks(&disks, &policy, &knobs, &cancel)
@@ -122,9 +122,9 @@ pub async fn erase_devices_express_step(
     state: Arc<AgentState>,
     call: StepCall,
 ) -> Result<Value, CommandError> {
-    let knobs = knobs(&state, &call.node);
+    let knobs = knobs(&state, call.node_document());
     let policy = WritePolicy::from_config(&state.config);
-    let node = call.node.clone();
+    let node = call.node_document().clone();
     tokio::task::spawn_blocking(move || {
         let devices = targets(&policy, &node, false)?;
         refuse_special(&devices, &knobs)?;
@@ -214,11 +214,7 @@ mod tests {
             },
             None,
         ));
-        let call = StepCall {
-            node: serde_json::json!({}),
-            ports: serde_json::json!([]),
-            args: serde_json::Map::new(),
-        };
+        let call = StepCall::with_node(serde_json::json!({}));
         erase_devices_express_step(state, call).await.unwrap();
         let left = crate::disk::erase::probe_signatures(&File::open(&img).unwrap()).unwrap();
         assert!(left.is_empty(), "{left:?}");
@@ -292,11 +288,9 @@ mod tests {
             },
             None,
         ));
-        let call = StepCall {
-            node: serde_json::json!({"properties": {"skip_block_devices": [{"name": keep.display().to_string()}]}}),
-            ports: serde_json::json!([]),
-            args: serde_json::Map::new(),
-        };
+        let call = StepCall::with_node(
+            serde_json::json!({"properties": {"skip_block_devices": [{"name": keep.display().to_string()}]}}),
+        );
         erase_devices_metadata_step(state, call).await.unwrap();
         let sigs =
             |p: &PathBuf| crate::disk::erase::probe_signatures(&File::open(p).unwrap()).unwrap();
@@ -323,11 +317,7 @@ mod tests {
             guard_special_filesystems: guard,
             ..Config::default()
         };
-        let call = StepCall {
-            node: serde_json::json!({}),
-            ports: serde_json::json!([]),
-            args: serde_json::Map::new(),
-        };
+        let call = StepCall::with_node(serde_json::json!({}));
         for step in ["metadata", "express"] {
             let state = Arc::new(AgentState::new(config(true), None));
             let e = match step {
@@ -397,11 +387,7 @@ mod tests {
             },
             None,
         ));
-        let call = StepCall {
-            node: serde_json::json!({}),
-            ports: serde_json::json!([]),
-            args: serde_json::Map::new(),
-        };
+        let call = StepCall::with_node(serde_json::json!({}));
         erase_devices_metadata_step(state.clone(), call.clone())
             .await
             .unwrap();

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::steps::StepCall;
+use super::step_call::StepCall;
 use super::{CommandError, ErrorKind};
 use crate::config::RunMode;
 use crate::state::AgentState;
@@ -20,7 +20,7 @@ pub const DEFAULT_NVRAM_PATTERNS: [&str; 3] = [r"^HD\(", r"shim.*\.efi", r"grub.
 
 /// `clean_uefi_nvram`'s arguments.
 #[derive(Debug, Default, Deserialize)]
-struct CleanNvramArgs {
+pub struct CleanNvramArgs {
     #[serde(default)]
     match_patterns: Option<Value>,
 }
@@ -71,9 +71,9 @@ fn failed(what: impl std::fmt::Display) -> CommandError {
 /// The `clean_uefi_nvram` step.
 pub async fn clean_uefi_nvram_step(
     state: Arc<AgentState>,
-    call: StepCall,
+    call: StepCall<CleanNvramArgs>,
 ) -> Result<Value, CommandError> {
-    let args: CleanNvramArgs = super::params::for_command(&Value::Object(call.args))?;
+    let args = call.args;
     let patterns = patterns(args.match_patterns.as_ref())?;
     if state.config.mode == RunMode::Host {
         tracing::warn!("host mode: this machine's UEFI boot entries are not touched (clean_uefi_nvram simulated)");

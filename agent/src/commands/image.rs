@@ -4,48 +4,24 @@
 //! then the partition check and the config drive ([`crate::configdrive`]).
 //! Partition images go to [`super::partition_image`].
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use serde_json::{json, Value};
 
+use super::context::{format_policy, http_options, md5_allowed, Context};
+use super::image_errors::{crashed, image_error};
 use super::params::{ParamsError, PrepareImage, WriteImageArgs};
-use super::steps::StepCall;
+use super::step_call::{PreparedStep, RawCall};
+use super::target::choose_device;
 use super::{CommandError, ErrorKind, Outcome};
-use crate::config::RunMode;
 use crate::configdrive::{self, ConfigDriveError};
 use crate::disk::WritePolicy;
 use crate::image::fetch::HttpOptions;
-use crate::image::policy::IPA_DEFAULT_PERMITTED;
+use crate::image::info;
 use crate::image::progress::Progress;
-use crate::image::{info, FormatPolicy, ImageError};
+use crate::node::Node;
 use crate::state::AgentState;
-
-/// The IPA error class of an image write failure, for `command_error`.
-pub fn error_kind(e: &ImageError) -> ErrorKind {
-    match e {
-        ImageError::InvalidParams(_) => ErrorKind::InvalidCommandParams,
-        ImageError::Refused(_) => ErrorKind::ProtectedDevice,
-        ImageError::HttpStatus { .. }
-        | ImageError::Download { .. }
-        | ImageError::TotalTimeout { .. }
-        | ImageError::ChecksumFile { .. } => ErrorKind::ImageDownload,
-        ImageError::ChecksumMismatch { .. } => ErrorKind::ImageChecksum,
-        ImageError::NotPermitted { .. } => ErrorKind::InvalidImage,
-        ImageError::Corrupt { .. }
-        | ImageError::Unsupported { .. }
-        | ImageError::TooLarge { .. }
-        | ImageError::Write { .. } => ErrorKind::ImageWrite,
-    }
-}
-
-pub(crate) fn image_error(e: ImageError) -> CommandError {
-    CommandError::new(error_kind(&e), e.to_string())
-}
-
-pub(crate) fn crashed(what: &str, e: tokio::task::JoinError) -> CommandError {
-    CommandError::new(ErrorKind::ImageWrite, format!("{what} crashed: {e}"))
-}
 
 fn configdrive_error(e: ConfigDriveError) -> CommandError {
     let kind = match e {
@@ -76,95 +52,98 @@ fn finish_whole_disk(device: &Path, configdrive: Option<&[u8]>) -> Result<(), Co
     Ok(())
 }
 
-pub(crate) fn http_options(state: &AgentState) -> HttpOptions {
-    let c = &state.config;
-    HttpOptions {
-        insecure: c.insecure,
-        cafile: c.cafile.clone(),
-        client_certificate: c.client_certificate(),
-        total_timeout: c.image_download_max_duration,
-        stall_timeout: c.image_download_connection_timeout,
-        retries: c.image_download_connection_retries,
-        retry_interval: c.image_download_connection_retry_interval,
-        ..HttpOptions::default()
+/// An image write's parameters, checked when the request arrived: the
+/// image, a partition image's layout keys, the config drive as given (it
+/// is decoded, or downloaded, by the write, before the disk is touched),
+/// and the node (sent with the step, else the cached one).
+#[derive(Debug)]
+pub struct ImageRequest {
+    image: info::ImageInfo,
+    layout: Option<crate::partimage::params::Params>,
+    configdrive: Value,
+    node: Option<Node>,
+}
+
+/// `standby.prepare_image`: the checked write, or the error its command
+/// ends with.
+pub type PrepareImageRequest = Result<ImageRequest, CommandError>;
+
+/// Checks `image_info` with the agent's HTTP settings, and a partition
+/// image's layout keys, before anything is downloaded or touched.
+fn check_image(
+    image_info: &Value,
+    configdrive: Value,
+    node: Option<Node>,
+    ctx: &Context,
+) -> Result<ImageRequest, CommandError> {
+    let image = info::parse(image_info, ctx.http.clone(), ctx.md5_allowed).map_err(image_error)?;
+    let layout = if image.partition {
+        Some(super::partition_image::layout_params(image_info)?)
+    } else {
+        None
+    };
+    Ok(ImageRequest {
+        image,
+        layout,
+        configdrive,
+        node,
+    })
+}
+
+/// `standby.prepare_image`'s parameters. An `image_info` that is wrong in
+/// itself is refused with HTTP 400 (IPA's validator); one the agent's
+/// settings refuse (an MD5 checksum the conductor disabled) fails the
+/// command, as IPA's download does.
+pub fn parse_prepare_image(
+    params: Value,
+    ctx: &Context,
+) -> Result<PrepareImageRequest, ParamsError> {
+    let p: PrepareImage = super::params::parse(&params)?;
+    let configdrive = p.configdrive.unwrap_or(Value::Null);
+    match check_image(&p.image_info, configdrive, ctx.cached_node.clone(), ctx) {
+        Ok(r) => Ok(Ok(r)),
+        Err(e) => {
+            let lenient = Context {
+                cached_node: None,
+                http: HttpOptions::default(),
+                md5_allowed: true,
+            };
+            match check_image(&p.image_info, Value::Null, None, &lenient) {
+                Err(wrong) => Err(ParamsError::at("image_info", wrong.details)),
+                Ok(_) => Ok(Err(e)),
+            }
+        }
     }
-}
-
-/// The conductor's deep image inspection settings from its lookup answer
-/// (IPA's defaults before any lookup).
-pub(crate) fn format_policy(state: &AgentState, disk_format: Option<&str>) -> FormatPolicy {
-    let c = state.lookup_config();
-    let permitted = c.as_ref().map_or_else(
-        || IPA_DEFAULT_PERMITTED.map(String::from).to_vec(),
-        |c| c.permitted_image_formats.clone(),
-    );
-    let deep = c.as_ref().is_none_or(|c| c.deep_image_inspection);
-    FormatPolicy::from_conductor(deep, &permitted, disk_format)
-}
-
-fn md5_allowed(state: &AgentState) -> bool {
-    state.lookup_config().is_some_and(|c| c.md5_allowed)
-}
-
-/// Parameter check of `standby.prepare_image` (HTTP 400 on failure).
-pub fn validate_prepare_image(params: &Value) -> Result<(), ParamsError> {
-    let p: PrepareImage = super::params::parse(params)?;
-    let parsed = info::parse(&p.image_info, HttpOptions::default(), true)
-        .map_err(|e| ParamsError::at("image_info", e.to_string()))?;
-    if parsed.partition {
-        super::partition_image::layout_params(&p.image_info)
-            .map_err(|e| ParamsError::at("image_info", e.details))?;
-    }
-    Ok(())
 }
 
 /// `standby.prepare_image` (async).
-pub async fn prepare_image(state: Arc<AgentState>, params: Value) -> Outcome {
-    let p: PrepareImage = match super::params::for_command(&params) {
-        Ok(p) => p,
-        Err(e) => return Outcome::Failed(e),
-    };
-    let node = state.node();
-    write(
-        state,
-        p.image_info,
-        p.configdrive.unwrap_or(Value::Null),
-        node,
-    )
-    .await
-    .into()
+pub async fn prepare_image(state: Arc<AgentState>, request: PrepareImageRequest) -> Outcome {
+    match request {
+        Ok(r) => write(state, r).await.into(),
+        Err(e) => Outcome::Failed(e),
+    }
 }
 
-/// The `write_image` deploy step.
-pub async fn write_image_step(
-    state: Arc<AgentState>,
-    call: StepCall,
-) -> Result<Value, CommandError> {
+/// The `write_image` deploy step's arguments: its image checked as
+/// `prepare_image`'s; without a `configdrive` argument, the one in
+/// `image_info`.
+pub fn prepare_write_image(call: RawCall, ctx: &Context) -> Result<PreparedStep, CommandError> {
     let args: WriteImageArgs = super::params::for_command(&Value::Object(call.args))?;
     let configdrive = args
         .configdrive
         .or_else(|| args.image_info.get("configdrive").cloned())
         .unwrap_or(Value::Null);
-    let node = Some(call.node)
-        .filter(Value::is_object)
-        .or_else(|| state.node());
-    write(state, args.image_info, configdrive, node).await
+    let request = check_image(&args.image_info, configdrive, call.node, ctx)?;
+    Ok(Box::new(move |state| Box::pin(write(state, request))))
 }
 
-async fn write(
-    state: Arc<AgentState>,
-    image_info: Value,
-    configdrive: Value,
-    node: Option<Value>,
-) -> Result<Value, CommandError> {
-    let parsed = parse_image_info(&state, &image_info)?;
-    // A partition image's layout keys are checked before anything is
-    // downloaded or touched.
-    let layout = if parsed.partition {
-        Some(super::partition_image::layout_params(&image_info)?)
-    } else {
-        None
-    };
+async fn write(state: Arc<AgentState>, request: ImageRequest) -> Result<Value, CommandError> {
+    let ImageRequest {
+        image,
+        layout,
+        configdrive,
+        node,
+    } = request;
     // The config drive is decoded (and downloaded) before the disk is
     // touched, so a bad one fails the step with the disk unchanged.
     let http = http_options(&state);
@@ -174,9 +153,9 @@ async fn write(
             .map_err(|e| crashed("config drive decoder", e))?
             .map_err(configdrive_error)?;
     if let Some(layout) = layout {
-        return super::partition_image::write(state, parsed, layout, configdrive, node).await;
+        return super::partition_image::write(state, image, layout, configdrive, node).await;
     }
-    write_whole_disk(state, parsed, move |dev| {
+    write_whole_disk(state, node.as_ref(), image, move |dev| {
         finish_whole_disk(dev, configdrive.as_deref())
     })
     .await
@@ -196,6 +175,7 @@ pub(crate) fn parse_image_info(
 /// partition UUIDs. Returns IPA's `prepare_image` result.
 pub(crate) async fn write_whole_disk<F>(
     state: Arc<AgentState>,
+    node: Option<&Node>,
     parsed: info::ImageInfo,
     finish: F,
 ) -> Result<Value, CommandError>
@@ -211,7 +191,7 @@ where
             ),
         ));
     }
-    let device = choose_device(&state)?;
+    let device = choose_device(&state, node)?;
     let policy = WritePolicy::from_config(&state.config);
     let progress = Arc::new(Progress::default());
     state.commands.set_progress(Some(progress.clone()));
@@ -263,82 +243,4 @@ pub fn whole_disk_partition_uuids(device: &Path) -> Result<Value, CommandError> 
     f.read_exact_at(&mut sig, 440)
         .map_err(|e| fail("reading the disk identifier of", e))?;
     Ok(json!({"root uuid": format!("0x{:08x}", u32::from_le_bytes(sig))}))
-}
-
-/// The disk to write, never one the node's `skip_block_devices` protect
-/// ([`crate::selection`]): in the ramdisk the disk chosen by the node's
-/// root-device hints (fail closed when hints match nothing), else the
-/// smallest disk of at least 4 GiB. In host mode the same choice among
-/// the allowed devices; a single allowed device is the target whatever the
-/// hints say (unless it is protected).
-pub(crate) fn choose_device(state: &AgentState) -> Result<PathBuf, CommandError> {
-    let fail = |msg: String| CommandError::new(ErrorKind::Deployment, msg);
-    let node = state.node();
-    let node = node.as_ref();
-    let skip = node
-        .map(crate::selection::SkipList::from_node)
-        .transpose()
-        .map_err(|e| fail(e.to_string()))?
-        .unwrap_or_default();
-    let hints = node.and_then(crate::hints::hints_from_node);
-    let disks: Vec<crate::inventory::Disk> = if state.config.mode == RunMode::Host {
-        let allowed = &state.config.allowed_devices;
-        if allowed.is_empty() {
-            return Err(fail(
-                "host mode writes images only to an --allow-device; none is allowed".into(),
-            ));
-        }
-        // Named as allowed, so the choice is one of the given paths.
-        let disks: Vec<crate::inventory::Disk> = allowed
-            .iter()
-            .zip(crate::selection::gather::describe(allowed))
-            .map(|(path, d)| crate::inventory::Disk {
-                name: path.display().to_string(),
-                ..d
-            })
-            .collect();
-        if let [one] = allowed.as_slice() {
-            return match protected(&skip, &disks).first() {
-                Some(r) => Err(fail(format!(
-                    "{} is the only allowed device, and it is {}",
-                    one.display(),
-                    r.reason
-                ))),
-                None => Ok(one.clone()),
-            };
-        }
-        disks
-    } else {
-        // The BMC plays no part in choosing a disk: not probed.
-        let opts = crate::inventory::Options {
-            skip_bmc: true,
-            ..crate::inventory::Options::live(None)
-        };
-        crate::inventory::collect(&opts)
-            .map_err(|e| fail(format!("reading the hardware inventory: {e:#}")))?
-            .disks
-    };
-    let choice = crate::hints::root_device(&disks, hints.as_ref(), &protected(&skip, &disks))
-        .map_err(|e| fail(e.to_string()))?;
-    Ok(PathBuf::from(&choice.disk.name))
-}
-
-/// The disks `skip` protects among `disks`, as rejections of the root-device
-/// choice.
-fn protected(
-    skip: &crate::selection::SkipList,
-    disks: &[crate::inventory::Disk],
-) -> Vec<crate::hints::Rejection> {
-    if skip.is_empty() {
-        return Vec::new();
-    }
-    let candidates = crate::selection::candidates_named(disks);
-    crate::selection::Protection::decide(skip, &candidates)
-        .protected()
-        .iter()
-        .map(|(p, why)| crate::hints::Rejection {
-            name: p.display().to_string(),
-            reason: format!("protected: {why}"),
-        })
-        .collect()
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::steps::StepCall;
+use super::step_call::StepCall;
 use super::{CommandError, ErrorKind};
 use crate::inject::{self, InjectError};
 use crate::state::AgentState;
@@ -17,8 +17,11 @@ use crate::state::AgentState;
 /// Largest file fetched from a URL.
 const MAX_URL_BYTES: u64 = 64 << 20;
 
+/// The `inject_files` step's arguments.
 #[derive(Debug, Default, Deserialize)]
-struct Args {
+pub struct Args {
+    /// The files (checked with the node's `inject_files` by
+    /// [`inject::validate`]).
     #[serde(default)]
     files: Value,
     /// `false` turns TLS verification off for the URLs (IPA's argument).
@@ -29,16 +32,16 @@ struct Args {
 /// The `inject_files` step.
 pub async fn inject_files_step(
     state: Arc<AgentState>,
-    call: StepCall,
+    call: StepCall<Args>,
 ) -> Result<Value, CommandError> {
-    let args: Args = super::params::for_command(&Value::Object(call.args))?;
-    let files = inject::validate(&inject::from_node(&call.node), &args.files)
+    let args = &call.args;
+    let files = inject::validate(&inject::from_node(call.node_document()), &args.files)
         .map_err(|e| CommandError::new(ErrorKind::InvalidCommandParams, e.to_string()))?;
     if files.is_empty() {
         tracing::info!("inject_files: no files to inject");
         return Ok(json!({"files": []}));
     }
-    let device = super::image::choose_device(&state)?;
+    let device = super::target::choose_device(&state, call.node.as_ref())?;
     let insecure = state.config.insecure || args.verify_ca == Some(false);
     let client = crate::tls::http_client(
         insecure,

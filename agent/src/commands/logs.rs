@@ -4,14 +4,14 @@
 
 use std::sync::Arc;
 
-use serde_json::{json, Value};
+use serde_json::json;
 
 use super::{CommandError, ErrorKind, Outcome};
 use crate::logs::bundle;
 use crate::state::AgentState;
 
 /// `log.collect_system_logs` (sync).
-pub async fn collect_system_logs(state: Arc<AgentState>, _params: Value) -> Outcome {
+pub async fn collect_system_logs(state: Arc<AgentState>) -> Outcome {
     // The conductor's `agent_skip_bmc_detect`: its BMC is known out of band.
     let skip_bmc = state.lookup_config().is_some_and(|c| c.skip_bmc_detect);
     match tokio::task::spawn_blocking(move || bundle(skip_bmc, &crate::uefi::efivars::log_part()))

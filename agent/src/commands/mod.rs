@@ -1,86 +1,32 @@
-//! The IPA-compatible command model: command results as Ironic reads them
-//! (PROTOCOL.md §1.5), the typed errors a command can end with, and the registry
-//! that maps `extension.method` names to handlers.
-//!
-//! Design: a command handler is plain data in a table ([`registry`]); the
-//! [`history::CommandHistory`] owns execution order, the busy rule and the
-//! per-boot list that Ironic inspects after every heartbeat.
+//! Every command and step the agent serves: the table that maps
+//! `extension.method` names to parsers ([`registry`]), the typed request a
+//! parser makes of the JSON where it arrives ([`request::Request`]), and
+//! the handlers. What a command is whatever it does (its result, errors,
+//! and the history that runs it) is [`crate::command`], below the agent's
+//! state; the handlers here take the state.
 
 pub mod bootloader;
 pub mod burnin;
-pub mod clean;
+pub mod context;
 pub mod coreos;
-pub mod deploy;
 pub mod erase;
-pub mod error;
 pub mod firmware_state;
-pub mod history;
 pub mod image;
+pub mod image_errors;
 pub mod inject;
 pub mod logs;
 pub mod params;
 pub mod partition_image;
 pub mod raid;
 pub mod registry;
+pub mod request;
 pub mod rescue;
-pub mod service;
+#[cfg(test)]
+mod service;
 pub mod standby;
+pub mod step_call;
 pub mod steps;
 pub mod system;
+pub mod target;
 
-use serde::Serialize;
-use serde_json::Value;
-
-pub use error::{CommandError, ErrorKind};
-
-/// Status of a command, exactly the strings Ironic understands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub enum CommandStatus {
-    /// Still running (async commands only).
-    #[serde(rename = "RUNNING")]
-    Running,
-    /// Finished successfully.
-    #[serde(rename = "SUCCEEDED")]
-    Succeeded,
-    /// Finished with `command_error` set.
-    #[serde(rename = "FAILED")]
-    Failed,
-    /// The conductor's hardware manager versions differ from ours.
-    #[serde(rename = "CLEAN_VERSION_MISMATCH")]
-    CleanVersionMismatch,
-}
-
-/// The five keys IPA serialises for a command (PROTOCOL.md §1.5).
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct CommandResult {
-    /// Random UUID4.
-    pub id: String,
-    /// The method name without the extension prefix.
-    pub command_name: String,
-    /// Current status.
-    pub command_status: CommandStatus,
-    /// `null`, or `{type, code, message, details}`.
-    pub command_error: Option<CommandError>,
-    /// Command specific result.
-    pub command_result: Option<Value>,
-}
-
-/// How a finished command ended.
-#[derive(Debug)]
-pub enum Outcome {
-    /// Success with a result document (may be `null`).
-    Done(Value),
-    /// The command failed.
-    Failed(CommandError),
-    /// A step was sent with another hardware manager version.
-    VersionMismatch(CommandError),
-}
-
-impl From<Result<Value, CommandError>> for Outcome {
-    fn from(r: Result<Value, CommandError>) -> Self {
-        match r {
-            Ok(v) => Outcome::Done(v),
-            Err(e) => Outcome::Failed(e),
-        }
-    }
-}
+pub use crate::command::{history, CommandError, CommandResult, CommandStatus, ErrorKind, Outcome};

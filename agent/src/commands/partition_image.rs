@@ -11,11 +11,14 @@ use std::sync::Arc;
 
 use serde_json::{json, Value};
 
-use super::image::{choose_device, crashed, format_policy, image_error};
+use super::context::format_policy;
+use super::image_errors::{crashed, image_error};
+use super::target::choose_device;
 use super::{CommandError, ErrorKind};
 use crate::disk::{Device, WritePolicy};
 use crate::image::info::ImageInfo;
 use crate::image::progress::Progress;
+use crate::node::Node;
 use crate::partimage::layout::{self, Role};
 use crate::partimage::params::{self, BootMode};
 use crate::partimage::{self as pi, PartImageError};
@@ -51,12 +54,13 @@ pub(crate) async fn write(
     parsed: ImageInfo,
     params: params::Params,
     configdrive: Option<Vec<u8>>,
-    node: Option<Value>,
+    node: Option<Node>,
 ) -> Result<Value, CommandError> {
-    let device = choose_device(&state)?;
+    let device = choose_device(&state, node.as_ref())?;
     let ramdisk_uefi = Path::new("/sys/firmware/efi").is_dir();
-    let mode = params::boot_mode(node.as_ref(), &params, ramdisk_uefi);
-    let label = params::label(node.as_ref(), &params, mode);
+    let node = node.as_ref().map(Node::document);
+    let mode = params::boot_mode(node, &params, ramdisk_uefi);
+    let label = params::label(node, &params, mode);
     let cd_mb = configdrive
         .as_ref()
         .map_or(0, |d| (d.len() as u64).div_ceil(MIB));
@@ -141,12 +145,14 @@ mod tests {
             e.details
         );
         // A direct prepare_image is refused before it runs (HTTP 400).
-        let e = super::super::image::validate_prepare_image(&json!({"image_info": info}))
+        let ctx = crate::commands::context::Context::default();
+        let e = super::super::image::parse_prepare_image(json!({"image_info": info}), &ctx)
             .unwrap_err()
             .to_string();
         assert!(e.contains("image_info.swap_mb"), "{e}");
         let ok = json!({"image_info": {"id": "p.img", "urls": ["http://h/p.img"],
             "checksum": SHA, "image_type": "partition", "root_mb": 1024}});
-        super::super::image::validate_prepare_image(&ok).unwrap();
+        let parsed = super::super::image::parse_prepare_image(ok, &ctx).unwrap();
+        assert!(parsed.is_ok(), "{parsed:?}");
     }
 }

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use serde_json::{json, Value};
 
-use super::steps::StepCall;
+use super::step_call::StepCall;
 use super::{CommandError, ErrorKind};
 use crate::config::RunMode;
 use crate::disk::{ioctl, WritePolicy};
@@ -132,7 +132,7 @@ pub async fn create_configuration_step(
 ) -> Result<Value, CommandError> {
     let kind = ErrorKind::SoftwareRaid;
     let raid_config = call
-        .node
+        .node_document()
         .get("target_raid_config")
         .cloned()
         .unwrap_or(Value::Null);
@@ -140,7 +140,7 @@ pub async fn create_configuration_step(
         tracing::info!("No target_raid_config found");
         return Ok(json!({}));
     }
-    let node = call.node.clone();
+    let node = call.node_document().clone();
     blocking(kind, move || build(&state, &node, &raid_config, kind)).await
 }
 
@@ -153,7 +153,7 @@ pub async fn delete_configuration_step(
     call: StepCall,
 ) -> Result<Value, CommandError> {
     let kind = ErrorKind::SoftwareRaid;
-    blocking(kind, move || delete(&state, &call.node, kind)).await
+    blocking(kind, move || delete(&state, call.node_document(), kind)).await
 }
 
 fn delete(state: &AgentState, node: &Value, kind: ErrorKind) -> Result<Value, CommandError> {
@@ -167,20 +167,31 @@ fn delete(state: &AgentState, node: &Value, kind: ErrorKind) -> Result<Value, Co
     Ok(Value::Null)
 }
 
+/// `apply_configuration`'s arguments.
+#[derive(Debug, Default, serde::Deserialize)]
+pub struct ApplyArgs {
+    /// The RAID configuration (checked by [`config::parse`]).
+    #[serde(default)]
+    raid_config: Option<Value>,
+    /// A boolean, or `"true"`/`"false"` in any case; missing or null: true.
+    #[serde(default)]
+    delete_existing: Option<Value>,
+}
+
 /// `apply_configuration` (deploy step): validates `raid_config`, deletes
 /// the existing arrays unless `delete_existing` is false, and builds it.
 pub async fn apply_configuration_step(
     state: Arc<AgentState>,
-    call: StepCall,
+    call: StepCall<ApplyArgs>,
 ) -> Result<Value, CommandError> {
     let kind = ErrorKind::SoftwareRaid;
-    let Some(raid_config) = call.args.get("raid_config").cloned() else {
+    let Some(raid_config) = call.args.raid_config.clone().filter(|v| !v.is_null()) else {
         return Err(CommandError::new(
             ErrorKind::InvalidCommandParams,
             "apply_configuration needs the argument raid_config (the RAID configuration to apply)",
         ));
     };
-    let delete_existing = match call.args.get("delete_existing") {
+    let delete_existing = match call.args.delete_existing.as_ref() {
         None | Some(Value::Null) => true,
         Some(Value::Bool(b)) => *b,
         Some(Value::String(s)) if s.eq_ignore_ascii_case("true") => true,
@@ -192,7 +203,7 @@ pub async fn apply_configuration_step(
             ))
         }
     };
-    let node = call.node.clone();
+    let node = call.node_document().clone();
     blocking(kind, move || {
         // Validate before deleting anything (IPA's order).
         let disks = candidate_disks(&state, &node)

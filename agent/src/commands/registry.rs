@@ -3,27 +3,13 @@
 //! parameters are validated, and the handler. Adding a command means adding
 //! one row here.
 
-use std::future::Future;
-use std::pin::Pin;
-use std::sync::Arc;
-
 use serde_json::Value;
 
-use super::params::{self, InstallBootloader, ParamsError};
-use super::{bootloader, clean, deploy, service, standby, Outcome};
-use crate::state::AgentState;
-
-/// Sync commands answer with their final result; async ones with `RUNNING`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
-    /// Runs inside the request.
-    Sync,
-    /// Runs in the background; the conductor polls the command list.
-    Async,
-}
-
-/// A boxed command future.
-pub type CommandFuture = Pin<Box<dyn Future<Output = Outcome> + Send>>;
+use super::context::Context;
+pub use super::history::{CommandFuture, Mode};
+use super::params::{self, InstallBootloader};
+use super::request::{ParseResult, Request};
+use super::steps::{self, StepKind};
 
 /// One row of the command table.
 #[derive(Debug)]
@@ -34,15 +20,16 @@ pub struct CommandSpec {
     pub method: &'static str,
     /// Sync or async.
     pub mode: Mode,
-    /// Parameter check run before the command is recorded (HTTP 400 on error).
-    pub validate: fn(&Value) -> Result<(), ParamsError>,
-    /// The handler.
-    pub run: fn(Arc<AgentState>, Value) -> CommandFuture,
+    /// The request's parameters as a typed command, before anything is
+    /// recorded (HTTP 400 on error).
+    pub parse: fn(Value, &Context) -> ParseResult,
 }
 
-/// Commands without parameters accept any (IPA ignores extra ones).
-fn any_params(_: &Value) -> Result<(), ParamsError> {
-    Ok(())
+/// A command without parameters: any are accepted (IPA ignores extra ones).
+macro_rules! bare {
+    ($variant:ident) => {
+        |_, _| Ok(Request::$variant)
+    };
 }
 
 /// Every command the agent serves.
@@ -51,113 +38,117 @@ pub static COMMANDS: &[CommandSpec] = &[
         extension: "clean",
         method: "get_clean_steps",
         mode: Mode::Sync,
-        validate: any_params,
-        run: |s, p| Box::pin(clean::get_clean_steps(s, p)),
+        parse: |p, _| {
+            steps::parse_get(p).map(|node| Request::GetSteps {
+                kind: StepKind::Clean,
+                node,
+            })
+        },
     },
     CommandSpec {
         extension: "clean",
         method: "execute_clean_step",
         mode: Mode::Async,
-        validate: params::check_execute_step,
-        run: |s, p| Box::pin(clean::execute_clean_step(s, p)),
+        parse: |p, c| steps::parse_execute(p, StepKind::Clean, c).map(Request::ExecuteStep),
     },
     CommandSpec {
         extension: "deploy",
         method: "get_deploy_steps",
         mode: Mode::Sync,
-        validate: any_params,
-        run: |s, p| Box::pin(deploy::get_deploy_steps(s, p)),
+        parse: |p, _| {
+            steps::parse_get(p).map(|node| Request::GetSteps {
+                kind: StepKind::Deploy,
+                node,
+            })
+        },
     },
     CommandSpec {
         extension: "deploy",
         method: "execute_deploy_step",
         mode: Mode::Async,
-        validate: params::check_execute_step,
-        run: |s, p| Box::pin(deploy::execute_deploy_step(s, p)),
+        parse: |p, c| steps::parse_execute(p, StepKind::Deploy, c).map(Request::ExecuteStep),
     },
     CommandSpec {
         extension: "service",
         method: "get_service_steps",
         mode: Mode::Sync,
-        validate: any_params,
-        run: |s, p| Box::pin(service::get_service_steps(s, p)),
+        parse: |p, _| {
+            steps::parse_get(p).map(|node| Request::GetSteps {
+                kind: StepKind::Service,
+                node,
+            })
+        },
     },
     CommandSpec {
         extension: "service",
         method: "execute_service_step",
         mode: Mode::Async,
-        validate: params::check_execute_step,
-        run: |s, p| Box::pin(service::execute_service_step(s, p)),
+        parse: |p, c| steps::parse_execute(p, StepKind::Service, c).map(Request::ExecuteStep),
     },
     CommandSpec {
         extension: "standby",
         method: "prepare_image",
         mode: Mode::Async,
-        validate: super::image::validate_prepare_image,
-        run: |s, p| Box::pin(super::image::prepare_image(s, p)),
+        parse: |p, c| {
+            super::image::parse_prepare_image(p, c).map(|r| Request::PrepareImage(Box::new(r)))
+        },
     },
     CommandSpec {
         extension: "standby",
         method: "get_partition_uuids",
         mode: Mode::Sync,
-        validate: any_params,
-        run: |s, p| Box::pin(standby::get_partition_uuids(s, p)),
+        parse: bare!(GetPartitionUuids),
     },
     CommandSpec {
         extension: "standby",
         method: "sync",
         mode: Mode::Sync,
-        validate: any_params,
-        run: |s, p| Box::pin(standby::sync(s, p)),
+        parse: bare!(Sync),
     },
     CommandSpec {
         extension: "standby",
         method: "power_off",
         mode: Mode::Async,
-        validate: any_params,
-        run: |s, p| Box::pin(standby::power_off(s, p)),
+        parse: bare!(PowerOff),
     },
     CommandSpec {
         extension: "standby",
         method: "reboot",
         mode: Mode::Async,
-        validate: any_params,
-        run: |s, p| Box::pin(standby::reboot(s, p)),
+        parse: bare!(Reboot),
     },
     CommandSpec {
         extension: "standby",
         method: "run_image",
         mode: Mode::Async,
-        validate: any_params,
-        run: |s, p| Box::pin(standby::reboot(s, p)),
+        parse: bare!(Reboot),
     },
     CommandSpec {
         extension: "image",
         method: "install_bootloader",
         mode: Mode::Async,
-        validate: params::check::<InstallBootloader>,
-        run: |s, p| Box::pin(bootloader::install_bootloader(s, p)),
+        parse: |p, c| {
+            params::parse::<InstallBootloader>(&p)
+                .map(|b| Request::InstallBootloader(b, c.cached_node.clone()))
+        },
     },
     CommandSpec {
         extension: "log",
         method: "collect_system_logs",
         mode: Mode::Sync,
-        validate: any_params,
-        run: |s, p| Box::pin(super::logs::collect_system_logs(s, p)),
+        parse: bare!(CollectSystemLogs),
     },
     CommandSpec {
         extension: "rescue",
         method: "finalize_rescue",
         mode: Mode::Sync,
-        validate: params::check::<super::rescue::FinalizeRescue>,
-        run: |s, p| Box::pin(super::rescue::finalize_rescue(s, p)),
+        parse: |p, _| params::parse(&p).map(Request::FinalizeRescue),
     },
     CommandSpec {
         extension: "system",
         method: "lockdown",
         mode: Mode::Sync,
-        validate: any_params,
-        run: |s, p| Box::pin(super::system::lockdown(s, p)),
+        parse: bare!(Lockdown),
     },
 ];
 

@@ -57,11 +57,7 @@ pub fn rescue_hash(p: &FinalizeRescue) -> Result<String, CommandError> {
 }
 
 /// `rescue.finalize_rescue` (sync): `null`, then the agent stops.
-pub async fn finalize_rescue(state: Arc<AgentState>, params: Value) -> Outcome {
-    let p: FinalizeRescue = match super::params::for_command(&params) {
-        Ok(p) => p,
-        Err(e) => return Outcome::Failed(e),
-    };
+pub async fn finalize_rescue(state: Arc<AgentState>, p: FinalizeRescue) -> Outcome {
     let hash = match rescue_hash(&p) {
         Ok(h) => h,
         Err(e) => return Outcome::Failed(e),
@@ -110,6 +106,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::commands::request::run_named;
     use crate::config::Config;
 
     const HASH: &str = "$5$saltsalt$0IyaXrmV7.sGNS6tirgqHLqX/G.FBvgkYA.lpPdS5sA";
@@ -142,7 +139,12 @@ mod tests {
             )
         };
         let before = machine();
-        let o = finalize_rescue(s.clone(), json!({"rescue_password": HASH, "hashed": true})).await;
+        let o = run_named(
+            s.clone(),
+            "rescue.finalize_rescue",
+            json!({"rescue_password": HASH, "hashed": true}),
+        )
+        .await;
         assert!(matches!(o, Outcome::Done(Value::Null)), "{o:?}");
         let ev = tokio::time::timeout(Duration::from_secs(5), rx.recv())
             .await
@@ -153,7 +155,12 @@ mod tests {
             before,
             "host mode changed this machine's accounts"
         );
-        let o = finalize_rescue(s, json!({"rescue_password": "plain", "hashed": true})).await;
+        let o = run_named(
+            s,
+            "rescue.finalize_rescue",
+            json!({"rescue_password": "plain", "hashed": true}),
+        )
+        .await;
         assert!(matches!(o, Outcome::Failed(_)), "{o:?}");
     }
 }

@@ -1,32 +1,27 @@
 //! The `service` extension (servicing of deployed nodes, Ironic API ≥ 1.87):
 //! `get_service_steps` and `execute_service_step`, IPA's shapes and version
 //! check (PROTOCOL.md §1.7, §1.8). The steps are the rows of the step table
-//! with a service priority ([`super::steps`]).
-
-use std::sync::Arc;
-
-use serde_json::Value;
-
-use super::steps::{self, StepKind};
-use super::Outcome;
-use crate::state::AgentState;
-
-/// `service.get_service_steps` (sync).
-pub async fn get_service_steps(state: Arc<AgentState>, params: Value) -> Outcome {
-    steps::get_steps(state, params, StepKind::Service).await
-}
-
-/// `service.execute_service_step` (async).
-pub async fn execute_service_step(state: Arc<AgentState>, params: Value) -> Outcome {
-    steps::execute_step(state, params, StepKind::Service).await
-}
+//! with a service priority ([`super::steps`]); this module holds the tests
+//! of servicing through the command table.
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
+    use std::sync::Arc;
 
-    use super::*;
+    use serde_json::{json, Value};
+
+    use crate::commands::request::run_named;
+    use crate::commands::Outcome;
     use crate::config::Config;
+    use crate::state::AgentState;
+
+    async fn get_service_steps(s: Arc<AgentState>, params: Value) -> Outcome {
+        run_named(s, "service.get_service_steps", params).await
+    }
+
+    async fn execute_service_step(s: Arc<AgentState>, params: Value) -> Outcome {
+        run_named(s, "service.execute_service_step", params).await
+    }
 
     fn state() -> Arc<AgentState> {
         Arc::new(AgentState::new(Config::default(), None))
@@ -84,7 +79,7 @@ mod tests {
                 "write_image"
             ]
         );
-        assert_eq!(s.node().unwrap()["uuid"], "n9", "the node is cached");
+        assert_eq!(s.node().unwrap().uuid(), Some("n9"), "the node is cached");
     }
 
     #[tokio::test]

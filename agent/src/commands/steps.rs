@@ -7,14 +7,15 @@
 //! step reported with a priority above zero during automated cleaning, so
 //! advertising an unimplemented one would make cleaning fail.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 
 use serde_json::{json, Map, Value};
 
-use super::params::{ExecuteStep, GetSteps};
+use super::context::Context;
+use super::params::{ExecuteStep, GetSteps, ParamsError};
+use super::step_call::{typed, PreparedStep, RawCall, StepCall};
 use super::{CommandError, ErrorKind, Outcome};
+use crate::node::Node;
 use crate::state::AgentState;
 
 /// Name under which steps are grouped (Ironic flattens the groups).
@@ -53,20 +54,6 @@ impl StepKind {
     }
 }
 
-/// What a step handler receives.
-#[derive(Debug, Clone)]
-pub struct StepCall {
-    /// The node as sent by the conductor (secrets masked).
-    pub node: Value,
-    /// The node's ports.
-    pub ports: Value,
-    /// `step.args`.
-    pub args: Map<String, Value>,
-}
-
-/// A boxed step future.
-pub type StepFuture = Pin<Box<dyn Future<Output = Result<Value, CommandError>> + Send>>;
-
 /// Description of one step argument (`argsinfo`).
 #[derive(Debug)]
 pub struct ArgInfo {
@@ -98,8 +85,8 @@ pub struct Step {
     pub reboot_requested: bool,
     /// Accepted arguments.
     pub argsinfo: &'static [ArgInfo],
-    /// The implementation.
-    pub run: fn(Arc<AgentState>, StepCall) -> StepFuture,
+    /// The implementation, prepared with its parsed arguments.
+    pub prepare: fn(RawCall, &Context) -> Result<PreparedStep, CommandError>,
 }
 
 /// Every step this agent implements.
@@ -124,7 +111,7 @@ pub static STEPS: &[Step] = &[
                 required: false,
             },
         ],
-        run: |s, c| Box::pin(super::image::write_image_step(s, c)),
+        prepare: super::image::prepare_write_image,
     },
     Step {
         // Metal3/OpenShift's custom deploy step (PROTOCOL.md §6.3), never run
@@ -158,7 +145,7 @@ pub static STEPS: &[Step] = &[
                 required: false,
             },
         ],
-        run: |s, c| Box::pin(super::coreos::install_coreos_step(s, c)),
+        prepare: |c, _| typed(c, super::coreos::install_coreos_step),
     },
     Step {
         name: "erase_devices_metadata",
@@ -169,7 +156,7 @@ pub static STEPS: &[Step] = &[
         abortable: true,
         reboot_requested: false,
         argsinfo: &[],
-        run: |s, c| Box::pin(super::erase::erase_devices_metadata_step(s, c)),
+        prepare: |c, _| typed(c, super::erase::erase_devices_metadata_step),
     },
     Step {
         name: "erase_devices",
@@ -180,7 +167,7 @@ pub static STEPS: &[Step] = &[
         abortable: true,
         reboot_requested: false,
         argsinfo: &[],
-        run: |s, c| Box::pin(super::erase::erase_devices_step(s, c)),
+        prepare: |c, _| typed(c, super::erase::erase_devices_step),
     },
     Step {
         name: "erase_devices_express",
@@ -191,7 +178,7 @@ pub static STEPS: &[Step] = &[
         abortable: true,
         reboot_requested: false,
         argsinfo: &[],
-        run: |s, c| Box::pin(super::erase::erase_devices_express_step(s, c)),
+        prepare: |c, _| typed(c, super::erase::erase_devices_express_step),
     },
     Step {
         name: "inject_files",
@@ -213,7 +200,7 @@ pub static STEPS: &[Step] = &[
                 required: false,
             },
         ],
-        run: |s, c| Box::pin(super::inject::inject_files_step(s, c)),
+        prepare: |c, _| typed(c, super::inject::inject_files_step),
     },
     Step {
         name: "erase_pstore",
@@ -224,7 +211,7 @@ pub static STEPS: &[Step] = &[
         abortable: true,
         reboot_requested: false,
         argsinfo: &[],
-        run: |s, c| Box::pin(super::firmware_state::erase_pstore_step(s, c)),
+        prepare: |c, _| typed(c, super::firmware_state::erase_pstore_step),
     },
     Step {
         name: "clean_uefi_nvram",
@@ -239,7 +226,7 @@ pub static STEPS: &[Step] = &[
             description: "A list of regular expressions; UEFI boot entries whose device path matches one are removed (default: disk entries and shim/GRUB loaders, network boot entries are kept)",
             required: false,
         }],
-        run: |s, c| Box::pin(super::firmware_state::clean_uefi_nvram_step(s, c)),
+        prepare: |c, _| typed(c, super::firmware_state::clean_uefi_nvram_step),
     },
     Step {
         name: "delete_configuration",
@@ -250,7 +237,7 @@ pub static STEPS: &[Step] = &[
         abortable: true,
         reboot_requested: false,
         argsinfo: &[],
-        run: |s, c| Box::pin(super::raid::delete_configuration_step(s, c)),
+        prepare: |c, _| typed(c, super::raid::delete_configuration_step),
     },
     Step {
         name: "create_configuration",
@@ -261,7 +248,7 @@ pub static STEPS: &[Step] = &[
         abortable: true,
         reboot_requested: false,
         argsinfo: &[],
-        run: |s, c| Box::pin(super::raid::create_configuration_step(s, c)),
+        prepare: |c, _| typed(c, super::raid::create_configuration_step),
     },
     Step {
         name: "apply_configuration",
@@ -283,7 +270,7 @@ pub static STEPS: &[Step] = &[
                 required: false,
             },
         ],
-        run: |s, c| Box::pin(super::raid::apply_configuration_step(s, c)),
+        prepare: |c, _| typed(c, super::raid::apply_configuration_step),
     },
     Step {
         name: "burnin_cpu",
@@ -294,7 +281,7 @@ pub static STEPS: &[Step] = &[
         abortable: true,
         reboot_requested: false,
         argsinfo: &[],
-        run: |s, c| Box::pin(super::burnin::burnin_cpu_step(s, c)),
+        prepare: |c, _| typed(c, super::burnin::burnin_cpu_step),
     },
     Step {
         name: "burnin_disk",
@@ -305,7 +292,7 @@ pub static STEPS: &[Step] = &[
         abortable: true,
         reboot_requested: false,
         argsinfo: &[],
-        run: |s, c| Box::pin(super::burnin::burnin_disk_step(s, c)),
+        prepare: |c, _| typed(c, super::burnin::burnin_disk_step),
     },
     Step {
         name: "burnin_memory",
@@ -316,7 +303,7 @@ pub static STEPS: &[Step] = &[
         abortable: true,
         reboot_requested: false,
         argsinfo: &[],
-        run: |s, c| Box::pin(super::burnin::burnin_memory_step(s, c)),
+        prepare: |c, _| typed(c, super::burnin::burnin_memory_step),
     },
     Step {
         name: "burnin_network",
@@ -327,7 +314,7 @@ pub static STEPS: &[Step] = &[
         abortable: true,
         reboot_requested: false,
         argsinfo: &[],
-        run: |s, c| Box::pin(super::burnin::burnin_network_step(s, c)),
+        prepare: |c, _| typed(c, super::burnin::burnin_network_step),
     },
 ];
 
@@ -372,13 +359,23 @@ fn configured_priority(state: &AgentState, step: &str, kind: StepKind) -> Option
         .then_some(state.config.inject_files_priority)
 }
 
+/// The node of a request's `node` parameter, a bad section named below it.
+fn node_param(doc: Value) -> Result<Option<Node>, ParamsError> {
+    Node::parse(doc).map_err(|e| ParamsError::at(&format!("node.{}", e.path), e.reason))
+}
+
+/// A `get_*_steps` request: the node, if it sent one (parameters that are
+/// not an object carry none).
+pub fn parse_get(params: Value) -> Result<Option<Node>, ParamsError> {
+    let request: GetSteps = super::params::parse(&params).unwrap_or_default();
+    node_param(request.node)
+}
+
 /// `get_clean_steps` / `get_deploy_steps` / `get_service_steps`: caches the
 /// node and lists the steps.
-pub async fn get_steps(state: Arc<AgentState>, params: Value, kind: StepKind) -> Outcome {
-    // Parameters that are not an object carry no node (as before: ignored).
-    let request: GetSteps = super::params::parse(&params).unwrap_or_default();
-    if request.node.is_object() {
-        state.cache_node(request.node);
+pub async fn get_steps(state: Arc<AgentState>, kind: StepKind, node: Option<Node>) -> Outcome {
+    if let Some(node) = node {
+        state.cache_node(node);
     }
     let steps: Vec<Value> = STEPS
         .iter()
@@ -393,67 +390,136 @@ pub async fn get_steps(state: Arc<AgentState>, params: Value, kind: StepKind) ->
     }))
 }
 
-/// `execute_clean_step` / `execute_deploy_step` / `execute_service_step`:
-/// version check, dispatch, and
-/// the result echoing the step as Ironic requires (PROTOCOL.md §1.9).
-pub async fn execute_step(state: Arc<AgentState>, params: Value, kind: StepKind) -> Outcome {
-    let word = kind.word();
-    let request: ExecuteStep = match super::params::for_command(&params) {
-        Ok(r) => r,
-        Err(e) => return Outcome::Failed(e),
-    };
-    // The step as sent, echoed in the result.
-    let step = params.get("step").cloned().unwrap_or(Value::Null);
-    let name = request.step.step.as_str();
-    let theirs = match kind {
-        StepKind::Clean => request.clean_version.as_ref(),
-        StepKind::Deploy => request.deploy_version.as_ref(),
-        StepKind::Service => request.service_version.as_ref(),
-    };
-    if let Some(theirs) = theirs.filter(|v| !v.is_null()) {
-        let ours = hardware_manager_version();
-        if *theirs != ours {
-            return Outcome::VersionMismatch(CommandError::new(
-                ErrorKind::VersionMismatch,
-                format!("Mismatch of hardware managers: conductor sent {theirs}, agent has {ours}"),
-            ));
-        }
+/// An `execute_*_step` request, parsed: the step to run with its
+/// arguments, or the outcome it ends with before running (a hardware
+/// manager version mismatch, an unknown step, a bad argument).
+pub struct Execution {
+    kind: StepKind,
+    name: String,
+    /// The step as sent, echoed in the result.
+    echo: Value,
+    /// The node sent with the step, cached when it runs.
+    cache: Option<Node>,
+    plan: Result<PreparedStep, Outcome>,
+}
+
+impl std::fmt::Debug for Execution {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Execution")
+            .field("kind", &self.kind)
+            .field("name", &self.name)
+            .field("prepared", &self.plan.is_ok())
+            .finish_non_exhaustive()
     }
-    if request.node.is_object() {
-        state.cache_node(request.node.clone());
-    }
-    let Some(def) = STEPS
-        .iter()
-        .find(|s| s.name == name && s.priority(kind).is_some())
-    else {
-        let detail = if name == "execute_bootc_install" {
-            // Ironic's autodetect deploy interface offers bootc only when the
-            // agent lists this step; it is not listed, so this is a direct call.
-            format!("{word} step \"execute_bootc_install\" is not supported by this agent: it installs no bootc container images; deploy a disk image with write_image")
-        } else {
-            format!("{word} step {name:?} is not implemented by this agent")
-        };
+}
+
+/// How a step's failure reads: a generic execution error becomes IPA's
+/// `CleaningError` / `DeploymentError` / `ServicingError` naming the step.
+fn step_failed(kind: StepKind, name: &str, e: CommandError) -> Outcome {
+    if e.kind == ErrorKind::CommandExecution {
+        let word = kind.word();
         return Outcome::Failed(CommandError::new(
-            ErrorKind::IncompatibleHardwareMethod,
-            detail,
-        ));
-    };
-    let call = StepCall {
-        node: request.node.clone(),
-        ports: request.ports.clone(),
-        args: request.step.args.clone().unwrap_or_default(),
-    };
-    tracing::info!(step = name, kind = word, "running step");
-    match (def.run)(state, call).await {
-        Ok(result) => Outcome::Done(json!({
-            format!("{word}_result"): result,
-            format!("{word}_step"): step,
-        })),
-        Err(e) if e.kind == ErrorKind::CommandExecution => Outcome::Failed(CommandError::new(
             kind.error_kind(),
             format!("Error performing {word} step {name}: {}", e.details),
-        )),
-        Err(e) => Outcome::Failed(e),
+        ));
+    }
+    Outcome::Failed(e)
+}
+
+/// An `execute_*_step` request: a named step with object arguments (HTTP
+/// 400 otherwise); the version check, the step lookup and the step's own
+/// arguments decide what runs (PROTOCOL.md §1.9).
+pub fn parse_execute(
+    params: Value,
+    kind: StepKind,
+    ctx: &Context,
+) -> Result<Execution, ParamsError> {
+    let request: ExecuteStep = super::params::parse(&params)?;
+    let name = request.step.step.clone();
+    if name.is_empty() {
+        return Err(ParamsError::at("step.step", "the step name is empty"));
+    }
+    let node = node_param(request.node)?;
+    let echo = params.get("step").cloned().unwrap_or(Value::Null);
+    let word = kind.word();
+    let theirs = match kind {
+        StepKind::Clean => request.clean_version,
+        StepKind::Deploy => request.deploy_version,
+        StepKind::Service => request.service_version,
+    };
+    let ours = hardware_manager_version();
+    if let Some(theirs) = theirs.filter(|v| !v.is_null() && *v != ours) {
+        let e = CommandError::new(
+            ErrorKind::VersionMismatch,
+            format!("Mismatch of hardware managers: conductor sent {theirs}, agent has {ours}"),
+        );
+        return Ok(Execution {
+            kind,
+            name,
+            echo,
+            cache: None,
+            plan: Err(Outcome::VersionMismatch(e)),
+        });
+    }
+    let plan = match STEPS
+        .iter()
+        .find(|s| s.name == name && s.priority(kind).is_some())
+    {
+        Some(def) => {
+            let call = StepCall {
+                node: node.clone().or_else(|| ctx.cached_node.clone()),
+                args: request.step.args.unwrap_or_default(),
+            };
+            (def.prepare)(call, ctx).map_err(|e| step_failed(kind, &name, e))
+        }
+        None if name == "execute_bootc_install" => {
+            // Ironic's autodetect deploy interface offers bootc only when the
+            // agent lists this step; it is not listed, so this is a direct call.
+            Err(Outcome::Failed(CommandError::new(
+                ErrorKind::IncompatibleHardwareMethod,
+                format!("{word} step \"execute_bootc_install\" is not supported by this agent: it installs no bootc container images; deploy a disk image with write_image"),
+            )))
+        }
+        None => Err(Outcome::Failed(CommandError::new(
+            ErrorKind::IncompatibleHardwareMethod,
+            format!("{word} step {name:?} is not implemented by this agent"),
+        ))),
+    };
+    Ok(Execution {
+        kind,
+        name,
+        echo,
+        cache: node,
+        plan,
+    })
+}
+
+/// `execute_clean_step` / `execute_deploy_step` / `execute_service_step`:
+/// runs the prepared step; the result echoes the step as Ironic requires
+/// (PROTOCOL.md §1.9).
+pub async fn execute_step(state: Arc<AgentState>, e: Execution) -> Outcome {
+    let Execution {
+        kind,
+        name,
+        echo,
+        cache,
+        plan,
+    } = e;
+    if let Some(node) = cache {
+        state.cache_node(node);
+    }
+    let run = match plan {
+        Ok(run) => run,
+        Err(outcome) => return outcome,
+    };
+    let word = kind.word();
+    tracing::info!(step = name, kind = word, "running step");
+    match run(state).await {
+        Ok(result) => Outcome::Done(json!({
+            format!("{word}_result"): result,
+            format!("{word}_step"): echo,
+        })),
+        Err(e) => step_failed(kind, &name, e),
     }
 }
 
@@ -463,7 +529,7 @@ mod tests {
     use crate::config::Config;
 
     async fn deploy_priority_of(state: AgentState, step: &str) -> Option<u64> {
-        let Outcome::Done(v) = get_steps(Arc::new(state), json!({}), StepKind::Deploy).await else {
+        let Outcome::Done(v) = get_steps(Arc::new(state), StepKind::Deploy, None).await else {
             panic!("get_deploy_steps failed")
         };
         v["deploy_steps"][HARDWARE_MANAGER]

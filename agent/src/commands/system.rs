@@ -18,7 +18,7 @@ use crate::state::{AgentEvent, AgentState};
 const LOCKDOWN_DELAY: Duration = Duration::from_secs(1);
 
 /// `system.lockdown` (sync): answers `null`, then locks down.
-pub async fn lockdown(state: Arc<AgentState>, _params: Value) -> Outcome {
+pub async fn lockdown(state: Arc<AgentState>) -> Outcome {
     tracing::warn!("lockdown requested: the agent will stop serving and heartbeating");
     let s = state.clone();
     tokio::spawn(async move {

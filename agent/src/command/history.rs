@@ -2,17 +2,57 @@
 //! one agent-wide lock serialises command starts (a sync command holds it while
 //! it runs), a second command while an async one runs is refused as busy, and
 //! every async command that ends asks for an early heartbeat (PROTOCOL.md §1.4).
+//!
+//! The history runs a command as a ready future with its mode: it knows
+//! neither the command table nor the agent's state, so `state` can own it
+//! without a cycle.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::Value;
 use tokio::sync::watch;
 
-use super::registry::{CommandSpec, Mode};
 use super::{CommandError, CommandResult, CommandStatus, ErrorKind, Outcome};
 use crate::image::progress::Progress;
-use crate::state::{AgentEvent, AgentState};
+
+/// Sync commands answer with their final result; async ones with `RUNNING`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Runs inside the request.
+    Sync,
+    /// Runs in the background; the conductor polls the command list.
+    Async,
+}
+
+/// A boxed command future.
+pub type CommandFuture = Pin<Box<dyn Future<Output = Outcome> + Send>>;
+
+/// What runs when an async command has ended (the agent's early heartbeat).
+pub type OnAsyncEnd = Box<dyn FnOnce() + Send>;
+
+/// A command ready to run: its names, its mode and its work.
+pub struct Ready {
+    /// `extension.method`, for the log.
+    pub full_name: String,
+    /// The method alone, as the command list shows it.
+    pub method: &'static str,
+    /// Sync or async.
+    pub mode: Mode,
+    /// The work.
+    pub work: CommandFuture,
+}
+
+impl std::fmt::Debug for Ready {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ready")
+            .field("full_name", &self.full_name)
+            .field("mode", &self.mode)
+            .finish_non_exhaustive()
+    }
+}
 
 /// Sync commands must answer within Ironic's `[agent]command_timeout`
 /// (default 60 s); stop waiting a little before that.
@@ -180,38 +220,40 @@ impl CommandHistory {
             .map(|c| c.name.clone())
     }
 
-    /// Runs `spec` with `params`: sync commands to completion (bounded by
-    /// [`SYNC_COMMAND_TIMEOUT`]); async ones in the background, waiting for
-    /// them only when `wait` is set.
+    /// Runs `ready`: a sync command to completion (bounded by
+    /// [`SYNC_COMMAND_TIMEOUT`]); an async one in the background, waiting for
+    /// it only when `wait` is set, and calling `on_async_end` when it ends.
     pub async fn execute(
         &self,
-        state: &Arc<AgentState>,
-        spec: &'static CommandSpec,
-        params: Value,
+        ready: Ready,
         wait: bool,
+        on_async_end: OnAsyncEnd,
     ) -> Result<CommandResult, StartError> {
+        let Ready {
+            full_name,
+            method,
+            mode,
+            work,
+        } = ready;
         let guard = self.start_lock.lock().await;
         if let Some(name) = self.busy_with() {
             return Err(StartError::Busy(name));
         }
-        let cmd = Command::new(spec.method);
+        let cmd = Command::new(method);
         self.lock_list().push(cmd.clone());
-        tracing::info!(command = %format!("{}.{}", spec.extension, spec.method), id = %cmd.id, "command started");
+        tracing::info!(command = %full_name, id = %cmd.id, "command started");
         let task = {
-            let (state, cmd) = (state.clone(), cmd.clone());
+            let (cmd, name) = (cmd.clone(), full_name.clone());
             tokio::spawn(async move {
-                let outcome = (spec.run)(state.clone(), params).await;
-                log_outcome(spec, &cmd, &outcome);
+                let outcome = work.await;
+                log_outcome(&name, &cmd, &outcome);
                 let finished = cmd.finish(outcome);
-                if spec.mode == Mode::Async {
-                    state.commands.clear_running(&cmd);
-                    if finished {
-                        state.notify(AgentEvent::AsyncCommandFinished);
-                    }
+                if mode == Mode::Async && finished {
+                    on_async_end();
                 }
             })
         };
-        match spec.mode {
+        match mode {
             Mode::Sync => {
                 if tokio::time::timeout(SYNC_COMMAND_TIMEOUT, cmd.wait())
                     .await
@@ -220,9 +262,7 @@ impl CommandHistory {
                     cmd.finish(Outcome::Failed(CommandError::new(
                         ErrorKind::CommandTimeout,
                         format!(
-                            "{}.{} did not finish within {} s; it goes on in the background",
-                            spec.extension,
-                            spec.method,
+                            "{full_name} did not finish within {} s; it goes on in the background",
                             SYNC_COMMAND_TIMEOUT.as_secs()
                         ),
                     )));
@@ -230,6 +270,8 @@ impl CommandHistory {
                 drop(guard);
             }
             Mode::Async => {
+                // A finished command in this slot no longer makes the agent
+                // busy ([`Self::busy_with`] checks its status).
                 *self.running.lock().unwrap_or_else(|p| p.into_inner()) = Some(cmd.clone());
                 drop(guard);
                 if wait {
@@ -241,20 +283,12 @@ impl CommandHistory {
         Ok(cmd.snapshot())
     }
 
-    fn clear_running(&self, cmd: &Arc<Command>) {
-        let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
-        if running.as_ref().is_some_and(|c| Arc::ptr_eq(c, cmd)) {
-            *running = None;
-        }
-    }
-
     fn lock_list(&self) -> std::sync::MutexGuard<'_, Vec<Arc<Command>>> {
         self.list.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
-fn log_outcome(spec: &CommandSpec, cmd: &Command, outcome: &Outcome) {
-    let name = format!("{}.{}", spec.extension, spec.method);
+fn log_outcome(name: &str, cmd: &Command, outcome: &Outcome) {
     match outcome {
         Outcome::Done(_) => tracing::info!(command = %name, id = %cmd.id, "command succeeded"),
         Outcome::Failed(e) => {

@@ -1,0 +1,66 @@
+//! What a request is parsed and run with besides its parameters: the node
+//! cached from the conductor's last command, the agent's HTTP settings,
+//! and the conductor's image settings from its lookup answer (MD5,
+//! permitted formats, deep inspection).
+
+use crate::image::fetch::HttpOptions;
+use crate::image::policy::IPA_DEFAULT_PERMITTED;
+use crate::image::FormatPolicy;
+use crate::node::Node;
+use crate::state::AgentState;
+
+/// What parsing a request may draw from the agent: the node cached from
+/// an earlier command (`prepare_image` carries none) and the settings an
+/// image check needs.
+#[derive(Debug, Clone, Default)]
+pub struct Context {
+    /// The node the conductor sent last.
+    pub cached_node: Option<Node>,
+    /// The agent's HTTP settings for image downloads.
+    pub http: HttpOptions,
+    /// The conductor allows MD5 image checksums.
+    pub md5_allowed: bool,
+}
+
+impl Context {
+    /// The context of a request to `state`.
+    pub fn of(state: &AgentState) -> Self {
+        Context {
+            cached_node: state.node(),
+            http: http_options(state),
+            md5_allowed: md5_allowed(state),
+        }
+    }
+}
+
+/// The agent's HTTP settings for downloads (images, config drives).
+pub fn http_options(state: &AgentState) -> HttpOptions {
+    let c = &state.config;
+    HttpOptions {
+        insecure: c.insecure,
+        cafile: c.cafile.clone(),
+        client_certificate: c.client_certificate(),
+        total_timeout: c.image_download_max_duration,
+        stall_timeout: c.image_download_connection_timeout,
+        retries: c.image_download_connection_retries,
+        retry_interval: c.image_download_connection_retry_interval,
+        ..HttpOptions::default()
+    }
+}
+
+/// The conductor's deep image inspection settings from its lookup answer
+/// (IPA's defaults before any lookup).
+pub fn format_policy(state: &AgentState, disk_format: Option<&str>) -> FormatPolicy {
+    let c = state.lookup_config();
+    let permitted = c.as_ref().map_or_else(
+        || IPA_DEFAULT_PERMITTED.map(String::from).to_vec(),
+        |c| c.permitted_image_formats.clone(),
+    );
+    let deep = c.as_ref().is_none_or(|c| c.deep_image_inspection);
+    FormatPolicy::from_conductor(deep, &permitted, disk_format)
+}
+
+/// The conductor allows MD5 image checksums.
+pub fn md5_allowed(state: &AgentState) -> bool {
+    state.lookup_config().is_some_and(|c| c.md5_allowed)
+}
