@@ -1,9 +1,10 @@
 //! Every option of ironic-python-agent 13.0.0 (`config.py`, its kernel
 //! parameters and the few read elsewhere) and what this agent does with
 //! it: supported (where), ignored on purpose (why), or not applicable
-//! (why). The README's parameter table is this table; a test keeps the two
-//! equal and proves each supported option is parsed. Configuration files
-//! ([`super::files`]) take supported options by their option name.
+//! (why). The parameter table of `agent/docs/ipa-parameters.md` is this
+//! table; a test (`tests/ipa_params.rs`) keeps the two equal and proves
+//! each supported option is parsed. Configuration files ([`super::files`])
+//! take supported options by their option name.
 
 /// What the agent does with one IPA option.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -17,7 +18,7 @@ pub enum Status {
 }
 
 impl Status {
-    /// The README's word for it.
+    /// The parameter table's word for it (`agent/docs/ipa-parameters.md`).
     pub fn word(self) -> &'static str {
         match self {
             Self::Supported(_) => "supported",
