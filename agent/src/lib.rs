@@ -2,13 +2,16 @@
 //! exactly as it drives ironic-python-agent.
 //!
 //! The modules form layers that point one way (checked by
-//! `tests/layers.rs`), lowest first:
+//! `tests/layers.rs`, whose `LAYERS` is this list), lowest first (the map
+//! for a newcomer: `agent/ARCHITECTURE.md`):
 //!
 //! 1. Foundations: [`config`] (kernel command line, IPA's config files and
 //!    flags), [`tls`] (with the pinned self-signed certificate rule),
-//!    [`net`], [`node`] (the node as the conductor sends it), [`discovery`] (finding the conductor by mDNS), [`errfmt`],
-//!    [`tool`] (running external tools), [`timesync`] (the clock before TLS),
-//!    [`rtc`] (the hardware clock), [`metrics`] (statsd timers).
+//!    [`net`], [`node`] (the node as the conductor sends it),
+//!    [`discovery`] (finding the conductor by mDNS), [`errfmt`], [`tool`]
+//!    (running external tools), [`timesync`] (the clock before TLS),
+//!    [`rtc`] (the hardware clock), [`metrics`] (statsd timers),
+//!    [`bootphases`] (the seconds since boot of each start-up phase).
 //! 2. Hardware and devices: [`inventory`] (what the machine is) with its
 //!    [`collectors`], [`hints`] (which disk is the root device), [`lldp`]
 //!    (which switch port each NIC sees), [`disk`] (device policy, partition
@@ -17,15 +20,17 @@
 //!    `network_data.json` says: bonds, VLANs, static addresses), [`pstore`]
 //!    (the kernel's crash store), [`burnin`] (the CPU, memory, disk and
 //!    network burn-in workloads), [`rescue`] (crypt hashes and the rescue
-//!    login).
+//!    login), [`lockdown`] (the Secure Boot and lockdown state, and errors
+//!    that name a lockdown refusal).
 //! 3. Disk contents: [`image`] (the streaming image write), [`configdrive`]
 //!    (config drives after an image write), [`ignition`] (Ignition for
 //!    CoreOS-like images), [`partimage`] (partition images: layout, table,
 //!    the other partitions, their UEFI loaders), [`raid`] (software RAID),
 //!    [`selection`] (which disks the node's `skip_block_devices` protect),
 //!    [`uefi`] (boot entries), [`grub`] (BIOS GRUB
-//!    installed from the deployed image), [`vmedia`] (what Ironic
-//!    puts on virtual media for the ramdisk).
+//!    installed from the deployed image), [`inject`] (`inject_files`:
+//!    files written into the deployed disk's filesystems), [`vmedia`] (what
+//!    Ironic puts on virtual media for the ramdisk).
 //! 4. [`conductor`]: the client of Ironic's ramdisk endpoints.
 //! 5. The agent's core: [`command`] (a command's result, its IPA error
 //!    classes, and the history that runs commands), [`state`] (the shared

@@ -128,8 +128,9 @@ async fn write_image_step_writes_verifies_and_reports_the_root_uuid() {
         .expect("write_image listed");
     assert_eq!(write["priority"], 0);
     assert_eq!(write["interface"], "deploy");
-    // Not listed, so Ironic's autodetect does not pick bootc; called
-    // anyway, it fails saying so.
+    // Not listed (this agent installs no bootc images). Ironic 39's `bootc`
+    // deploy interface, which `autodetect` picks for an `oci://` bootc image
+    // without asking the agent, calls it anyway: it fails saying so.
     assert!(!list.to_string().contains("execute_bootc_install"));
     let (_, v) = call(
         &st,

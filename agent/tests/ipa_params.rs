@@ -1,23 +1,24 @@
-//! IPA 13's parameters: the README's table is `config::ipa_params::PARAMS`
-//! row for row, and every option it calls supported is really parsed (its
-//! example value changes the agent's configuration, or the part of the
-//! ramdisk that reads it).
+//! IPA 13's parameters: the table of `agent/docs/ipa-parameters.md` is
+//! `config::ipa_params::PARAMS` row for row, and every option it calls
+//! supported is really parsed (its example value changes the agent's
+//! configuration, or the part of the ramdisk that reads it).
 
 use agent::config::ipa_params::{Param, Status, PARAMS};
 use agent::config::{files, Config, KernelParams};
 
-/// The README rows between the heading and the next one: `option`,
+/// The rows of `agent/docs/ipa-parameters.md`'s table: `option`,
 /// `kernel parameter`, `status`, `where or why`.
-fn readme_rows() -> Vec<[String; 4]> {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
-        .expect("README.md");
-    let start = readme
-        .find("## IPA parameters")
-        .expect("README has an IPA parameters section");
-    let section = &readme[start..];
-    let end = section[3..].find("\n## ").map_or(section.len(), |e| e + 3);
-    section[..end]
-        .lines()
+fn doc_rows() -> Vec<[String; 4]> {
+    let doc = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/docs/ipa-parameters.md"
+    ))
+    .expect("agent/docs/ipa-parameters.md");
+    assert!(
+        doc.starts_with("# IPA parameters\n"),
+        "agent/docs/ipa-parameters.md is the IPA parameters page"
+    );
+    doc.lines()
         .filter(|l| l.starts_with("| `"))
         .map(|l| {
             let cells: Vec<String> = l
@@ -25,7 +26,7 @@ fn readme_rows() -> Vec<[String; 4]> {
                 .split(" | ")
                 .map(|c| c.trim().trim_matches('`').to_string())
                 .collect();
-            assert_eq!(cells.len(), 4, "README row {l:?}");
+            assert_eq!(cells.len(), 4, "table row {l:?}");
             [
                 cells[0].clone(),
                 cells[1].clone(),
@@ -46,17 +47,22 @@ fn row(p: &Param) -> [String; 4] {
 }
 
 #[test]
-fn the_readme_table_is_the_code_table() {
-    let readme = readme_rows();
+fn the_documented_table_is_the_code_table() {
+    let doc = doc_rows();
     let code: Vec<[String; 4]> = PARAMS.iter().map(row).collect();
-    for (i, (r, c)) in readme.iter().zip(&code).enumerate() {
-        assert_eq!(r, c, "README parameter row {} differs from the code", i + 1);
+    for (i, (r, c)) in doc.iter().zip(&code).enumerate() {
+        assert_eq!(
+            r,
+            c,
+            "agent/docs/ipa-parameters.md row {} differs from the code",
+            i + 1
+        );
     }
     assert_eq!(
-        readme.len(),
+        doc.len(),
         code.len(),
-        "README has {} rows, the code {}",
-        readme.len(),
+        "agent/docs/ipa-parameters.md has {} rows, the code {}",
+        doc.len(),
         code.len()
     );
 }

@@ -1,7 +1,8 @@
 //! The built deploy ramdisk booted directly (QEMU `-kernel`/`-initrd`, no
-//! firmware or PXE: the fastest path, whose phase times the README quotes)
-//! on the QEMU test bed: PID 1 loads the virtio drivers, DHCP gets the bed's
-//! fixed lease, the agent finds the test conductor by `ipa-api-url`, looks
+//! firmware or PXE: the fastest path, whose phase times
+//! image-builder/README.md quotes) on the QEMU test bed: PID 1 loads the
+//! virtio drivers, DHCP gets the bed's fixed lease, the agent finds the
+//! test conductor by `ipa-api-url`, looks
 //! the node up and heartbeats, and a manual clean (erase_devices_metadata
 //! of a virtual disk that carries a GPT) runs end to end. The boot has
 //! `agent.shell=1` (a command typed on the serial console must run) and

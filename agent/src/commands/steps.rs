@@ -473,8 +473,15 @@ pub fn parse_execute(
             (def.prepare)(call, ctx).map_err(|e| step_failed(kind, &name, e))
         }
         None if name == "execute_bootc_install" => {
-            // Ironic's autodetect deploy interface offers bootc only when the
-            // agent lists this step; it is not listed, so this is a direct call.
+            // Ironic 39 calls this step from its `bootc` deploy interface
+            // whatever the agent lists: `BootcAgentDeploy.execute_bootc_install`
+            // (a conductor-side deploy step, priority 80) sends it with
+            // `image_source`, `configdrive` and `oci_pull_secret`. Its
+            // `autodetect` interface never asks the agent: it switches a node
+            // to `bootc` when `image_source` is an `oci://` image whose
+            // registry manifest says bootc (`BootcAgentDeploy.supports_deploy`),
+            // else to the next of `autodetect_deploy_interfaces` (`direct`
+            // last). So the step is not listed, and a call says why.
             Err(Outcome::Failed(CommandError::new(
                 ErrorKind::IncompatibleHardwareMethod,
                 format!("{word} step \"execute_bootc_install\" is not supported by this agent: it installs no bootc container images; deploy a disk image with write_image"),

@@ -1,9 +1,10 @@
 //! Every option of ironic-python-agent 13.0.0 (`config.py`, its kernel
 //! parameters and the few read elsewhere) and what this agent does with
 //! it: supported (where), ignored on purpose (why), or not applicable
-//! (why). The README's parameter table is this table; a test keeps the two
-//! equal and proves each supported option is parsed. Configuration files
-//! ([`super::files`]) take supported options by their option name.
+//! (why). The parameter table of `agent/docs/ipa-parameters.md` is this
+//! table; a test (`tests/ipa_params.rs`) keeps the two equal and proves
+//! each supported option is parsed. Configuration files ([`super::files`])
+//! take supported options by their option name.
 
 /// What the agent does with one IPA option.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -17,7 +18,7 @@ pub enum Status {
 }
 
 impl Status {
-    /// The README's word for it.
+    /// The parameter table's word for it (`agent/docs/ipa-parameters.md`).
     pub fn word(self) -> &'static str {
         match self {
             Self::Supported(_) => "supported",
@@ -130,8 +131,8 @@ pub const PARAMS: &[Param] = &[
     p("permitted_image_formats", None, Ignored("the conductor's lookup decides (image/policy.rs)"), "raw"),
     p("disable_bootc_deploy", None, NotApplicable("execute_bootc_install is refused as not supported"), "true"),
     p("enable_bios_bootloader_install", None, Ignored("the conductor's lookup decides (commands/bootloader.rs)"), "true"),
-    p("efi_system_partition_size", None, NotApplicable("partition images are not supported yet"), "1024"),
-    p("bios_boot_partition_size", None, NotApplicable("partition images are not supported yet"), "2"),
+    p("efi_system_partition_size", None, Ignored("partition images and software RAID make IPA's default EFI system partition, 550 MiB (partimage/layout.rs, raid/plan.rs)"), "1024"),
+    p("bios_boot_partition_size", None, Ignored("partition images and software RAID make IPA's default BIOS boot partition, 1 MiB (partimage/layout.rs, raid/plan.rs)"), "2"),
     p("dd_block_size", None, Ignored(NO_QEMU_IMG), "4M"),
     p("partition_detection_attempts", None, Ignored("the partition table is read back from the device itself, not waited for through udev"), "5"),
     p("partprobe_attempts", None, Ignored("BLKRRPART is retried while the kernel answers EBUSY (udev probing), for up to 30 s, then its error reported (disk::busy)"), "5"),

@@ -12,7 +12,7 @@
 //! directory tree and file contents, sized like the original (at least
 //! 4 MiB, twice the original, at most the partition). ISO 9660 config
 //! drives are written as they are (their 2048-byte blocks are a separate
-//! matter; see the README).
+//! matter; see agent/docs/what-works.md, "Config drive").
 
 use std::io::{Cursor, Read, Write};
 

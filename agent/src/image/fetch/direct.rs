@@ -3,7 +3,7 @@
 //! pool buffers. Going through reqwest costs a second copy of every byte
 //! (hyper's read buffer into the pool buffer) and a task wake-up per read;
 //! on a CPU that hashes at 1.5 GB/s that extra work is what the other core
-//! lacks (see README "Benchmark").
+//! lacks (see agent/docs/image-writing.md, "Benchmark").
 //!
 //! Over TLS, rustls makes the handshake with the same client configuration
 //! as reqwest's (`crate::tls::client_config`, so the same CA file, pinning
