@@ -218,7 +218,13 @@ pub async fn start(mut config: Config) -> Result<RunningAgent> {
 async fn discover_conductor(config: &Config) -> Result<crate::discovery::Found> {
     let deadline = deadline(config.lookup_timeout);
     loop {
-        match crate::discovery::find("baremetal", Duration::from_secs(10)).await {
+        match crate::discovery::find(
+            "baremetal",
+            Duration::from_secs(10),
+            &config.mdns.interfaces,
+        )
+        .await
+        {
             Ok(found) => {
                 tracing::info!(url = %found.url, "conductor found by mDNS");
                 return Ok(found);

@@ -82,28 +82,37 @@ pub fn overrides_of(a: &Advert) -> Vec<(String, String)> {
     out
 }
 
-/// Browses for `instance` (`baremetal`) for up to `timeout` and returns its URL
-/// (on a blocking thread).
-pub async fn discover(instance: &str, timeout: Duration) -> Result<String> {
-    Ok(find(instance, timeout).await?.url)
+/// Browses for `instance` (`baremetal`) for up to `timeout` on the
+/// interfaces with the addresses `interfaces` (`[mdns] interfaces`; empty:
+/// every interface) and returns its URL (on a blocking thread).
+pub async fn discover(instance: &str, timeout: Duration, interfaces: &[IpAddr]) -> Result<String> {
+    Ok(find(instance, timeout, interfaces).await?.url)
 }
 
 /// [`discover`] with the advertisement's configuration overrides.
-pub async fn find(instance: &str, timeout: Duration) -> Result<Found> {
+pub async fn find(instance: &str, timeout: Duration, interfaces: &[IpAddr]) -> Result<Found> {
     let instance = instance.to_string();
-    tokio::task::spawn_blocking(move || find_blocking(&instance, timeout))
+    let interfaces = interfaces.to_vec();
+    tokio::task::spawn_blocking(move || find_blocking(&instance, timeout, &interfaces))
         .await
         .context("the mDNS browse task failed")?
 }
 
-/// [`discover`] on the calling thread (which decides the network namespace).
-pub fn discover_blocking(instance: &str, timeout: Duration) -> Result<String> {
-    Ok(find_blocking(instance, timeout)?.url)
-}
-
-/// [`find`] on the calling thread.
-pub fn find_blocking(instance: &str, timeout: Duration) -> Result<Found> {
+/// [`find`] on the calling thread (which decides the network namespace).
+pub fn find_blocking(instance: &str, timeout: Duration, interfaces: &[IpAddr]) -> Result<Found> {
     let daemon = mdns_sd::ServiceDaemon::new().context("starting mDNS")?;
+    if !interfaces.is_empty() {
+        // IPA's `[mdns] interfaces`: only the interfaces with these addresses.
+        daemon
+            .disable_interface(mdns_sd::IfKind::All)
+            .context("restricting mDNS to [mdns] interfaces")?;
+        for ip in interfaces {
+            daemon
+                .enable_interface(mdns_sd::IfKind::Addr(*ip))
+                .with_context(|| format!("enabling mDNS on the interface of {ip}"))?;
+        }
+        tracing::info!(?interfaces, "mDNS browses only on the [mdns] interfaces");
+    }
     let events = daemon.browse(SERVICE_TYPE).context("browsing mDNS")?;
     let want = format!("{instance}.{SERVICE_TYPE}");
     let deadline = Instant::now() + timeout;

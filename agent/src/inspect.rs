@@ -399,6 +399,7 @@ pub async fn run_if_configured(config: &Config, conductor: &impl Conductor) -> O
         match crate::discovery::discover(
             "baremetal-introspection",
             std::time::Duration::from_secs(10),
+            &config.mdns.interfaces,
         )
         .await
         {

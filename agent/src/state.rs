@@ -172,7 +172,10 @@ impl AgentState {
         let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname")
             .map(|h| h.trim().to_string())
             .unwrap_or_default();
-        let metrics = match crate::metrics::Metrics::from_lookup(&c.raw, &hostname) {
+        let metrics = match crate::metrics::Metrics::from_lookup(
+            &crate::config::groups::overlay_metrics(&self.config.metrics_defaults, &c.raw),
+            &hostname,
+        ) {
             Ok(m) => m.map(Arc::new),
             Err(e) => {
                 tracing::warn!("lookup: {e}; no metrics are sent");
@@ -310,5 +313,42 @@ mod tests {
         assert!(s.token_matches(Some("t0k")));
         s.set_token(None);
         assert!(!s.token_matches(Some("t0k")));
+    }
+
+    /// The files' `[metrics]` send timers even when the lookup has no
+    /// `metrics` (IPA's own configuration), and the lookup's values win.
+    #[test]
+    fn metrics_from_the_files_unless_the_lookup_says_otherwise() {
+        let receiver = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        receiver
+            .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .unwrap();
+        let port = receiver.local_addr().unwrap().port();
+        let config = Config {
+            metrics_defaults: serde_json::json!({
+                "metrics": {"backend": "statsd", "global_prefix": "site"},
+                "metrics_statsd": {"statsd_host": "127.0.0.1", "statsd_port": port},
+            }),
+            ..Config::default()
+        };
+        let s = AgentState::new(config, None);
+        let lookup = |config: serde_json::Value| {
+            crate::conductor::lookup::parse_lookup(&serde_json::json!({
+                "node": {"uuid": "n"}, "config": config}))
+            .unwrap()
+            .config
+        };
+        s.set_lookup_config(lookup(serde_json::json!({"heartbeat_timeout": 30})));
+        drop(s.api_timer("get_status").expect("metrics from the files"));
+        let mut buf = [0u8; 256];
+        let n = receiver.recv(&mut buf).unwrap();
+        let line = String::from_utf8_lossy(&buf[..n]).into_owned();
+        assert!(
+            line.starts_with("site.ironic_python_agent.api.app.get_status:"),
+            "{line}"
+        );
+        s.set_lookup_config(lookup(serde_json::json!({"heartbeat_timeout": 30,
+            "metrics": {"backend": "noop"}})));
+        assert!(s.api_timer("get_status").is_none(), "the lookup wins");
     }
 }

@@ -43,11 +43,13 @@ pub async fn run(args: &LookupArgs) -> Result<()> {
     let c = args.conductor.config()?;
     let urls = match &c.api_urls {
         ApiUrls::Urls(u) => u.clone(),
-        ApiUrls::Mdns => vec![
-            crate::discovery::discover("baremetal", Duration::from_secs(10))
-                .await
-                .context("ipa-api-url=mdns")?,
-        ],
+        ApiUrls::Mdns => vec![crate::discovery::discover(
+            "baremetal",
+            Duration::from_secs(10),
+            &c.mdns.interfaces,
+        )
+        .await
+        .context("ipa-api-url=mdns")?],
         ApiUrls::None => anyhow::bail!(
             "no conductor configured: give --api-url or set ipa-api-url on the kernel command line"
         ),

@@ -33,6 +33,9 @@ pub struct FileOptions {
     pub params: Vec<(String, String)>,
     /// `cafile`.
     pub cafile: Option<PathBuf>,
+    /// The option groups besides `[DEFAULT]` that are read
+    /// ([`super::groups::READ`]), later files overriding earlier ones.
+    pub groups: super::groups::Groups,
     /// One line per file read, option ignored or line not understood.
     pub notes: Vec<String>,
 }
@@ -89,7 +92,8 @@ pub fn read(root: &Path) -> FileOptions {
     out
 }
 
-/// Parses one INI text; only `[DEFAULT]` is IPA's.
+/// Parses one INI text: `[DEFAULT]`, and the groups of
+/// [`super::groups::READ`].
 fn parse_into(text: &str, source: &str, out: &mut FileOptions) {
     let mut section = String::from("DEFAULT");
     for (n, line) in text.lines().enumerate() {
@@ -106,11 +110,18 @@ fn parse_into(text: &str, source: &str, out: &mut FileOptions) {
                 .push(format!("{source}:{}: not `key = value`; ignored", n + 1));
             continue;
         };
+        let key = key.trim().replace('-', "_");
+        let value = value.trim().trim_matches('"').to_string();
+        if super::groups::READ.contains(&section.as_str()) {
+            out.groups
+                .entry(section.clone())
+                .or_default()
+                .insert(key, value);
+            continue;
+        }
         if section != "DEFAULT" {
             continue;
         }
-        let key = key.trim().replace('-', "_");
-        let value = value.trim().trim_matches('"').to_string();
         if key == "cafile" {
             out.cafile = (!value.is_empty()).then(|| PathBuf::from(&value));
         } else if let Some(param) = super::ipa_params::file_option_param(&key) {

@@ -8,6 +8,7 @@
 
 pub mod cmdline;
 pub mod files;
+pub mod groups;
 pub mod ipa_params;
 
 use std::net::IpAddr;
@@ -124,6 +125,11 @@ pub struct Config {
     pub mode: RunMode,
     /// NTP server the clock is set from before any TLS (`ipa-ntp-server`).
     pub ntp_server: Option<String>,
+    /// The configuration files' `[mdns]` group.
+    pub mdns: groups::MdnsOptions,
+    /// The configuration files' `[metrics]` and `[metrics_statsd]`, which
+    /// the lookup answer overrides ([`groups::overlay_metrics`]).
+    pub metrics_defaults: serde_json::Value,
     /// Pause before the hardware is read, for slow controllers
     /// (`ipa-hardware-initialization-delay`).
     pub hardware_initialization_delay: Duration,
@@ -247,6 +253,8 @@ impl Default for Config {
             network_record: None,
             mode: RunMode::Host,
             ntp_server: None,
+            mdns: groups::MdnsOptions::default(),
+            metrics_defaults: serde_json::Value::Null,
             hardware_initialization_delay: Duration::ZERO,
             disk_wait_attempts: 10,
             disk_wait_delay: Duration::from_secs(3),
@@ -421,23 +429,32 @@ fn tls_files(p: &KernelParams, c: &mut Config, errors: &mut Vec<ParamError>) {
     c.keyfile = path("ipa-keyfile");
 }
 
-/// The options an mDNS advertisement may override: IPA 13's default
-/// `[mdns] allowed_overrides`.
-pub const MDNS_ALLOWED_OVERRIDES: [&str; 2] = ["inspection_callback_url", "ntp_server"];
+/// The options this agent takes from an mDNS advertisement when `[mdns]
+/// allowed_overrides` lists them (IPA's default list).
+pub const MDNS_OVERRIDABLE: [&str; 2] = groups::MDNS_DEFAULT_OVERRIDES;
 
 impl Config {
     /// Applies an mDNS advertisement's `ipa_<option>` TXT overrides
     /// ([`crate::discovery::Found::overrides`]) as IPA 13 does: only the
-    /// options of [`MDNS_ALLOWED_OVERRIDES`] (mDNS is not authenticated);
-    /// every other one, and a value that does not parse, is skipped. Returns
-    /// one line per override saying what was done.
+    /// options `[mdns] allowed_overrides` lists (IPA's default: those of
+    /// [`MDNS_OVERRIDABLE`]; mDNS is not authenticated); every other one,
+    /// one this agent does not take over mDNS, and a value that does not
+    /// parse, is skipped. Returns one line per override saying what was
+    /// done.
     pub fn apply_mdns_overrides(&mut self, overrides: &[(String, String)]) -> Vec<String> {
         let mut out = Vec::new();
         for (key, value) in overrides {
-            if !MDNS_ALLOWED_OVERRIDES.contains(&key.as_str()) {
+            if !self.mdns.allowed_overrides.contains(key) {
                 out.push(format!(
-                    "mDNS override ipa_{key} skipped: not in the allowed overrides ({})",
-                    MDNS_ALLOWED_OVERRIDES.join(", ")
+                    "mDNS override ipa_{key} skipped: not in the [mdns] allowed_overrides ({})",
+                    self.mdns.allowed_overrides.join(", ")
+                ));
+                continue;
+            }
+            if !MDNS_OVERRIDABLE.contains(&key.as_str()) {
+                out.push(format!(
+                    "mDNS override ipa_{key} skipped: this agent takes only {} from mDNS",
+                    MDNS_OVERRIDABLE.join(" and ")
                 ));
                 continue;
             }
@@ -666,7 +683,10 @@ pub fn load(
         tracing::warn!("{e}");
     }
     if let Some(f) = files {
-        for n in &f.notes {
+        let mut notes = f.notes.clone();
+        config.mdns = groups::mdns(&f.groups, &mut notes);
+        config.metrics_defaults = groups::metrics_defaults(&f.groups, &mut notes);
+        for n in &notes {
             tracing::info!("configuration: {n}");
         }
         if let Some(ca) = f.cafile {
@@ -802,7 +822,7 @@ mod tests {
         );
         assert_eq!(c.ntp_server, None);
         assert!(
-            notes[0].contains("ipa_debug skipped: not in the allowed overrides"),
+            notes[0].contains("ipa_debug skipped: not in the [mdns] allowed_overrides"),
             "{notes:?}"
         );
         assert!(
@@ -811,5 +831,22 @@ mod tests {
         );
         c.apply_mdns_overrides(&[("ntp_server".into(), "10.0.0.5".into())]);
         assert_eq!(c.ntp_server.as_deref(), Some("10.0.0.5"));
+
+        // `[mdns] allowed_overrides` decides: an empty list blocks all, an
+        // option listed that this agent does not take is skipped, saying so.
+        let mut c = Config {
+            mdns: groups::MdnsOptions {
+                allowed_overrides: vec!["debug".into()],
+                ..groups::MdnsOptions::default()
+            },
+            ..Config::default()
+        };
+        let notes = c.apply_mdns_overrides(&[
+            ("debug".into(), "1".into()),
+            ("ntp_server".into(), "10.0.0.5".into()),
+        ]);
+        assert!(!c.debug && c.ntp_server.is_none(), "{notes:?}");
+        assert!(notes[0].contains("this agent takes only"), "{notes:?}");
+        assert!(notes[1].contains("not in the [mdns] allowed_overrides (debug)"));
     }
 }

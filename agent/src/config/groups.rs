@@ -1,0 +1,251 @@
+//! The option groups of IPA's configuration files besides `[DEFAULT]`
+//! that this agent reads: `[mdns]` (which TXT overrides an advertisement
+//! may make, and the interfaces to browse on) and `[metrics]` /
+//! `[metrics_statsd]` (the agent's own statsd settings, which the
+//! conductor's lookup answer overrides option by option, as in IPA 13).
+//! `[mdns] lookup_attempts` and `params` are noted and not used (the
+//! browse runs until the lookup timeout; TXT overrides come from the
+//! advertisement).
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use serde_json::{Map, Value};
+
+/// The groups read, by name: option → value as written.
+pub type Groups = BTreeMap<String, BTreeMap<String, String>>;
+
+/// The groups [`super::files`] keeps.
+pub const READ: [&str; 3] = ["mdns", "metrics", "metrics_statsd"];
+
+/// IPA's default `[mdns] allowed_overrides`.
+pub const MDNS_DEFAULT_OVERRIDES: [&str; 2] = ["inspection_callback_url", "ntp_server"];
+
+/// What `[mdns]` sets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MdnsOptions {
+    /// Options an advertisement's `ipa_<option>` TXT records may override
+    /// (an empty list blocks them all).
+    pub allowed_overrides: Vec<String>,
+    /// Addresses of the interfaces to browse on; empty: every interface.
+    pub interfaces: Vec<IpAddr>,
+}
+
+impl Default for MdnsOptions {
+    fn default() -> Self {
+        MdnsOptions {
+            allowed_overrides: MDNS_DEFAULT_OVERRIDES.map(String::from).to_vec(),
+            interfaces: Vec::new(),
+        }
+    }
+}
+
+/// oslo.config's list: comma-separated, each item trimmed, empty ones
+/// dropped.
+fn list(v: &str) -> Vec<String> {
+    v.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(String::from)
+        .collect()
+}
+
+/// `[mdns]` from `groups`; a value that does not parse keeps IPA's
+/// default and adds a note naming it.
+pub fn mdns(groups: &Groups, notes: &mut Vec<String>) -> MdnsOptions {
+    let mut out = MdnsOptions::default();
+    let Some(g) = groups.get("mdns") else {
+        return out;
+    };
+    for (key, value) in g {
+        match key.as_str() {
+            "allowed_overrides" => out.allowed_overrides = list(value),
+            "interfaces" => {
+                let mut ips = Vec::new();
+                for item in list(value) {
+                    match item.parse::<IpAddr>() {
+                        Ok(ip) => ips.push(ip),
+                        Err(_) => notes.push(format!(
+                            "[mdns] interfaces: {item:?} is not an IP address; ignored"
+                        )),
+                    }
+                }
+                out.interfaces = ips;
+            }
+            "lookup_attempts" | "params" => notes.push(format!(
+                "[mdns] {key} is not used: the browse runs until the lookup timeout, TXT overrides come from the advertisement"
+            )),
+            other => notes.push(format!("[mdns] {other} is not an IPA 13 option; ignored")),
+        }
+    }
+    out
+}
+
+/// The options of `[metrics]` and `[metrics_statsd]` and their types.
+const METRICS_OPTIONS: [(&str, &str, Kind); 6] = [
+    ("metrics", "backend", Kind::Text),
+    ("metrics", "prepend_host", Kind::Bool),
+    ("metrics", "prepend_host_reverse", Kind::Bool),
+    ("metrics", "global_prefix", Kind::Text),
+    ("metrics_statsd", "statsd_host", Kind::Text),
+    ("metrics_statsd", "statsd_port", Kind::Port),
+];
+
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Text,
+    Bool,
+    Port,
+}
+
+/// `[metrics]` and `[metrics_statsd]` as the lookup answer's `metrics` and
+/// `metrics_statsd` objects (what [`crate::metrics::Metrics`] reads); a
+/// value that does not parse is left out with a note.
+pub fn metrics_defaults(groups: &Groups, notes: &mut Vec<String>) -> Value {
+    let mut doc = Map::new();
+    for group in ["metrics", "metrics_statsd"] {
+        let Some(g) = groups.get(group) else { continue };
+        let mut obj = Map::new();
+        for (key, value) in g {
+            let Some((_, _, kind)) = METRICS_OPTIONS
+                .iter()
+                .find(|(gr, k, _)| *gr == group && k == key)
+            else {
+                notes.push(format!("[{group}] {key} is not an IPA 13 option; ignored"));
+                continue;
+            };
+            let parsed = match kind {
+                Kind::Text => Some(Value::String(value.clone())),
+                Kind::Bool => match value.to_ascii_lowercase().as_str() {
+                    "true" | "yes" | "on" | "1" => Some(Value::Bool(true)),
+                    "false" | "no" | "off" | "0" => Some(Value::Bool(false)),
+                    _ => None,
+                },
+                Kind::Port => value
+                    .parse::<u16>()
+                    .ok()
+                    .filter(|p| *p > 0)
+                    .map(Value::from),
+            };
+            match parsed {
+                Some(v) => {
+                    obj.insert(key.clone(), v);
+                }
+                None => notes.push(format!(
+                    "[{group}] {key} = {value:?} does not parse; IPA's default applies"
+                )),
+            }
+        }
+        doc.insert(group.to_string(), Value::Object(obj));
+    }
+    Value::Object(doc)
+}
+
+/// The lookup answer's `config` with `defaults` ([`metrics_defaults`])
+/// under its `metrics` and `metrics_statsd` objects: an option the
+/// conductor sends wins, one it leaves out comes from the files.
+pub fn overlay_metrics(defaults: &Value, lookup: &Value) -> Value {
+    let mut out = lookup.clone();
+    if !out.is_object() {
+        out = Value::Object(Map::new());
+    }
+    for group in ["metrics", "metrics_statsd"] {
+        let Some(base) = defaults.get(group).and_then(Value::as_object) else {
+            continue;
+        };
+        let mut merged = base.clone();
+        if let Some(theirs) = lookup.get(group).and_then(Value::as_object) {
+            for (k, v) in theirs {
+                merged.insert(k.clone(), v.clone());
+            }
+        }
+        out[group] = Value::Object(merged);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn groups(text: &[(&str, &str, &str)]) -> Groups {
+        let mut g = Groups::new();
+        for (group, k, v) in text {
+            g.entry(group.to_string())
+                .or_default()
+                .insert(k.to_string(), v.to_string());
+        }
+        g
+    }
+
+    #[test]
+    fn mdns_group_as_ipa_reads_it() {
+        let mut notes = Vec::new();
+        assert_eq!(mdns(&Groups::new(), &mut notes), MdnsOptions::default());
+        let o = mdns(
+            &groups(&[
+                ("mdns", "allowed_overrides", "ntp_server, ,"),
+                ("mdns", "interfaces", "10.0.0.2, fd00::2,eth0"),
+                ("mdns", "lookup_attempts", "5"),
+            ]),
+            &mut notes,
+        );
+        assert_eq!(o.allowed_overrides, ["ntp_server"]);
+        assert_eq!(
+            o.interfaces,
+            [
+                "10.0.0.2".parse::<IpAddr>().unwrap(),
+                "fd00::2".parse().unwrap()
+            ]
+        );
+        assert!(
+            notes.iter().any(|n| n.contains("\"eth0\" is not an IP")),
+            "{notes:?}"
+        );
+        assert!(notes
+            .iter()
+            .any(|n| n.contains("lookup_attempts is not used")));
+        let o = mdns(&groups(&[("mdns", "allowed_overrides", "")]), &mut notes);
+        assert!(o.allowed_overrides.is_empty(), "an empty list blocks all");
+    }
+
+    #[test]
+    fn metrics_groups_are_defaults_the_lookup_overrides() {
+        let mut notes = Vec::new();
+        let d = metrics_defaults(
+            &groups(&[
+                ("metrics", "backend", "statsd"),
+                ("metrics", "prepend_host", "True"),
+                ("metrics", "global_prefix", "site"),
+                ("metrics", "prepend_host_reverse", "maybe"),
+                ("metrics_statsd", "statsd_host", "192.0.2.5"),
+                ("metrics_statsd", "statsd_port", "8126"),
+                ("metrics_statsd", "statsd_colour", "blue"),
+            ]),
+            &mut notes,
+        );
+        assert_eq!(
+            d,
+            json!({"metrics": {"backend": "statsd", "prepend_host": true, "global_prefix": "site"},
+                   "metrics_statsd": {"statsd_host": "192.0.2.5", "statsd_port": 8126}})
+        );
+        assert_eq!(notes.len(), 2, "{notes:?}");
+        let merged = overlay_metrics(
+            &d,
+            &json!({"metrics": {"global_prefix": "ironic"}, "agent_token": "t"}),
+        );
+        assert_eq!(
+            merged["metrics"]["global_prefix"], "ironic",
+            "the conductor wins"
+        );
+        assert_eq!(merged["metrics"]["backend"], "statsd", "the file fills in");
+        assert_eq!(merged["metrics_statsd"]["statsd_port"], 8126);
+        assert_eq!(merged["agent_token"], "t");
+        assert_eq!(
+            overlay_metrics(&json!({}), &json!({"x": 1})),
+            json!({"x": 1})
+        );
+    }
+}
