@@ -169,7 +169,30 @@ impl LoopDevice {
 }
 
 impl Drop for LoopDevice {
+    /// Removes the kernel's partitions of the device before detaching it.
+    /// Detaching drops them too, but when one is open at that moment (a
+    /// udevd beside the tests probes every partition that changes) the
+    /// kernel keeps them (`partition scan of loopN failed (rc=-16)`), and
+    /// the next user of `/dev/loopN`, in this suite or another, finds a
+    /// device with stale partitions: mkfs.vfat then refuses it ("Partitions
+    /// or virtual mappings on device"). So the partitions go first, retried
+    /// while busy, for up to 10 s.
     fn drop(&mut self) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !self.kernel_partitions().is_empty() {
+            let deleted = run(Command::new("partx").arg("--delete").arg(&self.path)).is_ok();
+            if deleted || std::time::Instant::now() >= deadline {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        if let Some(p) = self.kernel_partitions().first() {
+            eprintln!(
+                "warning: {} still has partitions ({}) at detach",
+                self.path.display(),
+                p.display()
+            );
+        }
         if let Err(e) = run(Command::new("losetup").arg("--detach").arg(&self.path)) {
             eprintln!("warning: detaching {}: {e:#}", self.path.display());
         }

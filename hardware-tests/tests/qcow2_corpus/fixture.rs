@@ -147,6 +147,28 @@ pub(crate) fn random_file(path: &Path, len: u64, seed: u64) {
     f.sync_all().unwrap();
 }
 
+/// Copies `src` into `disk` at byte `offset`, leaving holes for its
+/// all-zero blocks (the disk stays sparse).
+fn copy_into(src: &Path, disk: &Path, offset: u64) {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut from = std::fs::File::open(src).unwrap();
+    let mut to = std::fs::OpenOptions::new().write(true).open(disk).unwrap();
+    let mut buf = vec![0u8; MIB as usize];
+    let mut at = offset;
+    loop {
+        let n = from.read(&mut buf).unwrap();
+        if n == 0 {
+            break;
+        }
+        if buf[..n].iter().any(|b| *b != 0) {
+            to.seek(SeekFrom::Start(at)).unwrap();
+            to.write_all(&buf[..n]).unwrap();
+        }
+        at += n as u64;
+    }
+    to.sync_all().unwrap();
+}
+
 /// Start and size in bytes of partition `n` (1-based) of a disk image.
 pub(crate) fn partition(disk: &Path, n: usize) -> (u64, u64) {
     let out = run(Command::new("sfdisk").arg("-J").arg(disk)).unwrap();
@@ -177,14 +199,19 @@ pub(crate) fn build_disk(path: &Path, spec: &DiskSpec, work: &Path) -> String {
     .unwrap();
     assert!(sf.wait().unwrap().success(), "sfdisk");
 
-    // The ESP: vfat with a few files (mtools, no mount needed).
+    // The ESP: vfat with a few files, made in a file of its own (mtools,
+    // no loop device: mkfs.vfat refuses a loop device that still shows
+    // another user's partitions) and copied to its place in the disk.
     let (start, size) = partition(path, 1);
     {
-        let esp = Loop::attach(path, start, size);
-        run(Command::new("mkfs.vfat").args(["-n", "ESP"]).arg(&esp.0)).expect("mkfs.vfat");
+        std::fs::create_dir_all(work).unwrap();
+        let esp = work.join("esp.img");
+        let _ = std::fs::remove_file(&esp);
+        std::fs::File::create(&esp).unwrap().set_len(size).unwrap();
+        run(Command::new("mkfs.vfat").args(["-n", "ESP"]).arg(&esp)).expect("mkfs.vfat");
         let mut files = Vec::new();
         pick_files(Path::new("/usr/bin"), spec.esp_files, 8 * MIB, &mut files);
-        let img = esp.0.to_str().unwrap().to_string();
+        let img = esp.to_str().unwrap().to_string();
         run(Command::new("mmd").env("MTOOLS_SKIP_CHECK", "1").args([
             "-i",
             &img,
@@ -205,6 +232,8 @@ pub(crate) fn build_disk(path: &Path, spec: &DiskSpec, work: &Path) -> String {
                 .arg(&name))
             .expect("mcopy");
         }
+        copy_into(&esp, path, start);
+        std::fs::remove_file(&esp).unwrap();
     }
 
     // The root: ext4, populated through a loop mount.
