@@ -131,7 +131,7 @@ pub async fn drive(cx: &Ctx<'_>, r: &mut Reporter) -> Result<Outcome> {
             .line("--inspect-only: stopping here; nothing was written");
         return Ok(Outcome::Inspected);
     }
-    confirmed(o, &chosen)?;
+    confirmed(o.confirm_disk.as_deref(), &chosen)?;
 
     let others = inventory::protect_others(inv, &chosen);
     cx.ironic
@@ -205,15 +205,15 @@ pub async fn drive(cx: &Ctx<'_>, r: &mut Reporter) -> Result<Outcome> {
     Ok(Outcome::Deployed)
 }
 
-/// Fails unless `--confirm-disk` names `chosen`'s serial.
-fn confirmed(o: &Options, chosen: &ChosenDisk) -> Result<(), Problem> {
-    match &o.confirm_disk {
+/// Fails unless `--confirm-disk` (`given`) names `chosen`'s serial.
+fn confirmed(given: Option<&str>, chosen: &ChosenDisk) -> Result<(), Problem> {
+    match given {
         None => Err(Problem::NotConfirmed {
             disk: chosen.to_string(),
             serial: chosen.serial.clone(),
         }),
-        Some(s) if chosen.serial.is_empty() || *s != chosen.serial => Err(Problem::WrongDisk {
-            given: s.clone(),
+        Some(s) if chosen.serial.is_empty() || s != chosen.serial => Err(Problem::WrongDisk {
+            given: s.to_string(),
             disk: chosen.to_string(),
             serial: chosen.serial.clone(),
         }),
@@ -339,5 +339,26 @@ async fn inspect(cx: &Ctx<'_>, uuid: &str, r: &mut Reporter) -> Result<()> {
             );
         }
         tokio::time::sleep(POLL).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_chosen_disks_serial_confirms() {
+        let disk = |serial: &str| ChosenDisk {
+            name: "/dev/sda".into(),
+            serial: serial.into(),
+            size: 8 << 30,
+        };
+        assert!(confirmed(Some("S1"), &disk("S1")).is_ok());
+        let e = confirmed(None, &disk("S1")).unwrap_err().to_string();
+        assert!(e.ends_with("run again with --confirm-disk S1"), "{e}");
+        let e = confirmed(Some("S2"), &disk("S1")).unwrap_err().to_string();
+        assert!(e.contains("--confirm-disk S2 does not name"), "{e}");
+        // A disk without a serial can never be confirmed.
+        assert!(confirmed(Some(""), &disk("")).is_err());
     }
 }

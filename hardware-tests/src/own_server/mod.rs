@@ -56,15 +56,6 @@ pub fn main(args: &[String], mut out: Printer) -> Result<()> {
         .enable_all()
         .build()
         .context("building the runtime")?;
-    // From here on SIGINT and SIGTERM are noted, not fatal: the BMC is put
-    // back before the demo ends.
-    let (mut int, mut term) = rt.block_on(async {
-        Ok::<_, std::io::Error>((
-            signal(SignalKind::interrupt())?,
-            signal(SignalKind::terminate())?,
-        ))
-    })?;
-
     out.line(format!(
         "checking the BMC at {}{}",
         opts.bmc_address, opts.system_path
@@ -97,6 +88,15 @@ pub fn main(args: &[String], mut out: Printer) -> Result<()> {
     let root = work.path().join("http_root");
     std::fs::create_dir(&root)?;
     let image = prepare(&opts, &mut out, work.path(), &root)?;
+    // From here on SIGINT and SIGTERM are noted, not fatal: Ironic and the
+    // http server are stopped and the BMC put back before the demo ends.
+    // (Before, they end it at once: nothing runs that needs stopping.)
+    let (mut int, mut term) = rt.block_on(async {
+        Ok::<_, std::io::Error>((
+            signal(SignalKind::interrupt())?,
+            signal(SignalKind::terminate())?,
+        ))
+    })?;
     let logs = bed::logs_dir("own-server")?;
     let http = HttpRoot::serve_here(
         &opts.http_address.to_string(),
