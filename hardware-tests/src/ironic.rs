@@ -87,6 +87,13 @@ impl Ironic {
         Self::launch(Some(&ns.name), host, port, extra_conf, None)
     }
 
+    /// Starts Ironic in this process's network namespace on `host:port`
+    /// (an address of this machine), with `extra_conf` loaded last: the
+    /// own-server demo, where the operator's server and BMC reach it.
+    pub fn start_at(host: &str, port: u16, extra_conf: Option<&str>) -> Result<Self> {
+        Self::launch(None, host, port, extra_conf, None)
+    }
+
     /// [`Ironic::start_in`] with the API served over HTTPS (`[api]
     /// enable_ssl_api`) with the PEM certificate `cert` and key `key`; the
     /// client trusts `cert` as its CA, and [`Ironic::url`] is `https://`.

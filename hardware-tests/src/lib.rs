@@ -14,6 +14,7 @@ pub mod images;
 pub mod ironic;
 pub mod loopdev;
 pub mod netns;
+pub mod own_server;
 pub mod partimage;
 pub mod testimage;
 pub mod udevd;

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 
 use super::net::{Net, Proc, BRIDGE_IP};
+use crate::netns::NetNs;
 
 /// The server; killed by its PID when dropped.
 #[derive(Debug)]
@@ -40,21 +41,38 @@ impl HttpRoot {
     /// server accepts connections.
     pub fn serve(net: &Net, dir: &Path, port: u16) -> Result<Self> {
         let log = net.logs.join(format!("http-{port}.log"));
+        let python = super::redfish::venv().join("bin/python");
+        Self::start(Some(&net.ns), &python, BRIDGE_IP, dir, port, log)
+    }
+
+    /// Serves `dir` on `ip`:`port` in this process's network namespace
+    /// with the system's `python3` (the own-server demo, whose machine has
+    /// no BMC venv); the access log goes to `log`.
+    pub fn serve_here(ip: &str, dir: &Path, port: u16, log: PathBuf) -> Result<Self> {
+        Self::start(None, Path::new("python3"), ip, dir, port, log)
+    }
+
+    fn start(
+        ns: Option<&NetNs>,
+        python: &Path,
+        ip: &str,
+        dir: &Path,
+        port: u16,
+        log: PathBuf,
+    ) -> Result<Self> {
         let out =
             std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
-        let python = super::redfish::venv().join("bin/python");
-        let child = Command::new("ip")
-            .args(["netns", "exec", &net.ns.name])
-            .arg(&python)
+        let mut cmd = match ns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", &ns.name]).arg(python);
+                c
+            }
+            None => Command::new(python),
+        };
+        let child = cmd
             // Unbuffered: every request is in the log as it is answered.
-            .args([
-                "-u",
-                "-m",
-                "http.server",
-                "--bind",
-                BRIDGE_IP,
-                "--directory",
-            ])
+            .args(["-u", "-m", "http.server", "--bind", ip, "--directory"])
             .arg(dir)
             .arg(port.to_string())
             .stdin(Stdio::null())
@@ -63,7 +81,9 @@ impl HttpRoot {
             .spawn()
             .with_context(|| format!("starting {} -m http.server", python.display()))?;
         let mut server = Proc::new(child, "http.server for Ironic's http_root");
-        let addr: std::net::SocketAddr = format!("{BRIDGE_IP}:{port}").parse()?;
+        let addr: std::net::SocketAddr = format!("{ip}:{port}").parse()?;
+        let connects =
+            || std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_ok();
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if let Some(status) = server.child().try_wait()? {
@@ -72,9 +92,10 @@ impl HttpRoot {
                     log.display()
                 );
             }
-            let up = net.ns.enter(|| {
-                std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_ok()
-            })?;
+            let up = match ns {
+                Some(ns) => ns.enter(connects)?,
+                None => connects(),
+            };
             if up {
                 break;
             }
@@ -87,13 +108,13 @@ impl HttpRoot {
             std::thread::sleep(Duration::from_millis(100));
         }
         Ok(Self {
-            url: format!("http://{BRIDGE_IP}:{port}"),
+            url: format!("http://{ip}:{port}"),
             log,
             _server: server,
         })
     }
 
-    /// `http://10.99.0.1:<port>`, Ironic's `[deploy] http_url`.
+    /// `http://<ip>:<port>`, Ironic's `[deploy] http_url`.
     pub fn url(&self) -> &str {
         &self.url
     }

@@ -116,6 +116,19 @@ impl System {
     }
 }
 
+/// Where sushy-emulator listens (see [`Bmc::start_emulator_at`]).
+#[derive(Debug, Clone)]
+pub struct Listen {
+    /// The network namespace it runs in.
+    pub netns: String,
+    /// The address it binds.
+    pub ip: String,
+    /// The port.
+    pub port: u16,
+    /// HTTPS with this PEM certificate and key.
+    pub tls: Option<(PathBuf, PathBuf)>,
+}
+
 /// The private libvirtd, sushy-emulator and the domains defined in it.
 #[derive(Debug)]
 pub struct Bmc<'n> {
@@ -368,6 +381,20 @@ impl<'n> Bmc<'n> {
     /// namespace, exposing the domains defined so far, and waits until it
     /// answers.
     pub fn start_emulator(&mut self) -> Result<()> {
+        let listen = Listen {
+            netns: self.net.ns.name.clone(),
+            ip: BRIDGE_IP.to_string(),
+            port: PORT,
+            tls: None,
+        };
+        self.start_emulator_at(&listen)
+    }
+
+    /// [`Bmc::start_emulator`] listening as `listen` says: in another
+    /// namespace (which the bed's namespace must route to), over HTTPS.
+    /// libvirtd stays in the bed's namespace (sushy-tools reaches it by
+    /// its socket).
+    pub fn start_emulator_at(&mut self, listen: &Listen) -> Result<()> {
         anyhow::ensure!(self.sushy.is_none(), "sushy-emulator already runs");
         let s = self.state.path();
         std::fs::create_dir_all(s.join("sushy/tmp"))?;
@@ -387,8 +414,9 @@ impl<'n> Bmc<'n> {
             .collect();
         let conf = format!(
             "# Written by hardware-tests/src/bed/redfish.rs.\n\
-             SUSHY_EMULATOR_LISTEN_IP = '{BRIDGE_IP}'\n\
-             SUSHY_EMULATOR_LISTEN_PORT = {PORT}\n\
+             SUSHY_EMULATOR_LISTEN_IP = '{ip}'\n\
+             SUSHY_EMULATOR_LISTEN_PORT = {port}\n\
+             {tls}\
              SUSHY_EMULATOR_LIBVIRT_URI = '{uri}'\n\
              SUSHY_EMULATOR_AUTH_FILE = '{auth}'\n\
              SUSHY_EMULATOR_STATE_DIR = '{state}'\n\
@@ -397,6 +425,16 @@ impl<'n> Bmc<'n> {
              SUSHY_EMULATOR_BOOT_LOADER_MAP = {{'UEFI': {{'x86_64': '{OVMF_CODE}'}}, 'Legacy': {{'x86_64': None}}}}\n\
              SUSHY_EMULATOR_SECURE_BOOT_DISABLED_NVRAM = '{OVMF_VARS}'\n\
              SUSHY_EMULATOR_VMEDIA_DEVICES = {{'Cd': {{'Name': 'Virtual CD', 'MediaTypes': ['CD', 'DVD']}}}}\n",
+            ip = listen.ip,
+            port = listen.port,
+            tls = match &listen.tls {
+                Some((cert, key)) => format!(
+                    "SUSHY_EMULATOR_SSL_CERT = '{}'\nSUSHY_EMULATOR_SSL_KEY = '{}'\n",
+                    cert.display(),
+                    key.display()
+                ),
+                None => String::new(),
+            },
             uri = self.libvirt_uri(),
             auth = s.join("sushy/htpasswd").display(),
             state = s.join("sushy").display(),
@@ -407,7 +445,7 @@ impl<'n> Bmc<'n> {
         let log = self.net.logs.join("sushy-emulator.log");
         let out = std::fs::File::create(&log)?;
         let child = Command::new("ip")
-            .args(["netns", "exec", &self.net.ns.name])
+            .args(["netns", "exec", &listen.netns])
             .arg(self.venv.join("bin/sushy-emulator"))
             .env("SUSHY_EMULATOR_CONFIG", &conf_path)
             // Virtual media is downloaded to a temporary file first.
@@ -418,7 +456,7 @@ impl<'n> Bmc<'n> {
             .spawn()
             .context("starting sushy-emulator")?;
         self.sushy = Some(Proc::new(child, "sushy-emulator"));
-        let addr: std::net::SocketAddr = format!("{BRIDGE_IP}:{PORT}").parse()?;
+        let addr: std::net::SocketAddr = format!("{}:{}", listen.ip, listen.port).parse()?;
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             if let Some(p) = self.sushy.as_mut() {

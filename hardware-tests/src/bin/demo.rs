@@ -18,8 +18,12 @@
 //! agent sees it; the pieces of `tests/bed_deploy.rs`,
 //! `hardware_tests::bed::deploy`): inspection and deploy, no cleaning.
 //!
+//! `--bmc …`: the same flow against the operator's own server by Redfish
+//! virtual media (`hardware_tests::own_server`).
+//!
 //! Usage (root): `demo [--bios] [--test-conductor]` (default UEFI,
-//! Ironic's default boot mode). Lines are stamped with the time since
+//! Ironic's default boot mode), or `demo --bmc …`; `--help` prints every
+//! flag (`demo_usage.txt`, which `ci/demo --help` prints before building). Lines are stamped with the time since
 //! `$DEMO_STARTED_AT` (seconds since the epoch; `ci/demo` sets it), else
 //! since the demo started.
 
@@ -34,6 +38,9 @@ use hardware_tests::bed::ironic_flow::{self, Flow, Machine, PxeRoot};
 use hardware_tests::bed::redfish::Bmc;
 use hardware_tests::bed::{self, Boot, Net, NetOptions, BRIDGE_IP};
 use hardware_tests::ironic::Ironic;
+use hardware_tests::own_server;
+use hardware_tests::own_server::inventory::inventory_lines;
+use hardware_tests::own_server::options::{Options, USAGE};
 use hardware_tests::testimage::{self, TestImage};
 use serde_json::{json, Value};
 
@@ -44,21 +51,29 @@ const PORT: u16 = 6385;
 const FLOW_TIMEOUT: Duration = Duration::from_secs(360);
 /// The deployed system's boot (OVMF under TCG is slow).
 const DISK_BOOT_TIMEOUT: Duration = Duration::from_secs(300);
-const USAGE: &str = "usage: demo [--bios|--uefi] [--test-conductor]";
 
 fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "-h" || a == "--help") {
+        print!("{USAGE}");
+        return Ok(());
+    }
+    if Options::wanted(&args) {
+        // The operator reads the message and its fix, not a backtrace.
+        if let Err(e) = own_server::main(&args, Printer::new(started_at())) {
+            eprintln!("error: {e:#}");
+            std::process::exit(1);
+        }
+        return Ok(());
+    }
     let mut uefi = true;
     let mut test_conductor = false;
-    for arg in std::env::args().skip(1) {
+    for arg in &args {
         match arg.as_str() {
             "--bios" => uefi = false,
             "--uefi" => uefi = true,
             "--test-conductor" => test_conductor = true,
-            "-h" | "--help" => {
-                println!("{USAGE}");
-                return Ok(());
-            }
-            other => bail!("{USAGE} (got {other:?})"),
+            other => bail!("unknown flag {other:?} (ci/demo --help lists every flag)"),
         }
     }
     if !hardware_tests::is_root() {
@@ -499,58 +514,4 @@ fn with_test_conductor(out: &mut Printer, p: &Prepared, uefi: bool) -> Result<()
         })?;
         show_deployed(Some(out), &disk.console(), (at, "power-on"), p)
     })?
-}
-
-/// A few lines about the machine from an inspection inventory and the
-/// agent's root disk choice.
-fn inventory_lines(inv: &Value, root_disk: &Value) -> Vec<String> {
-    let gib = |v: &Value| v.as_u64().unwrap_or(0) as f64 / (1u64 << 30) as f64;
-    let sv = &inv["system_vendor"];
-    let cpu = &inv["cpu"];
-    let mut lines = vec![
-        format!(
-            "  system    {} {} (serial {})",
-            sv["manufacturer"].as_str().unwrap_or("?"),
-            sv["product_name"].as_str().unwrap_or("?"),
-            sv["serial_number"]
-                .as_str()
-                .filter(|s| !s.is_empty())
-                .unwrap_or("-")
-        ),
-        format!(
-            "  cpu       {} × {} ({})",
-            cpu["count"],
-            cpu["model_name"].as_str().unwrap_or("?"),
-            cpu["architecture"].as_str().unwrap_or("?")
-        ),
-        format!("  memory    {} MiB", inv["memory"]["physical_mb"]),
-    ];
-    for d in inv["disks"].as_array().into_iter().flatten() {
-        lines.push(format!(
-            "  disk      {} {:.1} GiB serial {} rotational {}",
-            d["name"].as_str().unwrap_or("?"),
-            gib(&d["size"]),
-            d["serial"].as_str().unwrap_or("-"),
-            d["rotational"]
-        ));
-    }
-    for i in inv["interfaces"].as_array().into_iter().flatten() {
-        lines.push(format!(
-            "  nic       {} {} {}",
-            i["name"].as_str().unwrap_or("?"),
-            i["mac_address"].as_str().unwrap_or("?"),
-            i["ipv4_address"].as_str().unwrap_or("-")
-        ));
-    }
-    lines.push(format!(
-        "  boot      {} from {}",
-        inv["boot"]["current_boot_mode"].as_str().unwrap_or("?"),
-        inv["boot"]["pxe_interface"].as_str().unwrap_or("?")
-    ));
-    if let Some(root) = root_disk["name"].as_str() {
-        lines.push(format!(
-            "  root disk {root} (the agent's choice without hints)"
-        ));
-    }
-    lines
 }
