@@ -12,6 +12,19 @@ use serde_json::{json, Value};
 
 use crate::netns::NetNs;
 
+/// `[DEFAULT]` lines of an ironic.conf for the `redfish` hardware type with
+/// virtual-media boot next to `fake-hardware` (whose interfaces it accepts,
+/// so the defaults are the ones `redfish` supports); each line ends with a
+/// newline.
+pub const REDFISH_VMEDIA_INTERFACES: &str = "enabled_hardware_types = fake-hardware,redfish
+enabled_boot_interfaces = fake,redfish-virtual-media
+enabled_power_interfaces = fake,redfish
+enabled_management_interfaces = noop,fake,redfish
+default_boot_interface = redfish-virtual-media
+default_power_interface = redfish
+default_management_interface = redfish
+";
+
 /// A running Ironic.
 #[derive(Debug)]
 pub struct Ironic {

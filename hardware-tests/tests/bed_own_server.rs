@@ -107,19 +107,7 @@ fn must_say(output: &str, wants: &[&str], what: &str) {
 
 /// A self-signed certificate for the BMC's address.
 fn bmc_cert(dir: &Path) -> (PathBuf, PathBuf) {
-    let (cert, key) = (dir.join("bmc.crt"), dir.join("bmc.key"));
-    run(Command::new("openssl")
-        .args([
-            "req", "-x509", "-newkey", "rsa:2048", "-days", "30", "-nodes",
-        ])
-        .args(["-subj", &format!("/CN={BMC_IP}")])
-        .args(["-addext", &format!("subjectAltName=IP:{BMC_IP}")])
-        .arg("-keyout")
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert))
-    .unwrap();
-    (cert, key)
+    hardware_tests::bed::vmedia_disc::openssl_cert_for(dir, "bmc", BMC_IP).unwrap()
 }
 
 fn file_sha256(path: &Path) -> String {

@@ -143,19 +143,7 @@ fn network_data() -> Value {
 
 /// Ironic's certificate as its documentation makes it (`CA:TRUE`).
 fn openssl_cert(dir: &Path) -> (PathBuf, PathBuf) {
-    let (cert, key) = (dir.join("ironic.crt"), dir.join("ironic.key"));
-    run(Command::new("openssl")
-        .args([
-            "req", "-x509", "-newkey", "rsa:2048", "-days", "30", "-nodes",
-        ])
-        .args(["-subj", &format!("/CN={BRIDGE_IP}")])
-        .args(["-addext", &format!("subjectAltName=IP:{BRIDGE_IP}")])
-        .arg("-keyout")
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert))
-    .unwrap();
-    (cert, key)
+    bed::vmedia_disc::openssl_cert_for(dir, "ironic", BRIDGE_IP).unwrap()
 }
 
 fn console(path: &Path) -> String {

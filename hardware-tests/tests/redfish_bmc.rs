@@ -34,18 +34,6 @@ use serde_json::json;
 const MAC: &str = "52:54:00:7e:d1:01";
 const IRONIC_PORT: u16 = 6385;
 
-/// Loaded after `ci/ironic/ironic.conf`: the `redfish` hardware type next
-/// to `fake-hardware`. fake-hardware accepts any interface, so the defaults
-/// are the ones `redfish` supports.
-const EXTRA_CONF: &str = "[DEFAULT]\n\
-    enabled_hardware_types = fake-hardware,redfish\n\
-    enabled_boot_interfaces = fake,redfish-virtual-media\n\
-    enabled_power_interfaces = fake,redfish\n\
-    enabled_management_interfaces = noop,fake,redfish\n\
-    default_boot_interface = redfish-virtual-media\n\
-    default_power_interface = redfish\n\
-    default_management_interface = redfish\n";
-
 fn wait_state(bmc: &Bmc, name: &str, want: &str, timeout: Duration) -> String {
     let deadline = Instant::now() + timeout;
     loop {
@@ -319,7 +307,16 @@ fn redfish_bmc_drives_a_libvirt_domain() {
     eprintln!("Redfish part done at {:?}", t0.elapsed());
 
     // --- 2. Ironic's redfish hardware type ---------------------------------
-    let ironic = Ironic::start_in(&net.ns, BRIDGE_IP, IRONIC_PORT, Some(EXTRA_CONF)).unwrap();
+    let ironic = Ironic::start_in(
+        &net.ns,
+        BRIDGE_IP,
+        IRONIC_PORT,
+        Some(&format!(
+            "[DEFAULT]\n{}",
+            hardware_tests::ironic::REDFISH_VMEDIA_INTERFACES
+        )),
+    )
+    .unwrap();
     eprintln!("Ironic up at {:?}", t0.elapsed());
     let bmc_url = bmc.url();
     let uuid = net

@@ -82,13 +82,7 @@ fn ironic_boots_a_virtual_media_iso_through_the_bmc() {
     let http_url = format!("http://{BRIDGE_IP}:{HTTP_PORT}");
     let extra_conf = format!(
         "[DEFAULT]\n\
-         enabled_hardware_types = fake-hardware,redfish\n\
-         enabled_boot_interfaces = fake,redfish-virtual-media\n\
-         enabled_power_interfaces = fake,redfish\n\
-         enabled_management_interfaces = noop,fake,redfish\n\
-         default_boot_interface = redfish-virtual-media\n\
-         default_power_interface = redfish\n\
-         default_management_interface = redfish\n\
+         {redfish}\
          esp_image = {esp}\n\
          [deploy]\n\
          http_root = {www}\n\
@@ -96,6 +90,7 @@ fn ironic_boots_a_virtual_media_iso_through_the_bmc() {
          [redfish]\n\
          use_swift = false\n\
          kernel_append_params = console=ttyS0\n",
+        redfish = hardware_tests::ironic::REDFISH_VMEDIA_INTERFACES,
         esp = esp.display(),
         www = www.display(),
     );

@@ -14,19 +14,30 @@ use anyhow::{Context, Result};
 use super::BRIDGE_IP;
 use crate::run;
 
-/// The conductor's certificate and key (PEM), made with openssl in `dir`.
-pub fn openssl_cert(dir: &Path) -> Result<(Vec<u8>, Vec<u8>)> {
-    let (cert, key) = (dir.join("ironic.crt"), dir.join("ironic.key"));
+/// A self-signed certificate for the address `ip` as Ironic's
+/// documentation makes one (`CA:TRUE`, valid 30 days), written to
+/// `dir/STEM.crt` and its key to `dir/STEM.key`; returns both paths.
+pub fn openssl_cert_for(dir: &Path, stem: &str, ip: &str) -> Result<(PathBuf, PathBuf)> {
+    let (cert, key) = (
+        dir.join(format!("{stem}.crt")),
+        dir.join(format!("{stem}.key")),
+    );
     run(Command::new("openssl")
         .args([
             "req", "-x509", "-newkey", "rsa:2048", "-days", "30", "-nodes",
         ])
-        .args(["-subj", &format!("/CN={BRIDGE_IP}")])
-        .args(["-addext", &format!("subjectAltName = IP:{BRIDGE_IP}")])
+        .args(["-subj", &format!("/CN={ip}")])
+        .args(["-addext", &format!("subjectAltName = IP:{ip}")])
         .arg("-keyout")
         .arg(&key)
         .arg("-out")
         .arg(&cert))?;
+    Ok((cert, key))
+}
+
+/// The conductor's certificate and key (PEM), made with openssl in `dir`.
+pub fn openssl_cert(dir: &Path) -> Result<(Vec<u8>, Vec<u8>)> {
+    let (cert, key) = openssl_cert_for(dir, "ironic", BRIDGE_IP)?;
     Ok((std::fs::read(cert)?, std::fs::read(key)?))
 }
 

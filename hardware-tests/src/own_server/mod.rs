@@ -253,13 +253,7 @@ fn ironic_conf(o: &Options, root: &Path, esp: &Path, http_url: &str) -> String {
     let wait = o.iso_read_timeout + o.heartbeat_timeout + 600;
     format!(
         "[DEFAULT]\n\
-         enabled_hardware_types = fake-hardware,redfish\n\
-         enabled_boot_interfaces = fake,redfish-virtual-media\n\
-         enabled_power_interfaces = fake,redfish\n\
-         enabled_management_interfaces = noop,fake,redfish\n\
-         default_boot_interface = redfish-virtual-media\n\
-         default_power_interface = redfish\n\
-         default_management_interface = redfish\n\
+         {redfish}\
          esp_image = {esp}\n\
          [agent]\n\
          post_deploy_get_power_state_retries = 30\n\
@@ -283,6 +277,7 @@ fn ironic_conf(o: &Options, root: &Path, esp: &Path, http_url: &str) -> String {
          [redfish]\n\
          use_swift = false\n\
          kernel_append_params = console=tty0 console=ttyS0\n",
+        redfish = crate::ironic::REDFISH_VMEDIA_INTERFACES,
         esp = esp.display(),
         root = root.display(),
     )
