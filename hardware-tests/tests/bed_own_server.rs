@@ -483,6 +483,8 @@ fn own_server_demo_checks_inspects_confirms_deploys_and_leaves_the_bmc_clean() {
             &format!("the image would be written to /dev/vda (5.0 GiB, serial {SERIAL_A})"),
             "--inspect-only: stopping here",
             "the BMC (10.98.0.2) read the ISO",
+            "boot phases (seconds since the server's kernel started): init ",
+            ", network ",
         ],
         "inspect-only",
     );

@@ -120,6 +120,9 @@ pub async fn drive(cx: &Ctx<'_>, r: &mut Reporter) -> Result<Outcome> {
     for line in inventory::inventory_lines(inv, root) {
         r.out.line(line);
     }
+    r.out.line(inventory::boot_phases_line(
+        &stored["plugin_data"]["boot_phases"],
+    ));
     let chosen = inventory::chosen_disk(root)
         .context("inspection chose no root disk (the agent needs a disk of at least 4 GiB)")?;
     r.out.line(format!(

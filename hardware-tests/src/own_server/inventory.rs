@@ -110,10 +110,49 @@ pub fn inventory_lines(inv: &Value, root_disk: &Value) -> Vec<String> {
     lines
 }
 
+/// The agent's boot on the server, phase by phase, as it reported them
+/// with the inspection data (`plugin_data.boot_phases`: seconds since the
+/// kernel started; the firmware's and the ISO's share come before).
+pub fn boot_phases_line(phases: &Value) -> String {
+    let parts: Vec<String> = phases
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| {
+            Some(format!(
+                "{} {:.1} s",
+                p["phase"].as_str()?,
+                p["seconds"].as_f64()?
+            ))
+        })
+        .collect();
+    if parts.is_empty() {
+        return "boot phases: the agent reported none".into();
+    }
+    format!(
+        "boot phases (seconds since the server's kernel started): {}",
+        parts.join(", ")
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn boot_phases_in_one_line() {
+        let line = boot_phases_line(&json!([{"phase": "init", "seconds": 2.91},
+            {"phase": "network", "seconds": 7.04}, {"phase": 3}]));
+        assert_eq!(
+            line,
+            "boot phases (seconds since the server's kernel started): init 2.9 s, network 7.0 s"
+        );
+        assert_eq!(
+            boot_phases_line(&Value::Null),
+            "boot phases: the agent reported none"
+        );
+    }
 
     #[test]
     fn every_other_disk_is_protected() {
