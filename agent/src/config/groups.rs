@@ -5,12 +5,15 @@
 //! conductor's lookup answer overrides option by option, as in IPA 13).
 //! `[mdns] lookup_attempts` and `params` are noted and not used (the
 //! browse runs until the lookup timeout; TXT overrides come from the
-//! advertisement).
+//! advertisement). Also the application of an advertisement's overrides
+//! under `[mdns] allowed_overrides` (`Config::apply_mdns_overrides`).
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use serde_json::{Map, Value};
+
+use super::Config;
 
 /// The groups read, by name: option → value as written.
 pub type Groups = BTreeMap<String, BTreeMap<String, String>>;
@@ -162,6 +165,61 @@ pub fn overlay_metrics(defaults: &Value, lookup: &Value) -> Value {
         out[group] = Value::Object(merged);
     }
     out
+}
+
+/// The options this agent takes from an mDNS advertisement when `[mdns]
+/// allowed_overrides` lists them (IPA's default list).
+pub const MDNS_OVERRIDABLE: [&str; 2] = MDNS_DEFAULT_OVERRIDES;
+
+impl Config {
+    /// Applies an mDNS advertisement's `ipa_<option>` TXT overrides
+    /// ([`crate::discovery::Found::overrides`]) as IPA 13 does: only the
+    /// options `[mdns] allowed_overrides` lists (IPA's default: those of
+    /// [`MDNS_OVERRIDABLE`]; mDNS is not authenticated); every other one,
+    /// one this agent does not take over mDNS, and a value that does not
+    /// parse, is skipped. Returns one line per override saying what was
+    /// done.
+    pub fn apply_mdns_overrides(&mut self, overrides: &[(String, String)]) -> Vec<String> {
+        let mut out = Vec::new();
+        for (key, value) in overrides {
+            if !self.mdns.allowed_overrides.contains(key) {
+                out.push(format!(
+                    "mDNS override ipa_{key} skipped: not in the [mdns] allowed_overrides ({})",
+                    self.mdns.allowed_overrides.join(", ")
+                ));
+                continue;
+            }
+            if !MDNS_OVERRIDABLE.contains(&key.as_str()) {
+                out.push(format!(
+                    "mDNS override ipa_{key} skipped: this agent takes only {} from mDNS",
+                    MDNS_OVERRIDABLE.join(" and ")
+                ));
+                continue;
+            }
+            let v = value.trim();
+            match key.as_str() {
+                "inspection_callback_url"
+                    if v == "mdns" || v.starts_with("http://") || v.starts_with("https://") =>
+                {
+                    self.inspection_callback_url = Some(v.to_string());
+                }
+                "ntp_server" if !v.is_empty() && !v.contains(char::is_whitespace) => {
+                    self.ntp_server = Some(v.to_string());
+                }
+                _ => {
+                    out.push(format!(
+                        "mDNS override ipa_{key}={value:?} skipped: not a usable value"
+                    ));
+                    continue;
+                }
+            }
+            out.push(format!("mDNS override: {key} = {v}"));
+        }
+        for line in &out {
+            tracing::info!("{line}");
+        }
+        out
+    }
 }
 
 #[cfg(test)]

@@ -10,6 +10,10 @@ pub mod cmdline;
 pub mod files;
 pub mod groups;
 pub mod ipa_params;
+mod tls_files;
+
+pub use groups::MDNS_OVERRIDABLE;
+pub use tls_files::TlsFiles;
 
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -186,15 +190,6 @@ pub struct Config {
     pub certfile: Option<PathBuf>,
     /// Its private key (IPA's `keyfile`).
     pub keyfile: Option<PathBuf>,
-}
-
-/// A PEM certificate (chain) and its private key.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TlsFiles {
-    /// The certificate (chain), PEM.
-    pub cert: PathBuf,
-    /// The private key, PEM.
-    pub key: PathBuf,
 }
 
 /// The curve of the auto-TLS certificate's key.
@@ -409,116 +404,6 @@ impl Config {
     }
 }
 
-/// IPA's `listen_tls`, `tls_cert_file`, `tls_key_file`, `certfile` and
-/// `keyfile` (configuration-file options in IPA; kernel parameters
-/// `ipa-listen-tls`, `ipa-tls-cert-file`, `ipa-tls-key-file`,
-/// `ipa-certfile`, `ipa-keyfile` here, which the files map onto).
-fn tls_files(p: &KernelParams, c: &mut Config, errors: &mut Vec<ParamError>) {
-    let path = |k: &str| {
-        p.get(k)
-            .map(str::trim)
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-    };
-    if let Some(v) = take(errors, p.bool("ipa-listen-tls")) {
-        c.listen_tls = v;
-    }
-    c.tls_cert_file = path("ipa-tls-cert-file");
-    c.tls_key_file = path("ipa-tls-key-file");
-    c.certfile = path("ipa-certfile");
-    c.keyfile = path("ipa-keyfile");
-}
-
-/// The options this agent takes from an mDNS advertisement when `[mdns]
-/// allowed_overrides` lists them (IPA's default list).
-pub const MDNS_OVERRIDABLE: [&str; 2] = groups::MDNS_DEFAULT_OVERRIDES;
-
-impl Config {
-    /// Applies an mDNS advertisement's `ipa_<option>` TXT overrides
-    /// ([`crate::discovery::Found::overrides`]) as IPA 13 does: only the
-    /// options `[mdns] allowed_overrides` lists (IPA's default: those of
-    /// [`MDNS_OVERRIDABLE`]; mDNS is not authenticated); every other one,
-    /// one this agent does not take over mDNS, and a value that does not
-    /// parse, is skipped. Returns one line per override saying what was
-    /// done.
-    pub fn apply_mdns_overrides(&mut self, overrides: &[(String, String)]) -> Vec<String> {
-        let mut out = Vec::new();
-        for (key, value) in overrides {
-            if !self.mdns.allowed_overrides.contains(key) {
-                out.push(format!(
-                    "mDNS override ipa_{key} skipped: not in the [mdns] allowed_overrides ({})",
-                    self.mdns.allowed_overrides.join(", ")
-                ));
-                continue;
-            }
-            if !MDNS_OVERRIDABLE.contains(&key.as_str()) {
-                out.push(format!(
-                    "mDNS override ipa_{key} skipped: this agent takes only {} from mDNS",
-                    MDNS_OVERRIDABLE.join(" and ")
-                ));
-                continue;
-            }
-            let v = value.trim();
-            match key.as_str() {
-                "inspection_callback_url"
-                    if v == "mdns" || v.starts_with("http://") || v.starts_with("https://") =>
-                {
-                    self.inspection_callback_url = Some(v.to_string());
-                }
-                "ntp_server" if !v.is_empty() && !v.contains(char::is_whitespace) => {
-                    self.ntp_server = Some(v.to_string());
-                }
-                _ => {
-                    out.push(format!(
-                        "mDNS override ipa_{key}={value:?} skipped: not a usable value"
-                    ));
-                    continue;
-                }
-            }
-            out.push(format!("mDNS override: {key} = {v}"));
-        }
-        for line in &out {
-            tracing::info!("{line}");
-        }
-        out
-    }
-
-    /// The command API's own certificate and key when `listen_tls` asks for
-    /// them; an error names what is missing.
-    pub fn own_server_certificate(&self) -> anyhow::Result<Option<TlsFiles>> {
-        if !self.listen_tls {
-            return Ok(None);
-        }
-        match (&self.tls_cert_file, &self.tls_key_file) {
-            (Some(cert), Some(key)) => Ok(Some(TlsFiles {
-                cert: cert.clone(),
-                key: key.clone(),
-            })),
-            _ => anyhow::bail!(
-                "listen_tls needs both tls_cert_file and tls_key_file (ipa-tls-cert-file, ipa-tls-key-file)"
-            ),
-        }
-    }
-
-    /// The client certificate when both `certfile` and `keyfile` are given
-    /// (one alone is logged and ignored, as IPA does).
-    pub fn client_certificate(&self) -> Option<TlsFiles> {
-        match (&self.certfile, &self.keyfile) {
-            (Some(cert), Some(key)) => Some(TlsFiles {
-                cert: cert.clone(),
-                key: key.clone(),
-            }),
-            (None, None) => None,
-            _ => {
-                tracing::warn!(
-                    "only one of certfile and keyfile is set: no client certificate is presented"
-                );
-                None
-            }
-        }
-    }
-}
-
 /// The parameters added for IPA 13's full set (see [`ipa_params`]).
 fn more_params(p: &KernelParams, c: &mut Config, errors: &mut Vec<ParamError>) {
     let text = |k: &str| p.get(k).map(str::trim).filter(|v| !v.is_empty());
@@ -526,7 +411,7 @@ fn more_params(p: &KernelParams, c: &mut Config, errors: &mut Vec<ParamError>) {
         take(errors, p.number::<u64>(k)).map(Duration::from_secs)
     };
     c.ntp_server = text("ipa-ntp-server").map(String::from);
-    tls_files(p, c, errors);
+    tls_files::tls_files(p, c, errors);
     if let Some(v) = secs(errors, "ipa-hardware-initialization-delay") {
         c.hardware_initialization_delay = v;
     }
