@@ -4,8 +4,10 @@
 //! * **Inventory equals the VM's configuration**: a VM with 2 vCPUs,
 //!   1536 MiB, a virtio-blk, an NVMe, a SATA and a SCSI disk (set serials,
 //!   sizes and, where QEMU can set them, models) and two NICs, with an LLDP
-//!   switch on the bridge, is inspected (`ipa-inspection-callback-url`,
-//!   `ipa-collect-lldp=1`); the document the conductor receives has exactly
+//!   switch on the bridge, is inspected (no callback URL: IPA 13's other
+//!   trigger, `ipa-inspection-collectors` with `ipa-api-url`, posts to the
+//!   API's `/v1/continue_inspection`; `ipa-collect-lldp=1`); the document
+//!   the conductor receives has exactly
 //!   those CPUs, memory, disks and MACs, and the chassis and port the
 //!   switch sent on both NICs.
 //! * **Automated cleaning** (`erase_devices_metadata` at 99, then
@@ -92,10 +94,7 @@ fn inventory_equals_the_vm() {
     let net = Net::start(NetOptions::pxe(
         "inspect",
         &ramdisk,
-        &kernel_args(&format!(
-            "ipa-inspection-callback-url=http://{BRIDGE_IP}:6385/v1/continue_inspection \
-             ipa-collect-lldp=1"
-        )),
+        &kernel_args("ipa-inspection-collectors=default ipa-collect-lldp=1"),
     ))
     .unwrap();
     let _switch = Switch::start(&net, CHASSIS, "Ethernet1/7", "leaf-7").unwrap();
