@@ -140,16 +140,15 @@ fn send_file(file: &File, to: &mut impl Write, buf: &mut [u8]) -> Result<()> {
 }
 
 /// The body of `GET url` over TLS, trusting `cafile`, unhashed: through
-/// the agent's own direct-path TLS client (rustls's handshake, then its
-/// record layer reading into the caller's buffer), so the floor moves the
-/// bytes as cheaply as the agent can.
+/// the agent's own direct-path TLS client (rustls's unbuffered API, records
+/// opened in place in its read buffer), so the floor moves the bytes as
+/// cheaply as the agent can.
 pub fn https_body(url: &str, cafile: &Path) -> Result<impl Read> {
     let rest = url
         .strip_prefix("https://")
         .with_context(|| format!("{url}: not https"))?;
     let (host, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-    let config =
-        agent::image::fetch::direct_tls_config(&agent::tls::client_config(false, Some(cafile))?);
+    let config = Arc::new(agent::tls::client_config(false, Some(cafile))?);
     let bare = host.rsplit_once(':').map_or(host, |(h, _)| h);
     let conn = agent::image::fetch::connect_tls(TcpStream::connect(host)?, bare, &config)
         .map_err(|e| anyhow::anyhow!("{url}: {e}"))?;
