@@ -35,9 +35,10 @@ const READ_BUFFER: usize = 256 << 10;
 /// ciphertext, RFC 5246 §6.2.3) plus its header.
 const RECORD_ROOM: usize = (1 << 14) + 2048 + 5;
 
-/// A TLS connection of the direct path.
-pub struct TlsConn {
-    sock: TcpStream,
+/// A TLS connection of the direct path over `S` (the socket; a scripted
+/// peer in the fuzz target `tls_read`).
+pub struct TlsConn<S = TcpStream> {
+    sock: S,
     conn: UnbufferedClientConnection,
     /// Received bytes not yet processed by rustls: `incoming[start..end]`.
     incoming: Vec<u8>,
@@ -54,7 +55,7 @@ pub struct TlsConn {
     failed: Option<(ErrorKind, String)>,
 }
 
-impl std::fmt::Debug for TlsConn {
+impl<S> std::fmt::Debug for TlsConn<S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TlsConn")
             .field("version", &self.conn.protocol_version())
@@ -84,11 +85,11 @@ enum Step {
 
 /// The handshake on `sock` for `host`; `Err` says why this download should
 /// go through reqwest instead (which reports certificate errors).
-pub fn connect(
-    sock: TcpStream,
+pub fn connect<S: Read + Write>(
+    sock: S,
     host: &str,
     config: &Arc<rustls::ClientConfig>,
-) -> Result<TlsConn, String> {
+) -> Result<TlsConn<S>, String> {
     let bare = host.trim_start_matches('[').trim_end_matches(']');
     let name = rustls::pki_types::ServerName::try_from(bare.to_string())
         .map_err(|e| format!("TLS server name {host:?}: {e}"))?;
@@ -131,12 +132,14 @@ pub fn connect(
     Ok(c)
 }
 
-impl TlsConn {
+impl TlsConn<TcpStream> {
     /// The TCP connection under it.
     pub fn socket(&self) -> &TcpStream {
         &self.sock
     }
+}
 
+impl<S: Read + Write> TlsConn<S> {
     /// The negotiated TLS version.
     pub fn protocol_version(&self) -> Option<rustls::ProtocolVersion> {
         self.conn.protocol_version()
@@ -292,7 +295,7 @@ impl TlsConn {
     }
 }
 
-impl Read for TlsConn {
+impl<S: Read + Write> Read for TlsConn<S> {
     fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
         if out.is_empty() {
             return Ok(0);
@@ -324,7 +327,7 @@ impl Read for TlsConn {
     }
 }
 
-impl Write for TlsConn {
+impl<S: Read + Write> Write for TlsConn<S> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         if buf.is_empty() {
             return Ok(0);
