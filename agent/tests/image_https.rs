@@ -35,6 +35,8 @@ struct Front {
     pem: String,
     /// The TLS version of each connection, in order.
     versions: Arc<Mutex<Vec<rustls::ProtocolVersion>>>,
+    /// Whether each connection's handshake was full or resumed.
+    kinds: Arc<Mutex<Vec<rustls::HandshakeKind>>>,
 }
 
 /// A loopback TLS front for `backend` with a certificate for 127.0.0.1;
@@ -124,22 +126,24 @@ fn front(backend: &str, opts: FrontOpts<'_>) -> Front {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let base = format!("https://{}", listener.local_addr().unwrap());
     let versions = Arc::new(Mutex::new(Vec::new()));
-    let seen = Arc::clone(&versions);
+    let kinds = Arc::new(Mutex::new(Vec::new()));
+    let seen = (Arc::clone(&versions), Arc::clone(&kinds));
     let tamper = opts.tamper_at;
     let conns = Arc::new(AtomicUsize::new(0));
     std::thread::spawn(move || {
         for conn in listener.incoming().flatten() {
             let config = Arc::clone(&config);
-            let seen = Arc::clone(&seen);
+            let seen = (Arc::clone(&seen.0), Arc::clone(&seen.1));
             let first = conns.fetch_add(1, Ordering::Relaxed) == 0;
             let at = tamper.and_then(|(at, every)| (first || every).then_some(at));
-            std::thread::spawn(move || serve(conn, config, backend, at, &seen));
+            std::thread::spawn(move || serve(conn, config, backend, at, &seen.0, &seen.1));
         }
     });
     Front {
         base,
         pem: served_pem,
         versions,
+        kinds,
     }
 }
 
@@ -186,6 +190,7 @@ fn serve(
     backend: SocketAddr,
     tamper_at: Option<u64>,
     versions: &Mutex<Vec<rustls::ProtocolVersion>>,
+    kinds: &Mutex<Vec<rustls::HandshakeKind>>,
 ) {
     let Ok(tls) = rustls::ServerConnection::new(config) else {
         return;
@@ -209,6 +214,9 @@ fn serve(
     }
     if let Some(v) = client.conn.protocol_version() {
         versions.lock().unwrap().push(v);
+    }
+    if let Some(k) = client.conn.handshake_kind() {
+        kinds.lock().unwrap().push(k);
     }
     let Ok(mut plain) = TcpStream::connect(backend) else {
         return;
@@ -415,7 +423,7 @@ fn a_tampered_record_ends_the_connection_and_the_download_resumes_before_it() {
     // Flipped in the ciphertext 5 MiB into the first connection: the
     // attempt ends at the record holding it, nothing after it is used,
     // and the download resumes over a new connection from a byte before
-    // it, to the right hash.
+    // it, to the right hash; the new connection resumes the TLS session.
     let at = 5 * MIB;
     for version in [&rustls::version::TLS12, &rustls::version::TLS13] {
         let opts = FrontOpts {
@@ -423,9 +431,13 @@ fn a_tampered_record_ends_the_connection_and_the_download_resumes_before_it() {
             tamper_at: Some((at, false)),
             ..Default::default()
         };
-        let (b, _, res, resumes) = fetch_through(opts, 3);
+        let (b, f, res, resumes) = fetch_through(opts, 3);
         assert_eq!(res, Ok(24 * MIB));
         assert_eq!(resumes, 1);
+        assert_eq!(
+            *f.kinds.lock().unwrap(),
+            [rustls::HandshakeKind::Full, rustls::HandshakeKind::Resumed]
+        );
         let seen = direct_requests(&b);
         assert_eq!(seen.len(), 2, "{seen:?}");
         assert_eq!(seen[0], (None, true));
