@@ -7,10 +7,11 @@
 //! here ([`READ_BUFFER`]) and rustls decrypts them in place in it, so the
 //! ciphertext is not copied into a buffer of rustls's own (its buffered
 //! `ClientConnection` does that, then copies the plaintext once more into
-//! the caller's buffer). rustls 0.23 still hands each record's plaintext
-//! over in a `Vec` of its own (`ReadTraffic::next_record`; in-place reads
-//! are a TODO there), which is then copied once into the caller's buffer
-//! (the pipeline's pool buffer). The checks are all rustls's: record sizes,
+//! the caller's buffer). rustls 0.23.46 still hands each record's
+//! plaintext over in a `Vec` of its own (`ReadTraffic::next_record`), which
+//! is then copied once into the caller's buffer (the pipeline's pool
+//! buffer); rustls/rustls#2746, merged upstream after it, drops that
+//! intermediate buffer. The checks are all rustls's: record sizes,
 //! sequence numbers, alerts, KeyUpdate, TLS 1.2 renegotiation refusal.
 //!
 //! Errors are sticky: after the first TLS error every read returns it
