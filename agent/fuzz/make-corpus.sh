@@ -222,6 +222,9 @@ for v, name in ((1, 'tls13'), (0, 'tls12')):
     put('tls_read', f'{name}-small-reads', bytes([v | 2 | (3 << 2)]) + struct.pack('>H', 7) + data(3000) + chunk(5) + data(100) + CLOSE)
     put('tls_read', f'{name}-oversized', bytes([v]) + big + data(10) + raw(bytes([23, 3, 3, 0x48, 0x01])) + cut(0))
 put('tls_read', 'tls13-keyupdate', b'\x01' + big + data(5000) + KEYUPDATE + data(5000) + CLOSE)
+# A harness finding (its read bound was fixed, 1,000,000): 1 MiB read a
+# byte at a time.
+put('tls_read', 'tls12-one-byte-reads', b'\x00\x00\x00' + data(15) + data(37265) * 28)
 PY
 find "$out" -type f | wc -l
 du -sh "$out"
