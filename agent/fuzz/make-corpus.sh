@@ -9,7 +9,7 @@ out=$PWD/corpus
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 rm -rf "$out"
-mkdir -p "$out"/{qcow2,decode,partition_table,gpt_relocate,iso9660,vfat,floppy,lldp,dhcp,cmdline,fetch_text,lookup,hints,api_router}
+mkdir -p "$out"/{qcow2,decode,partition_table,gpt_relocate,iso9660,vfat,floppy,lldp,dhcp,cmdline,fetch_text,lookup,hints,api_router,tls_read}
 
 # qcow2: a 1 MiB disk with a little data, several layouts.
 python3 -c "
@@ -201,6 +201,30 @@ put('api_router', 'post-steps', b'\x01POST\n/v1/commands/\ncontent-type: applica
 put('api_router', 'post-bad', b'\x01POST\n/v1/commands/?wait=true\ncontent-length: 30\n\n'
     + json.dumps({"name": "standby.write_image", "params": {"image_info": {"urls": 1}}}).encode())
 put('api_router', 'status', b'\x00PUT\n/v1/status\n\n')
+
+# tls_read: [flags: bit 0 TLS 1.3, bit 1 small handshake reads of flags >> 2
+# bytes][client read size u16][script] (src/tls_peer.rs): ops 0/1 data
+# (u16 length), 2 close_notify, 3 KeyUpdate, 4 raw bytes (u8 length),
+# 5 flip a byte (u16 offset), 6 cut after (u16) bytes, 7 socket chunk (u16).
+def data(n): return b'\x00' + struct.pack('>H', n)
+CLOSE, KEYUPDATE = b'\x02', b'\x03'
+def raw(b): return b'\x04' + bytes([len(b)]) + b
+def flip(o): return b'\x05' + struct.pack('>H', o)
+def cut(n): return b'\x06' + struct.pack('>H', n)
+def chunk(n): return b'\x07' + struct.pack('>H', n)
+big = struct.pack('>H', 1 << 14)
+for v, name in ((1, 'tls13'), (0, 'tls12')):
+    put('tls_read', f'{name}-body', bytes([v]) + big + data(30000) + data(1000) + CLOSE)
+    put('tls_read', f'{name}-no-close', bytes([v]) + big + data(20000))
+    put('tls_read', f'{name}-flip', bytes([v]) + big + data(20000) + flip(100) + data(20000) + CLOSE)
+    put('tls_read', f'{name}-cut', bytes([v]) + big + cut(20000) + data(30000))
+    put('tls_read', f'{name}-raw', bytes([v]) + big + data(100) + raw(bytes([23, 3, 3, 0, 5, 1, 2, 3, 4, 5])) + data(100) + CLOSE)
+    put('tls_read', f'{name}-small-reads', bytes([v | 2 | (3 << 2)]) + struct.pack('>H', 7) + data(3000) + chunk(5) + data(100) + CLOSE)
+    put('tls_read', f'{name}-oversized', bytes([v]) + big + data(10) + raw(bytes([23, 3, 3, 0x48, 0x01])) + cut(0))
+put('tls_read', 'tls13-keyupdate', b'\x01' + big + data(5000) + KEYUPDATE + data(5000) + CLOSE)
+# A harness finding (its read bound was fixed, 1,000,000): 1 MiB read a
+# byte at a time.
+put('tls_read', 'tls12-one-byte-reads', b'\x00\x00\x00' + data(15) + data(37265) * 28)
 PY
 find "$out" -type f | wc -l
 du -sh "$out"

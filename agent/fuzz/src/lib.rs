@@ -1,5 +1,7 @@
 //! Helpers shared by the fuzz targets in `fuzz_targets/`.
 
+pub mod tls_peer;
+
 use std::collections::BTreeMap;
 use std::io;
 use std::ops::Range;

@@ -5,11 +5,11 @@
 //! on a CPU that hashes at 1.5 GB/s that extra work is what the other core
 //! lacks (see agent/docs/image-writing.md, "Benchmark").
 //!
-//! Over TLS, rustls makes the handshake with the same client configuration
-//! as reqwest's (`crate::tls::client_config`, so the same CA file, pinning
-//! and `ipa-insecure`); on TLS 1.3 the response's records are then opened
-//! in the socket's read buffer and copied once into the pool buffer
-//! (`tls_records.rs`).
+//! Over TLS (1.2 or 1.3), rustls's unbuffered client makes the handshake
+//! with the same client configuration as reqwest's
+//! (`crate::tls::client_config_with`, so the same CA file, pinning,
+//! `ipa-insecure` and client certificate) and opens the response's records
+//! in place in the connection's read buffer (`tls_conn.rs`).
 //!
 //! Only the common case is taken here: no proxy, no user info in the URL, a
 //! 200 or 206 answer with `Content-Length` and no `Transfer-Encoding`.
@@ -30,7 +30,7 @@ use reqwest::Url;
 use reqwest::header::HeaderValue;
 use reqwest::StatusCode;
 
-use super::tls_records::{self, TlsConn};
+use super::tls_conn::{self, TlsConn};
 use super::{accept_reply, AttemptError, Emitter, FetchEnd, HttpOptions, HttpState, ReplyHead};
 use crate::image::ImageError;
 
@@ -81,7 +81,7 @@ pub(super) fn eligible(url: &str, opts: &HttpOptions) -> bool {
 /// One connection: plain TCP or TLS over it.
 enum Conn {
     Plain(TcpStream),
-    Tls(TlsConn),
+    Tls(Box<TlsConn>),
 }
 
 impl Conn {
@@ -157,8 +157,8 @@ pub(super) fn attempt(
         return AttemptError::Retry(format!("socket: {e}")).into();
     }
     let mut conn = if parsed.scheme() == "https" {
-        match tls_records::connect(sock, &host, tls) {
-            Ok(c) => Conn::Tls(c),
+        match tls_conn::connect(sock, &host, tls) {
+            Ok(c) => Conn::Tls(Box::new(c)),
             Err(why) => return Attempt::Unsupported(why),
         }
     } else {

@@ -25,9 +25,9 @@ use reqwest::header::{
 use reqwest::StatusCode;
 
 mod direct;
-mod tls_records;
+mod tls_conn;
 /// The direct path's TLS client, for the benchmark's floor.
-pub use tls_records::{connect as connect_tls, direct_config as direct_tls_config, TlsConn};
+pub use tls_conn::{connect as connect_tls, TlsConn};
 
 use super::buffers::{Block, Pool, PooledBuf};
 use super::progress::Progress;
@@ -374,9 +374,10 @@ async fn fetch_http(
     out: &mut Emitter<'_>,
 ) -> Result<bool, FetchEnd> {
     let client = opts.client()?;
-    // The direct path's TLS: the same configuration as the client's.
-    let tls = tls_records::direct_config(
-        &crate::tls::client_config_with(
+    // The direct path's TLS: the same configuration as the client's (its
+    // own session cache, kept across the attempts of this download).
+    let tls = Arc::new(
+        crate::tls::client_config_with(
             opts.insecure,
             opts.cafile.as_deref(),
             opts.client_certificate.as_ref(),

@@ -1,6 +1,7 @@
-//! HTTPS for the benchmark: a loopback HTTPS file server (rustls, RSA-2048
-//! certificate made by `openssl req -x509` as operators' image servers
-//! often have one, trusted by the agent through `--cafile`) serving the
+//! HTTPS for the benchmark: a loopback HTTPS file server (rustls, one TLS
+//! version: 1.3, or 1.2 as Debian 12's nginx negotiates by default; an
+//! RSA-2048 certificate made by `openssl req -x509` as operators' image
+//! servers often have one, trusted by the agent through `--cafile`) serving the
 //! image files from their directory as a static web server does (a thread
 //! per connection: read the file, encrypt, send), and the client half of
 //! the floor: the same image read over TLS with no hash.
@@ -30,10 +31,18 @@ pub struct Front {
     pub cafile: PathBuf,
 }
 
-/// Starts an HTTPS server on a free loopback port for the files in `dir`
-/// (`GET /NAME` answers `dir/NAME`), with a certificate made in `dir`.
-pub fn start(dir: &Path) -> Result<Front> {
-    let (cert, key) = (dir.join("bench.crt"), dir.join("bench.key"));
+/// Starts an HTTPS server speaking only `version` on a free loopback port
+/// for the files in `dir` (`GET /NAME` answers `dir/NAME`), with a
+/// certificate made in `dir` (named by `tag`).
+pub fn start(
+    dir: &Path,
+    version: &'static rustls::SupportedProtocolVersion,
+    tag: &str,
+) -> Result<Front> {
+    let (cert, key) = (
+        dir.join(format!("bench-{tag}.crt")),
+        dir.join(format!("bench-{tag}.key")),
+    );
     hardware_tests::run(
         std::process::Command::new("openssl")
             .args([
@@ -50,10 +59,7 @@ pub fn start(dir: &Path) -> Result<Front> {
             .arg("-out")
             .arg(&cert),
     )?;
-    let config = hardware_tests::bed::vmedia_disc::server_tls(
-        &std::fs::read(&cert)?,
-        &std::fs::read(&key)?,
-    )?;
+    let config = server_config(&std::fs::read(&cert)?, &std::fs::read(&key)?, version)?;
     let listener = TcpListener::bind("127.0.0.1:0")?;
     let base = format!("https://{}", listener.local_addr()?);
     let root = dir.to_path_buf();
@@ -68,6 +74,26 @@ pub fn start(dir: &Path) -> Result<Front> {
         }
     });
     Ok(Front { base, cafile: cert })
+}
+
+/// The server's TLS configuration: the PEM certificate and key, `version` only.
+fn server_config(
+    cert: &[u8],
+    key: &[u8],
+    version: &'static rustls::SupportedProtocolVersion,
+) -> Result<Arc<rustls::ServerConfig>> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let certs: Vec<CertificateDer<'static>> =
+        CertificateDer::pem_slice_iter(cert).collect::<Result<_, _>>()?;
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_protocol_versions(&[version])?
+    .with_no_client_auth()
+    .with_single_cert(certs, PrivateKeyDer::from_pem_slice(key)?)
+    .context("the bench certificate")?;
+    Ok(Arc::new(config))
 }
 
 /// One connection: GET requests (no body), each answered with the whole
@@ -140,16 +166,15 @@ fn send_file(file: &File, to: &mut impl Write, buf: &mut [u8]) -> Result<()> {
 }
 
 /// The body of `GET url` over TLS, trusting `cafile`, unhashed: through
-/// the agent's own direct-path TLS client (rustls's handshake, then its
-/// record layer reading into the caller's buffer), so the floor moves the
-/// bytes as cheaply as the agent can.
+/// the agent's own direct-path TLS client (rustls's unbuffered API, records
+/// opened in place in its read buffer), so the floor moves the bytes as
+/// cheaply as the agent can.
 pub fn https_body(url: &str, cafile: &Path) -> Result<impl Read> {
     let rest = url
         .strip_prefix("https://")
         .with_context(|| format!("{url}: not https"))?;
     let (host, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-    let config =
-        agent::image::fetch::direct_tls_config(&agent::tls::client_config(false, Some(cafile))?);
+    let config = Arc::new(agent::tls::client_config(false, Some(cafile))?);
     let bare = host.rsplit_once(':').map_or(host, |(h, _)| h);
     let conn = agent::image::fetch::connect_tls(TcpStream::connect(host)?, bare, &config)
         .map_err(|e| anyhow::anyhow!("{url}: {e}"))?;
