@@ -255,6 +255,7 @@ fn bios_grub_refusal() -> CommandError {
 /// root filesystem is `root_uuid` on the root device ([`crate::grub`]),
 /// into every member disk when that is a software RAID array.
 async fn bios_grub(state: &AgentState, root_uuid: &str) -> Result<(), CommandError> {
+    bios_grub_arch(std::env::consts::ARCH)?;
     let device = super::image::choose_device(state)?;
     let disks = match device.file_name().map(|n| n.to_string_lossy().into_owned()) {
         Some(name) if is_md(&device) => {
@@ -284,9 +285,32 @@ async fn bios_grub(state: &AgentState, root_uuid: &str) -> Result<(), CommandErr
     Ok(())
 }
 
+/// GRUB for BIOS boot is `grub-install --target=i386-pc`: x86 only. An
+/// aarch64 machine has no BIOS (its firmware is UEFI), so a BIOS request
+/// there is a node configured wrongly, said before the image is touched.
+fn bios_grub_arch(arch: &str) -> Result<(), CommandError> {
+    if matches!(arch, "x86_64" | "x86") {
+        return Ok(());
+    }
+    Err(CommandError::new(
+        ErrorKind::InvalidImage,
+        format!(
+            "BIOS boot was asked for on a {arch} machine: GRUB's BIOS target (i386-pc) exists \
+             on x86 only and {arch} machines boot through UEFI; set the node's boot_mode to uefi"
+        ),
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bios_grub_only_on_x86() {
+        assert!(bios_grub_arch("x86_64").is_ok());
+        let e = bios_grub_arch("aarch64").unwrap_err();
+        assert!(e.details.contains("aarch64 machine") && e.details.contains("boot_mode to uefi"));
+    }
 
     #[test]
     fn whole_disk_root_uuids() {
