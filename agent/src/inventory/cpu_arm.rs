@@ -6,8 +6,11 @@
 //! QEMU's `virt` machine, with lscpu's names. An unknown pair is reported with its numbers,
 //! never guessed.
 
-/// (implementer, vendor name, [(part, core name)]), numbers as in `lscpu-arm.c`.
-const IMPLEMENTERS: &[(u32, &str, &[(u32, &str)])] = &[
+/// A vendor's cores: (part number, core name).
+type Parts = &'static [(u32, &'static str)];
+
+/// (implementer, vendor name, its cores), numbers as in `lscpu-arm.c`.
+const IMPLEMENTERS: &[(u32, &str, Parts)] = &[
     (
         0x41,
         "ARM",
