@@ -7,12 +7,35 @@
 # --target keeps these flags off build scripts and off the normal builds.
 # OPENSSL_STATIC: openssl-sys links Debian's libcrypto.a (libssl-dev), not
 # the shared library.
-# Prints the binary's path.
+#   image-builder/build-agent.sh [--arch x86_64|aarch64]   -> prints the binary's path
+# aarch64 (issue 33) is cross-built with Debian's Rust (/usr/bin/cargo and
+# /usr/bin/rustc from cargo-web and rustc-web, whose libstd-rust-web-dev:arm64
+# is the aarch64 standard library rustup's toolchains here lack), linked by
+# aarch64-linux-gnu-gcc against the arm64 multiarch libblkid.a and
+# libcrypto.a (ci/install-aarch64 installs all of it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-target=x86_64-unknown-linux-gnu
-OPENSSL_STATIC=1 RUSTFLAGS='-C target-feature=+crt-static -C relocation-model=static' \
-    cargo build --release --locked --target "$target" -p agent --bin agent >&2
+arch=x86_64
+if [ "${1:-}" = --arch ]; then arch=${2:?--arch needs x86_64 or aarch64}; fi
+flags='-C target-feature=+crt-static -C relocation-model=static'
+case $arch in
+    x86_64)
+        target=x86_64-unknown-linux-gnu
+        OPENSSL_STATIC=1 RUSTFLAGS="$flags" \
+            cargo build --release --locked --target "$target" -p agent --bin agent >&2
+        ;;
+    aarch64)
+        target=aarch64-unknown-linux-gnu
+        # shellcheck source=image-builder/aarch64-env.sh
+        . image-builder/aarch64-env.sh
+        OPENSSL_STATIC=1 RUSTFLAGS="$flags" \
+            /usr/bin/cargo build --release --locked --target "$target" -p agent --bin agent >&2
+        ;;
+    *)
+        echo "build-agent.sh: unknown architecture '$arch' (x86_64 or aarch64)" >&2
+        exit 1
+        ;;
+esac
 bin=${CARGO_TARGET_DIR:-target}/$target/release/agent
 if readelf -d "$bin" | grep -q 'Dynamic section'; then
     echo "build-agent.sh: $bin has a dynamic section" >&2

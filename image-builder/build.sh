@@ -2,29 +2,44 @@
 # Builds the deploy ramdisk into OUT (default target/ramdisk), with every
 # driver of the classes image-builder covers (pass --drivers vm for the
 # short VM list) and Debian's signed shim + GRUB for Secure Boot:
-#   image-builder/build.sh [OUT] [image-builder build flags…]
+#   image-builder/build.sh [--arch x86_64|aarch64] [OUT] [image-builder build flags…]
 # The static agent (build-agent.sh); Debian's kernel (the package
 # linux-image-amd64 depends on, or $KERNEL_PACKAGE) and busybox-static are
 # fetched into target/ramdisk-cache by fetch-kernel.sh (`apt-get download`
 # unless a .deb is already there; nothing is installed on this machine);
 # dropbear (fetch-ssh.sh) and mke2fs/mkfs.xfs (fetch-mkfs.sh) with their
 # shared libraries.
+# --arch aarch64 (issue 33; default OUT target/ramdisk-aarch64): the agent
+# cross-built for aarch64 and everything else from Debian's arm64 packages
+# (linux-image-arm64's kernel, busybox, dropbear, mkfs, the arm64 shim and
+# GRUB), cached in target/ramdisk-cache-aarch64; the firmware packages are
+# the same for both (architecture all) and stay in target/ramdisk-cache.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-out=${1:-target/ramdisk}
+arch=x86_64
+if [ "${1:-}" = --arch ]; then
+    arch=${2:?--arch needs x86_64 or aarch64}
+    shift 2
+fi
+case $arch in
+    x86_64) deb=amd64 default_out=target/ramdisk cache=target/ramdisk-cache ;;
+    aarch64) deb=arm64 default_out=target/ramdisk-aarch64 cache=target/ramdisk-cache-aarch64 ;;
+    *) echo "build.sh: unknown architecture '$arch' (x86_64 or aarch64)" >&2; exit 1 ;;
+esac
+out=${1:-$default_out}
 shift || true
-cache=target/ramdisk-cache
-mkdir -p "$cache"
-agent=$(image-builder/build-agent.sh)
+mkdir -p "$cache" target/ramdisk-cache
+agent=$(image-builder/build-agent.sh --arch "$arch")
 
+export DEB_ARCH=$deb
 fetched=$(image-builder/fetch-kernel.sh "$cache")
 kroot=$(sed -n 1p <<<"$fetched")
 busybox=$(sed -n 2p <<<"$fetched")
 ssh=$(image-builder/fetch-ssh.sh "$cache")
 mkfs=$(image-builder/fetch-mkfs.sh "$cache")
-firmware=$(image-builder/fetch-firmware.sh "$cache")
+firmware=$(image-builder/fetch-firmware.sh target/ramdisk-cache)
 bootchain=$(image-builder/fetch-bootchain.sh "$cache")
-cargo run --release --locked -q -p image-builder -- build --out "$out" \
+cargo run --release --locked -q -p image-builder -- build --out "$out" --arch "$arch" \
     --kernel-root "$kroot" --agent "$agent" --busybox "$busybox" \
     --extra-root "$ssh" --extra-root "$mkfs" --firmware-root "$firmware" \
     --boot-chain-root "$bootchain" "$@"

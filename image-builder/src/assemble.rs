@@ -280,11 +280,13 @@ pub fn initramfs(tree: &BTreeMap<String, Entry>) -> Result<Vec<u8>> {
     Ok(enc.finish()?)
 }
 
-/// The iPXE script; `append` is added to the kernel arguments.
-pub fn ipxe_script(append: &str) -> String {
+/// The iPXE script; `append` is added to the kernel arguments, after the
+/// architecture's serial console ([`crate::arch::Arch::serial_console`]).
+pub fn ipxe_script(arch: crate::arch::Arch, append: &str) -> String {
+    let console = arch.serial_console();
     format!(
         "#!ipxe\n\
-         kernel deploy.kernel console=ttyS0 console=tty0 quiet panic=-1 BOOTIF=01-${{net0/mac:hexhyp}} {append}\n\
+         kernel deploy.kernel console={console} console=tty0 quiet panic=-1 BOOTIF=01-${{net0/mac:hexhyp}} {append}\n\
          initrd deploy.initramfs\n\
          boot\n"
     )

@@ -1,4 +1,5 @@
-//! The deploy-ramdisk builder as a library: [`kernel`] finds a kernel in an
+//! The deploy-ramdisk builder as a library: [`arch`] holds what differs
+//! between the x86_64 and aarch64 images, [`kernel`] finds a kernel in an
 //! unpacked package and resolves module closures from `modules.dep`,
 //! [`cpio`] writes reproducible newc archives, [`firmware`] picks the
 //! blobs the drivers name, [`assemble`] puts the
@@ -6,6 +7,7 @@
 //! network boot chain (shim, GRUB, grub.cfg). The `image-builder` binary drives them; the
 //! test disk image in `hardware-tests` reuses `kernel` and `cpio`.
 
+pub mod arch;
 pub mod assemble;
 pub mod bootchain;
 pub mod cpio;

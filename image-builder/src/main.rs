@@ -6,6 +6,7 @@ use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
+use image_builder::arch::Arch;
 use image_builder::{assemble, kernel};
 
 /// Builds the deploy ramdisk.
@@ -20,7 +21,7 @@ struct Cli {
 enum Cmd {
     /// Write DIR/deploy.kernel, DIR/deploy.initramfs and DIR/boot.ipxe, and
     /// the same under Metal3's names (ironic-python-agent.kernel,
-    /// .initramfs, .tar, .tar.gz).
+    /// .initramfs, .tar, .tar.gz; ironic-python-agent_aarch64.* for aarch64).
     Build(BuildArgs),
 }
 
@@ -51,7 +52,8 @@ struct BuildArgs {
     firmware_root: Option<PathBuf>,
     /// Unpacked shim-signed and grub-efi-amd64-signed (from
     /// `image-builder/fetch-bootchain.sh`): writes shimx64.efi, grubx64.efi
-    /// and grub/grub.cfg for Secure Boot network boot.
+    /// and grub/grub.cfg for Secure Boot network boot (aarch64: the arm64
+    /// packages' shimaa64.efi and grubaa64.efi).
     #[arg(long)]
     boot_chain_root: Option<PathBuf>,
     /// CA bundle to include (default: the build host's, if any).
@@ -64,6 +66,10 @@ struct BuildArgs {
     /// Extra kernel arguments written into boot.ipxe (e.g. ipa-api-url=…).
     #[arg(long, default_value = "ipa-api-url=mdns")]
     append: String,
+    /// The architecture of the image (`x86_64` or `aarch64`): the agent,
+    /// busybox and kernel given must be of it (checked).
+    #[arg(long, default_value = "x86_64")]
+    arch: Arch,
 }
 
 fn main() -> std::process::ExitCode {
@@ -93,6 +99,11 @@ fn run(cli: Cli) -> Result<()> {
             args.agent.display()
         );
     }
+    args.arch.check_elf(&args.agent)?;
+    if let Some(bb) = &args.busybox {
+        args.arch.check_elf(bb)?;
+    }
+    let kernel_bytes = args.arch.deploy_kernel(&kernel.image)?;
     let ca = args.ca_bundle.clone().or_else(|| {
         let p = PathBuf::from("/etc/ssl/certs/ca-certificates.crt");
         p.exists().then_some(p)
@@ -116,16 +127,21 @@ fn run(cli: Cli) -> Result<()> {
     }
     let initramfs = assemble::initramfs(&tree)?;
     let kpath = args.out.join("deploy.kernel");
-    std::fs::copy(&kernel.image, &kpath)?;
+    std::fs::write(&kpath, &kernel_bytes)?;
     std::fs::write(args.out.join("deploy.initramfs"), &initramfs)?;
     std::fs::write(
         args.out.join("boot.ipxe"),
-        assemble::ipxe_script(&args.append),
+        assemble::ipxe_script(args.arch, &args.append),
     )?;
     if let Some(root) = &args.boot_chain_root {
-        image_builder::bootchain::write(&args.out, root, &args.append)?;
+        image_builder::bootchain::write(&args.out, root, args.arch, &args.append)?;
     }
-    image_builder::metal3::write(&args.out, &kpath, &args.out.join("deploy.initramfs"))?;
+    image_builder::metal3::write(
+        &args.out,
+        args.arch.metal3_name(),
+        &kpath,
+        &args.out.join("deploy.initramfs"),
+    )?;
     let ksize = std::fs::metadata(&kpath)?.len();
     let text = coverage_text(&args, &kernel, &report, ksize, initramfs.len() as u64);
     std::fs::write(args.out.join("coverage.txt"), &text)?;
@@ -151,6 +167,7 @@ fn coverage_text(
         kernel::Profile::Vm => "vm",
     };
     let _ = writeln!(t, "profile {profile} kernel {}", kernel.version);
+    let _ = writeln!(t, "arch {}", args.arch.name());
     let _ = writeln!(t, "modules {}", report.modules);
     for c in &report.classes {
         let pct = if c.kernel == 0 {

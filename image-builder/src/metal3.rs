@@ -4,7 +4,10 @@
 //! `deploy_kernel`/`deploy_ramdisk` point at), and the archive Metal3's IPA
 //! downloader fetches and unpacks: `ironic-python-agent.tar` and the same
 //! gzipped as `ironic-python-agent.tar.gz` (the downloader strips `.tar.gz`
-//! to find `ironic-python-agent.{kernel,initramfs}` inside). Entries are
+//! to find `ironic-python-agent.{kernel,initramfs}` inside). The aarch64
+//! image uses the base name `ironic-python-agent_aarch64` for all four
+//! (ironic-image serves `ironic-python-agent_<arch>.{kernel,initramfs}`
+//! per architecture: `Arch::metal3_name`). Entries are
 //! written with fixed times and owners, so equal inputs give equal bytes.
 
 use std::io::Write;
@@ -12,14 +15,14 @@ use std::path::Path;
 
 use anyhow::{Context, Result};
 
-/// The base name Metal3 expects.
+/// The base name Metal3 expects for x86_64 (and as its default).
 pub const NAME: &str = "ironic-python-agent";
 
-/// Writes the Metal3 files into `out` from `kernel` and `initramfs`.
-pub fn write(out: &Path, kernel: &Path, initramfs: &Path) -> Result<()> {
+/// Writes the Metal3 files named `name`.* into `out` from `kernel` and `initramfs`.
+pub fn write(out: &Path, name: &str, kernel: &Path, initramfs: &Path) -> Result<()> {
     let files = [
-        (format!("{NAME}.kernel"), kernel),
-        (format!("{NAME}.initramfs"), initramfs),
+        (format!("{name}.kernel"), kernel),
+        (format!("{name}.initramfs"), initramfs),
     ];
     for (name, src) in &files {
         std::fs::copy(src, out.join(name))
@@ -40,13 +43,13 @@ pub fn write(out: &Path, kernel: &Path, initramfs: &Path) -> Result<()> {
             .with_context(|| format!("adding {name} to the archive"))?;
     }
     let archive = tar.into_inner().context("finishing the archive")?;
-    let path = out.join(format!("{NAME}.tar"));
+    let path = out.join(format!("{name}.tar"));
     std::fs::write(&path, &archive).with_context(|| format!("writing {}", path.display()))?;
     let mut gz = flate2::GzBuilder::new()
         .mtime(0)
         .write(Vec::new(), flate2::Compression::default());
     gz.write_all(&archive)?;
-    let path = out.join(format!("{NAME}.tar.gz"));
+    let path = out.join(format!("{name}.tar.gz"));
     std::fs::write(&path, gz.finish()?).with_context(|| format!("writing {}", path.display()))?;
     Ok(())
 }
@@ -64,7 +67,7 @@ mod tests {
         );
         std::fs::write(&k, b"kernel bytes").unwrap();
         std::fs::write(&i, vec![7u8; 70_000]).unwrap();
-        write(dir.path(), &k, &i).unwrap();
+        write(dir.path(), NAME, &k, &i).unwrap();
         let first = std::fs::read(dir.path().join("ironic-python-agent.tar.gz")).unwrap();
         for archive in ["ironic-python-agent.tar", "ironic-python-agent.tar.gz"] {
             let x = dir.path().join(format!("x-{archive}"));
@@ -94,11 +97,30 @@ mod tests {
             std::fs::read(dir.path().join("ironic-python-agent.kernel")).unwrap(),
             b"kernel bytes"
         );
-        write(dir.path(), &k, &i).unwrap();
+        write(dir.path(), NAME, &k, &i).unwrap();
         assert_eq!(
             std::fs::read(dir.path().join("ironic-python-agent.tar.gz")).unwrap(),
             first,
             "same inputs, same bytes"
         );
+        // Per architecture: the archive holds the files under its own name.
+        let arm = "ironic-python-agent_aarch64";
+        write(dir.path(), arm, &k, &i).unwrap();
+        let x = dir.path().join("x-arm");
+        std::fs::create_dir(&x).unwrap();
+        let ok = std::process::Command::new("tar")
+            .arg("-xaf")
+            .arg(dir.path().join(format!("{arm}.tar.gz")))
+            .arg("-C")
+            .arg(&x)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok);
+        assert_eq!(
+            std::fs::read(x.join(format!("{arm}.kernel"))).unwrap(),
+            b"kernel bytes"
+        );
+        assert!(x.join(format!("{arm}.initramfs")).exists());
     }
 }

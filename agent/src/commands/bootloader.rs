@@ -268,6 +268,7 @@ async fn bios_grub(
     node: Option<&Node>,
     root_uuid: &str,
 ) -> Result<(), CommandError> {
+    bios_grub_arch(std::env::consts::ARCH)?;
     let device = super::target::choose_device(state, node)?;
     let disks = match device.file_name().map(|n| n.to_string_lossy().into_owned()) {
         Some(name) if is_md(&device) => {
@@ -297,9 +298,32 @@ async fn bios_grub(
     Ok(())
 }
 
+/// GRUB for BIOS boot is `grub-install --target=i386-pc`: x86 only. An
+/// aarch64 machine has no BIOS (its firmware is UEFI), so a BIOS request
+/// there is a node configured wrongly, said before the image is touched.
+fn bios_grub_arch(arch: &str) -> Result<(), CommandError> {
+    if matches!(arch, "x86_64" | "x86") {
+        return Ok(());
+    }
+    Err(CommandError::new(
+        ErrorKind::InvalidImage,
+        format!(
+            "BIOS boot was asked for on a {arch} machine: GRUB's BIOS target (i386-pc) exists \
+             on x86 only and {arch} machines boot through UEFI; set the node's boot_mode to uefi"
+        ),
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bios_grub_only_on_x86() {
+        assert!(bios_grub_arch("x86_64").is_ok());
+        let e = bios_grub_arch("aarch64").unwrap_err();
+        assert!(e.details.contains("aarch64 machine") && e.details.contains("boot_mode to uefi"));
+    }
 
     #[test]
     fn whole_disk_root_uuids() {

@@ -32,7 +32,8 @@ pub struct Cpu {
 pub struct CpuInfo {
     /// Number of `processor` blocks.
     pub processors: u32,
-    /// `model name` (x86) or a description built from `CPU implementer`/`CPU part` (Arm).
+    /// `model name` (x86), or on Arm the core's name decoded from `CPU
+    /// implementer` and `CPU part` as lscpu does (`cpu_arm`).
     pub model_name: Option<String>,
     /// `flags` (x86) or `Features` (Arm) of the first block.
     pub flags: Vec<String>,
@@ -46,7 +47,7 @@ pub struct CpuInfo {
 pub fn parse_cpuinfo(text: &str) -> CpuInfo {
     let mut info = CpuInfo::default();
     let mut first = true;
-    let mut arm_part = None;
+    let (mut arm_implementer, mut arm_part) = (None, None);
     for line in text.lines() {
         let Some((key, value)) = line.split_once(':') else {
             if line.trim().is_empty() && info.processors > 0 {
@@ -65,12 +66,14 @@ pub fn parse_cpuinfo(text: &str) -> CpuInfo {
             "physical id" => {
                 info.physical_ids.insert(value.to_string());
             }
+            "CPU implementer" if first => arm_implementer = Some(value.to_string()),
             "CPU part" if first => arm_part = Some(value.to_string()),
             _ => {}
         }
     }
     if info.model_name.is_none() {
-        info.model_name = arm_part.map(|p| format!("CPU part {p}"));
+        info.model_name =
+            super::cpu_arm::model_name(arm_implementer.as_deref(), arm_part.as_deref());
     }
     info
 }
@@ -167,6 +170,46 @@ mod tests {
         let i = parse_cpuinfo(text);
         assert_eq!(i.processors, 2);
         assert_eq!(i.flags, ["fp", "asimd", "evtstrm"]);
-        assert_eq!(i.model_name.as_deref(), Some("CPU part 0xd0c"));
+        assert_eq!(i.model_name.as_deref(), Some("Neoverse-N1"));
+    }
+
+    /// QEMU's `virt` machine with `-cpu cortex-a57 -smp 2` under Debian's
+    /// 6.1 arm64 kernel: no `model name`, no `cpu MHz`, no `physical id`.
+    const VIRT_A57: &str = "processor\t: 0\nBogoMIPS\t: 125.00\n\
+        Features\t: fp asimd evtstrm aes pmull sha1 sha2 crc32 cpuid\n\
+        CPU implementer\t: 0x41\nCPU architecture: 8\nCPU variant\t: 0x1\n\
+        CPU part\t: 0xd07\nCPU revision\t: 0\n\n\
+        processor\t: 1\nBogoMIPS\t: 125.00\n\
+        Features\t: fp asimd evtstrm aes pmull sha1 sha2 crc32 cpuid\n\
+        CPU implementer\t: 0x41\nCPU architecture: 8\nCPU variant\t: 0x1\n\
+        CPU part\t: 0xd07\nCPU revision\t: 0\n\n";
+
+    #[test]
+    fn arm_machine_from_its_root() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("proc/sys/kernel")).unwrap();
+        std::fs::write(root.join("proc/cpuinfo"), VIRT_A57).unwrap();
+        std::fs::write(root.join("proc/sys/kernel/arch"), "aarch64\n").unwrap();
+        for n in 0..2 {
+            let topo = root.join(format!("sys/devices/system/cpu/cpu{n}/topology"));
+            std::fs::create_dir_all(&topo).unwrap();
+            std::fs::write(topo.join("physical_package_id"), "0\n").unwrap();
+        }
+        let cpu = read(root).unwrap();
+        assert_eq!(cpu.architecture, "aarch64");
+        assert_eq!(cpu.model_name.as_deref(), Some("Cortex-A57"));
+        assert_eq!(cpu.count, 2);
+        assert_eq!(cpu.socket_count, 1);
+        assert_eq!(cpu.flags.len(), 9);
+        assert_eq!(cpu.flags[..2], ["fp", "asimd"]);
+        // No cpufreq in the guest and no `cpu MHz` on Arm: unknown, not 0.
+        assert_eq!(cpu.frequency, None);
+
+        // Without the arch sysctl a fixture's architecture is unknown, not
+        // the one the agent was built for.
+        std::fs::remove_file(root.join("proc/sys/kernel/arch")).unwrap();
+        assert_eq!(read(root).unwrap().architecture, "unknown");
+        assert!(read(&root.join("missing")).is_err());
     }
 }

@@ -11,6 +11,7 @@
 
 pub mod bmc;
 pub mod cpu;
+pub mod cpu_arm;
 pub mod disks;
 pub mod human;
 pub mod memory;

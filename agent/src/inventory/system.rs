@@ -1,5 +1,6 @@
 //! System identity: vendor, product, serial and firmware (SMBIOS, through
-//! `/sys/class/dmi/id` or the raw table), boot mode and host name.
+//! `/sys/class/dmi/id` or the raw table; on Arm boards without SMBIOS the
+//! device tree), boot mode and host name.
 
 use std::path::Path;
 
@@ -57,15 +58,55 @@ pub fn vendor(root: &Path) -> SystemVendor {
             .or_else(|| from_table(kind, offset))
             .unwrap_or_default()
     };
+    let dt = device_tree(root);
+    let or_dt = |v: String, dt: &Option<String>| match (v.is_empty(), dt) {
+        (true, Some(d)) => d.clone(),
+        _ => v,
+    };
     SystemVendor {
-        product_name: pick("product_name", 1, 0x05),
-        serial_number: pick("product_serial", 1, 0x07),
-        manufacturer: pick("sys_vendor", 1, 0x04),
+        product_name: or_dt(pick("product_name", 1, 0x05), &dt.model),
+        serial_number: or_dt(pick("product_serial", 1, 0x07), &dt.serial),
+        manufacturer: or_dt(pick("sys_vendor", 1, 0x04), &dt.vendor),
         firmware: Firmware {
             vendor: pick("bios_vendor", 0, 0x04),
             version: pick("bios_version", 0, 0x05),
             build_date: pick("bios_date", 0, 0x08),
         },
+    }
+}
+
+/// What an Arm (or other device-tree) machine says about itself when its
+/// firmware gives no SMBIOS: `model` (the product), the vendor prefix of the
+/// first `compatible` entry (`ampere` of `ampere,mtjade`), `serial-number`.
+#[derive(Debug, Default, PartialEq)]
+struct DeviceTree {
+    model: Option<String>,
+    vendor: Option<String>,
+    serial: Option<String>,
+}
+
+/// Reads the device tree's identity under `root` (nothing when the kernel
+/// booted with ACPI or on x86: there is no device tree then).
+fn device_tree(root: &Path) -> DeviceTree {
+    let base = under(root, "/sys/firmware/devicetree/base");
+    // Device-tree strings end in NUL; `compatible` is a NUL-separated list.
+    let strings = |name: &str| -> Vec<String> {
+        std::fs::read(base.join(name))
+            .map(|b| {
+                b.split(|c| *c == 0)
+                    .map(|s| String::from_utf8_lossy(s).trim().to_string())
+                    .filter(|s| !s.is_empty())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let first = |name: &str| strings(name).into_iter().next();
+    DeviceTree {
+        model: first("model"),
+        vendor: first("compatible")
+            .and_then(|c| c.split_once(',').map(|(v, _)| v.to_string()))
+            .filter(|v| !v.is_empty()),
+        serial: first("serial-number"),
     }
 }
 
@@ -114,5 +155,40 @@ mod tests {
         assert_eq!(v.firmware.vendor, "SeaBIOS");
         assert_eq!(v.firmware.build_date, "04/01/2014");
         assert_eq!(boot_mode(dir.path()), "bios");
+    }
+
+    #[test]
+    fn arm_board_identity_from_the_device_tree_when_smbios_has_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let dt = dir.path().join("sys/firmware/devicetree/base");
+        std::fs::create_dir_all(&dt).unwrap();
+        std::fs::write(dt.join("model"), b"Raspberry Pi 4 Model B Rev 1.4\0").unwrap();
+        std::fs::write(
+            dt.join("compatible"),
+            b"raspberrypi,4-model-b\0brcm,bcm2711\0",
+        )
+        .unwrap();
+        std::fs::write(dt.join("serial-number"), b"10000000abcdef01\0").unwrap();
+        let v = vendor(dir.path());
+        assert_eq!(v.product_name, "Raspberry Pi 4 Model B Rev 1.4");
+        assert_eq!(v.manufacturer, "raspberrypi");
+        assert_eq!(v.serial_number, "10000000abcdef01");
+        assert_eq!(v.firmware.vendor, "", "the device tree names no firmware");
+
+        // SMBIOS wins where it has a value; the tree fills only the gaps.
+        let id = dir.path().join("sys/class/dmi/id");
+        std::fs::create_dir_all(&id).unwrap();
+        std::fs::write(id.join("sys_vendor"), "Ampere\n").unwrap();
+        let v = vendor(dir.path());
+        assert_eq!(v.manufacturer, "Ampere");
+        assert_eq!(v.product_name, "Raspberry Pi 4 Model B Rev 1.4");
+
+        // QEMU's virt machine (booted with its device tree, not ACPI);
+        // a compatible string without a vendor prefix names no vendor.
+        std::fs::write(dt.join("compatible"), b"linux,dummy-virt\0").unwrap();
+        assert_eq!(device_tree(dir.path()).vendor.as_deref(), Some("linux"));
+        std::fs::write(dt.join("compatible"), b"dummy\0\0").unwrap();
+        assert_eq!(device_tree(dir.path()).vendor, None);
+        assert_eq!(device_tree(&dir.path().join("none")), DeviceTree::default());
     }
 }

@@ -2,14 +2,16 @@
 //! PXE, no firmware boot menu) with its agent pointed at the stand-in
 //! conductor on the bed's bridge, on virtio disks kept as files; and the
 //! partition table of such a disk file read back from the host. The
-//! `ramdisk_qemu*` suites boot this machine.
+//! `ramdisk_qemu*` suites boot this machine (`ramdisk_qemu_aarch64` its
+//! aarch64 twin under AAVMF).
 
 use std::path::Path;
 use std::process::Command;
 
 use agent::testconductor::{Settings, TestConductor};
+use image_builder::arch::Arch;
 
-use super::{Boot, Bus, Disk, Nic, VmSpec, BRIDGE_IP};
+use super::{Boot, Bus, Disk, Firmware, Nic, VmSpec, BRIDGE_IP};
 use crate::run;
 
 /// The stand-in conductor (default settings) where [`ramdisk_spec`]'s agent
@@ -56,6 +58,31 @@ pub fn ramdisk_spec(ramdisk: &Path, mac: &str, disks: &[Disk], extra_args: &str)
             mac.replace(':', "-")
         ),
     };
+    spec
+}
+
+/// [`ramdisk_spec`]'s machine as an aarch64 `virt` board (issue 33): AAVMF
+/// with its NVRAM in `vars` (made from AAVMF's template when missing), which
+/// starts the kernel QEMU hands it, on the PL011 console (`ttyAMA0`).
+pub fn aarch64_ramdisk_spec(
+    ramdisk: &Path,
+    vars: &Path,
+    mac: &str,
+    disks: &[Disk],
+    extra_args: &str,
+) -> VmSpec {
+    let mut spec = ramdisk_spec(ramdisk, mac, disks, extra_args);
+    spec.arch = Arch::Aarch64;
+    spec.firmware = Firmware::Uefi {
+        vars: vars.to_path_buf(),
+    };
+    if let Boot::Direct { append, .. } = &mut spec.boot {
+        *append = append.replacen(
+            "console=ttyS0 ",
+            &format!("console={} ", Arch::Aarch64.serial_console()),
+            1,
+        );
+    }
     spec
 }
 

@@ -105,6 +105,22 @@ pub fn build_ramdisk(dir: &Path, log: Option<&Path>) -> Result<()> {
     Ok(())
 }
 
+/// The aarch64 deploy ramdisk (issue 33): `$RAMDISK_AARCH64_DIR`, else
+/// `target/ramdisk-aarch64`, built by `image-builder/build.sh --arch
+/// aarch64` when it is missing.
+pub fn aarch64_ramdisk_dir() -> Result<PathBuf> {
+    let dir = std::env::var_os("RAMDISK_AARCH64_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("target/ramdisk-aarch64"));
+    if !ramdisk_built(&dir) {
+        run(Command::new(repo_root().join("image-builder/build.sh"))
+            .args(["--arch", "aarch64"])
+            .arg(&dir))
+        .context("building the aarch64 deploy ramdisk")?;
+    }
+    Ok(dir)
+}
+
 /// Where consoles and server logs of a test are kept (not deleted, so a
 /// failure can be read afterwards): `target/bed-logs/<test>`.
 pub fn logs_dir(test: &str) -> Result<PathBuf> {

@@ -354,6 +354,11 @@ impl<'n> Bmc<'n> {
     /// models on SATA, a direct kernel boot and the IPMI simulator are not
     /// offered here.
     pub fn define(&mut self, spec: &VmSpec) -> Result<System> {
+        anyhow::ensure!(
+            spec.arch == image_builder::arch::Arch::X86_64,
+            "{}: the Redfish bed's libvirt domains are x86_64 (q35) only",
+            spec.name
+        );
         let console = self.net.logs.join(format!("{}.console.log", spec.name));
         let _ = std::fs::remove_file(&console);
         let mut taps = Vec::new();

@@ -1,5 +1,8 @@
 //! A QEMU virtual machine on the bed's network: firmware, disks, NICs and
-//! boot source as the test says, console in a file, killed on drop.
+//! boot source as the test says, console in a file, killed on drop. x86_64
+//! machines are q35 PCs (SeaBIOS or OVMF); aarch64 ones (issue 33) are
+//! QEMU's `virt` board with a Cortex-A57 and AAVMF, Arm's UEFI, as Arm
+//! servers boot.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -7,6 +10,8 @@ use std::process::{Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+
+use image_builder::arch::Arch;
 
 use super::net::{Net, Proc};
 
@@ -137,6 +142,9 @@ pub struct VmSpec {
     pub blkdebug: Option<PathBuf>,
     /// LUNs seen on several paths (after `disks`).
     pub multipath_disks: Vec<MultipathDisk>,
+    /// The CPU architecture: x86_64 (q35) or aarch64 (`virt`, AAVMF; no
+    /// BIOS, no SATA/IDE, no ISA BMC).
+    pub arch: Arch,
 }
 
 impl VmSpec {
@@ -155,6 +163,7 @@ impl VmSpec {
             rtc_base: None,
             blkdebug: None,
             multipath_disks: Vec::new(),
+            arch: Arch::X86_64,
         }
     }
 }
@@ -174,6 +183,22 @@ const OVMF_CODE: &str = "/usr/share/OVMF/OVMF_CODE_4M.fd";
 const OVMF_VARS: &str = "/usr/share/OVMF/OVMF_VARS_4M.fd";
 const OVMF_CODE_SECBOOT: &str = "/usr/share/OVMF/OVMF_CODE_4M.secboot.fd";
 const OVMF_VARS_MS: &str = "/usr/share/OVMF/OVMF_VARS_4M.ms.fd";
+// AAVMF (package qemu-efi-aarch64): the 64 MiB flash images `virt` takes;
+// the `.ms` pair has Microsoft's keys enrolled and Secure Boot enforced.
+const AAVMF_CODE: &str = "/usr/share/AAVMF/AAVMF_CODE.fd";
+const AAVMF_VARS: &str = "/usr/share/AAVMF/AAVMF_VARS.fd";
+const AAVMF_CODE_MS: &str = "/usr/share/AAVMF/AAVMF_CODE.ms.fd";
+const AAVMF_VARS_MS: &str = "/usr/share/AAVMF/AAVMF_VARS.ms.fd";
+
+/// The QEMU program, machine, CPU (TCG) and what the machine lacks, per
+/// architecture. Cortex-A57: an ARMv8.0 server core QEMU emulates quickly
+/// (`-cpu max` enables features whose emulation is slow under TCG).
+fn platform(arch: Arch) -> (&'static str, &'static str, &'static str) {
+    match arch {
+        Arch::X86_64 => ("qemu-system-x86_64", "q35", "qemu64,+rdrand"),
+        Arch::Aarch64 => ("qemu-system-aarch64", "virt", "cortex-a57"),
+    }
+}
 
 impl<'n> Vm<'n> {
     /// Starts the machine in the bed's namespace. Its console goes to
@@ -183,13 +208,15 @@ impl<'n> Vm<'n> {
         // TCG by default: this machine's /dev/kvm cannot boot a stock
         // kernel. BED_ACCEL=kvm opts in where KVM works.
         let kvm = std::env::var("BED_ACCEL").is_ok_and(|a| a == "kvm");
+        let (program, machine, cpu) = platform(spec.arch);
+        let arm = spec.arch == Arch::Aarch64;
         let mut args: Vec<String> = [
             "-accel",
             if kvm { "kvm" } else { "tcg" },
             "-cpu",
-            if kvm { "host" } else { "qemu64,+rdrand" },
+            if kvm { "host" } else { cpu },
             "-machine",
-            "q35",
+            machine,
             "-nographic",
             "-no-reboot",
             "-nodefaults",
@@ -204,8 +231,31 @@ impl<'n> Vm<'n> {
         if let Some(base) = &spec.rtc_base {
             args.extend(["-rtc".into(), format!("base={base}")]);
         }
+        if arm {
+            anyhow::ensure!(
+                !spec.ipmi && spec.cdrom.is_none(),
+                "{}: the aarch64 `virt` machine has no ISA BMC and no SATA CD drive",
+                spec.name
+            );
+            anyhow::ensure!(
+                spec.disks.iter().all(|d| d.bus != Bus::Sata),
+                "{}: the aarch64 `virt` machine has no AHCI controller",
+                spec.name
+            );
+            // No RNDR on a Cortex-A57: the guest's entropy (and the EFI
+            // RNG protocol AAVMF hands the kernel) comes from virtio-rng.
+            args.extend(["-device", "virtio-rng-pci"].map(String::from));
+        }
         let uefi = match &spec.firmware {
+            Firmware::Bios if arm => {
+                bail!(
+                    "{}: aarch64 machines have no BIOS: use Firmware::Uefi (AAVMF)",
+                    spec.name
+                )
+            }
             Firmware::Bios => None,
+            Firmware::Uefi { vars } if arm => Some((vars, AAVMF_CODE, AAVMF_VARS)),
+            Firmware::UefiSecureBoot { vars } if arm => Some((vars, AAVMF_CODE_MS, AAVMF_VARS_MS)),
             Firmware::Uefi { vars } => Some((vars, OVMF_CODE, OVMF_VARS)),
             Firmware::UefiSecureBoot { vars } => {
                 // The secure-boot build keeps its variables in SMM.
@@ -225,8 +275,9 @@ impl<'n> Vm<'n> {
             None => {}
             Some((vars, code, template)) => {
                 if !vars.exists() {
-                    std::fs::copy(template, vars)
-                        .with_context(|| format!("copying {template} (package ovmf)"))?;
+                    std::fs::copy(template, vars).with_context(|| {
+                        format!("copying {template} (package ovmf or qemu-efi-aarch64)")
+                    })?;
                 }
                 args.push("-drive".into());
                 args.push(format!(
@@ -311,13 +362,13 @@ impl<'n> Vm<'n> {
         let out = std::fs::File::create(&console)
             .with_context(|| format!("creating {}", console.display()))?;
         let child = Command::new("ip")
-            .args(["netns", "exec", &net.ns.name, "qemu-system-x86_64"])
+            .args(["netns", "exec", &net.ns.name, program])
             .args(&args)
             .stdin(Stdio::piped())
             .stdout(out)
             .stderr(Stdio::piped())
             .spawn()
-            .context("starting qemu-system-x86_64 (ci/install-deps installs it)")?;
+            .with_context(|| format!("starting {program} (ci/install-deps installs it)"))?;
         vm.started = Instant::now();
         vm.qemu = Some(Proc::new(child, &format!("QEMU {}", spec.name)));
         Ok(vm)

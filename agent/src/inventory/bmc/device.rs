@@ -199,8 +199,10 @@ mod tests {
     #[test]
     fn ioctl_numbers_match_the_kernel_headers() {
         // x86_64 values of IPMICTL_SEND_COMMAND / IPMICTL_RECEIVE_MSG_TRUNC
-        // as compiled from <linux/ipmi.h>.
-        #[cfg(target_arch = "x86_64")]
+        // as compiled from <linux/ipmi.h>; aarch64 has the same (LP64
+        // struct layout, asm-generic ioctl numbering). Other architectures
+        // encode ioctl directions differently.
+        #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
         {
             assert_eq!(std::mem::size_of::<IpmiReq>(), 40);
             assert_eq!(std::mem::size_of::<IpmiRecv>(), 48);
