@@ -3,7 +3,7 @@
 //! 5xx, and every error is the JSON fault document.
 //!
 //! Nothing is ever run: when the body names a command that exists with
-//! parameters that pass the command's own check, the agent has no token, so
+//! parameters its parser takes, the agent has no token, so
 //! every token is refused (running `standby.power_off` or an erase from a
 //! fuzzer would be bad).
 #![no_main]
@@ -11,6 +11,7 @@
 use std::sync::{Arc, OnceLock};
 
 use agent::api::router;
+use agent::commands::context::Context;
 use agent::commands::registry;
 use agent::config::Config;
 use agent::state::AgentState;
@@ -44,7 +45,7 @@ fn would_run(body: &[u8]) -> bool {
         return false;
     };
     match doc.get("params") {
-        Some(p @ Value::Object(_)) => (spec.validate)(p).is_ok(),
+        Some(p @ Value::Object(_)) => (spec.parse)(p.clone(), &Context::default()).is_ok(),
         _ => false,
     }
 }
