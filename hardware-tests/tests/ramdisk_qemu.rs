@@ -25,17 +25,7 @@ fn ramdisk_boots_looks_up_and_heartbeats_in_qemu() {
     let ramdisk = bed::ramdisk_dir().unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let disk = tmp.path().join("disk.img");
-    std::fs::File::create(&disk)
-        .unwrap()
-        .set_len(64 << 20)
-        .unwrap();
-    let script = tmp.path().join("gpt.sfdisk");
-    std::fs::write(&script, "label: gpt\n,,L\n").unwrap();
-    run(Command::new("sfdisk")
-        .arg("-q")
-        .arg(&disk)
-        .stdin(std::fs::File::open(&script).unwrap()))
-    .unwrap();
+    hardware_tests::bed::dirty_disk::gpt(&disk, 64 << 20).unwrap();
     assert!(
         run(Command::new("wipefs").arg("--no-act").arg(&disk))
             .unwrap()

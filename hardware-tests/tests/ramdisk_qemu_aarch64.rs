@@ -21,17 +21,7 @@ fn aarch64_ramdisk_is_inspected_looks_up_and_heartbeats_under_aavmf() {
     let ramdisk = bed::aarch64_ramdisk_dir().unwrap();
     let tmp = tempfile::tempdir().unwrap();
     let disk = tmp.path().join("disk.img");
-    std::fs::File::create(&disk)
-        .unwrap()
-        .set_len(64 << 20)
-        .unwrap();
-    let script = tmp.path().join("gpt.sfdisk");
-    std::fs::write(&script, "label: gpt\n,,L\n").unwrap();
-    run(Command::new("sfdisk")
-        .arg("-q")
-        .arg(&disk)
-        .stdin(std::fs::File::open(&script).unwrap()))
-    .unwrap();
+    hardware_tests::bed::dirty_disk::gpt(&disk, 64 << 20).unwrap();
     let mut opts = NetOptions::pxe("aarch64", &ramdisk, "");
     opts.ramdisk = None;
     let net = Net::start(opts).unwrap();

@@ -12,9 +12,9 @@ use crate::run;
 
 const MIB: u64 = 1 << 20;
 
-/// Makes `path` a `size`-byte file with a GPT and one ext4 partition at
-/// 1 MiB filling it (sfdisk and mkfs.ext4 on the file).
-pub fn gpt_ext4(path: &Path, size: u64) -> Result<()> {
+/// Makes `path` a `size`-byte file with a GPT and one Linux partition at
+/// 1 MiB filling it (sfdisk on the file).
+pub fn gpt(path: &Path, size: u64) -> Result<()> {
     std::fs::File::create(path)
         .and_then(|f| f.set_len(size))
         .with_context(|| format!("creating {}", path.display()))?;
@@ -22,6 +22,13 @@ pub fn gpt_ext4(path: &Path, size: u64) -> Result<()> {
     table.write_all(b"label: gpt\n,,L\n")?;
     table.rewind()?;
     run(Command::new("sfdisk").arg("-q").arg(path).stdin(table))?;
+    Ok(())
+}
+
+/// Makes `path` a `size`-byte file with a GPT and one ext4 partition at
+/// 1 MiB filling it (sfdisk and mkfs.ext4 on the file).
+pub fn gpt_ext4(path: &Path, size: u64) -> Result<()> {
+    gpt(path, size)?;
     run(Command::new("mkfs.ext4")
         .args(["-q", "-F", "-E", &format!("offset={MIB}")])
         .arg(path)
