@@ -73,9 +73,18 @@ impl LoopDevice {
         // the new partition (mkfs's exclusive open fails meanwhile): wait
         // for the node and retry for up to 15 s, as `udevadm settle` would
         // wait. On a loaded machine (ci/test runs two jobs at once) the
-        // node was once gone for more than 2 s.
+        // node was once gone for more than 2 s, and once for good: while it
+        // is missing the kernel is asked again each second.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+        let mut next_update = std::time::Instant::now() + std::time::Duration::from_secs(1);
         loop {
+            if !p1.exists() && std::time::Instant::now() >= next_update {
+                // The re-read can end with the partitions dropped (a
+                // partition still open when udev asked): ask the kernel
+                // again for the table's partitions.
+                run(Command::new("partx").args(["--update"]).arg(&self.path)).ok();
+                next_update = std::time::Instant::now() + std::time::Duration::from_secs(1);
+            }
             let result = if p1.exists() {
                 run(Command::new("mkfs.ext4")
                     .args(["-q", "-F", "-L", "testfs"])
