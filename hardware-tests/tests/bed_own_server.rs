@@ -180,16 +180,7 @@ fn own_server_demo_checks_inspects_confirms_deploys_and_leaves_the_bmc_clean() {
     require_root("the own-server demo on the bed (namespaces, libvirtd, QEMU)");
     let total = Instant::now();
     let tmp = tempfile::tempdir().unwrap();
-    let net = Net::start(NetOptions {
-        name: "ownsrv".into(),
-        hosts: Vec::new(),
-        ramdisk: None,
-        kernel_args: String::new(),
-        dhcp: false,
-        ipxe_script_url: None,
-        secure_boot_chain: false,
-    })
-    .unwrap();
+    let net = Net::start(NetOptions::no_dhcp("ownsrv")).unwrap();
     // The BMC's namespace, routed from the bed's: the BMC reaches the
     // bridge (10.99.0.0/24) and nothing else of the operator's machine.
     let bmc_ns = NetNs::new("ownbmc").unwrap();

@@ -232,16 +232,7 @@ fn metal3_profile_inspects_cleans_and_deploys_in_one_ramdisk_boot() {
     let esp = redfish::esp_image(tmp.path()).unwrap();
     timing!("test image and ESP built in {}", secs(t));
 
-    let net = Net::start(NetOptions {
-        name: "metal3".into(),
-        hosts: Vec::new(),
-        ramdisk: None,
-        kernel_args: String::new(),
-        dhcp: false,
-        ipxe_script_url: None,
-        secure_boot_chain: false,
-    })
-    .unwrap();
+    let net = Net::start(NetOptions::no_dhcp("metal3")).unwrap();
     let mut bmc = Bmc::start(&net).unwrap();
     let mut spec = VmSpec::new("metal3vm");
     spec.firmware = Firmware::Uefi {

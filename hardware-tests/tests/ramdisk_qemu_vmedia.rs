@@ -151,12 +151,7 @@ fn vmedia_static_bond_without_dhcp_and_the_isos_ca() {
     )];
     let iso = vmedia_disc::disc(tmp.path(), &cert, &network_data).unwrap();
 
-    let net = Net::start(NetOptions {
-        ramdisk: None,
-        dhcp: false,
-        ..NetOptions::pxe("vmedia", &ramdisk, "")
-    })
-    .unwrap();
+    let net = Net::start(NetOptions::no_dhcp("vmedia")).unwrap();
     let mut spec = VmSpec::new("vm");
     spec.nics = MACS.iter().map(|m| Nic { mac: m.to_string() }).collect();
     spec.disks.push(Disk {

@@ -102,6 +102,20 @@ impl NetOptions {
         }
     }
 
+    /// A network named `name` with no DHCP server (static addresses, as
+    /// virtual media's `network_data` gives them) and nothing to PXE-boot.
+    pub fn no_dhcp(name: &str) -> Self {
+        Self {
+            name: name.to_string(),
+            hosts: Vec::new(),
+            ramdisk: None,
+            kernel_args: String::new(),
+            dhcp: false,
+            ipxe_script_url: None,
+            secure_boot_chain: false,
+        }
+    }
+
     /// A network named `name` whose iPXE clients boot what Ironic's
     /// `boot.ipxe` at `script_url` says (Ironic's `ipxe` boot interface).
     pub fn ironic_ipxe(name: &str, script_url: &str) -> Self {
