@@ -31,7 +31,6 @@ struct Sections {
 /// A node document whose sections have the shapes IPA relies on.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Node {
-    uuid: Option<String>,
     doc: Value,
 }
 
@@ -52,17 +51,14 @@ impl Node {
         if !doc.is_object() {
             return Ok(None);
         }
-        let sections: Sections = serde_path_to_error::deserialize(&doc).map_err(|e| NodeError {
+        serde_path_to_error::deserialize::<_, Sections>(&doc).map_err(|e| NodeError {
             path: e.path().to_string(),
             reason: e.into_inner().to_string(),
         })?;
-        Ok(Some(Node {
-            uuid: sections.uuid,
-            doc,
-        }))
+        Ok(Some(Node { doc }))
     }
 
-    /// A node from a document known to be one (tests, the lookup's node):
+    /// A node from a document known to be one (the tests' step calls):
     /// `None` when it is not an object or a section has the wrong type.
     pub fn from_document(doc: Value) -> Option<Node> {
         Node::parse(doc).ok().flatten()
@@ -70,21 +66,12 @@ impl Node {
 
     /// The node's UUID, when it has one.
     pub fn uuid(&self) -> Option<&str> {
-        self.uuid.as_deref()
+        self.doc.get("uuid").and_then(Value::as_str)
     }
 
     /// The whole document, an object.
     pub fn document(&self) -> &Value {
         &self.doc
-    }
-
-    /// The `section` object (`properties`, …): empty when absent or null.
-    pub fn section(&self, section: &str) -> &Map<String, Value> {
-        static EMPTY: std::sync::OnceLock<Map<String, Value>> = std::sync::OnceLock::new();
-        self.doc
-            .get(section)
-            .and_then(Value::as_object)
-            .unwrap_or_else(|| EMPTY.get_or_init(Map::new))
     }
 }
 
@@ -100,9 +87,8 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(n.uuid(), Some("u1"));
-        assert_eq!(n.section("properties")["a"], 1);
-        assert!(n.section("instance_info").is_empty());
-        assert!(n.section("driver_info").is_empty());
+        assert_eq!(n.document()["properties"]["a"], 1);
+        assert!(n.document()["instance_info"].is_null());
         assert_eq!(Node::parse(json!("x")).unwrap(), None);
         assert_eq!(Node::parse(Value::Null).unwrap(), None);
         let e = Node::parse(json!({"properties": "x"})).unwrap_err();
