@@ -39,6 +39,9 @@ pub enum ErrorKind {
     InvalidImage,
     /// Building or removing software RAID failed (IPA's `SoftwareRAIDError`).
     SoftwareRaid,
+    /// A hardware manager an operator added is unusable (IPA's
+    /// `HardwareManagerConfigurationError`).
+    HardwareManagerConfiguration,
 }
 
 impl ErrorKind {
@@ -60,6 +63,7 @@ impl ErrorKind {
             Self::CommandTimeout => "CommandTimeoutError",
             Self::InvalidImage => "InvalidImage",
             Self::SoftwareRaid => "SoftwareRAIDError",
+            Self::HardwareManagerConfiguration => "HardwareManagerConfigurationError",
         }
     }
 
@@ -81,6 +85,7 @@ impl ErrorKind {
             Self::CommandTimeout => "Command did not finish in time",
             Self::InvalidImage => "The provided image is not valid for use",
             Self::SoftwareRaid => "Software RAID caused unknown error",
+            Self::HardwareManagerConfiguration => "Hardware manager configuration error",
         }
     }
 

@@ -1,8 +1,12 @@
 //! What a request is parsed and run with besides its parameters: the node
 //! cached from the conductor's last command, the agent's HTTP settings,
 //! and the conductor's image settings from its lookup answer (MD5,
-//! permitted formats, deep inspection).
+//! permitted formats, deep inspection), and the hardware managers.
 
+use std::sync::Arc;
+
+use crate::conductor::lookup::LookupConfig;
+use crate::config::Config;
 use crate::image::fetch::HttpOptions;
 use crate::image::policy::IPA_DEFAULT_PERMITTED;
 use crate::image::FormatPolicy;
@@ -20,6 +24,30 @@ pub struct Context {
     pub http: HttpOptions,
     /// The conductor allows MD5 image checksums.
     pub md5_allowed: bool,
+    /// What the hardware managers the steps come from are loaded from.
+    pub managers: ManagerSources,
+}
+
+/// What the hardware managers are loaded from
+/// ([`super::managers::Managers::load`]): the agent's configuration (where
+/// an operator's managers are) and the conductor's lookup answer (its
+/// `agent_containers` settings).
+#[derive(Debug, Clone, Default)]
+pub struct ManagerSources {
+    /// The agent's configuration.
+    pub config: Arc<Config>,
+    /// The conductor's lookup answer, once there is one.
+    pub lookup: Option<LookupConfig>,
+}
+
+impl ManagerSources {
+    /// The sources of `state`.
+    pub fn of(state: &AgentState) -> Self {
+        ManagerSources {
+            config: Arc::new(state.config.clone()),
+            lookup: state.lookup_config(),
+        }
+    }
 }
 
 impl Context {
@@ -29,6 +57,7 @@ impl Context {
             cached_node: state.node(),
             http: http_options(state),
             md5_allowed: md5_allowed(state),
+            managers: ManagerSources::of(state),
         }
     }
 }

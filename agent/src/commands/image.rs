@@ -107,6 +107,7 @@ pub fn parse_prepare_image(
                 cached_node: None,
                 http: HttpOptions::default(),
                 md5_allowed: true,
+                ..Context::default()
             };
             match check_image(&p.image_info, Value::Null, None, &lenient) {
                 Err(wrong) => Err(ParamsError::at("image_info", wrong.details)),

@@ -22,6 +22,9 @@ use crate::state::AgentState;
 pub struct StepCall<A = NoArgs> {
     /// The node.
     pub node: Option<Node>,
+    /// The node's ports as the conductor sent them (`null` if it sent
+    /// none).
+    pub ports: Value,
     /// `step.args`, typed.
     pub args: A,
 }
@@ -40,6 +43,7 @@ impl StepCall {
     pub fn with_node(doc: Value) -> Self {
         StepCall {
             node: Node::from_document(doc),
+            ports: Value::Null,
             args: NoArgs {},
         }
     }
@@ -71,6 +75,7 @@ where
     let args: A = super::params::for_command(&Value::Object(call.args))?;
     let call = StepCall {
         node: call.node,
+        ports: call.ports,
         args,
     };
     Ok(Box::new(move |state| Box::pin(handler(state, call))))

@@ -1,362 +1,26 @@
-//! The in-band steps as a static table of data (name, interface, priorities,
-//! flags, arguments) plus the shared logic of `get_*_steps` and
-//! `execute_*_step` for cleaning, deployment and servicing (PROTOCOL.md
-//! §1.7, §7.1).
-//!
-//! Only steps this agent really implements are listed: Ironic runs every
-//! step reported with a priority above zero during automated cleaning, so
-//! advertising an unimplemented one would make cleaning fail.
+//! The shared logic of `get_*_steps` and `execute_*_step` for cleaning,
+//! deployment and servicing (PROTOCOL.md §1.7, §7.1): the steps come from
+//! the hardware managers ([`super::managers`]), whose versions the
+//! conductor must echo back.
 
 use std::sync::Arc;
 
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
-use super::context::Context;
+use super::context::{Context, ManagerSources};
+use super::managers::Managers;
 use super::params::{ExecuteStep, GetSteps, ParamsError};
-use super::step_call::{typed, PreparedStep, RawCall, StepCall};
+use super::step_call::{PreparedStep, StepCall};
+pub use super::step_kind::StepKind;
 use super::{CommandError, ErrorKind, Outcome};
 use crate::node::Node;
 use crate::state::AgentState;
 
-/// Name under which steps are grouped (Ironic flattens the groups).
-pub const HARDWARE_MANAGER: &str = "GenericHardwareManager";
-/// Hardware manager versions, echoed back by Ironic as `clean_version` etc.
+/// The hardware manager versions of an agent with the generic manager
+/// alone (no manager of an operator's), as Ironic echoes them back as
+/// `clean_version` etc.
 pub fn hardware_manager_version() -> Value {
-    json!({"generic_hardware_manager": "1.2"})
-}
-
-/// Cleaning or deployment.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StepKind {
-    /// `clean.*`
-    Clean,
-    /// `deploy.*`
-    Deploy,
-    /// `service.*`
-    Service,
-}
-
-impl StepKind {
-    fn word(self) -> &'static str {
-        match self {
-            Self::Clean => "clean",
-            Self::Deploy => "deploy",
-            Self::Service => "service",
-        }
-    }
-
-    fn error_kind(self) -> ErrorKind {
-        match self {
-            Self::Clean => ErrorKind::Cleaning,
-            Self::Deploy => ErrorKind::Deployment,
-            Self::Service => ErrorKind::Servicing,
-        }
-    }
-}
-
-/// Description of one step argument (`argsinfo`).
-#[derive(Debug)]
-pub struct ArgInfo {
-    /// Argument name.
-    pub name: &'static str,
-    /// Human description.
-    pub description: &'static str,
-    /// Whether Ironic must supply it.
-    pub required: bool,
-}
-
-/// One row of the step table.
-#[derive(Debug)]
-pub struct Step {
-    /// Step name (`erase_devices_metadata`).
-    pub name: &'static str,
-    /// Ironic interface the step belongs to (`deploy`, `raid`).
-    pub interface: &'static str,
-    /// Priority as a clean step, or `None` if it is not one.
-    pub clean_priority: Option<u32>,
-    /// Priority as a deploy step, or `None` if it is not one.
-    pub deploy_priority: Option<u32>,
-    /// Priority as a service step, or `None` if it is not one (Ironic runs
-    /// service steps in the order the user asked for; IPA reports 0).
-    pub service_priority: Option<u32>,
-    /// Whether the conductor may abort it.
-    pub abortable: bool,
-    /// Whether the node must reboot after it.
-    pub reboot_requested: bool,
-    /// Accepted arguments.
-    pub argsinfo: &'static [ArgInfo],
-    /// The implementation, prepared with its parsed arguments.
-    pub prepare: fn(RawCall, &Context) -> Result<PreparedStep, CommandError>,
-}
-
-/// Every step this agent implements.
-pub static STEPS: &[Step] = &[
-    Step {
-        name: "write_image",
-        interface: "deploy",
-        clean_priority: None,
-        deploy_priority: Some(0),
-        service_priority: Some(0),
-        abortable: false,
-        reboot_requested: false,
-        argsinfo: &[
-            ArgInfo {
-                name: "image_info",
-                description: "image info",
-                required: true,
-            },
-            ArgInfo {
-                name: "configdrive",
-                description: "configdrive",
-                required: false,
-            },
-        ],
-        prepare: super::image::prepare_write_image,
-    },
-    Step {
-        // Metal3/OpenShift's custom deploy step (PROTOCOL.md §6.3), never run
-        // unless asked for (priority 0).
-        name: "install_coreos",
-        interface: "deploy",
-        clean_priority: None,
-        deploy_priority: Some(0),
-        service_priority: None,
-        abortable: false,
-        reboot_requested: false,
-        argsinfo: &[
-            ArgInfo {
-                name: "image_info",
-                description: "image to write, as for write_image; default: the node's instance_info.image_source with its checksum",
-                required: false,
-            },
-            ArgInfo {
-                name: "ignition",
-                description: "Ignition config (object or JSON text); default: the config drive's user_data",
-                required: false,
-            },
-            ArgInfo {
-                name: "append_karg",
-                description: "kernel arguments to append (list, or comma-separated); default: the config drive's meta_data.coreos_append_karg",
-                required: false,
-            },
-            ArgInfo {
-                name: "copy_network",
-                description: "carry the ramdisk's network into the image as NetworkManager keyfiles (coreos-installer --copy-network); default: the config drive's meta_data.coreos_copy_network",
-                required: false,
-            },
-        ],
-        prepare: |c, _| typed(c, super::coreos::install_coreos_step),
-    },
-    Step {
-        name: "erase_devices_metadata",
-        interface: "deploy",
-        clean_priority: Some(99),
-        deploy_priority: Some(0),
-        service_priority: None,
-        abortable: true,
-        reboot_requested: false,
-        argsinfo: &[],
-        prepare: |c, _| typed(c, super::erase::erase_devices_metadata_step),
-    },
-    Step {
-        name: "erase_devices",
-        interface: "deploy",
-        clean_priority: Some(10),
-        deploy_priority: None,
-        service_priority: None,
-        abortable: true,
-        reboot_requested: false,
-        argsinfo: &[],
-        prepare: |c, _| typed(c, super::erase::erase_devices_step),
-    },
-    Step {
-        name: "erase_devices_express",
-        interface: "deploy",
-        clean_priority: Some(0),
-        deploy_priority: None,
-        service_priority: None,
-        abortable: true,
-        reboot_requested: false,
-        argsinfo: &[],
-        prepare: |c, _| typed(c, super::erase::erase_devices_express_step),
-    },
-    Step {
-        name: "inject_files",
-        interface: "deploy",
-        clean_priority: None,
-        deploy_priority: Some(0),
-        service_priority: Some(0),
-        abortable: false,
-        reboot_requested: false,
-        argsinfo: &[
-            ArgInfo {
-                name: "files",
-                description: "Files to inject, a list of file structures with keys: 'path' (path to the file), 'partition' (partition specifier), 'content' (base64 encoded string, or an http(s) URL), 'mode' (new file mode), 'dirmode' (mode for the leaf directory, if created), 'owner', 'group', 'deleted'. Merged with the values from node.properties[inject_files].",
-                required: false,
-            },
-            ArgInfo {
-                name: "verify_ca",
-                description: "Whether to verify TLS certificates. Global agent options are used by default.",
-                required: false,
-            },
-        ],
-        prepare: |c, _| typed(c, super::inject::inject_files_step),
-    },
-    Step {
-        name: "erase_pstore",
-        interface: "deploy",
-        clean_priority: Some(0),
-        deploy_priority: None,
-        service_priority: None,
-        abortable: true,
-        reboot_requested: false,
-        argsinfo: &[],
-        prepare: |c, _| typed(c, super::firmware_state::erase_pstore_step),
-    },
-    Step {
-        name: "clean_uefi_nvram",
-        interface: "deploy",
-        clean_priority: Some(0),
-        deploy_priority: Some(0),
-        service_priority: None,
-        abortable: true,
-        reboot_requested: false,
-        argsinfo: &[ArgInfo {
-            name: "match_patterns",
-            description: "A list of regular expressions; UEFI boot entries whose device path matches one are removed (default: disk entries and shim/GRUB loaders, network boot entries are kept)",
-            required: false,
-        }],
-        prepare: |c, _| typed(c, super::firmware_state::clean_uefi_nvram_step),
-    },
-    Step {
-        name: "delete_configuration",
-        interface: "raid",
-        clean_priority: Some(0),
-        deploy_priority: None,
-        service_priority: Some(0),
-        abortable: true,
-        reboot_requested: false,
-        argsinfo: &[],
-        prepare: |c, _| typed(c, super::raid::delete_configuration_step),
-    },
-    Step {
-        name: "create_configuration",
-        interface: "raid",
-        clean_priority: Some(0),
-        deploy_priority: None,
-        service_priority: Some(0),
-        abortable: true,
-        reboot_requested: false,
-        argsinfo: &[],
-        prepare: |c, _| typed(c, super::raid::create_configuration_step),
-    },
-    Step {
-        name: "apply_configuration",
-        interface: "raid",
-        clean_priority: None,
-        deploy_priority: Some(0),
-        service_priority: Some(0),
-        abortable: false,
-        reboot_requested: false,
-        argsinfo: &[
-            ArgInfo {
-                name: "raid_config",
-                description: "The RAID configuration to apply.",
-                required: true,
-            },
-            ArgInfo {
-                name: "delete_existing",
-                description: "Setting this to 'True' indicates to delete existing RAID configuration prior to creating the new configuration. Default value is 'True'.",
-                required: false,
-            },
-        ],
-        prepare: |c, _| typed(c, super::raid::apply_configuration_step),
-    },
-    Step {
-        name: "burnin_cpu",
-        interface: "deploy",
-        clean_priority: Some(0),
-        deploy_priority: None,
-        service_priority: Some(0),
-        abortable: true,
-        reboot_requested: false,
-        argsinfo: &[],
-        prepare: |c, _| typed(c, super::burnin::burnin_cpu_step),
-    },
-    Step {
-        name: "burnin_disk",
-        interface: "deploy",
-        clean_priority: Some(0),
-        deploy_priority: None,
-        service_priority: None,
-        abortable: true,
-        reboot_requested: false,
-        argsinfo: &[],
-        prepare: |c, _| typed(c, super::burnin::burnin_disk_step),
-    },
-    Step {
-        name: "burnin_memory",
-        interface: "deploy",
-        clean_priority: Some(0),
-        deploy_priority: None,
-        service_priority: Some(0),
-        abortable: true,
-        reboot_requested: false,
-        argsinfo: &[],
-        prepare: |c, _| typed(c, super::burnin::burnin_memory_step),
-    },
-    Step {
-        name: "burnin_network",
-        interface: "deploy",
-        clean_priority: Some(0),
-        deploy_priority: None,
-        service_priority: Some(0),
-        abortable: true,
-        reboot_requested: false,
-        argsinfo: &[],
-        prepare: |c, _| typed(c, super::burnin::burnin_network_step),
-    },
-];
-
-impl Step {
-    fn priority(&self, kind: StepKind) -> Option<u32> {
-        match kind {
-            StepKind::Clean => self.clean_priority,
-            StepKind::Deploy => self.deploy_priority,
-            StepKind::Service => self.service_priority,
-        }
-    }
-
-    fn describe(&self, priority: u32) -> Value {
-        let mut v = json!({
-            "step": self.name,
-            "priority": priority,
-            "interface": self.interface,
-            "reboot_requested": self.reboot_requested,
-            "abortable": self.abortable,
-        });
-        if !self.argsinfo.is_empty() {
-            let args: Map<String, Value> = self
-                .argsinfo
-                .iter()
-                .map(|a| {
-                    (
-                        a.name.to_string(),
-                        json!({"description": a.description, "required": a.required}),
-                    )
-                })
-                .collect();
-            v["argsinfo"] = Value::Object(args);
-        }
-        v
-    }
-}
-
-/// A priority the agent's configuration sets instead of the table's:
-/// `ipa-inject-files-priority` for the `inject_files` deploy step.
-fn configured_priority(state: &AgentState, step: &str, kind: StepKind) -> Option<u32> {
-    (kind == StepKind::Deploy && step == "inject_files")
-        .then_some(state.config.inject_files_priority)
+    Managers::default().versions()
 }
 
 /// The node of a request's `node` parameter, a bad section named below it.
@@ -372,22 +36,19 @@ pub fn parse_get(params: Value) -> Result<Option<Node>, ParamsError> {
 }
 
 /// `get_clean_steps` / `get_deploy_steps` / `get_service_steps`: caches the
-/// node and lists the steps.
+/// node and lists the managers' steps with their versions.
 pub async fn get_steps(state: Arc<AgentState>, kind: StepKind, node: Option<Node>) -> Outcome {
     if let Some(node) = node {
         state.cache_node(node);
     }
-    let steps: Vec<Value> = STEPS
-        .iter()
-        .filter_map(|s| {
-            s.priority(kind)
-                .map(|p| s.describe(configured_priority(&state, s.name, kind).unwrap_or(p)))
-        })
-        .collect();
-    Outcome::Done(json!({
-        format!("{}_steps", kind.word()): {HARDWARE_MANAGER: steps},
-        "hardware_manager_version": hardware_manager_version(),
-    }))
+    let managers = Managers::load(&ManagerSources::of(&state));
+    match managers.steps(kind, &state) {
+        Ok(steps) => Outcome::Done(json!({
+            format!("{}_steps", kind.word()): steps,
+            "hardware_manager_version": managers.versions(),
+        })),
+        Err(e) => Outcome::Failed(e),
+    }
 }
 
 /// An `execute_*_step` request, parsed: the step to run with its
@@ -447,7 +108,8 @@ pub fn parse_execute(
         StepKind::Deploy => request.deploy_version,
         StepKind::Service => request.service_version,
     };
-    let ours = hardware_manager_version();
+    let managers = Managers::load(&ctx.managers);
+    let ours = managers.versions();
     if let Some(theirs) = theirs.filter(|v| !v.is_null() && *v != ours) {
         let e = CommandError::new(
             ErrorKind::VersionMismatch,
@@ -461,17 +123,13 @@ pub fn parse_execute(
             plan: Err(Outcome::VersionMismatch(e)),
         });
     }
-    let plan = match STEPS
-        .iter()
-        .find(|s| s.name == name && s.priority(kind).is_some())
-    {
-        Some(def) => {
-            let call = StepCall {
-                node: node.clone().or_else(|| ctx.cached_node.clone()),
-                args: request.step.args.unwrap_or_default(),
-            };
-            (def.prepare)(call, ctx).map_err(|e| step_failed(kind, &name, e))
-        }
+    let call = StepCall {
+        node: node.clone().or_else(|| ctx.cached_node.clone()),
+        ports: request.ports,
+        args: request.step.args.unwrap_or_default(),
+    };
+    let plan = match managers.prepare(&name, kind, call, ctx) {
+        Some(prepared) => prepared.map_err(|e| step_failed(kind, &name, e)),
         None if name == "execute_bootc_install" => {
             // Ironic 39 calls this step from its `bootc` deploy interface
             // whatever the agent lists: `BootcAgentDeploy.execute_bootc_install`
@@ -539,7 +197,7 @@ mod tests {
         let Outcome::Done(v) = get_steps(Arc::new(state), StepKind::Deploy, None).await else {
             panic!("get_deploy_steps failed")
         };
-        v["deploy_steps"][HARDWARE_MANAGER]
+        v["deploy_steps"][super::super::managers::generic::NAME]
             .as_array()
             .unwrap()
             .iter()
