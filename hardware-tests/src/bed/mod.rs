@@ -43,6 +43,7 @@ pub mod http_root;
 pub mod ironic_flow;
 pub mod lldp;
 pub mod net;
+pub mod qmp;
 pub mod redfish;
 pub mod ssh;
 pub mod vm;

@@ -145,6 +145,9 @@ pub struct VmSpec {
     /// The CPU architecture: x86_64 (q35) or aarch64 (`virt`, AAVMF; no
     /// BIOS, no SATA/IDE, no ISA BMC).
     pub arch: Arch,
+    /// A QMP socket ([`Vm::qmp_socket`], see [`super::qmp`]); the machine
+    /// then stays (stopped) after a power off, so it can still be asked.
+    pub qmp: bool,
 }
 
 impl VmSpec {
@@ -164,6 +167,7 @@ impl VmSpec {
             blkdebug: None,
             multipath_disks: Vec::new(),
             arch: Arch::X86_64,
+            qmp: false,
         }
     }
 }
@@ -175,6 +179,7 @@ pub struct Vm<'n> {
     taps: Vec<String>,
     console: PathBuf,
     started: Instant,
+    qmp: Option<PathBuf>,
     // Dropped before the taps are deleted (see Drop).
     qemu: Option<Proc>,
 }
@@ -230,6 +235,17 @@ impl<'n> Vm<'n> {
         args.extend(["-smp".into(), spec.cpus.to_string()]);
         if let Some(base) = &spec.rtc_base {
             args.extend(["-rtc".into(), format!("base={base}")]);
+        }
+        let qmp = spec
+            .qmp
+            .then(|| net.logs.join(format!("{}.qmp", spec.name)));
+        if let Some(socket) = &qmp {
+            let _ = std::fs::remove_file(socket);
+            args.extend([
+                "-qmp".into(),
+                format!("unix:{},server=on,wait=off", socket.display()),
+                "-no-shutdown".into(),
+            ]);
         }
         if arm {
             anyhow::ensure!(
@@ -329,6 +345,7 @@ impl<'n> Vm<'n> {
             taps: Vec::new(),
             console: console.clone(),
             started: Instant::now(),
+            qmp,
             qemu: None,
         };
         for (i, nic) in spec.nics.iter().enumerate() {
@@ -372,6 +389,19 @@ impl<'n> Vm<'n> {
         vm.started = Instant::now();
         vm.qemu = Some(Proc::new(child, &format!("QEMU {}", spec.name)));
         Ok(vm)
+    }
+
+    /// The QMP socket, when the spec asked for one.
+    pub fn qmp_socket(&self) -> Option<&Path> {
+        self.qmp.as_deref()
+    }
+
+    /// Whether the guest is powered off (QMP's `query-status` says
+    /// `shutdown`; needs [`VmSpec::qmp`]).
+    pub fn powered_off(&self) -> Result<bool> {
+        let socket = self.qmp_socket().context("the machine has no QMP socket")?;
+        let status = super::qmp::command(socket, "query-status", serde_json::json!({}))?;
+        Ok(status["status"] == "shutdown")
     }
 
     /// The console file.
