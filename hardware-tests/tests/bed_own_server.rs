@@ -246,13 +246,14 @@ fn own_server_demo_checks_inspects_confirms_deploys_and_leaves_the_bmc_clean() {
     spec.nics = vec![Nic { mac: MAC.into() }];
     let sys = bmc.define(&spec).unwrap();
     let (cert, key) = bmc_cert(tmp.path());
-    bmc.start_emulator_at(&Listen {
+    let listen = Listen {
         netns: bmc_ns.name.clone(),
         ip: BMC_IP.into(),
         port: BMC_PORT,
         tls: Some((cert.clone(), key)),
-    })
-    .unwrap();
+        no_virtual_media: false,
+    };
+    bmc.start_emulator_at(&listen).unwrap();
 
     let image = building.join().unwrap().unwrap();
     let password = tmp.path().join("bmc-password");
@@ -311,6 +312,33 @@ fn own_server_demo_checks_inspects_confirms_deploys_and_leaves_the_bmc_clean() {
         found.cd,
         total.elapsed().as_secs_f64()
     );
+    let ns = net.ns.name.clone();
+    let go = |name: &str, args: &[String], interrupt: Option<&str>| {
+        demo(&ns, &net.logs, name, args, interrupt)
+    };
+
+    // A BMC without virtual media: refused before anything starts.
+    bmc.stop_emulator();
+    bmc.start_emulator_at(&Listen {
+        no_virtual_media: true,
+        ..listen.clone()
+    })
+    .unwrap();
+    let (ok, out) = go("no-virtual-media", &with(&good), None);
+    bmc.stop_emulator();
+    bmc.start_emulator_at(&listen).unwrap();
+    assert!(!ok, "{out}");
+    must_say(
+        &out,
+        &[
+            &format!(
+                "the BMC offers no virtual media CD for {0} (looked at {0}/VirtualMedia)",
+                sys.path()
+            ),
+            "Fix: enable or license virtual media on the BMC",
+        ],
+        "no virtual media",
+    );
     let before = Before {
         net: &net,
         bmc: &bmc,
@@ -320,10 +348,7 @@ fn own_server_demo_checks_inspects_confirms_deploys_and_leaves_the_bmc_clean() {
         state: found.before.clone(),
     };
     let clean = |when: &str, deployed: bool| before.assert_clean(when, deployed);
-    let ns = net.ns.name.clone();
-    let go = |name: &str, args: &[String], interrupt: Option<&str>| {
-        demo(&ns, &net.logs, name, args, interrupt)
-    };
+    clean("after the BMC without virtual media", false);
 
     // 1. A wrong password: refused before anything starts.
     let (ok, out) = go(
@@ -445,6 +470,38 @@ fn own_server_demo_checks_inspects_confirms_deploys_and_leaves_the_bmc_clean() {
         "unreachable HTTP address",
     );
     clean("after the unreachable address", false);
+
+    // A network_data the server cannot reach Ironic with (another subnet):
+    // the BMC reads the ISO, the agent boots and never calls in.
+    let stranded = tmp.path().join("stranded_network_data.json");
+    std::fs::write(
+        &stranded,
+        json!({
+            "links": [{"id": "nic0", "type": "phy", "ethernet_mac_address": MAC}],
+            "networks": [{"id": "lab", "type": "ipv4", "link": "nic0", "ip_address": "10.97.0.50",
+                          "netmask": "255.255.255.0",
+                          "routes": [{"network": "0.0.0.0", "netmask": "0.0.0.0", "gateway": "10.97.0.1"}],
+                          "network_id": "lab"}],
+            "services": []
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let mut no_route = with(&[&good[..], &["--heartbeat-timeout", "30"]].concat());
+    let at = no_route.iter().position(|a| a == "--network-data").unwrap() + 1;
+    no_route[at] = p(&stranded);
+    let (ok, out) = go("no-heartbeat", &no_route, None);
+    assert!(!ok, "{out}");
+    must_say(
+        &out,
+        &[
+            "the BMC read the boot ISO, but the agent on the server never reached Ironic at",
+            "(no first heartbeat)",
+            "Fix: watch the server's console: check --network-data",
+        ],
+        "no first heartbeat",
+    );
+    clean("after no first heartbeat", false);
 
     // 4. Ctrl-C once the server booted Ironic's ISO: the BMC is put back.
     let (ok, out) = go("interrupted", &with(&good), Some("read the ISO"));

@@ -127,6 +127,8 @@ pub struct Listen {
     pub port: u16,
     /// HTTPS with this PEM certificate and key.
     pub tls: Option<(PathBuf, PathBuf)>,
+    /// Offer no virtual media device (a BMC without the licence for it).
+    pub no_virtual_media: bool,
 }
 
 /// The private libvirtd, sushy-emulator and the domains defined in it.
@@ -391,8 +393,14 @@ impl<'n> Bmc<'n> {
             ip: BRIDGE_IP.to_string(),
             port: PORT,
             tls: None,
+            no_virtual_media: false,
         };
         self.start_emulator_at(&listen)
+    }
+
+    /// Stops sushy-emulator (by PID), so it can start again otherwise.
+    pub fn stop_emulator(&mut self) {
+        self.sushy = None;
     }
 
     /// [`Bmc::start_emulator`] listening as `listen` says: in another
@@ -429,7 +437,12 @@ impl<'n> Bmc<'n> {
              SUSHY_EMULATOR_ALLOWED_INSTANCES = [{uuids}]\n\
              SUSHY_EMULATOR_BOOT_LOADER_MAP = {{'UEFI': {{'x86_64': '{OVMF_CODE}'}}, 'Legacy': {{'x86_64': None}}}}\n\
              SUSHY_EMULATOR_SECURE_BOOT_DISABLED_NVRAM = '{OVMF_VARS}'\n\
-             SUSHY_EMULATOR_VMEDIA_DEVICES = {{'Cd': {{'Name': 'Virtual CD', 'MediaTypes': ['CD', 'DVD']}}}}\n",
+             SUSHY_EMULATOR_VMEDIA_DEVICES = {vmedia}\n",
+            vmedia = if listen.no_virtual_media {
+                "{}"
+            } else {
+                "{'Cd': {'Name': 'Virtual CD', 'MediaTypes': ['CD', 'DVD']}}"
+            },
             ip = listen.ip,
             port = listen.port,
             tls = match &listen.tls {

@@ -220,8 +220,12 @@ impl BmcClient {
                     text(&manager, "FirmwareVersion")
                 );
             }
+            // sushy-tools, like some BMCs, links the system's own
+            // collection from its manager too: look at it once.
             if let Some(p) = manager["VirtualMedia"]["@odata.id"].as_str() {
-                collections.push(p.to_string());
+                if !collections.iter().any(|c| c == p) {
+                    collections.push(p.to_string());
+                }
             }
         }
         for c in &collections {
