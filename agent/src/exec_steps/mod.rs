@@ -1,0 +1,19 @@
+//! Executable hardware managers: what an operator adds to the ramdisk
+//! without rebuilding the agent. A directory of YAML manifests (one per
+//! manager, [`manifest`]) names executables that provide clean, deploy and
+//! service steps, a per-disk erase method and extra inspection data; [`run`]
+//! runs one of them with its JSON input, time limit and abort. How they
+//! become steps of the agent is `commands`' business (layers above).
+
+pub mod manifest;
+pub mod run;
+
+#[cfg(test)]
+mod manifest_tests;
+#[cfg(test)]
+mod run_tests;
+
+pub use manifest::{
+    load_dir, parse_manifest, ArgSpec, ExecManager, ExecStep, Hook, Interface, ManifestError,
+};
+pub use run::{erase_block_device, run, Exit, RunError, Tail};
