@@ -120,6 +120,10 @@ pub struct ServeArgs {
     /// `install_coreos` with `coreos_copy_network` carries into the image.
     #[arg(long)]
     pub network_record: Option<PathBuf>,
+    /// A directory of executable hardware managers' manifests (`*.yaml`,
+    /// agent/docs/own-steps.md) whose steps the agent offers.
+    #[arg(long)]
+    pub managers_dir: Option<PathBuf>,
     /// Serve plain HTTP even when the conductor supports auto-TLS.
     #[arg(long)]
     pub no_tls: bool,
@@ -304,6 +308,7 @@ pub fn ramdisk_config(args: &RamdiskArgs, debug: bool) -> Result<Config> {
     c.mode = RunMode::Ramdisk;
     c.debug |= debug;
     c.network_record = Some(crate::netconf::record::RAMDISK_PATH.into());
+    c.exec_managers_dir = Some(crate::exec_steps::RAMDISK_DIR.into());
     if c.advertise_host.is_none() {
         c.advertise_host = args.advertise_host;
     }
@@ -357,6 +362,7 @@ pub fn host_config(args: &ServeArgs, debug: bool) -> Result<Config> {
     }
     c.allowed_devices = args.allow_device.clone();
     c.network_record.clone_from(&args.network_record);
+    c.exec_managers_dir.clone_from(&args.managers_dir);
     if args.no_tls {
         c.auto_tls = false;
     }

@@ -499,7 +499,7 @@ pub fn load_dir(dir: &Path) -> Result<Vec<ExecManager>, ManifestError> {
     for path in paths {
         let m = parse_manifest(&read_manifest(&path)?, &path)?;
         if m.support == 0 {
-            tracing::info!(manifest = %path.display(), manager = %m.name, "executable manager disabled (support 0)");
+            tracing::debug!(manifest = %path.display(), manager = %m.name, "executable manager disabled (support 0)");
             continue;
         }
         let keys = std::iter::once(format!("manager \"{}\"", m.name))
@@ -514,7 +514,7 @@ pub fn load_dir(dir: &Path) -> Result<Vec<ExecManager>, ManifestError> {
             }
             owners.insert(key, path.clone());
         }
-        tracing::info!(
+        tracing::debug!(
             manifest = %path.display(),
             manager = %m.name,
             version = %m.version,

@@ -13,6 +13,11 @@ mod manifest_tests;
 #[cfg(test)]
 mod run_tests;
 
+/// Where the deploy ramdisk's agent looks for manifests (image-builder's
+/// `--managers DIR` puts a directory there; an initrd appended at boot can
+/// add files to it).
+pub const RAMDISK_DIR: &str = "/etc/ironic-python-agent/managers";
+
 pub use manifest::{
     load_dir, parse_manifest, ArgSpec, ExecManager, ExecStep, Hook, Interface, ManifestError,
 };
