@@ -407,3 +407,13 @@ async fn real_ironic_runs_an_executable_step_from_a_deploy_template() {
     assert!(data[body.clone()] == img[body], "the image's data changed");
     agent.abort();
 }
+
+/// image-builder's `--managers DIR` puts the directory where the ramdisk's
+/// agent reads manifests.
+#[test]
+fn the_ramdisk_gets_managers_where_its_agent_looks() {
+    assert_eq!(
+        format!("/{}", image_builder::assemble::MANAGERS_DIR),
+        agent::exec_steps::RAMDISK_DIR
+    );
+}
