@@ -5,6 +5,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use super::dir::load_dir;
 use super::manifest::*;
 
 /// A directory with an executable `tool`, a non-executable `plain` and a

@@ -5,6 +5,7 @@
 //! runs one of them with its JSON input, time limit and abort. How they
 //! become steps of the agent is `commands`' business (layers above).
 
+pub mod dir;
 pub mod manifest;
 pub mod run;
 
@@ -18,7 +19,8 @@ mod run_tests;
 /// add files to it).
 pub const RAMDISK_DIR: &str = "/etc/ironic-python-agent/managers";
 
+pub use dir::load_dir;
 pub use manifest::{
-    load_dir, parse_manifest, ArgSpec, ExecManager, ExecStep, Hook, Interface, ManifestError,
+    parse_manifest, ArgSpec, ExecManager, ExecStep, Hook, Interface, ManifestError,
 };
 pub use run::{erase_block_device, run, Exit, RunError, Tail};
