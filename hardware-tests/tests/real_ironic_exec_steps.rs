@@ -46,10 +46,12 @@ fn managers(dir: &Path, claimed: &Path, pids: &Path) {
         &format!(
             r#"{FIELD}
 input=$(cat)
+printf '%s' "$input" > {seen}
 dev=$(field device); label=$(field label)
 echo "labelling $dev as $label in phase $(field phase)"
 sgdisk --clear --new=1:2048:+8M --change-name=1:"$label" "$dev"
-echo "{{\"device\": \"$dev\", \"label\": \"$label\"}}""#
+echo "{{\"device\": \"$dev\", \"label\": \"$label\"}}""#,
+            seen = dir.join("label-input.json").display()
         ),
     );
     script(
@@ -208,6 +210,27 @@ async fn real_ironic_runs_executable_managers() {
         .unwrap_or_else(|e| panic!("clean with label_disk: {e:#}"));
     println!("label_disk clean: {:.1} s", t.elapsed().as_secs_f64());
     assert_eq!(gpt_names(&d1.path), ["cleaned-by-step"]);
+    // What the step read on stdin: Ironic's node, ports and arguments, the
+    // phase, and the allowed loop devices as the inventory lists them.
+    let seen: Value =
+        serde_json::from_slice(&std::fs::read(mdir.join("label-input.json")).unwrap()).unwrap();
+    assert_eq!(seen["step"], "label_disk");
+    assert_eq!(seen["phase"], "clean");
+    assert_eq!(seen["node"]["uuid"], uuid.as_str());
+    assert_eq!(seen["args"]["label"], "cleaned-by-step");
+    assert_eq!(seen["ports"][0]["address"], mac);
+    let disks: Vec<(&str, u64)> = seen["disks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|d| Some((d["name"].as_str()?, d["size"].as_u64()?)))
+        .collect();
+    let mut want = [
+        (d1.path.to_str().unwrap(), 64 * MIB),
+        (d2.path.to_str().unwrap(), 64 * MIB),
+    ];
+    want.sort();
+    assert_eq!(disks, want, "{}", seen["disks"]);
 
     // (c) A failing step: its status and last output line in last_error.
     let err = failing_clean(
