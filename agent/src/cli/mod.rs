@@ -412,8 +412,14 @@ mod tests {
             "--mac",
             "52:54:00:12:34:56",
             "--insecure",
+            "--managers-dir",
+            "/srv/managers",
         ]);
         let c = host_config(&args, false).unwrap();
+        assert_eq!(
+            c.exec_managers_dir.as_deref(),
+            Some(std::path::Path::new("/srv/managers"))
+        );
         assert_eq!(
             c.api_urls,
             config::ApiUrls::Urls(vec!["http://127.0.0.1:6385".into()])
@@ -432,6 +438,7 @@ mod tests {
             c.api_urls,
             config::ApiUrls::Urls(vec!["http://10.0.0.1:6385".into()])
         );
+        assert_eq!(c.exec_managers_dir, None, "no managers unless asked for");
         assert_eq!(c.lookup_timeout, Duration::from_secs(7));
     }
 
