@@ -14,6 +14,9 @@
 # (linux-image-arm64's kernel, busybox, dropbear, mkfs, the arm64 shim and
 # GRUB), cached in target/ramdisk-cache-aarch64; the firmware packages are
 # the same for both (architecture all) and stay in target/ramdisk-cache.
+# Executable hardware managers (agent/docs/own-steps.md): pass
+# `--managers DIR` after OUT; DIR (manifests and executables) lands at
+# /etc/ironic-python-agent/managers in the initramfs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 arch=x86_64

@@ -9,7 +9,7 @@ out=$PWD/corpus
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 rm -rf "$out"
-mkdir -p "$out"/{qcow2,decode,partition_table,gpt_relocate,iso9660,vfat,floppy,lldp,dhcp,cmdline,fetch_text,lookup,hints,api_router,tls_read}
+mkdir -p "$out"/{qcow2,decode,partition_table,gpt_relocate,iso9660,vfat,floppy,lldp,dhcp,cmdline,fetch_text,lookup,hints,exec_manifest,api_router,tls_read}
 
 # qcow2: a 1 MiB disk with a little data, several layouts.
 python3 -c "
@@ -191,6 +191,28 @@ for i, h in enumerate([{"size": ">= 20"}, {"serial": "<in> S1 S2", "rotational":
                        {"model": "qemu", "hctl": "0:0:0:0", "by_path": "/dev/disk/by-path/pci-0000:00:05.0-sda"},
                        {"properties": {"root_device": {"size": 40}}}]):
     put('hints', f'h{i}', json.dumps(h))
+
+# exec_manifest (parsed as if in /bin: `sh` is an executable there)
+put('exec_manifest', 'full', """name: acme
+version: '1.0'
+support: 4
+steps:
+  - name: build_raid
+    executable: sh
+    args: [-c, 'echo {}']
+    interface: raid
+    clean_priority: 0
+    deploy_priority: 60
+    abortable: true
+    timeout: 120
+    argsinfo:
+      level: {description: RAID level, required: true}
+  - {name: flash, executable: /bin/sh, interface: firmware, service_priority: 10}
+erase_block_device: {executable: sh, args: [-c, 'true'], timeout: 600}
+inspect: {executable: sh}
+""")
+put('exec_manifest', 'minimal', "name: x\nversion: 2\n")
+put('exec_manifest', 'refused', "name: x\nversion: '1'\nsteps:\n  - {name: s, executable: missing, interface: deploy, clean_priority: 1, colour: red}\n")
 
 # api_router: [flags] METHOD \n URI \n headers \n\n body
 put('api_router', 'root', b'\x00GET\n/\nhost: 10.0.0.5:9999\n\n')

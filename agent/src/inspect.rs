@@ -18,6 +18,7 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::{json, Map, Value};
 
+use crate::commands::managers::exec;
 pub use crate::conductor::inspection::parse_answer;
 use crate::conductor::{Conductor, ConductorClient, ConductorError, InspectionAnswer};
 use crate::config::{Config, RunMode};
@@ -239,9 +240,15 @@ pub async fn collect(config: &Config, opts: &Options) -> Value {
     if !phases.is_empty() {
         doc.insert("boot_phases".into(), crate::bootphases::to_json(&phases));
     }
+    let mut reported = managers();
+    if let (Value::Array(list), Ok(exec)) = (&mut reported, exec::load(config)) {
+        for m in exec.iter().filter(|m| m.support > 0) {
+            list.push(json!({"name": m.name, "version": m.version}));
+        }
+    }
     doc.insert(
         "configuration".into(),
-        json!({"collectors": collectors, "managers": managers()}),
+        json!({"collectors": collectors, "managers": reported}),
     );
     doc.insert(
         "error".into(),
@@ -251,6 +258,16 @@ pub async fn collect(config: &Config, opts: &Options) -> Value {
             json!(errors.join("; "))
         },
     );
+    // The operator's executable managers (agent/docs/own-steps.md): each
+    // `inspect` hook's object under its manager's name, never over a key
+    // of the agent's own (Ironic keeps unknown keys as plugin data).
+    for (name, data) in exec::inspection_data(config, &Value::Null).await {
+        if doc.contains_key(&name) {
+            tracing::warn!(manager = %name, "inspection data of executable manager {name} left out: the document has a key {name} of its own");
+            continue;
+        }
+        doc.insert(name, data);
+    }
     Value::Object(doc)
 }
 

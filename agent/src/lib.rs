@@ -30,7 +30,8 @@
 //!    [`uefi`] (boot entries), [`grub`] (BIOS GRUB
 //!    installed from the deployed image), [`inject`] (`inject_files`:
 //!    files written into the deployed disk's filesystems), [`vmedia`] (what
-//!    Ironic puts on virtual media for the ramdisk).
+//!    Ironic puts on virtual media for the ramdisk), [`exec_steps`] (the
+//!    operator's executable hardware managers: manifests and running them).
 //! 4. [`conductor`]: the client of Ironic's ramdisk endpoints.
 //! 5. The agent's core: [`command`] (a command's result, its IPA error
 //!    classes, and the history that runs commands), [`state`] (the shared
@@ -59,6 +60,7 @@ pub mod configdrive;
 pub mod discovery;
 pub mod disk;
 pub mod errfmt;
+pub mod exec_steps;
 pub mod grub;
 pub mod hints;
 pub mod ignition;

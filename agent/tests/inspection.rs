@@ -220,3 +220,49 @@ async fn the_ramdisks_boot_phases_go_beside_the_inventory() {
     // the other top-level keys as plugin data.
     assert!(doc["inventory"]["interfaces"][0]["mac_address"].is_string());
 }
+
+#[tokio::test]
+async fn executable_managers_add_their_inspection_data_under_their_names() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let hook = dir.path().join("inv.sh");
+    std::fs::write(
+        &hook,
+        "#!/bin/sh\ncat >/dev/null\necho collecting >&2\necho '{\"controller\": \"acme 9000\", \"cache_mib\": 4096}'\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(
+        dir.path().join("acme.yaml"),
+        "name: acme\nversion: '3.1'\ninspect: {executable: inv.sh}\n",
+    )
+    .unwrap();
+    // A manager named like a key of the agent's own does not replace it.
+    std::fs::write(
+        dir.path().join("inventory.yaml"),
+        "name: inventory\nversion: '1'\ninspect: {executable: inv.sh}\n",
+    )
+    .unwrap();
+    let config = Config {
+        inspection_collectors: vec!["default".into()],
+        exec_managers_dir: Some(dir.path().to_path_buf()),
+        ..Config::default()
+    };
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/dev-vm");
+    let doc = inspect::collect(&config, &inventory::Options::fixture(&root)).await;
+    assert_eq!(
+        doc["acme"],
+        json!({"controller": "acme 9000", "cache_mib": 4096})
+    );
+    assert!(
+        doc["inventory"]["interfaces"].is_array(),
+        "{}",
+        doc["inventory"]
+    );
+    assert_eq!(
+        doc["configuration"]["managers"],
+        json!([{"name": "generic_hardware_manager", "version": "1.2"},
+               {"name": "acme", "version": "3.1"},
+               {"name": "inventory", "version": "1"}])
+    );
+}

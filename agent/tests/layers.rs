@@ -54,6 +54,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         "disk contents",
         &[
             "configdrive",
+            "exec_steps",
             "grub",
             "ignition",
             "image",

@@ -52,7 +52,14 @@ pub struct Inputs {
     pub firmware_root: Option<PathBuf>,
     /// Which drivers to carry.
     pub profile: kernel::Profile,
+    /// An operator's executable hardware managers (manifests and their
+    /// executables), put at [`MANAGERS_DIR`].
+    pub managers: Option<PathBuf>,
 }
+
+/// Where the agent in the ramdisk looks for executable hardware managers
+/// (`agent::exec_steps::RAMDISK_DIR`, without the leading `/`).
+pub const MANAGERS_DIR: &str = "etc/ironic-python-agent/managers";
 
 /// What the tree holds besides its files.
 #[derive(Debug, Default)]
@@ -155,6 +162,10 @@ pub fn tree(inputs: &Inputs) -> Result<(BTreeMap<String, Entry>, Report)> {
 
     for root in &inputs.extra_roots {
         merge_tree(&mut t, root, root).with_context(|| format!("adding {}", root.display()))?;
+    }
+    if let Some(dir) = &inputs.managers {
+        add_managers(&mut t, dir)
+            .with_context(|| format!("adding managers from {}", dir.display()))?;
     }
 
     let k = &inputs.kernel;
@@ -262,6 +273,29 @@ fn merge_tree(t: &mut BTreeMap<String, Entry>, root: &Path, dir: &Path) -> Resul
     Ok(())
 }
 
+/// `dir`'s tree at [`MANAGERS_DIR`]; it must hold a manifest (`*.yaml`).
+fn add_managers(t: &mut BTreeMap<String, Entry>, dir: &Path) -> Result<()> {
+    let mut sub = BTreeMap::new();
+    merge_tree(&mut sub, dir, dir)?;
+    if !sub.keys().any(|k| !k.contains('/') && k.ends_with(".yaml")) {
+        anyhow::bail!("no manifest (*.yaml) in it: see agent/docs/own-steps.md");
+    }
+    let mut parent = String::new();
+    for part in MANAGERS_DIR.split('/') {
+        parent = if parent.is_empty() {
+            part.to_string()
+        } else {
+            format!("{parent}/{part}")
+        };
+        t.entry(parent.clone())
+            .or_insert(Entry::Dir { mode: 0o755 });
+    }
+    for (k, v) in sub {
+        t.insert(format!("{MANAGERS_DIR}/{k}"), v);
+    }
+    Ok(())
+}
+
 fn file(p: &Path, mode: u32) -> Result<Entry> {
     let data = std::fs::read(p).with_context(|| format!("reading {}", p.display()))?;
     Ok(Entry::File { mode, data })
@@ -323,6 +357,7 @@ mod tests {
             extra_roots: Vec::new(),
             firmware_root: None,
             profile: kernel::Profile::Vm,
+            managers: None,
         }
     }
 
@@ -349,6 +384,38 @@ mod tests {
         assert!(matches!(&m["lib64/ld.so"], Entry::Symlink { target } if target == "../lib/ld.so"));
         assert!(matches!(&m["usr/sbin"], Entry::Dir { .. }));
         assert!(m.contains_key("init"), "the rest is still there");
+    }
+
+    #[test]
+    fn managers_go_where_the_agent_looks_for_them() {
+        use std::os::unix::fs::PermissionsExt;
+        let t = tempfile::tempdir().unwrap();
+        let mut i = inputs(t.path());
+        let m = t.path().join("managers");
+        std::fs::create_dir_all(m.join("bin")).unwrap();
+        std::fs::write(m.join("bin/tool"), b"#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(m.join("bin/tool"), std::fs::Permissions::from_mode(0o750))
+            .unwrap();
+        i.managers = Some(m.clone());
+        let e = tree(&i).unwrap_err();
+        assert!(format!("{e:#}").contains("no manifest (*.yaml)"), "{e:#}");
+        std::fs::write(m.join("acme.yaml"), b"name: acme\n").unwrap();
+        let (tree, _) = tree(&i).unwrap();
+        for d in [
+            "etc",
+            "etc/ironic-python-agent",
+            "etc/ironic-python-agent/managers",
+        ] {
+            assert!(matches!(&tree[d], Entry::Dir { .. }), "{d}");
+        }
+        assert!(matches!(
+            &tree["etc/ironic-python-agent/managers/acme.yaml"],
+            Entry::File { data, .. } if data == b"name: acme\n"
+        ));
+        assert!(matches!(
+            &tree["etc/ironic-python-agent/managers/bin/tool"],
+            Entry::File { mode: 0o750, .. }
+        ));
     }
 
     #[test]

@@ -46,6 +46,11 @@ struct BuildArgs {
     /// with its libraries from `image-builder/fetch-ssh.sh`.
     #[arg(long)]
     extra_root: Vec<PathBuf>,
+    /// An operator's executable hardware managers: a directory of manifests
+    /// (`*.yaml`) and their executables, put where the agent looks for them
+    /// (`/etc/ironic-python-agent/managers`; agent/docs/own-steps.md).
+    #[arg(long)]
+    managers: Option<PathBuf>,
     /// Unpacked firmware packages (from `image-builder/fetch-firmware.sh`):
     /// the blobs the included drivers name go to `lib/firmware`.
     #[arg(long)]
@@ -116,6 +121,7 @@ fn run(cli: Cli) -> Result<()> {
         extra_roots: args.extra_root.clone(),
         firmware_root: args.firmware_root.clone(),
         profile: args.drivers,
+        managers: args.managers.clone(),
     };
     let (tree, report) = assemble::tree(&inputs)?;
     if !report.missing_modules.is_empty() {

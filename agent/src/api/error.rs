@@ -37,6 +37,10 @@ pub enum ApiError {
     /// Unexpected failure (500).
     #[error("Internal error: {0}")]
     Internal(String),
+    /// A hardware manager is misconfigured (500; the command's error,
+    /// `Hardware manager configuration error: …`).
+    #[error("{0}")]
+    ManagerConfiguration(String),
 }
 
 impl ApiError {
@@ -49,7 +53,7 @@ impl ApiError {
             Self::NotFound(_) => StatusCode::NOT_FOUND,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::TooLarge(_) | Self::BodyBudget(_) => StatusCode::PAYLOAD_TOO_LARGE,
-            Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            Self::Internal(_) | Self::ManagerConfiguration(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 }

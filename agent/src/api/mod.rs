@@ -24,6 +24,7 @@ pub use error::ApiError;
 
 use crate::command::history::OnAsyncEnd;
 use crate::command::history::StartError;
+use crate::command::ErrorKind;
 use crate::commands::context::Context;
 use crate::commands::registry::{self, LookupError};
 use crate::state::{AgentEvent, AgentState};
@@ -301,6 +302,20 @@ async fn run_command(
         .execute(ready, wants_wait(&q), on_async_end)
         .await
         .map_err(|StartError::Busy(name)| ApiError::Busy(name))?;
+    // A command refused because a hardware manager is misconfigured (an
+    // operator's manager shadowing a step, a bad manifest) is answered 500
+    // with the reason as `faultstring`: Ironic 39's `refresh_steps` reads
+    // only `command_result` of a failed `get_*_steps` (null: its
+    // `last_error` would say "'NoneType' object is not iterable"), while an
+    // HTTP error becomes an `AgentAPIError` carrying the faultstring into
+    // `last_error`. The command stays in the list as failed.
+    if let Some(e) = result
+        .command_error
+        .as_ref()
+        .filter(|e| e.kind == ErrorKind::HardwareManagerConfiguration)
+    {
+        return Err(ApiError::ManagerConfiguration(e.to_string()));
+    }
     Ok(Json(serde_json::to_value(result).map_err(internal)?))
 }
 

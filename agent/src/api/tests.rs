@@ -678,3 +678,32 @@ async fn requests_are_typed_where_they_arrive() {
     );
     assert_eq!(s.node().unwrap().uuid(), Some("n1"), "the node is cached");
 }
+
+#[tokio::test]
+async fn a_misconfigured_hardware_manager_fails_the_step_listing_with_http_500() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("shadow.yaml"),
+        "name: shadow\nversion: '1'\nsteps:\n  - {name: erase_devices, executable: /bin/true, interface: deploy, clean_priority: 1}\n",
+    )
+    .unwrap();
+    let s = state_with(Config {
+        exec_managers_dir: Some(dir.path().to_path_buf()),
+        ..Config::default()
+    });
+    let body = json!({"name": "clean.get_clean_steps", "params": {"node": {}, "ports": []}});
+    let (st, v) = post(&s, &cmd_uri("&wait=true"), body.clone()).await;
+    // Ironic 39 shows an HTTP error's faultstring in last_error, and not a
+    // failed sync command's error.
+    assert_eq!(st, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_fault(
+        &v,
+        "Hardware manager configuration error: hardware manager \"shadow\"",
+    );
+    assert_fault(&v, &dir.path().join("shadow.yaml").display().to_string());
+    assert_fault(&v, "\"erase_devices\"");
+    std::fs::remove_file(dir.path().join("shadow.yaml")).unwrap();
+    let (st, v) = post(&s, &cmd_uri("&wait=true"), body).await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    assert_eq!(v["command_status"], "SUCCEEDED");
+}

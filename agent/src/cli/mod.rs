@@ -120,6 +120,10 @@ pub struct ServeArgs {
     /// `install_coreos` with `coreos_copy_network` carries into the image.
     #[arg(long)]
     pub network_record: Option<PathBuf>,
+    /// A directory of executable hardware managers' manifests (`*.yaml`,
+    /// agent/docs/own-steps.md) whose steps the agent offers.
+    #[arg(long)]
+    pub managers_dir: Option<PathBuf>,
     /// Serve plain HTTP even when the conductor supports auto-TLS.
     #[arg(long)]
     pub no_tls: bool,
@@ -304,6 +308,7 @@ pub fn ramdisk_config(args: &RamdiskArgs, debug: bool) -> Result<Config> {
     c.mode = RunMode::Ramdisk;
     c.debug |= debug;
     c.network_record = Some(crate::netconf::record::RAMDISK_PATH.into());
+    c.exec_managers_dir = Some(crate::exec_steps::RAMDISK_DIR.into());
     if c.advertise_host.is_none() {
         c.advertise_host = args.advertise_host;
     }
@@ -357,6 +362,7 @@ pub fn host_config(args: &ServeArgs, debug: bool) -> Result<Config> {
     }
     c.allowed_devices = args.allow_device.clone();
     c.network_record.clone_from(&args.network_record);
+    c.exec_managers_dir.clone_from(&args.managers_dir);
     if args.no_tls {
         c.auto_tls = false;
     }
@@ -406,8 +412,14 @@ mod tests {
             "--mac",
             "52:54:00:12:34:56",
             "--insecure",
+            "--managers-dir",
+            "/srv/managers",
         ]);
         let c = host_config(&args, false).unwrap();
+        assert_eq!(
+            c.exec_managers_dir.as_deref(),
+            Some(std::path::Path::new("/srv/managers"))
+        );
         assert_eq!(
             c.api_urls,
             config::ApiUrls::Urls(vec!["http://127.0.0.1:6385".into()])
@@ -426,6 +438,7 @@ mod tests {
             c.api_urls,
             config::ApiUrls::Urls(vec!["http://10.0.0.1:6385".into()])
         );
+        assert_eq!(c.exec_managers_dir, None, "no managers unless asked for");
         assert_eq!(c.lookup_timeout, Duration::from_secs(7));
     }
 

@@ -18,6 +18,7 @@ use std::sync::Arc;
 use anyhow::Result;
 use serde_json::{Map, Value};
 
+use super::managers::exec;
 use super::step_call::StepCall;
 use super::{CommandError, ErrorKind};
 use crate::disk::fullerase::{self, Knobs};
@@ -90,7 +91,12 @@ fn refuse_special(devices: &[Device], knobs: &Knobs) -> Result<(), EraseFailure>
     }
 }
 
-/// The `erase_devices` step.
+/// The `erase_devices` step: each disk is offered first to the erase hooks
+/// of the executable hardware managers (highest support first,
+/// [`super::managers::exec::erase_claimed`]); the ones every hook declines
+/// get the generic erase. The result names the method per disk. A disk
+/// holding a shared cluster filesystem is never offered to a hook unless
+/// the node allows wiping it: the generic erase refuses it as before.
 pub async fn erase_devices_step(
     state: Arc<AgentState>,
     call: StepCall,
@@ -101,14 +107,39 @@ pub async fn erase_devices_step(
     // clean and powered the node off, or wiped the token).
     let cancel = state.abort_flag();
     let node = call.node_document().clone();
+    let hooks = exec::erase_hooks(&state.config)
+        .map_err(|e| CommandError::new(ErrorKind::BlockDeviceErase, e))?;
+    let (disks, guarded) = {
+        let (policy, node, wipe_special) = (policy.clone(), node.clone(), knobs.wipe_special);
+        tokio::task::spawn_blocking(move || -> Result<_> {
+            let disks = paths(targets(&policy, &node, false)?);
+            let (guarded, open): (Vec<PathBuf>, Vec<PathBuf>) = disks.into_iter().partition(|d| {
+                !wipe_special && fullerase::guard::first_special(std::slice::from_ref(d)).is_some()
+            });
+            Ok((open, guarded))
+        })
+        .await
+        .map_err(|e| CommandError::new(ErrorKind::BlockDeviceErase, e.to_string()))?
+        .map_err(|e| CommandError::from_anyhow(ErrorKind::BlockDeviceErase, &e))?
+    };
+    let (claimed, mut rest) = exec::erase_claimed(&hooks, disks, &node, &state).await?;
+    rest.extend(guarded);
     let results = tokio::task::spawn_blocking(move || {
-        let disks = paths(targets(&policy, &node, false)?);
-        fullerase::erase_disks(&disks, &policy, &knobs, &cancel)
+        fullerase::erase_disks(&rest, &policy, &knobs, &cancel)
     })
     .await
     .map_err(|e| CommandError::new(ErrorKind::BlockDeviceErase, e.to_string()))?
     .map_err(|e| CommandError::from_anyhow(ErrorKind::BlockDeviceErase, &e))?;
     let mut out = Map::new();
+    for c in claimed {
+        out.insert(
+            c.disk.display().to_string(),
+            Value::String(format!(
+                "erase_block_device of executable hardware manager {}",
+                c.manager
+            )),
+        );
+    }
     for (dev, erased) in results {
         out.insert(dev.display().to_string(), Value::String(erased.describe()));
     }

@@ -125,6 +125,11 @@ pub struct Config {
     /// The record of the ramdisk's network (`coreos_copy_network`): in the
     /// ramdisk what init wrote, in host mode `--network-record`.
     pub network_record: Option<PathBuf>,
+    /// The directory of executable hardware managers' manifests
+    /// (`agent/docs/own-steps.md`): in the ramdisk
+    /// `/etc/ironic-python-agent/managers`, in host mode `--managers-dir`;
+    /// `None`: no such managers.
+    pub exec_managers_dir: Option<PathBuf>,
     /// Ramdisk or host mode.
     pub mode: RunMode,
     /// NTP server the clock is set from before any TLS (`ipa-ntp-server`).
@@ -246,6 +251,7 @@ impl Default for Config {
             max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
             allowed_devices: Vec::new(),
             network_record: None,
+            exec_managers_dir: None,
             mode: RunMode::Host,
             ntp_server: None,
             mdns: groups::MdnsOptions::default(),

@@ -13,6 +13,7 @@
 //! it, so the operator sees the mistake in the node's `last_error` instead
 //! of a step that silently does something else.
 
+pub mod exec;
 pub mod generic;
 
 use std::cmp::Reverse;
@@ -162,9 +163,20 @@ impl Default for Managers {
 impl Managers {
     /// The managers loaded from `sources`: the generic one, then those the
     /// agent's configuration and the conductor add.
-    pub fn load(_sources: &ManagerSources) -> Self {
-        let candidates: Vec<Arc<dyn Manager>> = Vec::new();
-        let refused = Vec::new();
+    pub fn load(sources: &ManagerSources) -> Self {
+        let mut candidates: Vec<Arc<dyn Manager>> = Vec::new();
+        let mut refused = Vec::new();
+        match exec::load(&sources.config) {
+            Ok(found) => candidates.extend(
+                found
+                    .into_iter()
+                    .map(|m| Arc::new(exec::ExecAdapter::new(m)) as Arc<dyn Manager>),
+            ),
+            Err(e) => {
+                tracing::error!("{e}");
+                refused.push(e);
+            }
+        }
         Self::from_candidates(candidates, refused)
     }
 

@@ -1,0 +1,442 @@
+//! Real Ironic 39.0.0 drives executable hardware managers
+//! (`agent/docs/own-steps.md`) of an agent in host mode: a manifest
+//! directory made here declares steps that run Debian's `sgdisk` on loop
+//! devices this test creates, and an erase hook.
+//!
+//! * a manual clean runs a step, whose GPT shows on the loop device;
+//! * a deploy template runs a step after `write_image`, renaming the
+//!   deployed image's partition;
+//! * a failing step ends `clean failed` with its exit status and last
+//!   output line in `last_error`;
+//! * aborting a clean kills a running abortable step and what it started;
+//! * a manifest whose step clashes with the generic `erase_devices_metadata`
+//!   makes the clean fail naming the manifest and the step;
+//! * `erase_devices` leaves one disk to the hook that claims it and erases
+//!   the other itself.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use agent::testconductor::demo::host_config;
+use agent::testconductor::image_server::{Fault, ImageServer};
+use hardware_tests::images;
+use hardware_tests::ironic::{reached, Ironic, POLL_ANY};
+use hardware_tests::loopdev::LoopDevice;
+use serde_json::{json, Value};
+
+const MIB: u64 = 1 << 20;
+
+fn script(dir: &Path, name: &str, body: &str) {
+    let p = dir.join(name);
+    std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// A field of the compact JSON on stdin (`$input`), for scripts.
+const FIELD: &str =
+    r#"field() { printf '%s' "$input" | sed -n "s/.*\"$1\":\"\([^\"]*\)\".*/\1/p"; }"#;
+
+/// The manifest directory: manager `loopkit` with its steps, manager
+/// `wiper` with an erase hook that claims `claimed` only.
+fn managers(dir: &Path, claimed: &Path, pids: &Path) {
+    script(
+        dir,
+        "label.sh",
+        &format!(
+            r#"{FIELD}
+input=$(cat)
+printf '%s' "$input" > {seen}
+dev=$(field device); label=$(field label)
+echo "labelling $dev as $label in phase $(field phase)"
+sgdisk --clear --new=1:2048:+8M --change-name=1:"$label" "$dev"
+echo "{{\"device\": \"$dev\", \"label\": \"$label\"}}""#,
+            seen = dir.join("label-input.json").display()
+        ),
+    );
+    script(
+        dir,
+        "rename.sh",
+        &format!(
+            r#"{FIELD}
+input=$(cat)
+sgdisk --change-name=1:"$(field label)" "$(field device)""#
+        ),
+    );
+    script(
+        dir,
+        "fail.sh",
+        "echo 'checking controller 0'\necho 'controller 0: battery failed' >&2\nexit 3",
+    );
+    script(
+        dir,
+        "wait.sh",
+        &format!(
+            "echo $$ > {p}.tmp\nsleep 600 &\necho $! >> {p}.tmp\nmv {p}.tmp {p}\nwait",
+            p = pids.display()
+        ),
+    );
+    script(
+        dir,
+        "erase.sh",
+        &format!(
+            r#"input=$(cat)
+# The disk's name, from the block_device object (the node has a name too).
+dev=$(printf '%s' "$input" | sed -n 's/^{{"block_device":{{[^}}]*"name":"\([^"]*\)".*/\1/p')
+if [ "$dev" != "{claimed}" ]; then echo '{{"claimed": false}}'; exit 0; fi
+sgdisk --zap-all "$dev" >/dev/null
+sgdisk --new=1:2048:+4M --change-name=1:claimed-by-hook "$dev"
+echo '{{"method": "sgdisk"}}'"#,
+            claimed = claimed.display()
+        ),
+    );
+    std::fs::write(
+        dir.join("loopkit.yaml"),
+        "name: loopkit
+version: '1.0'
+steps:
+  - name: label_disk
+    executable: label.sh
+    interface: deploy
+    clean_priority: 0
+    argsinfo:
+      device: {description: the disk, required: true}
+      label: {description: the partition's name, required: true}
+  - name: rename_partition
+    executable: ./rename.sh
+    interface: deploy
+    deploy_priority: 0
+    argsinfo:
+      device: {description: the disk, required: true}
+      label: {description: the new name, required: true}
+  - name: check_controller
+    executable: fail.sh
+    interface: deploy
+    clean_priority: 0
+  - name: long_wait
+    executable: wait.sh
+    interface: deploy
+    clean_priority: 0
+    abortable: true
+    timeout: 900
+",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("wiper.yaml"),
+        "name: wiper\nversion: '2'\nsupport: 4\nerase_block_device: {executable: erase.sh, timeout: 120}\n",
+    )
+    .unwrap();
+}
+
+/// The partition names of the GPT on `dev`.
+fn gpt_names(dev: &Path) -> Vec<String> {
+    let f = std::fs::File::open(dev).unwrap();
+    match agent::disk::table::read(&f, 512).unwrap() {
+        Some(t) => t.parts.into_iter().map(|p| p.name).collect(),
+        None => Vec::new(),
+    }
+}
+
+/// Whether `pid` runs (a zombie waiting for its reaper does not).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit_once(") ")
+            .is_some_and(|(_, rest)| !rest.starts_with('Z') && !rest.starts_with('X'))
+    })
+}
+
+/// Takes a node from `clean failed` back to `manageable`, out of the
+/// maintenance mode a failed clean step puts it in.
+async fn recover(ironic: &Ironic, uuid: &str) {
+    ironic
+        .move_to(uuid, "manage", "manageable", Duration::from_secs(60))
+        .await
+        .unwrap();
+    ironic.unset_maintenance(uuid).await.unwrap();
+}
+
+/// A manual clean that must fail; returns `last_error`, the node back in
+/// `manageable`.
+async fn failing_clean(ironic: &Ironic, uuid: &str, steps: Value) -> String {
+    ironic
+        .provision(uuid, json!({"target": "clean", "clean_steps": steps}))
+        .await
+        .unwrap();
+    let node = ironic
+        .poll_node(
+            uuid,
+            POLL_ANY,
+            Duration::from_secs(180),
+            &mut (),
+            reached("clean failed"),
+        )
+        .await
+        .unwrap();
+    let err = node["last_error"].as_str().unwrap_or_default().to_string();
+    recover(ironic, uuid).await;
+    err
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_ironic_runs_executable_managers() {
+    hardware_tests::require_root("the real-Ironic executable managers test");
+    let dir = tempfile::tempdir().unwrap();
+    let mdir = dir.path().join("managers");
+    std::fs::create_dir(&mdir).unwrap();
+    let pids = dir.path().join("wait.pids");
+    let d1 = LoopDevice::new(64 * MIB).expect("creating a loop device");
+    let d2 = LoopDevice::new(64 * MIB).expect("creating a loop device");
+    managers(&mdir, &d1.path, &pids);
+
+    let ironic = Ironic::start().expect("starting Ironic 39.0.0");
+    let mac = "52:54:00:c1:ee:01";
+    let uuid = ironic.enroll_ready("agent-exec", mac, false).await.unwrap();
+    let mut config = host_config(&ironic.url, mac, &d1.path);
+    config.allowed_devices.push(d2.path.clone());
+    config.exec_managers_dir = Some(mdir.clone());
+    let agent = agent::agent::start_detached(config);
+
+    // (a) A manual clean runs `label_disk`: sgdisk's GPT on d1.
+    let t = Instant::now();
+    ironic
+        .manual_clean(
+            &uuid,
+            json!([{"interface": "deploy", "step": "label_disk",
+                    "args": {"device": d1.path, "label": "cleaned-by-step"}}]),
+            Duration::from_secs(180),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("clean with label_disk: {e:#}"));
+    println!("label_disk clean: {:.1} s", t.elapsed().as_secs_f64());
+    assert_eq!(gpt_names(&d1.path), ["cleaned-by-step"]);
+    // What the step read on stdin: Ironic's node, ports and arguments, the
+    // phase, and the allowed loop devices as the inventory lists them.
+    let seen: Value =
+        serde_json::from_slice(&std::fs::read(mdir.join("label-input.json")).unwrap()).unwrap();
+    assert_eq!(seen["step"], "label_disk");
+    assert_eq!(seen["phase"], "clean");
+    assert_eq!(seen["node"]["uuid"], uuid.as_str());
+    assert_eq!(seen["args"]["label"], "cleaned-by-step");
+    assert_eq!(seen["ports"][0]["address"], mac);
+    let disks: Vec<(&str, u64)> = seen["disks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|d| Some((d["name"].as_str()?, d["size"].as_u64()?)))
+        .collect();
+    let mut want = [
+        (d1.path.to_str().unwrap(), 64 * MIB),
+        (d2.path.to_str().unwrap(), 64 * MIB),
+    ];
+    want.sort();
+    assert_eq!(disks, want, "{}", seen["disks"]);
+
+    // (c) A failing step: its status and last output line in last_error.
+    let err = failing_clean(
+        &ironic,
+        &uuid,
+        json!([{"interface": "deploy", "step": "check_controller"}]),
+    )
+    .await;
+    println!("failing step: {err}");
+    assert!(err.contains("exited with status 3"), "{err}");
+    assert!(err.contains("controller 0: battery failed"), "{err}");
+    assert!(err.contains("check_controller"), "{err}");
+
+    // (d) Abort: the step's shell and its child sleep are killed.
+    let _ = std::fs::remove_file(&pids);
+    ironic
+        .provision(
+            &uuid,
+            json!({"target": "clean",
+                   "clean_steps": [{"interface": "deploy", "step": "long_wait"}]}),
+        )
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(180);
+    let started: Vec<u32> = loop {
+        if let Ok(text) = std::fs::read_to_string(&pids) {
+            break text.lines().filter_map(|l| l.trim().parse().ok()).collect();
+        }
+        assert!(Instant::now() < deadline, "long_wait never started");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(started.len(), 2, "{started:?}");
+    assert!(started.iter().all(|&p| alive(p)), "{started:?}");
+    ironic
+        .poll_node(
+            &uuid,
+            POLL_ANY,
+            Duration::from_secs(60),
+            &mut (),
+            reached("clean wait"),
+        )
+        .await
+        .unwrap();
+    let t = Instant::now();
+    ironic
+        .provision(&uuid, json!({"target": "abort"}))
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while started.iter().any(|&p| alive(p)) {
+        assert!(
+            Instant::now() < deadline,
+            "the aborted step's processes {started:?} still run after 90 s"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    println!(
+        "abort: step killed {:.1} s after the abort",
+        t.elapsed().as_secs_f64()
+    );
+    ironic
+        .poll_node(
+            &uuid,
+            POLL_ANY,
+            Duration::from_secs(60),
+            &mut (),
+            reached("clean failed"),
+        )
+        .await
+        .unwrap();
+    recover(&ironic, &uuid).await;
+
+    // (e) A manager whose step shadows the generic one is refused: the
+    // clean fails naming its manifest and the step.
+    let clash = mdir.join("zz-clash.yaml");
+    std::fs::write(
+        &clash,
+        "name: clash\nversion: '1'\nsteps:\n  - {name: erase_devices_metadata, executable: label.sh, interface: deploy, clean_priority: 99}\n",
+    )
+    .unwrap();
+    let err = failing_clean(
+        &ironic,
+        &uuid,
+        json!([{"interface": "deploy", "step": "label_disk",
+                "args": {"device": d1.path, "label": "never"}}]),
+    )
+    .await;
+    println!("clashing manager: {err}");
+    assert!(err.contains(&clash.display().to_string()), "{err}");
+    assert!(err.contains("\"erase_devices_metadata\""), "{err}");
+    assert_eq!(
+        gpt_names(&d1.path),
+        ["cleaned-by-step"],
+        "the refused clean wrote"
+    );
+    std::fs::remove_file(&clash).unwrap();
+
+    // (f) erase_devices: the hook claims d1, the generic erase takes d2.
+    d2.partition_and_format().unwrap();
+    assert!(!d2.signatures().unwrap().is_empty());
+    let t = Instant::now();
+    ironic
+        .manual_clean(
+            &uuid,
+            json!([{"interface": "deploy", "step": "erase_devices"}]),
+            Duration::from_secs(240),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("erase_devices: {e:#}"));
+    println!("erase_devices: {:.1} s", t.elapsed().as_secs_f64());
+    assert_eq!(gpt_names(&d1.path), ["claimed-by-hook"]);
+    let left = d2.signatures().unwrap();
+    assert!(left.is_empty(), "the generic erase left {left:?} on d2");
+    let data = std::fs::read(&d2.path).unwrap();
+    assert!(data.iter().all(|&b| b == 0), "d2 is not zeroed");
+    assert!(!agent.is_finished(), "the agent stopped");
+    agent.abort();
+}
+
+/// A 32 MiB GPT disk image whose partition `root` holds random bytes.
+fn make_image(path: &Path) -> (Vec<u8>, String) {
+    images::sfdisk_image(path, 32 * MIB, "label: gpt\nname=root\n").unwrap();
+    let mut img = std::fs::read(path).unwrap();
+    let mut rng = fastrand::Rng::with_seed(32);
+    for b in &mut img[(2 * MIB) as usize..(6 * MIB) as usize] {
+        *b = rng.u8(..);
+    }
+    std::fs::write(path, &img).unwrap();
+    let hex = images::sha256_hex(&img);
+    (img, hex)
+}
+
+/// (b) A deploy template runs `rename_partition` after `write_image`: the
+/// deployed image's partition is renamed, its data intact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_ironic_runs_an_executable_step_from_a_deploy_template() {
+    hardware_tests::require_root("the real-Ironic executable deploy step test");
+    let dir = tempfile::tempdir().unwrap();
+    let mdir = dir.path().join("managers");
+    std::fs::create_dir(&mdir).unwrap();
+    let disk = LoopDevice::new(64 * MIB).expect("creating a loop device");
+    managers(&mdir, &PathBuf::from("/dev/none"), &dir.path().join("pids"));
+    let image_path = dir.path().join("tenant.raw");
+    let (img, sha) = make_image(&image_path);
+    let server = ImageServer::start().unwrap();
+    server.route("/images/tenant.raw", &image_path, &[], Fault::None);
+
+    let ironic = Ironic::start().expect("starting Ironic 39.0.0");
+    let mac = "52:54:00:c1:ee:02";
+    let uuid = ironic
+        .enroll_ready("agent-exec-deploy", mac, true)
+        .await
+        .unwrap();
+    ironic
+        .create_deploy_template(
+            "CUSTOM_EXEC_STEPS",
+            json!([{"interface": "deploy", "step": "rename_partition", "priority": 50,
+                    "args": {"device": disk.path, "label": "templated"}}]),
+        )
+        .await
+        .unwrap();
+    ironic
+        .set_traits(&uuid, &["CUSTOM_EXEC_STEPS"])
+        .await
+        .unwrap();
+    ironic
+        .patch(
+            &uuid,
+            Ironic::image_patch(
+                &server.url("/images/tenant.raw"),
+                &sha,
+                json!([{"op": "add", "path": "/instance_info/traits", "value": ["CUSTOM_EXEC_STEPS"]}]),
+            ),
+        )
+        .await
+        .unwrap();
+    let mut config = host_config(&ironic.url, mac, &disk.path);
+    config.exec_managers_dir = Some(mdir);
+    let agent = agent::agent::start_detached(config);
+    let t = Instant::now();
+    ironic
+        .provision(&uuid, json!({"target": "active"}))
+        .await
+        .unwrap();
+    let node = ironic
+        .wait_for(&uuid, "active", Duration::from_secs(240))
+        .await
+        .unwrap_or_else(|e| panic!("deploy with the template: {e:#}"));
+    println!(
+        "deploy with the template: {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+    assert!(node["last_error"].is_null(), "{}", node["last_error"]);
+    assert_eq!(gpt_names(&disk.path), ["templated"]);
+    let data = std::fs::read(&disk.path).unwrap();
+    let body = (2 * MIB) as usize..(6 * MIB) as usize;
+    assert!(data[body.clone()] == img[body], "the image's data changed");
+    agent.abort();
+}
+
+/// image-builder's `--managers DIR` puts the directory where the ramdisk's
+/// agent reads manifests.
+#[test]
+fn the_ramdisk_gets_managers_where_its_agent_looks() {
+    assert_eq!(
+        format!("/{}", image_builder::assemble::MANAGERS_DIR),
+        agent::exec_steps::RAMDISK_DIR
+    );
+}
