@@ -108,7 +108,7 @@ pub async fn erase_devices_step(
     let cancel = state.abort_flag();
     let node = call.node_document().clone();
     let hooks = exec::erase_hooks(&state.config)
-        .map_err(|e| CommandError::new(ErrorKind::BlockDeviceErase, e))?;
+        .map_err(|e| CommandError::new(ErrorKind::BlockDeviceErase, e.to_string()))?;
     let (disks, guarded) = {
         let (policy, node, wipe_special) = (policy.clone(), node.clone(), knobs.wipe_special);
         tokio::task::spawn_blocking(move || -> Result<_> {

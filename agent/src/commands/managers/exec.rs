@@ -37,16 +37,25 @@ impl ExecAdapter {
 /// The executable managers of the agent's manager directory, in name
 /// order of their manifests, or why the directory was refused (a message
 /// naming the manifest, the step and the field).
-pub fn load(config: &Config) -> Result<Vec<ExecManager>, String> {
+pub fn load(config: &Config) -> Result<Vec<ExecManager>, Refused> {
     let Some(dir) = &config.exec_managers_dir else {
         return Ok(Vec::new());
     };
-    crate::exec_steps::load_dir(dir).map_err(|e| {
-        format!(
-            "the executable hardware managers of {} are refused: {e}",
-            dir.display()
-        )
+    crate::exec_steps::load_dir(dir).map_err(|source| Refused {
+        dir: dir.clone(),
+        source,
     })
+}
+
+/// The manager directory could not be loaded: every manager in it is
+/// refused.
+#[derive(Debug, thiserror::Error)]
+#[error("the executable hardware managers of {} are refused: {source}", dir.display())]
+pub struct Refused {
+    /// The directory.
+    pub dir: std::path::PathBuf,
+    /// Why.
+    pub source: crate::exec_steps::ManifestError,
 }
 
 fn priority(s: &ExecStep, kind: StepKind) -> Option<u32> {
@@ -207,7 +216,7 @@ fn inventory_disks(config: &Config) -> anyhow::Result<Vec<Value>> {
 
 /// The managers with an erase hook, highest support first (load order
 /// among equals).
-pub fn erase_hooks(config: &Config) -> Result<Vec<Arc<ExecManager>>, String> {
+pub fn erase_hooks(config: &Config) -> Result<Vec<Arc<ExecManager>>, Refused> {
     let mut hooks: Vec<Arc<ExecManager>> = load(config)?
         .into_iter()
         .filter(|m| m.support > 0 && m.erase_block_device.is_some())

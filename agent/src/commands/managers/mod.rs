@@ -174,7 +174,7 @@ impl Managers {
             ),
             Err(e) => {
                 tracing::error!("{e}");
-                refused.push(e);
+                refused.push(e.to_string());
             }
         }
         Self::from_candidates(candidates, refused)
