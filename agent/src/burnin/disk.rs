@@ -18,6 +18,7 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use anyhow::Context;
 use serde::Serialize;
 
 use super::{pattern_word, BurninError, Stop};
@@ -215,7 +216,8 @@ fn one(
     loop {
         let seed = pattern_word(0x6275_726e, report.passes);
         let t = Instant::now();
-        let written = write_pass(&file, size, seed, &mut buf, stop).map_err(&fail)?;
+        let written =
+            write_pass(&file, size, seed, &mut buf, stop).map_err(|e| fail(format!("{e:#}")))?;
         if is_block {
             let _ = ioctl::flush_buffers(&file);
         } else {
@@ -228,7 +230,8 @@ fn one(
             break;
         }
         let t = Instant::now();
-        let verified = verify_pass(&file, written, seed, &mut buf, stop).map_err(&fail)?;
+        let verified = verify_pass(&file, written, seed, &mut buf, stop)
+            .map_err(|e| fail(format!("{e:#}")))?;
         read_s += t.elapsed().as_secs_f64();
         report.bytes_verified += verified;
         if written == size && verified == size {
@@ -267,7 +270,7 @@ fn write_pass(
     seed: u64,
     buf: &mut Aligned,
     stop: Stop<'_>,
-) -> Result<u64, String> {
+) -> anyhow::Result<u64> {
     let mut off = 0u64;
     while off < size {
         if stop.aborted() || stop.expired() {
@@ -277,7 +280,7 @@ fn write_pass(
         let b = buf.get(n);
         fill(b, seed, off);
         file.write_all_at(b, off)
-            .map_err(|e| format!("writing at byte {off}: {e}"))?;
+            .with_context(|| format!("writing at byte {off}"))?;
         off += n as u64;
     }
     Ok(off)
@@ -291,7 +294,7 @@ fn verify_pass(
     seed: u64,
     buf: &mut Aligned,
     stop: Stop<'_>,
-) -> Result<u64, String> {
+) -> anyhow::Result<u64> {
     let mut want = vec![0u8; CHUNK];
     let mut off = 0u64;
     let mut bad = 0u64;
@@ -303,7 +306,7 @@ fn verify_pass(
         let n = (len - off).min(CHUNK as u64) as usize;
         let b = buf.get(n);
         file.read_exact_at(b, off)
-            .map_err(|e| format!("reading back at byte {off}: {e}"))?;
+            .with_context(|| format!("reading back at byte {off}"))?;
         fill(&mut want[..n], seed, off);
         if b != &want[..n] {
             for (s, (got, exp)) in b
@@ -321,7 +324,7 @@ fn verify_pass(
     }
     match first {
         None => Ok(off),
-        Some(at) => Err(format!(
+        Some(at) => Err(anyhow::anyhow!(
             "{bad} sectors read back different from what was written; the first at byte {at}"
         )),
     }
@@ -400,7 +403,9 @@ mod tests {
         let mut buf = Aligned::new(CHUNK);
         assert_eq!(write_pass(&f, 2 << 20, 9, &mut buf, stop).unwrap(), 2 << 20);
         f.write_all_at(b"x", (1 << 20) + 5000).unwrap();
-        let e = verify_pass(&f, 2 << 20, 9, &mut buf, stop).unwrap_err();
+        let e = verify_pass(&f, 2 << 20, 9, &mut buf, stop)
+            .unwrap_err()
+            .to_string();
         assert_eq!(
             e,
             format!(

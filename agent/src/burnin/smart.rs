@@ -54,7 +54,7 @@ pub fn decode(data: &[u8; 512]) -> Status {
 /// One disk's SMART access.
 pub trait SelfTester {
     /// Starts the extended self-test.
-    fn start(&self) -> Result<(), String>;
+    fn start(&self) -> anyhow::Result<()>;
     /// Its status now.
     fn status(&self) -> Status;
 }
@@ -68,36 +68,46 @@ impl Ata {
     /// namespace (IPA 13 reads ATA self-test data only), a disk behind a
     /// USB or SAS bridge (no ATA pass-through trusted), one that does not
     /// open.
-    pub fn open(path: &Path) -> Result<Self, String> {
+    pub fn open(path: &Path) -> Result<Self, NoSelfTest> {
         let kernel = crate::disk::Device::open(path)
             .ok()
             .and_then(|d| d.kernel_name());
         if kernel.as_deref().is_some_and(|k| k.starts_with("nvme")) {
-            return Err("an NVMe disk (IPA 13 reads ATA self-test data only)".into());
+            return Err(NoSelfTest::Nvme);
         }
         if kernel
             .as_deref()
             .map(Attachment::of)
             .is_some_and(|a| a != Attachment::Other)
         {
-            return Err("behind a USB or SAS bridge: no ATA pass-through trusted".into());
+            return Err(NoSelfTest::Bridged);
         }
-        File::open(path)
-            .map(Self)
-            .map_err(|e| format!("cannot open it: {e}"))
+        File::open(path).map(Self).map_err(NoSelfTest::Open)
     }
 
-    fn execute(&self, cmd: &AtaCommand) -> Result<[u8; 512], String> {
-        SgIo { file: &self.0 }
-            .execute(cmd, SHORT)
-            .map_err(|e| e.to_string())
+    fn execute(&self, cmd: &AtaCommand) -> anyhow::Result<[u8; 512]> {
+        Ok(SgIo { file: &self.0 }.execute(cmd, SHORT)?)
     }
+}
+
+/// Why a disk gets no ATA self-test.
+#[derive(Debug, thiserror::Error)]
+pub enum NoSelfTest {
+    /// An NVMe namespace.
+    #[error("an NVMe disk (IPA 13 reads ATA self-test data only)")]
+    Nvme,
+    /// Behind a USB or SAS bridge.
+    #[error("behind a USB or SAS bridge: no ATA pass-through trusted")]
+    Bridged,
+    /// It does not open.
+    #[error("cannot open it: {0}")]
+    Open(std::io::Error),
 }
 
 const SHORT: Duration = Duration::from_secs(30);
 
 impl SelfTester for Ata {
-    fn start(&self) -> Result<(), String> {
+    fn start(&self) -> anyhow::Result<()> {
         self.execute(&AtaCommand::smart_execute_offline(2))
             .map(drop)
     }
@@ -105,7 +115,7 @@ impl SelfTester for Ata {
     fn status(&self) -> Status {
         match self.execute(&AtaCommand::smart_read_data()) {
             Ok(data) => decode(&data),
-            Err(e) => Status::Unavailable(e),
+            Err(e) => Status::Unavailable(format!("{e:#}")),
         }
     }
 }
@@ -146,7 +156,7 @@ pub fn run(
             }
             Err(e) => out
                 .failed
-                .push((name.clone(), format!("starting the self-test: {e}"))),
+                .push((name.clone(), format!("starting the self-test: {e:#}"))),
         }
     }
     let started = Instant::now();
@@ -215,10 +225,10 @@ mod tests {
     }
 
     impl SelfTester for Fake {
-        fn start(&self) -> Result<(), String> {
+        fn start(&self) -> anyhow::Result<()> {
             self.started.set(true);
             if self.start_fails {
-                Err("ABRT".into())
+                Err(anyhow::anyhow!("ABRT"))
             } else {
                 Ok(())
             }

@@ -228,7 +228,7 @@ fn smart_self_tests(disks: &[std::path::PathBuf], cancel: &AtomicBool) -> burnin
             match burnin::smart::Ata::open(d) {
                 Ok(t) => Some((name, t)),
                 Err(why) => {
-                    skipped.push((name, why));
+                    skipped.push((name, why.to_string()));
                     None
                 }
             }

@@ -174,7 +174,7 @@ fn permit(req: &WriteRequest, url: &str, found: &'static str) -> Result<(), Deco
         tracing::error!(url, format = found, "{reason}");
         DecodeEnd::Failed(ImageError::NotPermitted {
             url: url.to_string(),
-            reason,
+            reason: reason.to_string(),
         })
     })
 }

@@ -52,24 +52,50 @@ impl FormatPolicy {
 
     /// Checks the image's format (a name from [`content_format`]); the
     /// error says what was found and what is allowed, in IPA's words.
-    pub fn check(&self, found: &str) -> Result<(), String> {
+    pub fn check(&self, found: &str) -> Result<(), FormatRefused> {
         let Some(permitted) = &self.permitted else {
             return Ok(());
         };
         if !permitted.iter().any(|p| p == found) {
-            return Err(format!(
-                "Security: Detected image format was {found}, but only {} are allowed \
-                 (the conductor's permitted_image_formats)",
-                permitted.join(", ")
-            ));
+            return Err(FormatRefused::NotPermitted {
+                found: found.to_string(),
+                permitted: permitted.clone(),
+            });
         }
         match self.expected.as_deref() {
-            Some(want) if !matches!(want, "raw" | "gpt" | "unknown") && want != found => Err(
-                format!("Security: Expected format was {want}, but image was actually {found}"),
-            ),
+            Some(want) if !matches!(want, "raw" | "gpt" | "unknown") && want != found => {
+                Err(FormatRefused::NotExpected {
+                    expected: want.to_string(),
+                    found: found.to_string(),
+                })
+            }
             _ => Ok(()),
         }
     }
+}
+
+/// Why [`FormatPolicy::check`] refused an image, in IPA's words.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FormatRefused {
+    /// The format is not among the conductor's permitted ones.
+    #[error(
+        "Security: Detected image format was {found}, but only {} are allowed (the conductor's permitted_image_formats)",
+        permitted.join(", ")
+    )]
+    NotPermitted {
+        /// What the image holds.
+        found: String,
+        /// What the conductor permits.
+        permitted: Vec<String>,
+    },
+    /// The image is not what the conductor's `disk_format` says.
+    #[error("Security: Expected format was {expected}, but image was actually {found}")]
+    NotExpected {
+        /// The conductor's `disk_format`.
+        expected: String,
+        /// What the image holds.
+        found: String,
+    },
 }
 
 /// Names the format of a disk image from its first bytes as Ironic's
@@ -150,7 +176,7 @@ mod tests {
         for ok in ["raw", "gpt", "qcow2"] {
             assert_eq!(p.check(ok), Ok(()));
         }
-        let e = p.check("luks").unwrap_err();
+        let e = p.check("luks").unwrap_err().to_string();
         assert!(
             e.contains("Detected image format was luks, but only raw, gpt, qcow2 are allowed"),
             "{e}"
@@ -162,12 +188,16 @@ mod tests {
         let permitted = vec!["raw".to_string(), "QCOW2".to_string()];
         let p = FormatPolicy::from_conductor(true, &permitted, Some("qcow2"));
         assert_eq!(p.check("qcow2"), Ok(()));
-        let e = p.check("raw").unwrap_err();
+        let e = p.check("raw").unwrap_err().to_string();
         assert!(
             e.contains("Expected format was qcow2, but image was actually raw"),
             "{e}"
         );
-        assert!(p.check("gpt").unwrap_err().contains("only raw, qcow2"));
+        assert!(p
+            .check("gpt")
+            .unwrap_err()
+            .to_string()
+            .contains("only raw, qcow2"));
         // Raw-like claims and `unknown` are not compared, as in IPA.
         for claim in ["raw", "gpt", "unknown"] {
             let p = FormatPolicy::from_conductor(true, &permitted, Some(claim));
