@@ -18,6 +18,7 @@ pub mod disk;
 pub mod knobs;
 pub mod memory;
 pub mod network;
+pub mod nvme_health;
 pub mod pairing;
 pub mod smart;
 

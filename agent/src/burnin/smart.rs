@@ -6,7 +6,9 @@
 //! in progress. "Completed without error" passes; any other result fails
 //! the step naming the disks; a disk whose status cannot be read is left
 //! out with a note, as IPA drops it (IPA reads only ATA self-test data, so
-//! NVMe disks and disks behind USB/SAS bridges are left out there too).
+//! disks behind USB/SAS bridges are left out there too). NVMe disks get
+//! their health log checked around the burn-in instead
+//! ([`super::nvme_health`]).
 
 use std::time::{Duration, Instant};
 

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use super::step_call::StepCall;
 use super::{CommandError, ErrorKind};
@@ -186,8 +186,13 @@ pub async fn burnin_disk_step(
         .map_err(|e| CommandError::from_anyhow(ErrorKind::CommandExecution, &e))?;
     let report = blocking(&state, move |cancel| {
         let deadline = (runtime > 0).then(|| Instant::now() + Duration::from_secs(runtime));
+        let (nvme, others): (Vec<_>, Vec<_>) = disks
+            .iter()
+            .cloned()
+            .partition(|d| smart_test && burnin::nvme_health::is_nvme(d));
+        let before = nvme_health_before(&nvme)?;
         let report = burnin::disk::run(&disks, &policy, plan, Stop { deadline, cancel })?;
-        let smart = smart_test.then(|| smart_self_tests(&disks, cancel));
+        let smart = smart_test.then(|| smart_self_tests(&others, cancel));
         if let Some(s) = &smart {
             if !s.failed.is_empty() {
                 let list: Vec<String> =
@@ -198,6 +203,7 @@ pub async fn burnin_disk_step(
                 ));
             }
         }
+        let health = nvme_health_after(&nvme, before)?;
         let report = serde_json::to_value(&report).unwrap_or(Value::Null);
         Ok(match smart {
             // The report alone, as without the knob.
@@ -205,6 +211,7 @@ pub async fn burnin_disk_step(
             Some(s) => serde_json::json!({"disks": report, "smart": {
                 "passed": s.passed,
                 "skipped": s.skipped.iter().map(|(d, why)| format!("{d}: {why}")).collect::<Vec<_>>(),
+                "nvme_health": health,
             }}),
         })
     })
@@ -215,6 +222,52 @@ pub async fn burnin_disk_step(
         "agent_burnin_fio_disk_outputfile",
         &report,
     ))
+}
+
+/// `agent_burnin_fio_disk_smart_test` on NVMe disks, before the burn-in:
+/// each disk's health log ([`burnin::nvme_health`]).
+fn nvme_health_before(
+    disks: &[std::path::PathBuf],
+) -> Result<Vec<burnin::nvme_health::Health>, BurninError> {
+    disks
+        .iter()
+        .map(|d| {
+            let h = burnin::nvme_health::read(d).map_err(|e| {
+                BurninError::failed("NVMe health", format!("{}: {e:#}", d.display()))
+            })?;
+            tracing::info!(disk = %d.display(), health = ?h, "NVMe health before the burn-in");
+            Ok(h)
+        })
+        .collect()
+}
+
+/// After the burn-in: each NVMe disk's health log again, compared with
+/// `before` (same order); a disk with problems fails the step naming them.
+fn nvme_health_after(
+    disks: &[std::path::PathBuf],
+    before: Vec<burnin::nvme_health::Health>,
+) -> Result<Map<String, Value>, BurninError> {
+    let mut out = Map::new();
+    let mut failed = Vec::new();
+    for (d, before) in disks.iter().zip(before) {
+        let name = d.display().to_string();
+        let after = burnin::nvme_health::read(d)
+            .map_err(|e| BurninError::failed("NVMe health", format!("{name}: {e:#}")))?;
+        let checked = burnin::nvme_health::Checked { before, after };
+        let problems = checked.problems();
+        tracing::info!(disk = %name, health = ?after, ?problems, "NVMe health after the burn-in");
+        if !problems.is_empty() {
+            failed.push(format!("{name}: {}", problems.join(", ")));
+        }
+        out.insert(name, serde_json::to_value(&checked).unwrap_or(Value::Null));
+    }
+    if !failed.is_empty() {
+        return Err(BurninError::failed(
+            "NVMe health",
+            format!("failed on {}", failed.join("; ")),
+        ));
+    }
+    Ok(out)
 }
 
 /// `agent_burnin_fio_disk_smart_test`: the extended SMART self-test on every

@@ -13,6 +13,7 @@ pub mod fullerase;
 pub mod gpt;
 pub mod ioctl;
 pub mod multipath;
+pub mod nvme_admin;
 pub mod probe;
 pub mod table;
 

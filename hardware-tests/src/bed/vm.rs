@@ -554,7 +554,8 @@ fn disk_args(disks: &[Disk], bios_disk_boot: bool, args: &mut Vec<String>) -> Re
         let boot_first = bios_disk_boot && i == 0;
         let mut dev = match d.bus {
             Bus::Virtio => format!("virtio-blk-pci,drive=d{i},serial={}", d.serial),
-            Bus::Nvme => format!("nvme,drive=d{i},serial={}", d.serial),
+            // id: QMP reaches it at /machine/peripheral/nvme<i>.
+            Bus::Nvme => format!("nvme,drive=d{i},serial={},id=nvme{i}", d.serial),
             Bus::Sata => {
                 sata += 1;
                 anyhow::ensure!(sata <= 6, "q35's AHCI has 6 ports");

@@ -3,45 +3,14 @@
 //! supported (OACS bit 1) and whether it can erase cryptographically (FNA
 //! bit 2); the namespace of the block device is formatted keeping its
 //! current LBA format and protection settings. Parsing is pure and tested;
-//! the ioctls need real (or QEMU-emulated) NVMe hardware.
-#![allow(unsafe_code)]
+//! the commands go through [`crate::disk::nvme_admin`].
 
 use std::fs::File;
-use std::os::fd::AsRawFd;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 
-/// `struct nvme_passthru_cmd` (linux/nvme_ioctl.h).
-#[repr(C)]
-#[derive(Debug, Default)]
-pub struct PassthruCmd {
-    opcode: u8,
-    flags: u8,
-    rsvd1: u16,
-    nsid: u32,
-    cdw2: u32,
-    cdw3: u32,
-    metadata: u64,
-    addr: u64,
-    metadata_len: u32,
-    data_len: u32,
-    cdw10: u32,
-    cdw11: u32,
-    cdw12: u32,
-    cdw13: u32,
-    cdw14: u32,
-    cdw15: u32,
-    timeout_ms: u32,
-    result: u32,
-}
+use crate::disk::nvme_admin::{format_nvm, identify, namespace_id};
 
-const _: () = assert!(std::mem::size_of::<PassthruCmd>() == 72);
-
-nix::ioctl_readwrite!(nvme_admin_cmd, b'N', 0x41, PassthruCmd);
-nix::ioctl_none!(nvme_ioctl_id, b'N', 0x40);
-
-const IDENTIFY: u8 = 0x06;
-const FORMAT_NVM: u8 = 0x80;
 /// Generous: a user-data erase of a large drive can take long.
 const FORMAT_TIMEOUT_MS: u32 = 3_600_000;
 
@@ -87,33 +56,6 @@ pub fn format_cdw10(ns: &[u8], ses: u32) -> u32 {
     lbaf_low | (mset << 4) | (pi << 5) | (pil << 8) | (ses << 9) | (lbaf_high << 12)
 }
 
-fn admin(f: &File, cmd: &mut PassthruCmd) -> Result<()> {
-    // SAFETY: valid fd; `cmd` is a correctly laid out nvme_passthru_cmd
-    // whose `addr`/`data_len` (if set) describe a live buffer of the caller
-    // that outlives the call.
-    let status = unsafe { nvme_admin_cmd(f.as_raw_fd(), cmd) }
-        .map_err(crate::lockdown::annotate_errno)
-        .context("NVMe admin command")?;
-    if status != 0 {
-        bail!("NVMe status 0x{status:x} for opcode 0x{:02x}", cmd.opcode);
-    }
-    Ok(())
-}
-
-fn identify(f: &File, nsid: u32, cns: u32) -> Result<Vec<u8>> {
-    let mut page = vec![0u8; 4096];
-    let mut cmd = PassthruCmd {
-        opcode: IDENTIFY,
-        nsid,
-        addr: page.as_mut_ptr() as u64,
-        data_len: page.len() as u32,
-        cdw10: cns,
-        ..PassthruCmd::default()
-    };
-    admin(f, &mut cmd)?;
-    Ok(page)
-}
-
 /// The controller's capabilities (Identify Controller).
 pub fn caps(f: &File) -> Result<Caps> {
     Ok(Caps::from_identify(&identify(f, 0, 1)?))
@@ -125,21 +67,10 @@ pub fn secure_format(f: &File, caps: Caps) -> Result<u32> {
     if !caps.format {
         bail!("the controller does not support Format NVM");
     }
-    // SAFETY: valid fd; NVME_IOCTL_ID takes no argument and returns the nsid.
-    let nsid = unsafe { nvme_ioctl_id(f.as_raw_fd()) }
-        .map_err(crate::lockdown::annotate_errno)
-        .context("reading the namespace id")?;
-    let nsid = u32::try_from(nsid).context("negative namespace id")?;
+    let nsid = namespace_id(f)?;
     let ns = identify(f, nsid, 0)?;
     let ses = caps.ses();
-    let mut cmd = PassthruCmd {
-        opcode: FORMAT_NVM,
-        nsid,
-        cdw10: format_cdw10(&ns, ses),
-        timeout_ms: FORMAT_TIMEOUT_MS,
-        ..PassthruCmd::default()
-    };
-    admin(f, &mut cmd)?;
+    format_nvm(f, nsid, format_cdw10(&ns, ses), FORMAT_TIMEOUT_MS)?;
     Ok(ses)
 }
 
