@@ -9,7 +9,7 @@ out=$PWD/corpus
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 rm -rf "$out"
-mkdir -p "$out"/{qcow2,decode,partition_table,gpt_relocate,iso9660,vfat,floppy,lldp,dhcp,cmdline,fetch_text,lookup,hints,exec_manifest,api_router,tls_read}
+mkdir -p "$out"/{qcow2,decode,partition_table,gpt_relocate,iso9660,vfat,floppy,lldp,dhcp,cmdline,fetch_text,lookup,hints,exec_manifest,api_router,tls_read,container_steps_file}
 
 # qcow2: a 1 MiB disk with a little data, several layouts.
 python3 -c "
@@ -250,3 +250,21 @@ put('tls_read', 'tls12-one-byte-reads', b'\x00\x00\x00' + data(15) + data(37265)
 PY
 find "$out" -type f | wc -l
 du -sh "$out"
+
+# container_steps_file: a good steps file, and each shape IPA refuses.
+cs=$out/container_steps_file
+cat > "$cs/good.yaml" <<'YAML'
+steps:
+  - name: write_marker
+    image: docker://127.0.0.1:5000/tool:1
+    priority: 30
+    interface: deploy
+    reboot_requested: false
+    abortable: true
+    pull_options: --tls-verify=false --creds u:p
+    run_options: [--rm, --network=host, --device /dev/loop7, "-v /a:/b:ro", -e K=V]
+YAML
+printf 'steps:\n  - name: s\n    image: a\n    priority: 1\n' > "$cs/missing-keys.yaml"
+printf -- '- a\n- b\n' > "$cs/not-a-mapping.yaml"
+printf 'steps: [x, {image: a}]\n' > "$cs/bad-steps.yaml"
+

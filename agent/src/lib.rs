@@ -23,7 +23,8 @@
 //!    login), [`lockdown`] (the Secure Boot and lockdown state, and errors
 //!    that name a lockdown refusal).
 //! 3. Disk contents: [`image`] (the streaming image write), [`configdrive`]
-//!    (config drives after an image write), [`ignition`] (Ignition for
+//!    (config drives after an image write), [`container_steps`] (IPA's
+//!    container steps: settings, steps file, options, allowlist), [`ignition`] (Ignition for
 //!    CoreOS-like images), [`partimage`] (partition images: layout, table,
 //!    the other partitions, their UEFI loaders), [`raid`] (software RAID),
 //!    [`selection`] (which disks the node's `skip_block_devices` protect),
@@ -57,6 +58,7 @@ pub mod commands;
 pub mod conductor;
 pub mod config;
 pub mod configdrive;
+pub mod container_steps;
 pub mod discovery;
 pub mod disk;
 pub mod errfmt;

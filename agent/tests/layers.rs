@@ -54,6 +54,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         "disk contents",
         &[
             "configdrive",
+            "container_steps",
             "exec_steps",
             "grub",
             "ignition",

@@ -67,7 +67,7 @@ pub const KEYS: &[(&str, Handling)] = &[
     ),
     (
         "agent_containers",
-        Handling::Ignored("container-based steps need a container runtime the ramdisk does not ship; a conductor that allows containers is reported in the log"),
+        Handling::Honoured("overlays the [container] settings option by option (container_steps/settings.rs)"),
     ),
 ];
 
@@ -89,24 +89,8 @@ pub fn unclassified(config: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// Logs what the agent leaves undone that the conductor asked for:
-/// containers allowed, unknown keys.
+/// Logs the keys of `config` this agent does not know.
 pub fn log_ignored(config: &Value) {
-    if let Some(c) = config.get("agent_containers") {
-        let arbitrary = c
-            .get("allow_arbitrary_containers")
-            .and_then(Value::as_bool)
-            .unwrap_or(false);
-        let allowed = c
-            .get("allowed_containers")
-            .and_then(Value::as_array)
-            .is_some_and(|a| !a.is_empty());
-        if arbitrary || allowed {
-            tracing::warn!(
-                "the conductor allows container steps; this agent has no container runtime and offers none"
-            );
-        }
-    }
     for key in unclassified(config) {
         tracing::info!(key, "lookup config key unknown to this agent; ignored");
     }

@@ -2,7 +2,8 @@
 //! that this agent reads: `[mdns]` (which TXT overrides an advertisement
 //! may make, and the interfaces to browse on) and `[metrics]` /
 //! `[metrics_statsd]` (the agent's own statsd settings, which the
-//! conductor's lookup answer overrides option by option, as in IPA 13).
+//! conductor's lookup answer overrides option by option, as in IPA 13);
+//! `[container]` is kept as written for the container steps' settings.
 //! `[mdns] lookup_attempts` and `params` are noted and not used (the
 //! browse runs until the lookup timeout; TXT overrides come from the
 //! advertisement). Also the application of an advertisement's overrides
@@ -19,7 +20,7 @@ use super::Config;
 pub type Groups = BTreeMap<String, BTreeMap<String, String>>;
 
 /// The groups [`super::files`] keeps.
-pub const READ: [&str; 3] = ["mdns", "metrics", "metrics_statsd"];
+pub const READ: [&str; 4] = ["container", "mdns", "metrics", "metrics_statsd"];
 
 /// IPA's default `[mdns] allowed_overrides`.
 pub const MDNS_DEFAULT_OVERRIDES: [&str; 2] = ["inspection_callback_url", "ntp_server"];

@@ -139,6 +139,10 @@ pub struct Config {
     /// The configuration files' `[metrics]` and `[metrics_statsd]`, which
     /// the lookup answer overrides ([`groups::overlay_metrics`]).
     pub metrics_defaults: serde_json::Value,
+    /// The configuration files' `[container]` group as written (option →
+    /// value), read into typed settings by the container steps module,
+    /// where the lookup answer's `agent_containers` overlays it.
+    pub container_group: std::collections::BTreeMap<String, String>,
     /// Pause before the hardware is read, for slow controllers
     /// (`ipa-hardware-initialization-delay`).
     pub hardware_initialization_delay: Duration,
@@ -256,6 +260,7 @@ impl Default for Config {
             ntp_server: None,
             mdns: groups::MdnsOptions::default(),
             metrics_defaults: serde_json::Value::Null,
+            container_group: std::collections::BTreeMap::new(),
             hardware_initialization_delay: Duration::ZERO,
             disk_wait_attempts: 10,
             disk_wait_delay: Duration::from_secs(3),
@@ -577,6 +582,7 @@ pub fn load(
         let mut notes = f.notes.clone();
         config.mdns = groups::mdns(&f.groups, &mut notes);
         config.metrics_defaults = groups::metrics_defaults(&f.groups, &mut notes);
+        config.container_group = f.groups.get("container").cloned().unwrap_or_default();
         for n in &notes {
             tracing::info!("configuration: {n}");
         }
