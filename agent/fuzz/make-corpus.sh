@@ -9,7 +9,7 @@ out=$PWD/corpus
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 rm -rf "$out"
-mkdir -p "$out"/{qcow2,decode,partition_table,gpt_relocate,iso9660,vfat,floppy,lldp,dhcp,cmdline,fetch_text,lookup,hints,exec_manifest,api_router,tls_read,container_steps_file}
+mkdir -p "$out"/{qcow2,decode,partition_table,gpt_relocate,iso9660,vfat,floppy,lldp,dhcp,cmdline,fetch_text,lookup,hints,exec_manifest,api_router,tls_read,container_steps_file,oci_layer_unpack}
 
 # qcow2: a 1 MiB disk with a little data, several layouts.
 python3 -c "
@@ -267,4 +267,40 @@ YAML
 printf 'steps:\n  - name: s\n    image: a\n    priority: 1\n' > "$cs/missing-keys.yaml"
 printf -- '- a\n- b\n' > "$cs/not-a-mapping.yaml"
 printf 'steps: [x, {image: a}]\n' > "$cs/bad-steps.yaml"
+
+# oci_layer_unpack: ordinary layers (plain, gzip, zstd), one with a
+# whiteout and links, and the hostile shapes (.., absolute, a link then a
+# path through it, a hard link out).
+python3 - "$out/oci_layer_unpack" <<'PY'
+import io, sys, tarfile, gzip
+d = sys.argv[1]
+def layer(name, members):
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode='w', format=tarfile.GNU_FORMAT) as t:
+        for m in members:
+            kind, path = m[0], m[1]
+            i = tarfile.TarInfo(path)
+            if kind == 'f':
+                data = m[2]
+                i.size = len(data)
+                t.addfile(i, io.BytesIO(data))
+                continue
+            if kind == 'd':
+                i.type = tarfile.DIRTYPE
+            elif kind == 's':
+                i.type, i.linkname = tarfile.SYMTYPE, m[2]
+            elif kind == 'h':
+                i.type, i.linkname = tarfile.LNKTYPE, m[2]
+            t.addfile(i)
+    open(f'{d}/{name}', 'wb').write(buf.getvalue())
+    return buf.getvalue()
+plain = layer('plain.tar', [('d', 'bin/'), ('f', 'bin/busybox', b'ELF' * 100), ('s', 'bin/sh', 'busybox'), ('h', 'bin/ls', 'bin/busybox')])
+open(f'{d}/plain.tar.gz', 'wb').write(gzip.compress(plain))
+layer('whiteouts.tar', [('f', 'etc/a', b'1'), ('f', 'etc/.wh..wh..opq', b''), ('f', '.wh.gone', b'')])
+layer('dotdot.tar', [('f', '../escape', b'x')])
+layer('absolute.tar', [('f', '/etc/escape', b'x')])
+layer('link-then-path.tar', [('s', 'a', '/'), ('f', 'a/etc/passwd', b'x')])
+layer('hardlink-out.tar', [('h', 'h', '/etc/shadow')])
+PY
+zstd -q -c "$out/oci_layer_unpack/plain.tar" > "$out/oci_layer_unpack/plain.tar.zst"
 

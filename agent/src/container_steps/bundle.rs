@@ -1,0 +1,285 @@
+//! The OCI runtime bundle's `config.json` for one container step, built
+//! with `oci-spec` from the image's config (Entrypoint, Cmd, Env,
+//! WorkingDir, User) and the step's [`RunOptions`], with podman's meaning:
+//! podman's default capability set; `--network=host` keeps the host's
+//! network namespace (else a new one with only loopback); `--privileged`
+//! gives every capability, the host's `/dev`, and no masked or read-only
+//! paths; `--device` creates that node in the container's `/dev` and
+//! allows it; `--volume` bind-mounts; `--env` sets variables last.
+
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::Path;
+
+use anyhow::{bail, Context, Result};
+use oci_spec::image::ImageConfiguration;
+use oci_spec::runtime::{
+    Capabilities, Capability, LinuxCapabilitiesBuilder, LinuxDeviceBuilder,
+    LinuxDeviceCgroupBuilder, LinuxDeviceType, LinuxNamespaceType, Mount, MountBuilder, Spec,
+    UserBuilder,
+};
+
+use super::options::RunOptions;
+
+/// podman's default capabilities (containers.conf `default_capabilities`).
+const PODMAN_CAPS: [&str; 11] = [
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "FOWNER",
+    "FSETID",
+    "KILL",
+    "NET_BIND_SERVICE",
+    "SETFCAP",
+    "SETGID",
+    "SETPCAP",
+    "SETUID",
+    "SYS_CHROOT",
+];
+
+/// Every capability Linux has, for `--privileged`.
+const ALL_CAPS: [&str; 41] = [
+    "AUDIT_CONTROL",
+    "AUDIT_READ",
+    "AUDIT_WRITE",
+    "BLOCK_SUSPEND",
+    "BPF",
+    "CHECKPOINT_RESTORE",
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "DAC_READ_SEARCH",
+    "FOWNER",
+    "FSETID",
+    "IPC_LOCK",
+    "IPC_OWNER",
+    "KILL",
+    "LEASE",
+    "LINUX_IMMUTABLE",
+    "MAC_ADMIN",
+    "MAC_OVERRIDE",
+    "MKNOD",
+    "NET_ADMIN",
+    "NET_BIND_SERVICE",
+    "NET_BROADCAST",
+    "NET_RAW",
+    "PERFMON",
+    "SETGID",
+    "SETFCAP",
+    "SETPCAP",
+    "SETUID",
+    "SYS_ADMIN",
+    "SYS_BOOT",
+    "SYS_CHROOT",
+    "SYS_MODULE",
+    "SYS_NICE",
+    "SYS_PACCT",
+    "SYS_PTRACE",
+    "SYS_RAWIO",
+    "SYS_RESOURCE",
+    "SYS_TIME",
+    "SYS_TTY_CONFIG",
+    "SYSLOG",
+    "WAKE_ALARM",
+];
+
+const DEFAULT_PATH: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+fn caps(names: &[&str]) -> Result<Capabilities> {
+    names
+        .iter()
+        .map(|n| {
+            serde_json::from_value::<Capability>(serde_json::Value::String(format!("CAP_{n}")))
+                .with_context(|| format!("capability {n}"))
+        })
+        .collect()
+}
+
+/// The process's argv: Entrypoint then Cmd.
+fn args(image: &ImageConfiguration) -> Result<Vec<String>> {
+    let cfg = image.config().as_ref();
+    let mut args: Vec<String> = cfg.and_then(|c| c.entrypoint().clone()).unwrap_or_default();
+    args.extend(cfg.and_then(|c| c.cmd().clone()).unwrap_or_default());
+    if args.is_empty() {
+        bail!("the image has neither an entrypoint nor a command");
+    }
+    Ok(args)
+}
+
+/// The image's environment, PATH if it has none, then `--env`s (a later
+/// value of a name replaces an earlier one).
+fn env(image: &ImageConfiguration, run: &RunOptions) -> Vec<String> {
+    let mut env: Vec<String> = image
+        .config()
+        .as_ref()
+        .and_then(|c| c.env().clone())
+        .unwrap_or_default();
+    if !env.iter().any(|e| e.starts_with("PATH=")) {
+        env.insert(0, DEFAULT_PATH.to_string());
+    }
+    for (k, v) in &run.env {
+        let prefix = format!("{k}=");
+        env.retain(|e| !e.starts_with(&prefix));
+        env.push(format!("{k}={v}"));
+    }
+    env
+}
+
+/// The image's `User` as uid and gid: numeric only (no passwd lookup).
+fn user(image: &ImageConfiguration) -> Result<(u32, u32)> {
+    let u = image
+        .config()
+        .as_ref()
+        .and_then(|c| c.user().clone())
+        .unwrap_or_default();
+    if u.is_empty() || u == "root" {
+        return Ok((0, 0));
+    }
+    let (uid, gid) = u.split_once(':').unwrap_or((&u, "0"));
+    match (uid.parse(), gid.parse()) {
+        (Ok(uid), Ok(gid)) => Ok((uid, gid)),
+        _ => bail!("the image's user {u:?}: only numeric users (UID[:GID]) are supported"),
+    }
+}
+
+fn bind(source: &Path, destination: &Path, read_only: bool) -> Result<Mount> {
+    MountBuilder::default()
+        .destination(destination)
+        .typ("bind")
+        .source(source)
+        .options(vec![
+            "rbind".to_string(),
+            if read_only { "ro" } else { "rw" }.to_string(),
+        ])
+        .build()
+        .context("a bind mount")
+}
+
+/// The bundle's runtime spec: root filesystem `rootfs` beside it.
+pub fn spec(image: &ImageConfiguration, run: &RunOptions, hostname: &str) -> Result<Spec> {
+    let mut spec = Spec::default();
+    spec.set_hostname(Some(hostname.to_string()));
+    let (uid, gid) = user(image)?;
+    let cfg = image.config().as_ref();
+    let cwd = cfg
+        .and_then(|c| c.working_dir().clone())
+        .filter(|w| !w.is_empty())
+        .unwrap_or_else(|| "/".into());
+    let caps = caps(if run.privileged {
+        &ALL_CAPS
+    } else {
+        &PODMAN_CAPS
+    })?;
+    let process = spec.process_mut().as_mut().context("the default process")?;
+    process.set_args(Some(args(image)?));
+    process.set_env(Some(env(image, run)));
+    process.set_cwd(cwd.into());
+    process.set_user(
+        UserBuilder::default()
+            .uid(uid)
+            .gid(gid)
+            .build()
+            .context("the user")?,
+    );
+    process.set_no_new_privileges(Some(!run.privileged));
+    process.set_capabilities(Some(
+        LinuxCapabilitiesBuilder::default()
+            .bounding(caps.clone())
+            .effective(caps.clone())
+            .permitted(caps.clone())
+            .inheritable(Capabilities::new())
+            .ambient(Capabilities::new())
+            .build()
+            .context("the capabilities")?,
+    ));
+    if let Some(root) = spec.root_mut().as_mut() {
+        root.set_path("rootfs".into());
+        root.set_readonly(Some(false));
+    }
+
+    // No cgroup mount: the runtime runs without a cgroup manager (the
+    // ramdisk has no cgroup hierarchy mounted).
+    let mut mounts: Vec<Mount> = spec.mounts().clone().unwrap_or_default();
+    mounts.retain(|m| m.destination() != Path::new("/sys/fs/cgroup"));
+    if run.privileged {
+        mounts.retain(|m| !m.destination().starts_with("/dev"));
+        mounts.push(bind(Path::new("/dev"), Path::new("/dev"), false)?);
+        for m in &mut mounts {
+            if m.destination() == Path::new("/sys") {
+                let opts = m.options().clone().unwrap_or_default();
+                m.set_options(Some(opts.into_iter().filter(|o| o != "ro").collect()));
+            }
+        }
+    }
+    for v in &run.volumes {
+        mounts.push(bind(&v.host, &v.container, v.read_only)?);
+    }
+    spec.set_mounts(Some(mounts));
+
+    let linux = spec
+        .linux_mut()
+        .as_mut()
+        .context("the default linux section")?;
+    if run.network_host {
+        if let Some(ns) = linux.namespaces_mut().as_mut() {
+            ns.retain(|n| n.typ() != LinuxNamespaceType::Network);
+        }
+    }
+    let mut nodes = Vec::new();
+    let mut rules = Vec::new();
+    if run.privileged {
+        linux.set_masked_paths(Some(Vec::new()));
+        linux.set_readonly_paths(Some(Vec::new()));
+        rules.push(
+            LinuxDeviceCgroupBuilder::default()
+                .allow(true)
+                .typ(LinuxDeviceType::A)
+                .access("rwm")
+                .build()
+                .context("a device rule")?,
+        );
+    }
+    for d in &run.devices {
+        let meta =
+            std::fs::metadata(&d.host).with_context(|| format!("--device {}", d.host.display()))?;
+        let typ = if meta.file_type().is_block_device() {
+            LinuxDeviceType::B
+        } else if meta.file_type().is_char_device() {
+            LinuxDeviceType::C
+        } else {
+            bail!("--device {}: not a device node", d.host.display());
+        };
+        let major = i64::try_from(nix::sys::stat::major(meta.rdev())).context("major")?;
+        let minor = i64::try_from(nix::sys::stat::minor(meta.rdev())).context("minor")?;
+        if !run.privileged {
+            nodes.push(
+                LinuxDeviceBuilder::default()
+                    .path(&d.container)
+                    .typ(typ)
+                    .major(major)
+                    .minor(minor)
+                    .file_mode(meta.mode() & 0o7777)
+                    .uid(0u32)
+                    .gid(0u32)
+                    .build()
+                    .context("a device")?,
+            );
+        }
+        rules.push(
+            LinuxDeviceCgroupBuilder::default()
+                .allow(true)
+                .typ(typ)
+                .major(major)
+                .minor(minor)
+                .access(d.permissions.clone())
+                .build()
+                .context("a device rule")?,
+        );
+    }
+    linux.set_devices(Some(nodes));
+    if let Some(res) = linux.resources_mut().as_mut() {
+        res.set_devices(Some(rules));
+    }
+    Ok(spec)
+}
+
+#[cfg(test)]
+#[path = "bundle_tests.rs"]
+mod tests;

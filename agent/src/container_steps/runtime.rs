@@ -1,0 +1,267 @@
+//! Running a pulled image with crun, the OCI runtime the ramdisk carries:
+//! the bundle ([`super::bundle`]) written into the work directory, then
+//! `crun run` with its state kept there too, no cgroup manager, its
+//! output logged line by line. crun reads the cgroup layout even so and
+//! wants a cgroup v2 filesystem at `/sys/fs/cgroup`: where nothing is
+//! mounted there (the ramdisk), one is mounted first.
+//! A non-zero exit is an error naming the image, the status and the last
+//! lines of output; an abort kills the container (`crun kill ID KILL`,
+//! then `crun delete --force ID`). The work directory is removed after.
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::Command;
+use tokio::sync::Mutex;
+
+use super::options::{PullOptions, RunOptions};
+use super::ContainerError;
+
+/// The runtime's program (looked up in `PATH`).
+const CRUN: &str = "crun";
+
+/// Where crun looks for the cgroup hierarchy.
+const CGROUP_ROOT: &str = "/sys/fs/cgroup";
+
+/// Lines of output kept for an error.
+const TAIL_LINES: usize = 20;
+
+/// Whether crun runs here (`crun --version` succeeds), as IPA asks its
+/// runner for its version rather than only finding it.
+pub fn runtime_available() -> bool {
+    std::process::Command::new(CRUN)
+        .arg("--version")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Pulls `reference` (a registry reference without transport) and runs it
+/// to completion in a directory under `work_dir` that is removed after.
+/// `cafile` is the agent's CA bundle for the registry's certificate.
+pub async fn run_container(
+    reference: &str,
+    pull: &PullOptions,
+    run: &RunOptions,
+    cafile: Option<&Path>,
+    work_dir: &Path,
+    abort: Arc<AtomicBool>,
+) -> Result<(), ContainerError> {
+    let id = format!("ipa-step-{}", uuid::Uuid::new_v4().simple());
+    let dir = work_dir.join(&id);
+    let result = run_in(reference, pull, run, cafile, &dir, &id, &abort).await;
+    if let Err(e) = tokio::fs::remove_dir_all(&dir).await {
+        if e.kind() != std::io::ErrorKind::NotFound {
+            tracing::warn!(
+                "removing the container's work directory {}: {e}",
+                dir.display()
+            );
+        }
+    }
+    result
+}
+
+async fn run_in(
+    reference: &str,
+    pull: &PullOptions,
+    run: &RunOptions,
+    cafile: Option<&Path>,
+    dir: &Path,
+    id: &str,
+    abort: &AtomicBool,
+) -> Result<(), ContainerError> {
+    let failed = |source: anyhow::Error| ContainerError::Pull {
+        image: reference.to_string(),
+        source,
+    };
+    tokio::fs::create_dir_all(dir)
+        .await
+        .with_context(|| format!("creating {}", dir.display()))
+        .map_err(failed)?;
+    let image = super::pull::pull(reference, pull, cafile, dir)
+        .await
+        .map_err(failed)?;
+    if abort.load(Ordering::SeqCst) {
+        return Err(ContainerError::Aborted(reference.to_string()));
+    }
+    let spec = super::bundle::spec(&image.config, run, "container-step").map_err(|source| {
+        ContainerError::Run {
+            image: reference.to_string(),
+            source,
+        }
+    })?;
+    let config = dir.join("config.json");
+    let text = serde_json::to_vec_pretty(&spec)
+        .context("serialising config.json")
+        .map_err(|source| ContainerError::Run {
+            image: reference.to_string(),
+            source,
+        })?;
+    tokio::fs::write(&config, text)
+        .await
+        .with_context(|| format!("writing {}", config.display()))
+        .map_err(|source| ContainerError::Run {
+            image: reference.to_string(),
+            source,
+        })?;
+    ensure_cgroup2().map_err(|source| ContainerError::Run {
+        image: reference.to_string(),
+        source,
+    })?;
+    tracing::info!(
+        image = reference,
+        digest = image.digest,
+        id,
+        "running the container"
+    );
+    crun_run(reference, dir, id, abort).await
+}
+
+/// Mounts cgroup v2 at `/sys/fs/cgroup` when nothing is mounted there
+/// (the directory is sysfs's own). A hierarchy already mounted, whatever
+/// its kind, is left alone.
+fn ensure_cgroup2() -> Result<()> {
+    use nix::sys::statfs::{statfs, SYSFS_MAGIC};
+    let path = Path::new(CGROUP_ROOT);
+    let fs = statfs(path).with_context(|| format!("statfs {CGROUP_ROOT}"))?;
+    if fs.filesystem_type() != SYSFS_MAGIC {
+        return Ok(());
+    }
+    tracing::info!("mounting cgroup2 at {CGROUP_ROOT} for the container runtime");
+    nix::mount::mount(
+        Some("cgroup2"),
+        path,
+        Some("cgroup2"),
+        nix::mount::MsFlags::MS_NOSUID
+            | nix::mount::MsFlags::MS_NODEV
+            | nix::mount::MsFlags::MS_NOEXEC,
+        None::<&str>,
+    )
+    .with_context(|| format!("mounting cgroup2 at {CGROUP_ROOT}"))
+}
+
+/// `crun` with its state under `dir`.
+fn crun(dir: &Path) -> Command {
+    let mut c = Command::new(CRUN);
+    c.arg("--root")
+        .arg(dir.join("state"))
+        .arg("--cgroup-manager=disabled");
+    c.stdin(Stdio::null()).kill_on_drop(true);
+    c
+}
+
+/// Forwards `stream`'s lines to the log and keeps the last ones.
+fn forward(
+    stream: impl tokio::io::AsyncRead + Unpin + Send + 'static,
+    tail: Arc<Mutex<VecDeque<String>>>,
+    which: &'static str,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut lines = BufReader::new(stream).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            tracing::info!(stream = which, "container: {line}");
+            let mut t = tail.lock().await;
+            if t.len() == TAIL_LINES {
+                t.pop_front();
+            }
+            t.push_back(line);
+        }
+    })
+}
+
+async fn crun_run(
+    reference: &str,
+    dir: &Path,
+    id: &str,
+    abort: &AtomicBool,
+) -> Result<(), ContainerError> {
+    let run_err = |source: anyhow::Error| ContainerError::Run {
+        image: reference.to_string(),
+        source,
+    };
+    let mut child = crun(dir)
+        .arg("run")
+        .arg("--bundle")
+        .arg(dir)
+        .arg(id)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("starting {CRUN}"))
+        .map_err(run_err)?;
+    let tail = Arc::new(Mutex::new(VecDeque::new()));
+    let mut readers = Vec::new();
+    if let Some(out) = child.stdout.take() {
+        readers.push(forward(out, tail.clone(), "stdout"));
+    }
+    if let Some(err) = child.stderr.take() {
+        readers.push(forward(err, tail.clone(), "stderr"));
+    }
+    let status = loop {
+        tokio::select! {
+            s = child.wait() => break s.context("waiting for the container").map_err(run_err)?,
+            () = tokio::time::sleep(Duration::from_millis(200)) => {
+                if abort.load(Ordering::SeqCst) {
+                    tracing::warn!(id, "aborting the container");
+                    kill(dir, id).await;
+                    let _ = child.wait().await;
+                    delete(dir, id).await;
+                    return Err(ContainerError::Aborted(reference.to_string()));
+                }
+            }
+        }
+    };
+    for r in readers {
+        let _ = r.await;
+    }
+    delete(dir, id).await;
+    if status.success() {
+        tracing::info!(image = reference, "the container step completed");
+        return Ok(());
+    }
+    let output: Vec<String> = tail.lock().await.iter().cloned().collect();
+    Err(ContainerError::Failed {
+        image: reference.to_string(),
+        status: status.to_string(),
+        output: output.join("\n"),
+    })
+}
+
+async fn kill(dir: &Path, id: &str) {
+    match crun(dir).args(["kill", id, "KILL"]).output().await {
+        Ok(o) if o.status.success() => {}
+        Ok(o) => tracing::warn!(
+            id,
+            "crun kill: {}",
+            String::from_utf8_lossy(&o.stderr).trim()
+        ),
+        Err(e) => tracing::warn!(id, "crun kill: {e}"),
+    }
+}
+
+async fn delete(dir: &Path, id: &str) {
+    // `crun run` removes a container that exits; this covers the others.
+    if let Ok(o) = crun(dir).args(["delete", "--force", id]).output().await {
+        if !o.status.success() {
+            tracing::debug!(
+                id,
+                "crun delete: {}",
+                String::from_utf8_lossy(&o.stderr).trim()
+            );
+        }
+    }
+}
+
+/// The default parent of containers' work directories: tmpfs in the
+/// ramdisk.
+pub fn default_work_dir() -> PathBuf {
+    PathBuf::from("/run/container-steps")
+}
