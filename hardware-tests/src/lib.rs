@@ -16,6 +16,7 @@ pub mod loopdev;
 pub mod netns;
 pub mod own_server;
 pub mod partimage;
+pub mod registry;
 pub mod testimage;
 pub mod udevd;
 

@@ -1,0 +1,211 @@
+//! Container steps end to end on this machine, as root: Debian's
+//! docker-registry on loopback with TLS from a CA made by the test, an
+//! image built from Debian's busybox-static (umoci) and pushed (skopeo),
+//! then the agent's container module applies the allowlist, pulls over
+//! TLS, unpacks and runs it with crun, with a loop device the test made
+//! passed in with `--device`; the container writes a marker on it.
+//! Also: an image not allowed is refused before any request reaches the
+//! registry; the registry's certificate is refused without its CA unless
+//! `--tls-verify=false`.
+
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use agent::container_steps::policy::{apply, Origin};
+use agent::container_steps::settings::ContainerSettings;
+use agent::container_steps::{run_container, runtime_available, ContainerError};
+use hardware_tests::loopdev::LoopDevice;
+use hardware_tests::registry::{in_cgroup2_namespace, Registry};
+
+const MARKER: &[u8] = b"CONTAINER-STEP-MARKER";
+
+fn marker_at_sector_one(dev: &std::path::Path) -> Vec<u8> {
+    let mut f = std::fs::File::open(dev).unwrap();
+    f.seek(SeekFrom::Start(512)).unwrap();
+    let mut buf = vec![0; MARKER.len()];
+    f.read_exact(&mut buf).unwrap();
+    buf
+}
+
+fn zero_sector_one(dev: &std::path::Path) {
+    let mut f = std::fs::OpenOptions::new().write(true).open(dev).unwrap();
+    f.seek(SeekFrom::Start(512)).unwrap();
+    f.write_all(&[0; 512]).unwrap();
+    f.sync_all().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn container_step_pulls_over_tls_and_writes_the_device() {
+    hardware_tests::require_root("container_registry_loop");
+    if !in_cgroup2_namespace("container_step_pulls_over_tls_and_writes_the_device") {
+        return;
+    }
+    assert!(
+        runtime_available(),
+        "crun must run here (ci/install-deps installs it)"
+    );
+    let registry = Registry::start().unwrap();
+    let script = format!(
+        "/bin/busybox printf {} | /bin/busybox dd of=/dev/target bs=512 seek=1 conv=notrunc,fsync",
+        std::str::from_utf8(MARKER).unwrap()
+    );
+    let tool = registry
+        .push_busybox_image("tool:1", &["/bin/busybox", "sh", "-c", &script])
+        .unwrap();
+    let forbidden = registry
+        .push_busybox_image("forbidden:1", &["/bin/busybox", "true"])
+        .unwrap();
+    let disk = LoopDevice::new(8 << 20).unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let settings = ContainerSettings {
+        allowed_containers: vec![tool.clone()],
+        run_options: vec![
+            "--rm --network=host".into(),
+            format!("--device {}:/dev/target", disk.path.display()),
+        ],
+        ..ContainerSettings::default()
+    };
+    let abort = Arc::new(AtomicBool::new(false));
+
+    // Allowed, registry certificate verified against the CA.
+    let plain = tool.trim_start_matches("docker://");
+    let p = apply(&settings, plain, &[], &[], Origin::Arguments).unwrap();
+    assert!(p.pull.tls_verify);
+    run_container(
+        &p.reference,
+        &p.pull,
+        &p.run,
+        Some(&registry.ca_file()),
+        work.path(),
+        abort.clone(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(marker_at_sector_one(&disk.path), MARKER);
+    assert_eq!(
+        std::fs::read_dir(work.path()).unwrap().count(),
+        0,
+        "work dir left behind"
+    );
+
+    // Not allowed: refused by name, and the registry never hears of it.
+    let e = apply(&settings, &forbidden, &[], &[], Origin::Arguments).unwrap_err();
+    assert!(matches!(e, ContainerError::NotPermitted(_)), "{e}");
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "Container image {forbidden} is not in [container]allowed_containers and \
+             [container]allow_arbitrary_containers is not enabled."
+        )
+    );
+    // The registry's access log: the agent's client (oci-client's user
+    // agent) fetched the allowed image and asked nothing about the other.
+    let log = registry.log();
+    let ours = |repo: &str| {
+        log.lines()
+            .filter(|l| l.contains("oci-client") && l.contains(&format!("/v2/{repo}/")))
+            .count()
+    };
+    assert!(
+        ours("tool") >= 2,
+        "manifest, config and layer fetched: {log}"
+    );
+    assert_eq!(ours("forbidden"), 0, "{log}");
+
+    // Without the CA the certificate is refused; nothing runs.
+    zero_sector_one(&disk.path);
+    let e = run_container(
+        &p.reference,
+        &p.pull,
+        &p.run,
+        None,
+        work.path(),
+        abort.clone(),
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(e, ContainerError::Pull { .. }), "{e}");
+    assert!(e.to_string().to_lowercase().contains("certificate"), "{e}");
+    assert_eq!(marker_at_sector_one(&disk.path), vec![0; MARKER.len()]);
+
+    // --tls-verify=false in [container] pull_options: pulled without it.
+    let insecure = ContainerSettings {
+        pull_options: vec!["--tls-verify=false".into()],
+        ..settings.clone()
+    };
+    let p = apply(&insecure, &tool, &[], &[], Origin::Arguments).unwrap();
+    assert!(!p.pull.tls_verify);
+    run_container(
+        &p.reference,
+        &p.pull,
+        &p.run,
+        None,
+        work.path(),
+        abort.clone(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(marker_at_sector_one(&disk.path), MARKER);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_container_names_its_status_and_output_and_abort_kills() {
+    hardware_tests::require_root("container_registry_loop");
+    if !in_cgroup2_namespace("a_failing_container_names_its_status_and_output_and_abort_kills") {
+        return;
+    }
+    let registry = Registry::start().unwrap();
+    let failing = registry
+        .push_busybox_image(
+            "fails:1",
+            &["/bin/busybox", "sh", "-c", "echo about to fail; exit 3"],
+        )
+        .unwrap();
+    let sleeper = registry
+        .push_busybox_image("sleeps:1", &["/bin/busybox", "sleep", "600"])
+        .unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let settings = ContainerSettings {
+        allow_arbitrary_containers: true,
+        ..ContainerSettings::default()
+    };
+    let ca = registry.ca_file();
+    let abort = Arc::new(AtomicBool::new(false));
+
+    let p = apply(&settings, &failing, &[], &[], Origin::Arguments).unwrap();
+    let e = run_container(
+        &p.reference,
+        &p.pull,
+        &p.run,
+        Some(&ca),
+        work.path(),
+        abort.clone(),
+    )
+    .await
+    .unwrap_err();
+    let msg = e.to_string();
+    assert!(matches!(e, ContainerError::Failed { .. }), "{msg}");
+    assert!(
+        msg.contains("fails:1") && msg.contains("exit status: 3"),
+        "{msg}"
+    );
+    assert!(msg.contains("about to fail"), "{msg}");
+
+    let p = apply(&settings, &sleeper, &[], &[], Origin::Arguments).unwrap();
+    let flag = abort.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+        flag.store(true, std::sync::atomic::Ordering::SeqCst);
+    });
+    let started = std::time::Instant::now();
+    let e = run_container(&p.reference, &p.pull, &p.run, Some(&ca), work.path(), abort)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, ContainerError::Aborted(_)), "{e}");
+    assert!(
+        started.elapsed().as_secs() < 60,
+        "the sleeper was not killed"
+    );
+    assert_eq!(std::fs::read_dir(work.path()).unwrap().count(), 0);
+}
