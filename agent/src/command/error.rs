@@ -42,6 +42,9 @@ pub enum ErrorKind {
     /// A hardware manager an operator added is unusable (IPA's
     /// `HardwareManagerConfigurationError`).
     HardwareManagerConfiguration,
+    /// A container step's image is not in `[container]allowed_containers`
+    /// (IPA's `ContainerNotPermittedError`).
+    ContainerNotPermitted,
 }
 
 impl ErrorKind {
@@ -64,6 +67,7 @@ impl ErrorKind {
             Self::InvalidImage => "InvalidImage",
             Self::SoftwareRaid => "SoftwareRAIDError",
             Self::HardwareManagerConfiguration => "HardwareManagerConfigurationError",
+            Self::ContainerNotPermitted => "ContainerNotPermittedError",
         }
     }
 
@@ -86,6 +90,7 @@ impl ErrorKind {
             Self::InvalidImage => "The provided image is not valid for use",
             Self::SoftwareRaid => "Software RAID caused unknown error",
             Self::HardwareManagerConfiguration => "Hardware manager configuration error",
+            Self::ContainerNotPermitted => "Container image not permitted",
         }
     }
 

@@ -72,7 +72,8 @@ impl ContainerSettings {
     /// These settings with the lookup answer's `agent_containers` applied
     /// over them. Like IPA, an empty or absent object changes nothing; a
     /// key that is not an option or a value that does not convert is
-    /// logged and skipped. Returns the notes, one per skipped key.
+    /// skipped. Returns the notes, one per skipped key, for the caller to
+    /// log.
     pub fn overlay(&mut self, agent_containers: Option<&Value>) -> Vec<String> {
         let mut notes = Vec::new();
         let Some(obj) = agent_containers.and_then(Value::as_object) else {
@@ -80,9 +81,9 @@ impl ContainerSettings {
         };
         for (key, value) in obj {
             if let Err(why) = self.set(key, Raw::Json(value)) {
-                let note = format!("[container] {key} sent by the conductor: {why}; ignored");
-                tracing::warn!("{note}");
-                notes.push(note);
+                notes.push(format!(
+                    "[container] {key} sent by the conductor: {why}; ignored"
+                ));
             }
         }
         notes

@@ -50,7 +50,7 @@ pub struct AdvertisedStep {
     /// The step's name.
     pub step: String,
     /// Its priority (0: runs only when asked for).
-    pub priority: u64,
+    pub priority: u32,
     /// The conductor interface it belongs to.
     pub interface: String,
     /// Whether the node reboots after it.
@@ -233,6 +233,7 @@ impl StepsFile {
             let priority = key("priority")?;
             let priority = priority
                 .as_u64()
+                .and_then(|p| u32::try_from(p).ok())
                 .ok_or_else(|| bad("priority", "a non-negative integer", priority))?;
             let interface = key("interface")?;
             let interface = interface

@@ -7,12 +7,14 @@
 //! merged as IPA's `deduplicate_steps` merges them and a step runs on the
 //! first manager that has it (`dispatch_to_managers`).
 //!
-//! The generic manager ([`generic`]) is built in; managers an operator adds
+//! The generic manager ([`generic`]) is built in, and so is IPA's container
+//! manager ([`container`], loaded where a container runtime runs); managers an operator adds
 //! come after it and may not shadow a step another manager has: such a
 //! manager is refused at load, and every `get_*_steps` then fails naming
 //! it, so the operator sees the mistake in the node's `last_error` instead
 //! of a step that silently does something else.
 
+pub mod container;
 pub mod exec;
 pub mod generic;
 
@@ -164,10 +166,10 @@ impl Managers {
     /// The managers loaded from `sources`: the generic one, then those the
     /// agent's configuration and the conductor add.
     pub fn load(sources: &ManagerSources) -> Self {
-        let mut candidates: Vec<Arc<dyn Manager>> = Vec::new();
+        let mut exec_managers: Vec<Arc<dyn Manager>> = Vec::new();
         let mut refused = Vec::new();
         match exec::load(&sources.config) {
-            Ok(found) => candidates.extend(
+            Ok(found) => exec_managers.extend(
                 found
                     .into_iter()
                     .map(|m| Arc::new(exec::ExecAdapter::new(m)) as Arc<dyn Manager>),
@@ -177,6 +179,16 @@ impl Managers {
                 refused.push(e.to_string());
             }
         }
+        // The container manager is built in (IPA's), so it comes first. A
+        // steps-file step may not take a step name of the generic manager,
+        // of an operator's manager, nor one of Ironic's own.
+        let mut reserved: BTreeSet<String> = generic::Generic.step_names().into_iter().collect();
+        reserved.extend(RESERVED.iter().map(|r| r.to_string()));
+        reserved.extend(exec_managers.iter().flat_map(|m| m.step_names()));
+        let mut candidates: Vec<Arc<dyn Manager>> = vec![Arc::new(
+            container::ContainerManager::new(sources, reserved),
+        )];
+        candidates.extend(exec_managers);
         Self::from_candidates(candidates, refused)
     }
 
