@@ -7,8 +7,8 @@
 # linux-image-amd64 depends on, or $KERNEL_PACKAGE) and busybox-static are
 # fetched into target/ramdisk-cache by fetch-kernel.sh (`apt-get download`
 # unless a .deb is already there; nothing is installed on this machine);
-# dropbear (fetch-ssh.sh) and mke2fs/mkfs.xfs (fetch-mkfs.sh) with their
-# shared libraries.
+# dropbear (fetch-ssh.sh), mke2fs/mkfs.xfs (fetch-mkfs.sh) and crun, the
+# container steps' OCI runtime (fetch-crun.sh), with their shared libraries.
 # --arch aarch64 (issue 33; default OUT target/ramdisk-aarch64): the agent
 # cross-built for aarch64 and everything else from Debian's arm64 packages
 # (linux-image-arm64's kernel, busybox, dropbear, mkfs, the arm64 shim and
@@ -40,9 +40,10 @@ kroot=$(sed -n 1p <<<"$fetched")
 busybox=$(sed -n 2p <<<"$fetched")
 ssh=$(image-builder/fetch-ssh.sh "$cache")
 mkfs=$(image-builder/fetch-mkfs.sh "$cache")
+crun=$(image-builder/fetch-crun.sh "$cache")
 firmware=$(image-builder/fetch-firmware.sh target/ramdisk-cache)
 bootchain=$(image-builder/fetch-bootchain.sh "$cache")
 cargo run --release --locked -q -p image-builder -- build --out "$out" --arch "$arch" \
     --kernel-root "$kroot" --agent "$agent" --busybox "$busybox" \
-    --extra-root "$ssh" --extra-root "$mkfs" --firmware-root "$firmware" \
+    --extra-root "$ssh" --extra-root "$mkfs" --extra-root "$crun" --firmware-root "$firmware" \
     --boot-chain-root "$bootchain" "$@"
