@@ -139,12 +139,12 @@ fn every_ipa_13_option_is_in_the_table() {
         "image_convert_attempts",
         "check_device_interval",
         "check_device_max_retries",
-        "allow_arbitrary_containers",
-        "allowed_containers",
-        "container_steps_file",
-        "runner",
-        "pull_options",
-        "run_options",
+        "container.allow_arbitrary_containers",
+        "container.allowed_containers",
+        "container.container_steps_file",
+        "container.runner",
+        "container.pull_options",
+        "container.run_options",
     ];
     for o in IPA_13 {
         assert!(
@@ -233,13 +233,13 @@ fn unsupported_options_in_files_are_reported_with_the_reason() {
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(
         dir.join("site.conf"),
-        "[DEFAULT]\nrunner = docker\nguard_special_filesystems = false\n",
+        "[DEFAULT]\nlog_file = /var/log/ipa.log\nguard_special_filesystems = false\n",
     )
     .unwrap();
     let read = files::read(root.path());
     let notes = read.notes.join("\n");
     assert!(
-        notes.contains("option runner ignored: no container runtime"),
+        notes.contains("option log_file ignored: logs go to the console"),
         "{notes}"
     );
     // A supported option is taken, as its kernel parameter.

@@ -67,7 +67,8 @@ use Status::{Ignored, NotApplicable, Supported};
 
 const OWN_LOGS: &str =
     "logs go to the console and to the agent's log buffer (log.collect_system_logs)";
-const NO_CONTAINERS: &str = "no container runtime in the ramdisk: container steps are not offered";
+const CONTAINER: &str = "[container] of a configuration file; the conductor's lookup (agent_containers) overrides it option by option, as in IPA (container_steps/settings.rs)";
+const CONTAINER_OPTIONS: &str = "[container] of a configuration file, overridden by the conductor's lookup; podman's syntax, the subset the agent translates (container_steps/options.rs): --tls-verify, --authfile, --creds to pull; --rm, --network, --privileged, --volume, --device, --env to run; any other option fails the step naming it";
 const NO_QEMU_IMG: &str =
     "images are converted by the agent's own streaming code, never by qemu-img or dd";
 
@@ -140,18 +141,18 @@ pub const PARAMS: &[Param] = &[
     p("image_convert_attempts", None, Ignored(NO_QEMU_IMG), "5"),
     p("check_device_interval", None, NotApplicable("the agent starts md arrays itself at ramdisk start (no udev to wait for)"), "2"),
     p("check_device_max_retries", None, NotApplicable("the agent starts md arrays itself at ramdisk start (no udev to wait for)"), "5"),
-    p("allow_arbitrary_containers", None, NotApplicable(NO_CONTAINERS), "true"),
-    p("allowed_containers", None, NotApplicable(NO_CONTAINERS), "quay.io/x"),
-    p("container_steps_file", None, NotApplicable(NO_CONTAINERS), "/etc/steps.yaml"),
-    p("runner", None, NotApplicable(NO_CONTAINERS), "docker"),
-    p("pull_options", None, NotApplicable(NO_CONTAINERS), "--quiet"),
-    p("run_options", None, NotApplicable(NO_CONTAINERS), "--rm"),
+    p("container.allow_arbitrary_containers", None, Supported(CONTAINER), "true"),
+    p("container.allowed_containers", None, Supported(CONTAINER), "registry.example/x:1"),
+    p("container.container_steps_file", None, Supported(CONTAINER), "/etc/steps.yaml"),
+    p("container.runner", None, Ignored("images always run with the ramdisk's crun; podman and docker are accepted as IPA's choices, another value is noted (container_steps/settings.rs)"), "docker"),
+    p("container.pull_options", None, Supported(CONTAINER_OPTIONS), "--tls-verify=false"),
+    p("container.run_options", None, Supported(CONTAINER_OPTIONS), "--privileged"),
     p("debug", Some("ipa-debug"), Supported("debug logging (cli/mod.rs)"), "true"),
     p("log_file", None, Ignored(OWN_LOGS), "/var/log/ipa.log"),
     p("use_stderr", None, Ignored(OWN_LOGS), "false"),
     p("inspection_benchmarks", Some("ipa-inspection-benchmarks"), Ignored("no benchmark collectors: burn-in steps measure the hardware instead"), "cpu"),
     p("use_mdns", Some("ipa-use-mdns"), Supported("the same as ipa-api-url=mdns (config/mod.rs)"), "true"),
-    p("container_auth", Some("ipa-container-auth-*"), NotApplicable(NO_CONTAINERS), "x"),
+    p("container_auth", Some("ipa-container-auth-*"), NotApplicable("registry credentials are given in [container] pull_options as --creds or --authfile (container_steps/options.rs)"), "x"),
     p("standalone", Some("ipa-standalone"), NotApplicable("removed from IPA in 2021; refused with a message"), "true"),
     p("mdns.allowed_overrides", None, Supported("[mdns] of a configuration file; of the options listed, this agent takes inspection_callback_url and ntp_server from an advertisement (config/groups.rs, Config::apply_mdns_overrides)"), "ntp_server"),
     p("mdns.lookup_attempts", None, Ignored("the browse runs until the lookup timeout instead of IPA's 3 attempts (agent.rs); a file setting it gets a note (config/groups.rs)"), "5"),
