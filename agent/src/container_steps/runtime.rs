@@ -1,6 +1,7 @@
 //! Running a pulled image with crun, the OCI runtime the ramdisk carries:
 //! the bundle ([`super::bundle`]) written into the work directory, then
-//! `crun run` with its state kept there too, no cgroup manager, its
+//! `crun run` with its state kept there too, no cgroup manager (and
+//! `--no-pivot` where `/` is the initramfs, which pivot_root cannot move), its
 //! output logged line by line. crun reads the cgroup layout even so and
 //! wants a cgroup v2 filesystem at `/sys/fs/cgroup`: where nothing is
 //! mounted there (the ramdisk), one is mounted first.
@@ -148,6 +149,18 @@ fn ensure_cgroup2() -> Result<()> {
     .with_context(|| format!("mounting cgroup2 at {CGROUP_ROOT}"))
 }
 
+/// Whether `/` is the kernel's initial root filesystem (`rootfs`: the
+/// ramdisk's initramfs), which pivot_root(2) cannot move; from
+/// `/proc/self/mountinfo` (the mount at `/` listed last is the visible one).
+fn root_is_rootfs(mountinfo: &str) -> bool {
+    mountinfo
+        .lines()
+        .rfind(|l| l.split_whitespace().nth(4) == Some("/"))
+        .and_then(|l| l.split_once(" - "))
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+        == Some("rootfs")
+}
+
 /// `crun` with its state under `dir`.
 fn crun(dir: &Path) -> Command {
     let mut c = Command::new(CRUN);
@@ -187,8 +200,14 @@ async fn crun_run(
         image: reference.to_string(),
         source,
     };
-    let mut child = crun(dir)
-        .arg("run")
+    let mut run = crun(dir);
+    run.arg("run");
+    if root_is_rootfs(&std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default()) {
+        // pivot_root(2) refuses the initial root (EINVAL): in the ramdisk
+        // crun moves the container's root over / and chroots instead.
+        run.arg("--no-pivot");
+    }
+    let mut child = run
         .arg("--bundle")
         .arg(dir)
         .arg(id)
@@ -264,4 +283,18 @@ async fn delete(dir: &Path, id: &str) {
 /// ramdisk.
 pub fn default_work_dir() -> PathBuf {
     PathBuf::from("/run/container-steps")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_initial_root_is_recognised() {
+        let initramfs = "1 1 0:2 / / rw shared:1 - rootfs rootfs rw\n\
+                         20 1 0:19 / /proc rw,nosuid - proc proc rw\n";
+        assert!(super::root_is_rootfs(initramfs));
+        let host = "1 1 0:2 / / rw - rootfs rootfs rw\n\
+                    25 1 8:1 / / rw,relatime - ext4 /dev/sda1 rw\n";
+        assert!(!super::root_is_rootfs(host));
+        assert!(!super::root_is_rootfs(""));
+    }
 }
