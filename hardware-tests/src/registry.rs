@@ -1,5 +1,5 @@
 //! A local OCI registry for the container step tests: Debian's
-//! `docker-registry` on 127.0.0.1 with TLS from a CA made here (rcgen),
+//! `docker-registry` on 127.0.0.1 (or the bed's bridge) with TLS from a CA made here (rcgen),
 //! its own config and storage in a temporary directory (never the system
 //! service's), killed by PID when dropped; and images built from Debian's
 //! busybox-static with umoci (unpack, repack, config) and pushed with skopeo.
@@ -33,6 +33,12 @@ impl Registry {
     /// Starts the registry on a free loopback port and waits until it
     /// accepts connections.
     pub fn start() -> Result<Self> {
+        Self::start_on("127.0.0.1")
+    }
+
+    /// Starts the registry on a free port of `ip` (an address of the
+    /// network namespace the caller is in; its certificate names it).
+    pub fn start_on(ip: &str) -> Result<Self> {
         let dir = tempfile::tempdir()?;
         let d = dir.path();
         // A CA, and the registry's certificate for 127.0.0.1 signed by it.
@@ -45,7 +51,7 @@ impl Registry {
         let ca = ca_params.self_signed(&ca_key)?;
         let issuer = Issuer::new(ca_params, ca_key);
         let key = KeyPair::generate()?;
-        let params = CertificateParams::new(vec!["127.0.0.1".to_string()])?;
+        let params = CertificateParams::new(vec![ip.to_string()])?;
         let cert = params.signed_by(&key, &issuer)?;
         std::fs::write(d.join("ca.pem"), ca.pem())?;
         std::fs::create_dir(d.join("certs.d"))?;
@@ -53,10 +59,8 @@ impl Registry {
         std::fs::write(d.join("server.pem"), cert.pem())?;
         std::fs::write(d.join("server.key"), key.serialize_pem())?;
 
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?
-            .local_addr()?
-            .port();
-        let addr = format!("127.0.0.1:{port}");
+        let port = std::net::TcpListener::bind((ip, 0))?.local_addr()?.port();
+        let addr = format!("{ip}:{port}");
         let config = format!(
             "version: 0.1\nlog:\n  level: info\n  accesslog:\n    disabled: false\n\
              storage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\n\
