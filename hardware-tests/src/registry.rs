@@ -18,6 +18,8 @@ use crate::run;
 pub struct Registry {
     child: Child,
     dir: tempfile::TempDir,
+    /// The one user when the registry requires authentication.
+    user: Option<(String, String)>,
     /// `127.0.0.1:PORT`.
     pub addr: String,
 }
@@ -39,6 +41,16 @@ impl Registry {
     /// Starts the registry on a free port of `ip` (an address of the
     /// network namespace the caller is in; its certificate names it).
     pub fn start_on(ip: &str) -> Result<Self> {
+        Self::start_with(ip, None)
+    }
+
+    /// [`Registry::start`] with HTTP basic authentication: `user` (name,
+    /// password) is its only user (htpasswd, bcrypt).
+    pub fn start_with_user(user: (&str, &str)) -> Result<Self> {
+        Self::start_with("127.0.0.1", Some(user))
+    }
+
+    fn start_with(ip: &str, user: Option<(&str, &str)>) -> Result<Self> {
         let dir = tempfile::tempdir()?;
         let d = dir.path();
         // A CA, and the registry's certificate for 127.0.0.1 signed by it.
@@ -61,7 +73,7 @@ impl Registry {
 
         let port = std::net::TcpListener::bind((ip, 0))?.local_addr()?.port();
         let addr = format!("{ip}:{port}");
-        let config = format!(
+        let mut config = format!(
             "version: 0.1\nlog:\n  level: info\n  accesslog:\n    disabled: false\n\
              storage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\n\
              http:\n  addr: {addr}\n  tls:\n    certificate: {}\n    key: {}\n",
@@ -69,6 +81,15 @@ impl Registry {
             d.join("server.pem").display(),
             d.join("server.key").display(),
         );
+        if let Some((name, password)) = user {
+            let entry = run(Command::new("htpasswd").args(["-Bbn", name, password]))
+                .context("htpasswd (ci/install-deps installs apache2-utils)")?;
+            std::fs::write(d.join("htpasswd"), format!("{entry}\n"))?;
+            config.push_str(&format!(
+                "auth:\n  htpasswd:\n    realm: container-test\n    path: {}\n",
+                d.join("htpasswd").display()
+            ));
+        }
         std::fs::write(d.join("config.yml"), config)?;
         let log = std::fs::File::create(d.join("registry.log"))?;
         let child = Command::new("docker-registry")
@@ -79,7 +100,12 @@ impl Registry {
             .stderr(log)
             .spawn()
             .context("starting docker-registry (ci/install-deps installs it)")?;
-        let reg = Registry { child, dir, addr };
+        let reg = Registry {
+            child,
+            dir,
+            addr,
+            user: user.map(|(n, p)| (n.to_string(), p.to_string())),
+        };
         let deadline = Instant::now() + Duration::from_secs(30);
         while std::net::TcpStream::connect(&reg.addr).is_err() {
             if Instant::now() > deadline {
@@ -136,11 +162,13 @@ impl Registry {
         }
         run(&mut config)?;
         let dest = format!("docker://{}/{name}", self.addr);
-        run(Command::new("skopeo")
-            .args(["copy", "--quiet", "--dest-cert-dir"])
-            .arg(self.dir.path().join("certs.d"))
-            .arg(format!("oci:{image}"))
-            .arg(&dest))?;
+        let mut copy = Command::new("skopeo");
+        copy.args(["copy", "--quiet", "--dest-cert-dir"])
+            .arg(self.dir.path().join("certs.d"));
+        if let Some((name, password)) = &self.user {
+            copy.arg("--dest-creds").arg(format!("{name}:{password}"));
+        }
+        run(copy.arg(format!("oci:{image}")).arg(&dest))?;
         Ok(dest)
     }
 }

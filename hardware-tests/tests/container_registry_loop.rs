@@ -209,3 +209,81 @@ async fn a_failing_container_names_its_status_and_output_and_abort_kills() {
     );
     assert_eq!(std::fs::read_dir(work.path()).unwrap().count(), 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registry_credentials_from_creds_or_an_authfile() {
+    hardware_tests::require_root("container_registry_loop");
+    if !in_cgroup2_namespace("registry_credentials_from_creds_or_an_authfile") {
+        return;
+    }
+    let registry = Registry::start_with_user(("deployer", "s3cret")).unwrap();
+    let image = registry
+        .push_busybox_image("private:1", &["/bin/busybox", "true"])
+        .unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let ca = registry.ca_file();
+    let abort = Arc::new(AtomicBool::new(false));
+    let run = |pull: &str| {
+        let settings = ContainerSettings {
+            allowed_containers: vec![image.clone()],
+            pull_options: vec![pull.to_string()],
+            ..ContainerSettings::default()
+        };
+        apply(&settings, &image, &[], &[], Origin::Arguments).unwrap()
+    };
+
+    // Anonymous: the registry says no.
+    let p = run("");
+    let e = run_container(
+        &p.reference,
+        &p.pull,
+        &p.run,
+        Some(&ca),
+        work.path(),
+        abort.clone(),
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(e, ContainerError::Pull { .. }), "{e}");
+    assert!(e.to_string().contains("Not authorized"), "{e}");
+    // A wrong password neither.
+    let p = run("--creds deployer:wrong");
+    assert!(run_container(
+        &p.reference,
+        &p.pull,
+        &p.run,
+        Some(&ca),
+        work.path(),
+        abort.clone()
+    )
+    .await
+    .is_err());
+    // --creds.
+    let p = run("--creds deployer:s3cret");
+    run_container(
+        &p.reference,
+        &p.pull,
+        &p.run,
+        Some(&ca),
+        work.path(),
+        abort.clone(),
+    )
+    .await
+    .unwrap();
+    // --authfile in containers-auth.json format.
+    use base64::Engine as _;
+    let authfile = work.path().join("auth.json");
+    std::fs::write(
+        &authfile,
+        serde_json::json!({"auths": {registry.addr.clone(): {
+            "auth": base64::engine::general_purpose::STANDARD.encode("deployer:s3cret")}}})
+        .to_string(),
+    )
+    .unwrap();
+    let p = run(&format!("--authfile {}", authfile.display()));
+    run_container(&p.reference, &p.pull, &p.run, Some(&ca), work.path(), abort)
+        .await
+        .unwrap();
+    let log = registry.log();
+    assert!(log.contains("deployer"), "the registry saw the user: {log}");
+}
