@@ -16,7 +16,10 @@
 # the same for both (architecture all) and stay in target/ramdisk-cache.
 # Executable hardware managers (agent/docs/own-steps.md): pass
 # `--managers DIR` after OUT; DIR (manifests and executables) lands at
-# /etc/ironic-python-agent/managers in the initramfs.
+# /etc/ironic-python-agent/managers in the initramfs, with the loader and
+# shared libraries of every dynamic executable in it, from this machine
+# (stage-managers.sh; x86_64 only). managers-initrd.sh makes the same
+# files an initrd to append at boot instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 arch=x86_64
@@ -43,7 +46,18 @@ mkfs=$(image-builder/fetch-mkfs.sh "$cache")
 crun=$(image-builder/fetch-crun.sh "$cache")
 firmware=$(image-builder/fetch-firmware.sh target/ramdisk-cache)
 bootchain=$(image-builder/fetch-bootchain.sh "$cache")
+managers=()
+for ((i = 1; i <= $#; i++)); do
+    case ${!i} in
+        --managers) j=$((i + 1)); managers=(--extra-root "$cache/managers-root"); mdir=${!j} ;;
+        --managers=*) managers=(--extra-root "$cache/managers-root"); mdir=${!i#--managers=} ;;
+    esac
+done
+if [ ${#managers[@]} -ne 0 ]; then
+    [ "$arch" = x86_64 ] || { echo "build.sh: --managers stages x86_64 libraries only" >&2; exit 1; }
+    image-builder/stage-managers.sh "$mdir" "$cache/managers-root"
+fi
 cargo run --release --locked -q -p image-builder -- build --out "$out" --arch "$arch" \
     --kernel-root "$kroot" --agent "$agent" --busybox "$busybox" \
     --extra-root "$ssh" --extra-root "$mkfs" --extra-root "$crun" --firmware-root "$firmware" \
-    --boot-chain-root "$bootchain" "$@"
+    --boot-chain-root "$bootchain" "${managers[@]}" "$@"

@@ -173,3 +173,57 @@ async fn several_api_urls_are_tried_in_order_and_the_answering_one_is_kept() {
         "{err}"
     );
 }
+
+/// An executable manager's step under the stand-in conductor: it sends
+/// back the manager versions `get_clean_steps` reported (the executable
+/// manager's among them, else the agent refuses the step as a version
+/// mismatch) and logs the step's result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_executable_manager_step_runs_with_the_reported_versions() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("disk.img");
+    write_demo_image(&img).unwrap();
+    let managers = dir.path().join("managers");
+    std::fs::create_dir(&managers).unwrap();
+    let script = managers.join("hello.sh");
+    std::fs::write(
+        &script,
+        "#!/bin/sh\ncat >/dev/null\necho '{\"hello\": 1}'\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(
+        managers.join("kit.yaml"),
+        "name: kit\nversion: '7'\nsteps:\n  - {name: hello, executable: hello.sh, interface: deploy, clean_priority: 0}\n",
+    )
+    .unwrap();
+    let conductor = TestConductor::start(Settings::default()).await.unwrap();
+    let mac = "52:54:00:aa:00:07";
+    let uuid = conductor.enroll(&[mac]);
+    let mut config = config(&conductor, mac, &img);
+    config.exec_managers_dir = Some(managers);
+    let agent = agent::agent::start_detached(config);
+    conductor
+        .start_clean(
+            &uuid,
+            Some(vec![json!({"interface": "deploy", "step": "hello"})]),
+        )
+        .unwrap();
+    let done = conductor
+        .wait_for_state(&uuid, "manageable", Duration::from_secs(60))
+        .await;
+    let t = conductor.transcript();
+    done.unwrap_or_else(|e| panic!("{e:#}\n{t:#?}"));
+    assert!(
+        t.iter()
+            .any(|l| l == "C: clean step deploy.hello done, result {\"hello\":1}"),
+        "{t:#?}"
+    );
+    let node = conductor.node(&uuid).unwrap();
+    assert_eq!(
+        node.driver_internal_info["hardware_manager_version"]["kit"],
+        "7"
+    );
+    agent.abort();
+}

@@ -86,7 +86,8 @@ impl AgentClient {
     }
 
     /// `execute_clean_step` / `execute_deploy_step` (wait=false) with the
-    /// hardware manager versions the agent reported.
+    /// hardware manager versions the agent reported (kept in the node's
+    /// `driver_internal_info`; the built-in managers' before any report).
     pub(super) async fn execute_step(
         &self,
         c: &Inner,
@@ -95,7 +96,12 @@ impl AgentClient {
         step: &Value,
     ) -> Result<()> {
         let mut step = step.clone();
-        let version = crate::commands::steps::hardware_manager_version();
+        let version = node
+            .driver_internal_info
+            .get("hardware_manager_version")
+            .filter(|v| v.is_object())
+            .cloned()
+            .unwrap_or_else(crate::commands::steps::hardware_manager_version);
         let (name, params) = match kind {
             StepKind::Clean => {
                 step["requires_ramdisk"] = json!(true);
