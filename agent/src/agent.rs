@@ -47,6 +47,11 @@ pub struct RunningAgent {
 /// conductor URL, the agent inspects and then idles (as IPA does).
 pub async fn run(config: Config) -> Result<()> {
     crate::startup::prepare(&config).await;
+    crate::commands::managers::Managers::load(&crate::commands::context::ManagerSources {
+        config: std::sync::Arc::new(config.clone()),
+        lookup: None,
+    })
+    .log_summary();
     if config.api_urls == ApiUrls::None && inspect::callback_urls(&config).is_some() {
         let http = tls::http_client_with(
             config.insecure,

@@ -18,7 +18,8 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use serde_json::{json, Map, Value};
 
-use crate::commands::managers::exec;
+use crate::commands::context::ManagerSources;
+use crate::commands::managers::{exec, Managers};
 pub use crate::conductor::inspection::parse_answer;
 use crate::conductor::{Conductor, ConductorClient, ConductorError, InspectionAnswer};
 use crate::config::{Config, RunMode};
@@ -90,9 +91,22 @@ pub const KNOWN_COLLECTORS: &[&str] = &[
     "logs",
 ];
 
-/// The hardware manager this agent reports, as IPA's generic one.
-pub fn managers() -> Value {
-    json!([{"name": "generic_hardware_manager", "version": "1.2"}])
+/// The hardware managers this agent has (`configuration.managers`, as
+/// IPA lists its loaded ones): the generic one, an operator's executable
+/// managers, the container manager when its runtime runs.
+pub fn managers(config: &Config) -> Value {
+    let sources = ManagerSources {
+        config: std::sync::Arc::new(config.clone()),
+        lookup: None,
+    };
+    Managers::load(&sources)
+        .list()
+        .iter()
+        .map(|m| {
+            let v = m.version();
+            json!({"name": v.name, "version": v.version})
+        })
+        .collect()
 }
 
 /// Inventory options for the agent's own machine: `BOOTIF`, the allowed
@@ -240,12 +254,7 @@ pub async fn collect(config: &Config, opts: &Options) -> Value {
     if !phases.is_empty() {
         doc.insert("boot_phases".into(), crate::bootphases::to_json(&phases));
     }
-    let mut reported = managers();
-    if let (Value::Array(list), Ok(exec)) = (&mut reported, exec::load(config)) {
-        for m in exec.iter().filter(|m| m.support > 0) {
-            list.push(json!({"name": m.name, "version": m.version}));
-        }
-    }
+    let reported = managers(config);
     doc.insert(
         "configuration".into(),
         json!({"collectors": collectors, "managers": reported}),

@@ -259,10 +259,11 @@ async fn executable_managers_add_their_inspection_data_under_their_names() {
         "{}",
         doc["inventory"]
     );
+    // IPA's order (get_managers_detail): highest support first.
     assert_eq!(
         doc["configuration"]["managers"],
-        json!([{"name": "generic_hardware_manager", "version": "1.2"},
-               {"name": "acme", "version": "3.1"},
-               {"name": "inventory", "version": "1"}])
+        json!([{"name": "acme", "version": "3.1"},
+               {"name": "inventory", "version": "1"},
+               {"name": "generic_hardware_manager", "version": "1.2"}])
     );
 }

@@ -174,10 +174,7 @@ impl Managers {
                     .into_iter()
                     .map(|m| Arc::new(exec::ExecAdapter::new(m)) as Arc<dyn Manager>),
             ),
-            Err(e) => {
-                tracing::error!("{e}");
-                refused.push(e.to_string());
-            }
+            Err(e) => refused.push(e.to_string()),
         }
         // The container manager is built in (IPA's), so it comes first. A
         // steps-file step may not take a step name of the generic manager,
@@ -209,7 +206,7 @@ impl Managers {
         let mut list = vec![generic];
         for m in candidates {
             if m.support() == SUPPORT_NONE {
-                tracing::info!(
+                tracing::debug!(
                     manager = m.name(),
                     "hardware manager reports no support; not loaded"
                 );
@@ -221,7 +218,7 @@ impl Managers {
                         taken.insert(s, m.name().to_string());
                     }
                     names.insert(m.name().to_string());
-                    tracing::info!(
+                    tracing::debug!(
                         manager = m.name(),
                         origin = m.origin(),
                         support = m.support(),
@@ -229,15 +226,30 @@ impl Managers {
                     );
                     list.push(m);
                 }
-                Err(e) => {
-                    tracing::error!("{e}");
-                    refused.push(e.to_string());
-                }
+                Err(e) => refused.push(e.to_string()),
             }
         }
         // Stable: equal support keeps load order (the generic one first).
         list.sort_by_key(|m| Reverse(m.support()));
         Managers { list, refused }
+    }
+
+    /// Logs what was loaded and refused (once, at start: loading happens
+    /// again for each request, quietly).
+    pub fn log_summary(&self) {
+        for m in &self.list {
+            let v = m.version();
+            tracing::info!(
+                manager = m.name(),
+                version = v.version,
+                origin = m.origin(),
+                support = m.support(),
+                "hardware manager loaded"
+            );
+        }
+        for r in &self.refused {
+            tracing::error!("{r}");
+        }
     }
 
     /// The loaded managers, highest support first.
