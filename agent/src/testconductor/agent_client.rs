@@ -158,3 +158,26 @@ impl AgentClient {
         Ok(body["commands"].as_array().cloned().unwrap_or_default())
     }
 }
+
+/// Keeps the hardware manager versions a `get_*_steps` result reported in
+/// the node's `driver_internal_info.hardware_manager_version`, as Ironic
+/// does, so every step call sends them back (the agent refuses a step
+/// whose versions differ from its managers', an executable manager's
+/// among them). Returns the node with them.
+pub(super) fn remember_manager_versions(c: &Inner, node: &Node, result: &Value) -> Node {
+    let versions = &result["command_result"]["hardware_manager_version"];
+    let mut node = node.clone();
+    if !versions.is_object() {
+        return node;
+    }
+    let put = |n: &mut Node| {
+        if let Some(info) = n.driver_internal_info.as_object_mut() {
+            info.insert("hardware_manager_version".into(), versions.clone());
+        }
+    };
+    put(&mut node);
+    if let Some(n) = c.nodes().get_mut(&node.uuid) {
+        put(n);
+    }
+    node
+}

@@ -152,7 +152,7 @@ async fn start(
             node.uuid
         )));
     }
-    let node = &super::driver::remember_manager_versions(c, node, &result);
+    let node = &super::agent_client::remember_manager_versions(c, node, &result);
     // Ironic looks at the command list to see the agent is freshly booted.
     agent.list(c).await?;
     let step = json!({"interface": "deploy", "step": "write_image",
