@@ -136,12 +136,27 @@ impl PxeRoot {
     /// with `deploy.kernel` and `deploy.initramfs`), served at
     /// [`http_url`].
     pub fn start(net: &super::Net, ramdisk: &Path) -> Result<Self> {
+        Self::start_appending(net, ramdisk, &[])
+    }
+
+    /// [`PxeRoot::start`] with `extra` (a compressed cpio archive, or
+    /// nothing) appended to `deploy.initramfs`: the kernel unpacks
+    /// concatenated archives in turn, a later file replacing an earlier
+    /// one, so the ramdisk boots with `extra`'s files added.
+    pub fn start_appending(net: &super::Net, ramdisk: &Path, extra: &[u8]) -> Result<Self> {
         let dir = tempfile::Builder::new()
             .prefix("ironic-http-root-")
             .tempdir()
             .context("Ironic's http_root")?;
         for f in ["deploy.kernel", "deploy.initramfs"] {
             let to = dir.path().join(f);
+            if f == "deploy.initramfs" && !extra.is_empty() {
+                let mut bytes = std::fs::read(ramdisk.join(f))
+                    .with_context(|| format!("reading {f} from {}", ramdisk.display()))?;
+                bytes.extend_from_slice(extra);
+                std::fs::write(&to, bytes).with_context(|| format!("writing {}", to.display()))?;
+                continue;
+            }
             // A hard link where possible (the initramfs is large).
             if std::fs::hard_link(ramdisk.join(f), &to).is_err() {
                 std::fs::copy(ramdisk.join(f), &to)
