@@ -287,3 +287,96 @@ async fn registry_credentials_from_creds_or_an_authfile() {
     let log = registry.log();
     assert!(log.contains("deployer"), "the registry saw the user: {log}");
 }
+
+/// Runs `image` with `run_options` (allowed, so the configured options
+/// apply) and returns what it wrote to the directory mounted at `/out`.
+async fn run_reporting(
+    registry: &Registry,
+    image: &str,
+    run_options: Vec<String>,
+    out: &std::path::Path,
+) -> (String, String, String) {
+    let work = tempfile::tempdir().unwrap();
+    let settings = ContainerSettings {
+        allowed_containers: vec![image.to_string()],
+        run_options,
+        ..ContainerSettings::default()
+    };
+    let p = apply(&settings, image, &[], &[], Origin::Arguments).unwrap();
+    run_container(
+        &p.reference,
+        &p.pull,
+        &p.run,
+        Some(&registry.ca_file()),
+        work.path(),
+        Arc::new(AtomicBool::new(false)),
+    )
+    .await
+    .unwrap();
+    let read = |f: &str| std::fs::read_to_string(out.join(f)).unwrap_or_default();
+    (read("env"), read("caps"), read("netdev"))
+}
+
+/// Whether a `CapEff:` line holds CAP_SYS_ADMIN (bit 21).
+fn has_sys_admin(caps: &str) -> bool {
+    caps.split_whitespace()
+        .nth(1)
+        .and_then(|hex| u64::from_str_radix(hex, 16).ok())
+        .is_some_and(|bits| bits & (1 << 21) != 0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn env_volume_privileged_and_the_network_take_effect() {
+    hardware_tests::require_root("container_registry_loop");
+    if !in_cgroup2_namespace("env_volume_privileged_and_the_network_take_effect") {
+        return;
+    }
+    let registry = Registry::start().unwrap();
+    let script = "/bin/busybox printf %s \"$MARK\" > /out/env; \
+                  /bin/busybox grep CapEff /proc/self/status > /out/caps; \
+                  /bin/busybox cat /proc/net/dev > /out/netdev";
+    let image = registry
+        .push_busybox_image("reporter:1", &["/bin/busybox", "sh", "-c", script])
+        .unwrap();
+    let image = image.trim_start_matches("docker://").to_string();
+
+    // --env and --volume; no --network=host: a network namespace of its
+    // own (loopback only); no --privileged: no CAP_SYS_ADMIN.
+    let out = tempfile::tempdir().unwrap();
+    let volume = format!("--volume {}:/out", out.path().display());
+    let (env, caps, netdev) = run_reporting(
+        &registry,
+        &image,
+        vec!["--rm --env MARK=from-run-options".into(), volume.clone()],
+        out.path(),
+    )
+    .await;
+    assert_eq!(env, "from-run-options");
+    assert!(!has_sys_admin(&caps), "unprivileged: {caps}");
+    let nics: Vec<&str> = netdev
+        .lines()
+        .skip(2)
+        .filter_map(|l| l.split(':').next())
+        .map(str::trim)
+        .collect();
+    assert_eq!(nics, ["lo"], "isolated network: {netdev}");
+
+    // --privileged and --network=host: every capability, this machine's
+    // interfaces.
+    let out = tempfile::tempdir().unwrap();
+    let volume = format!("--volume {}:/out", out.path().display());
+    let (_, caps, netdev) = run_reporting(
+        &registry,
+        &image,
+        vec!["--rm --privileged --network=host".into(), volume],
+        out.path(),
+    )
+    .await;
+    assert!(has_sys_admin(&caps), "privileged: {caps}");
+    let host = std::fs::read_to_string("/proc/net/dev").unwrap();
+    assert_eq!(
+        netdev.lines().count(),
+        host.lines().count(),
+        "host network: {netdev} vs {host}"
+    );
+}

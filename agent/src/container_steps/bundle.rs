@@ -35,50 +35,78 @@ const PODMAN_CAPS: [&str; 11] = [
     "SYS_CHROOT",
 ];
 
-/// Every capability Linux has, for `--privileged`.
+/// Every capability Linux has, for `--privileged`, in the kernel's order:
+/// the index is the capability's number (`<linux/capability.h>`).
 const ALL_CAPS: [&str; 41] = [
-    "AUDIT_CONTROL",
-    "AUDIT_READ",
-    "AUDIT_WRITE",
-    "BLOCK_SUSPEND",
-    "BPF",
-    "CHECKPOINT_RESTORE",
     "CHOWN",
     "DAC_OVERRIDE",
     "DAC_READ_SEARCH",
     "FOWNER",
     "FSETID",
-    "IPC_LOCK",
-    "IPC_OWNER",
     "KILL",
-    "LEASE",
+    "SETGID",
+    "SETUID",
+    "SETPCAP",
     "LINUX_IMMUTABLE",
-    "MAC_ADMIN",
-    "MAC_OVERRIDE",
-    "MKNOD",
-    "NET_ADMIN",
     "NET_BIND_SERVICE",
     "NET_BROADCAST",
+    "NET_ADMIN",
     "NET_RAW",
-    "PERFMON",
-    "SETGID",
-    "SETFCAP",
-    "SETPCAP",
-    "SETUID",
+    "IPC_LOCK",
+    "IPC_OWNER",
+    "SYS_MODULE",
+    "SYS_RAWIO",
+    "SYS_CHROOT",
+    "SYS_PTRACE",
+    "SYS_PACCT",
     "SYS_ADMIN",
     "SYS_BOOT",
-    "SYS_CHROOT",
-    "SYS_MODULE",
     "SYS_NICE",
-    "SYS_PACCT",
-    "SYS_PTRACE",
-    "SYS_RAWIO",
     "SYS_RESOURCE",
     "SYS_TIME",
     "SYS_TTY_CONFIG",
+    "MKNOD",
+    "LEASE",
+    "AUDIT_WRITE",
+    "AUDIT_CONTROL",
+    "SETFCAP",
+    "MAC_OVERRIDE",
+    "MAC_ADMIN",
     "SYSLOG",
     "WAKE_ALARM",
+    "BLOCK_SUSPEND",
+    "AUDIT_READ",
+    "PERFMON",
+    "BPF",
+    "CHECKPOINT_RESTORE",
 ];
+
+/// The capabilities of `names` the agent itself may pass on: those in its
+/// bounding set `bounding` (`CapBnd` of `/proc/self/status`), as podman
+/// grants `--privileged` the capabilities it has rather than every one
+/// (asking for one outside the set makes crun's `capset` fail).
+fn within<'a>(names: &[&'a str], bounding: u64) -> Vec<&'a str> {
+    names
+        .iter()
+        .copied()
+        .filter(|n| {
+            ALL_CAPS
+                .iter()
+                .position(|c| c == n)
+                .is_some_and(|bit| bounding & (1u64 << bit) != 0)
+        })
+        .collect()
+}
+
+/// The bounding set in a `/proc/self/status` text (all capabilities when
+/// it does not say).
+pub fn bounding_set(status: &str) -> u64 {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapBnd:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .unwrap_or(u64::MAX)
+}
 
 const DEFAULT_PATH: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
@@ -153,7 +181,15 @@ fn bind(source: &Path, destination: &Path, read_only: bool) -> Result<Mount> {
 }
 
 /// The bundle's runtime spec: root filesystem `rootfs` beside it.
-pub fn spec(image: &ImageConfiguration, run: &RunOptions, hostname: &str) -> Result<Spec> {
+/// The bundle's `config.json` for `image` run with `run`; the process gets
+/// only capabilities in `bounding` (the agent's own bounding set,
+/// [`bounding_set`]).
+pub fn spec(
+    image: &ImageConfiguration,
+    run: &RunOptions,
+    hostname: &str,
+    bounding: u64,
+) -> Result<Spec> {
     let mut spec = Spec::default();
     spec.set_hostname(Some(hostname.to_string()));
     let (uid, gid) = user(image)?;
@@ -162,11 +198,14 @@ pub fn spec(image: &ImageConfiguration, run: &RunOptions, hostname: &str) -> Res
         .and_then(|c| c.working_dir().clone())
         .filter(|w| !w.is_empty())
         .unwrap_or_else(|| "/".into());
-    let caps = caps(if run.privileged {
-        &ALL_CAPS
-    } else {
-        &PODMAN_CAPS
-    })?;
+    let caps = caps(&within(
+        if run.privileged {
+            &ALL_CAPS
+        } else {
+            &PODMAN_CAPS
+        },
+        bounding,
+    ))?;
     let process = spec.process_mut().as_mut().context("the default process")?;
     process.set_args(Some(args(image)?));
     process.set_env(Some(env(image, run)));

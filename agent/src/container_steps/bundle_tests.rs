@@ -29,7 +29,7 @@ fn has_netns(spec: &Spec) -> bool {
 #[test]
 fn the_image_config_becomes_the_process() {
     let run = parse_run(&words("--env A=run --env B=2")).unwrap();
-    let spec = spec(&base(), &run, "step").unwrap();
+    let spec = spec(&base(), &run, "step", u64::MAX).unwrap();
     let p = spec.process().as_ref().unwrap();
     assert_eq!(
         p.args().clone().unwrap(),
@@ -69,7 +69,7 @@ fn host_network_privileged_volumes_and_devices() {
         container: "/dev/target".into(),
         permissions: "rw".into(),
     });
-    let s = spec(&base(), &run, "step").unwrap();
+    let s = spec(&base(), &run, "step", u64::MAX).unwrap();
     assert!(!has_netns(&s));
     let linux = s.linux().as_ref().unwrap();
     let dev = &linux.devices().clone().unwrap()[0];
@@ -95,7 +95,7 @@ fn host_network_privileged_volumes_and_devices() {
     assert!(data.options().clone().unwrap().contains(&"ro".to_string()));
 
     let run = parse_run(&words("--privileged")).unwrap();
-    let s = spec(&base(), &run, "step").unwrap();
+    let s = spec(&base(), &run, "step", u64::MAX).unwrap();
     let p = s.process().as_ref().unwrap();
     let caps = p
         .capabilities()
@@ -127,14 +127,14 @@ fn unusable_images_are_refused() {
         "architecture": "amd64", "os": "linux", "config": {},
         "rootfs": {"type": "layers", "diff_ids": []}
     }));
-    let e = spec(&none, &RunOptions::default(), "s").unwrap_err();
+    let e = spec(&none, &RunOptions::default(), "s", u64::MAX).unwrap_err();
     assert!(format!("{e:#}").contains("neither an entrypoint nor a command"));
     let named = image(serde_json::json!({
         "architecture": "amd64", "os": "linux",
         "config": {"Cmd": ["x"], "User": "nobody"},
         "rootfs": {"type": "layers", "diff_ids": []}
     }));
-    let e = spec(&named, &RunOptions::default(), "s").unwrap_err();
+    let e = spec(&named, &RunOptions::default(), "s", u64::MAX).unwrap_err();
     assert!(format!("{e:#}").contains("only numeric users"));
     let mut run = RunOptions::default();
     run.devices.push(Device {
@@ -142,5 +142,28 @@ fn unusable_images_are_refused() {
         container: "/dev/x".into(),
         permissions: "rwm".into(),
     });
-    assert!(spec(&base(), &run, "s").is_err());
+    assert!(spec(&base(), &run, "s", u64::MAX).is_err());
+}
+
+#[test]
+fn privileged_gets_only_the_capabilities_the_agent_has() {
+    // This machine's kind of sandbox: CAP_SYS_RESOURCE (24) dropped.
+    let bounding = bounding_set("Name:\tagent\nCapBnd:\t000001fffeffffff\n");
+    assert_eq!(bounding, 0x0000_01ff_feff_ffff);
+    let run = RunOptions {
+        privileged: true,
+        ..RunOptions::default()
+    };
+    let s = spec(&base(), &run, "s", bounding).unwrap();
+    let caps = s
+        .process()
+        .as_ref()
+        .and_then(|p| p.capabilities().as_ref())
+        .and_then(|c| c.bounding().clone())
+        .unwrap();
+    assert_eq!(caps.len(), ALL_CAPS.len() - 1);
+    let text = serde_json::to_string(&caps).unwrap();
+    assert!(!text.contains("CAP_SYS_RESOURCE"), "{text}");
+    assert!(text.contains("CAP_SYS_ADMIN"), "{text}");
+    assert_eq!(bounding_set("no such line"), u64::MAX);
 }

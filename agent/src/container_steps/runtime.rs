@@ -93,12 +93,15 @@ async fn run_in(
     if abort.load(Ordering::SeqCst) {
         return Err(ContainerError::Aborted(reference.to_string()));
     }
-    let spec = super::bundle::spec(&image.config, run, "container-step").map_err(|source| {
-        ContainerError::Run {
-            image: reference.to_string(),
-            source,
-        }
-    })?;
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let bounding = super::bundle::bounding_set(&status);
+    let spec =
+        super::bundle::spec(&image.config, run, "container-step", bounding).map_err(|source| {
+            ContainerError::Run {
+                image: reference.to_string(),
+                source,
+            }
+        })?;
     let config = dir.join("config.json");
     let text = serde_json::to_vec_pretty(&spec)
         .context("serialising config.json")
