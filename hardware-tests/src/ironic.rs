@@ -4,6 +4,7 @@
 //! 1.95) for enrolling nodes and moving them through states.
 
 use std::future::Future;
+use std::os::unix::process::CommandExt;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -670,7 +671,14 @@ impl Drop for Ironic {
         // A frozen Ironic would not act on stop.sh's TERM.
         let _ = self.thaw();
         let script = crate::repo_root().join("ci/ironic/stop.sh");
-        match Command::new(&script).arg(self.state.path()).status() {
+        // A process group of its own: a Ctrl-C on the terminal (or a
+        // second SIGINT to the demo's group) while Ironic is being stopped
+        // must not kill stop.sh halfway and leave Ironic running.
+        match Command::new(&script)
+            .arg(self.state.path())
+            .process_group(0)
+            .status()
+        {
             Ok(s) if s.success() => {}
             other => eprintln!("warning: {} failed: {other:?}", script.display()),
         }
