@@ -113,12 +113,7 @@ pub fn managers(config: &Config) -> Value {
 /// devices (host mode) as extra disks.
 pub fn live_options(config: &Config) -> Options {
     let mut o = Options::live(config.bootif.clone());
-    o.extra_disks = config
-        .allowed_devices
-        .iter()
-        .filter_map(|p| std::fs::canonicalize(p).ok())
-        .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
-        .collect();
+    o.extra_disks = crate::disk::allowed_kernel_names(config);
     o
 }
 

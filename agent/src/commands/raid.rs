@@ -8,14 +8,13 @@
 //! `skip_block_devices` protect ([`crate::selection`], a kept
 //! `volume_name` among them) are neither deleted nor built on.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use serde_json::{json, Value};
 
 use super::step_call::StepCall;
 use super::{CommandError, ErrorKind};
-use crate::config::RunMode;
 use crate::disk::{ioctl, WritePolicy};
 use crate::partimage::params::{self, BootMode};
 use crate::raid::{config, ops, plan};
@@ -38,20 +37,8 @@ fn candidate_disks(
     state: &AgentState,
     node: &Value,
 ) -> anyhow::Result<Vec<crate::inventory::Disk>> {
-    // In host mode the allowed devices (loop devices, say) are listed too.
-    let extra: Vec<String> = state
-        .config
-        .allowed_devices
-        .iter()
-        .filter_map(|p| std::fs::canonicalize(p).ok())
-        .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
-        .collect();
-    let mut disks = crate::inventory::disks::read(Path::new("/"), &extra)?;
+    let mut disks = super::target::machine_disks(&state.config)?;
     disks.retain(|d| !d.name.starts_with("/dev/md"));
-    if state.config.mode == RunMode::Host {
-        let allowed: Vec<PathBuf> = WritePolicy::from_config(&state.config).allowed().to_vec();
-        disks.retain(|d| allowed.iter().any(|a| a.as_os_str() == d.name.as_str()));
-    }
     Ok(crate::selection::unprotected_disks(node, disks)?)
 }
 

@@ -1,10 +1,12 @@
 //! The disk a write goes to ([`choose_device`]): the image writes, the
-//! boot loader and file injection all pick it the same way.
+//! boot loader and file injection all pick it the same way; and the
+//! machine's disks as steps see them ([`machine_disks`]).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use super::{CommandError, ErrorKind};
-use crate::config::RunMode;
+use crate::config::{Config, RunMode};
+use crate::disk::WritePolicy;
 use crate::node::Node;
 use crate::state::AgentState;
 
@@ -83,4 +85,17 @@ fn protected(
             reason: format!("protected: {why}"),
         })
         .collect()
+}
+
+/// The machine's whole disks as the inventory describes them; in host mode
+/// the allowed devices (loop devices, say) are listed too, and only they
+/// are kept.
+pub fn machine_disks(config: &Config) -> anyhow::Result<Vec<crate::inventory::Disk>> {
+    let extra = crate::disk::allowed_kernel_names(config);
+    let mut disks = crate::inventory::disks::read(Path::new("/"), &extra)?;
+    if config.mode == RunMode::Host {
+        let allowed = WritePolicy::from_config(config).allowed().to_vec();
+        disks.retain(|d| allowed.iter().any(|a| a.as_os_str() == d.name.as_str()));
+    }
+    Ok(disks)
 }

@@ -128,6 +128,17 @@ pub struct WritePolicy {
     proc_root: PathBuf,
 }
 
+/// The kernel names (`loop3`) of the allowed devices that exist: in host
+/// mode they are listed with the machine's disks.
+pub fn allowed_kernel_names(config: &Config) -> Vec<String> {
+    config
+        .allowed_devices
+        .iter()
+        .filter_map(|p| fs::canonicalize(p).ok())
+        .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .collect()
+}
+
 impl WritePolicy {
     /// The policy of a configuration (reading `/proc`).
     pub fn from_config(config: &Config) -> Self {

@@ -18,8 +18,7 @@ use crate::commands::context::Context;
 use crate::commands::step_call::{PreparedStep, RawCall};
 use crate::commands::step_kind::StepKind;
 use crate::commands::{CommandError, ErrorKind};
-use crate::config::{Config, RunMode};
-use crate::disk::WritePolicy;
+use crate::config::Config;
 use crate::exec_steps::{ExecManager, ExecStep, Hook, RunError};
 use crate::state::AgentState;
 
@@ -196,19 +195,7 @@ pub fn disks(config: &Config) -> Value {
 }
 
 fn inventory_disks(config: &Config) -> anyhow::Result<Vec<Value>> {
-    // In host mode the allowed devices (loop devices, say) are listed too.
-    let extra: Vec<String> = config
-        .allowed_devices
-        .iter()
-        .filter_map(|p| std::fs::canonicalize(p).ok())
-        .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
-        .collect();
-    let mut disks = crate::inventory::disks::read(Path::new("/"), &extra)?;
-    if config.mode == RunMode::Host {
-        let allowed = WritePolicy::from_config(config).allowed().to_vec();
-        disks.retain(|d| allowed.iter().any(|a| a.as_os_str() == d.name.as_str()));
-    }
-    Ok(disks
+    Ok(crate::commands::target::machine_disks(config)?
         .iter()
         .filter_map(|d| serde_json::to_value(d).ok())
         .collect())
@@ -297,9 +284,17 @@ pub async fn inspection_data(config: &Config, node: &Value) -> Map<String, Value
             return out;
         }
     };
-    for m in managers.iter().filter(|m| m.support > 0) {
+    let hooked: Vec<&ExecManager> = managers
+        .iter()
+        .filter(|m| m.support > 0 && m.inspect.is_some())
+        .collect();
+    if hooked.is_empty() {
+        return out;
+    }
+    // One disk listing for every hook.
+    let input = json!({"node": node, "disks": disks(config)});
+    for m in hooked {
         let Some(hook) = &m.inspect else { continue };
-        let input = json!({"node": node, "disks": disks(config)});
         let label = label(m, "inspect executable", hook);
         let never = Arc::new(std::sync::atomic::AtomicBool::new(false));
         match crate::exec_steps::run(hook, &label, &input, never).await {
