@@ -666,6 +666,45 @@ impl Watch for () {
     async fn seen(&mut self, _: &Ironic, _: &Value) {}
 }
 
+impl Ironic {
+    /// After `stop.sh`: nothing of this Ironic may still listen on its API
+    /// port (the next Ironic, or the operator's next demo, needs it).
+    /// Checked in this process's namespace only (Ironic started without
+    /// one); an `ironic` process still listening is named and killed by
+    /// its PID.
+    fn let_go_of_the_port(&self) {
+        if self.launch.netns.is_some() {
+            return;
+        }
+        let proc = std::path::Path::new("/proc");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let held = crate::listeners::listening_on(proc, self.launch.port);
+            if held.is_empty() {
+                return;
+            }
+            if Instant::now() > deadline {
+                for h in held {
+                    eprintln!(
+                        "warning: after ci/ironic/stop.sh, port {} is still held by {h}",
+                        self.launch.port
+                    );
+                    if h.cmdline.contains("ironic") {
+                        eprintln!("warning: killing pid {} (SIGKILL)", h.pid);
+                        let _ = nix::sys::signal::kill(
+                            nix::unistd::Pid::from_raw(h.pid),
+                            nix::sys::signal::SIGKILL,
+                        );
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(500));
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
 impl Drop for Ironic {
     fn drop(&mut self) {
         // A frozen Ironic would not act on stop.sh's TERM.
@@ -682,6 +721,7 @@ impl Drop for Ironic {
             Ok(s) if s.success() => {}
             other => eprintln!("warning: {} failed: {other:?}", script.display()),
         }
+        self.let_go_of_the_port();
         if std::thread::panicking() {
             let log = std::fs::read_to_string(self.log_path()).unwrap_or_default();
             let tail: Vec<&str> = log.lines().rev().take(60).collect();

@@ -12,6 +12,7 @@ pub mod debs;
 pub mod grubimage;
 pub mod images;
 pub mod ironic;
+pub mod listeners;
 pub mod loopdev;
 pub mod netns;
 pub mod own_server;

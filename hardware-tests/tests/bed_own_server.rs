@@ -90,6 +90,11 @@ fn demo(
         t.elapsed().as_secs_f64(),
         log.display()
     );
+    // An Ironic that outlived stop.sh (the demo then names and kills it).
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    for l in text.lines().filter(|l| l.contains("still held by")) {
+        eprintln!("   {l}");
+    }
     (
         status.success(),
         std::fs::read_to_string(&log).unwrap_or_default(),

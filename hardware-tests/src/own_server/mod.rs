@@ -155,10 +155,18 @@ pub fn main(args: &[String], mut out: Printer) -> Result<()> {
 /// Fails unless this machine can listen on both ports at `--http-address`.
 fn check_address(o: &Options) -> Result<(), Problem> {
     for port in [API_PORT, HTTP_PORT] {
-        std::net::TcpListener::bind((o.http_address, port)).map_err(|e| Problem::HttpAddress {
-            addr: o.http_address.to_string(),
-            reason: format!("port {port}: {e}"),
-            ports: format!("{API_PORT} and {HTTP_PORT}"),
+        std::net::TcpListener::bind((o.http_address, port)).map_err(|e| {
+            // Name what holds it: often an earlier run's Ironic.
+            let held = crate::listeners::listening_on(std::path::Path::new("/proc"), port);
+            let by = match held.first() {
+                Some(h) if e.kind() == std::io::ErrorKind::AddrInUse => format!(", held by {h}"),
+                _ => String::new(),
+            };
+            Problem::HttpAddress {
+                addr: o.http_address.to_string(),
+                reason: format!("port {port}: {e}{by}"),
+                ports: format!("{API_PORT} and {HTTP_PORT}"),
+            }
         })?;
     }
     Ok(())
