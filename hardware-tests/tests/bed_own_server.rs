@@ -20,7 +20,8 @@
 //! the demo with their message and fix; Ctrl-C (SIGINT) once the BMC
 //! read Ironic's ISO ends it with the BMC put back; `--inspect-only` inspects by
 //! virtual media and lists both disks with their serials and the disk it
-//! would write; without `--confirm-disk` the demo inspects and stops with
+//! would write, then again booted by PXE (`--boot pxe`: the demo's own
+//! dnsmasq answers the server's MAC alone, iPXE chains to Ironic); without `--confirm-disk` the demo inspects and stops with
 //! the serial to confirm; with `--confirm-disk` it cleans and deploys the
 //! test image, and the domain boots it. After every run that reached the
 //! BMC, the BMC is as before: no media in the CD drive, the same boot
@@ -310,7 +311,7 @@ fn own_server_demo_checks_inspects_confirms_deploys_and_leaves_the_bmc_clean() {
     let good: Vec<&str> = good.iter().map(String::as_str).collect();
     let opts = Options::parse(&with(&good)).unwrap();
     let client = BmcClient::new(&opts).unwrap();
-    let found = net.block_on(client.check()).unwrap().unwrap();
+    let found = net.block_on(client.check(true)).unwrap().unwrap();
     eprintln!(
         "the BMC before: {:?}; CD {}; set up in {:.1} s",
         found.before,
@@ -501,7 +502,7 @@ fn own_server_demo_checks_inspects_confirms_deploys_and_leaves_the_bmc_clean() {
         &out,
         &[
             "the BMC read the boot ISO, but the agent on the server never reached Ironic at",
-            "(no first heartbeat)",
+            "(no first heartbeat); the BMC keeps no log of the server to show here.",
             "Fix: watch the server's console: check --network-data",
         ],
         "no first heartbeat",
@@ -542,6 +543,30 @@ fn own_server_demo_checks_inspects_confirms_deploys_and_leaves_the_bmc_clean() {
         "inspect-only",
     );
     clean("after --inspect-only", false);
+
+    // 5b. The same inspection booted by PXE: the demo's dnsmasq answers
+    // the MAC only, with network_data's address; UEFI PXE gets iPXE over
+    // TFTP and iPXE gets Ironic's boot.ipxe.
+    let (ok, out) = go(
+        "pxe-inspect-only",
+        &with(&[&good[..], &["--inspect-only", "--boot", "pxe"]].concat()),
+        None,
+    );
+    assert!(ok, "{out}");
+    must_say(
+        &out,
+        &[
+            &format!("--boot pxe: DHCP for {MAC} only ({GUEST} netmask 255.255.255.0)"),
+            "--boot pxe: virtual media not used",
+            "ipxe boot, port",
+            &format!("the server ({GUEST}) booted by PXE and fetched the agent /"),
+            "/deploy_ramdisk through iPXE (HTTP 200)",
+            &format!("serial {SERIAL_A}"),
+            "--inspect-only: stopping here",
+        ],
+        "--boot pxe --inspect-only",
+    );
+    clean("after --boot pxe --inspect-only", false);
 
     // 6. No confirmation: inspected, then stopped with the serial to give.
     let (ok, out) = go("unconfirmed", &with(&good), None);

@@ -29,7 +29,8 @@ pub struct Found {
     pub system: String,
     /// The managing BMC's model and firmware version.
     pub bmc: String,
-    /// The virtual media CD's resource path.
+    /// The virtual media CD's resource path; empty with `--boot pxe`
+    /// (not looked for).
     pub cd: String,
     /// The server as it was.
     pub before: Snapshot,
@@ -160,9 +161,9 @@ impl BmcClient {
     }
 
     /// The checks before anything starts: the service root answers over
-    /// trusted TLS, the credentials work, the system exists, and it has a
-    /// virtual media CD with nothing inserted.
-    pub async fn check(&self) -> Result<Found, Problem> {
+    /// trusted TLS, the credentials work, the system exists, and (with
+    /// `virtual_media`) it has a virtual media CD with nothing inserted.
+    pub async fn check(&self, virtual_media: bool) -> Result<Found, Problem> {
         // The service root needs no credentials: unreachable and
         // certificate problems show here first.
         self.call(reqwest::Method::GET, "/redfish/v1/", None)
@@ -228,6 +229,9 @@ impl BmcClient {
                 }
             }
         }
+        if !virtual_media {
+            return Ok(found);
+        }
         for c in &collections {
             let list = self.get(c).await?;
             for m in list["Members"].as_array().into_iter().flatten() {
@@ -261,6 +265,60 @@ impl BmcClient {
         })
     }
 
+    /// The newest entry of the logs the BMC keeps for the server (the
+    /// system's and its managers' `LogServices`: SEL, event and console
+    /// logs), as `LogService: Created Message`; `None` when it offers
+    /// none (sushy-tools) or they are empty. For the no-heartbeat error:
+    /// the last thing the server or BMC said.
+    pub async fn newest_log_entry(&self) -> Option<String> {
+        let system = self.get(&self.system).await.ok()?;
+        let mut services = vec![system["LogServices"]["@odata.id"].as_str()?.to_string()];
+        for m in system["Links"]["ManagedBy"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            let Some(mp) = m["@odata.id"].as_str() else {
+                continue;
+            };
+            if let Some(p) = self
+                .get(mp)
+                .await
+                .ok()
+                .and_then(|v| v["LogServices"]["@odata.id"].as_str().map(str::to_string))
+            {
+                services.push(p);
+            }
+        }
+        let mut newest: Option<(String, String)> = None;
+        for collection in services {
+            let Ok(list) = self.get(&collection).await else {
+                continue;
+            };
+            for m in list["Members"].as_array().into_iter().flatten() {
+                let Some(p) = m["@odata.id"].as_str() else {
+                    continue;
+                };
+                let Ok(service) = self.get(p).await else {
+                    continue;
+                };
+                let Some(entries) = service["Entries"]["@odata.id"].as_str() else {
+                    continue;
+                };
+                let Ok(entries) = self.get(entries).await else {
+                    continue;
+                };
+                if let Some((when, msg)) = newest_entry(&entries) {
+                    if newest.as_ref().is_none_or(|(w, _)| when > *w) {
+                        let name = service["Id"].as_str().unwrap_or(p);
+                        newest = Some((when, format!("{name}: {msg}")));
+                    }
+                }
+            }
+        }
+        newest.map(|(when, msg)| format!("{msg} ({when})"))
+    }
+
     /// The server's power state and boot override now.
     pub async fn snapshot(&self) -> Result<Snapshot, Problem> {
         Ok(Snapshot::of(&self.get(&self.system).await?))
@@ -284,7 +342,9 @@ impl BmcClient {
         keep_power: bool,
     ) -> Result<Vec<String>, Problem> {
         let mut done = Vec::new();
-        if let Some(image) = self.inserted(cd).await? {
+        if cd.is_empty() {
+            // --boot pxe: no virtual media was used.
+        } else if let Some(image) = self.inserted(cd).await? {
             self.send(
                 reqwest::Method::POST,
                 &format!("{cd}/Actions/VirtualMedia.EjectMedia"),
@@ -343,5 +403,55 @@ impl BmcClient {
             ));
         }
         Ok(done)
+    }
+}
+
+/// The newest entry (by `Created`, else the last listed) of a Redfish
+/// `LogEntryCollection` whose members are expanded, as (`Created`,
+/// `Message`); entries without a message are skipped.
+fn newest_entry(collection: &Value) -> Option<(String, String)> {
+    collection["Members"]
+        .as_array()?
+        .iter()
+        .enumerate()
+        .filter_map(|(i, e)| {
+            let msg = e["Message"].as_str().filter(|m| !m.trim().is_empty())?;
+            let when = e["Created"].as_str().unwrap_or_default().to_string();
+            Some((when, i, msg.trim().to_string()))
+        })
+        .max_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)))
+        .map(|(when, _, msg)| (when, msg))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The shape of DMTF's public Redfish mockups (a SEL with expanded
+    /// members); sushy-tools offers no log services at all.
+    #[test]
+    fn the_newest_log_entry_is_found_by_its_time() {
+        let sel = json!({
+            "@odata.id": "/redfish/v1/Systems/1/LogServices/SEL/Entries",
+            "Members": [
+                {"Id": "1", "Created": "2026-11-27T10:00:00Z", "Message": "System boot"},
+                {"Id": "3", "Created": "2026-11-27T10:05:00Z", "Message": "PXE-E18: Server response timeout. "},
+                {"Id": "2", "Created": "2026-11-27T10:01:00Z", "Message": "Power on"},
+                {"Id": "4", "Created": "2026-11-27T10:09:00Z"}
+            ]
+        });
+        assert_eq!(
+            newest_entry(&sel),
+            Some((
+                "2026-11-27T10:05:00Z".into(),
+                "PXE-E18: Server response timeout.".into()
+            ))
+        );
+        // No times: the last listed.
+        let plain = json!({"Members": [{"Message": "a"}, {"Message": "b"}]});
+        assert_eq!(newest_entry(&plain), Some((String::new(), "b".into())));
+        assert_eq!(newest_entry(&json!({"Members": []})), None);
+        assert_eq!(newest_entry(&json!({"Members": "x"})), None);
+        assert_eq!(newest_entry(&json!(null)), None);
     }
 }

@@ -135,19 +135,37 @@ pub enum Problem {
         /// `: Ironic says …` when Ironic reported an error.
         last_error: String,
     },
-    /// The server booted the ISO but its agent never reached Ironic.
+    /// The server never fetched the agent by PXE.
     #[error(
-        "the BMC read the boot ISO, but the agent on the server never reached Ironic at {api} \
+        "the server did not boot the agent by PXE within {secs} s: {seen}{last_error}. Fix: \
+         make sure the server's firmware boots from the network in UEFI mode, that the NIC with \
+         --mac is on the network of --http-address (no router between them: DHCP does not \
+         cross one without a relay), and that no other DHCP server answers it with boot \
+         options; or use --boot vmedia"
+    )]
+    PxeNotBooted {
+        /// How long the demo waited.
+        secs: u64,
+        /// How far it got, from dnsmasq's log and the HTTP access log.
+        seen: String,
+        /// `: Ironic says …` when Ironic reported an error.
+        last_error: String,
+    },
+    /// The server booted the agent but it never reached Ironic.
+    #[error(
+        "{booted}, but the agent on the server never reached Ironic at {api} \
          within {secs} s (no first heartbeat){last}. Fix: watch the server's console: check \
          --network-data (address, netmask, gateway, the MAC of the NIC it names) and that the \
          NIC with --mac can reach {api}"
     )]
     NoHeartbeat {
+        /// How the agent got to the server: `the BMC read the boot ISO`.
+        booted: String,
         /// Ironic's API URL the agent should call.
         api: String,
         /// How long the demo waited.
         secs: u64,
-        /// `; the BMC's last console line: …` when one is known.
+        /// `; the BMC's newest log entry: …`, or that it keeps none.
         last: String,
     },
     /// No `--confirm-disk`: stop before anything is written.

@@ -1,6 +1,7 @@
 //! What real Ironic does to the operator's server, step by step: enrol it
-//! (`redfish` hardware type, `redfish-virtual-media` boot), inspect it
-//! (watching that the BMC reads the ISO and that the agent calls in),
+//! (`redfish` hardware type, `redfish-virtual-media` or `ipxe` boot),
+//! inspect it (watching that the BMC reads the ISO, or the server fetches
+//! the agent by iPXE, and that the agent calls in),
 //! stop there unless the operator confirmed the disk the agent chose, then
 //! clean that disk only (every other disk in `skip_block_devices`) and
 //! deploy the image to it, in the same boot of the agent (fast track).
@@ -11,9 +12,11 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 
+use super::bmc::BmcClient;
 use super::error::Problem;
 use super::inventory::{self, ChosenDisk};
-use super::options::Options;
+use super::options::{Boot, Options};
+use super::pxe::PxeServer;
 use crate::bed::http_root::HttpRoot;
 use crate::bed::ironic_flow::Reporter;
 use crate::ironic::{Ironic, Watch};
@@ -49,6 +52,10 @@ pub struct Ctx<'a> {
     pub ironic: &'a Ironic,
     /// Ironic's `http_root`, served at `--http-address`.
     pub http: &'a HttpRoot,
+    /// The operator's BMC.
+    pub bmc: &'a BmcClient,
+    /// DHCP and TFTP for the server (`--boot pxe`).
+    pub pxe: Option<&'a PxeServer>,
     /// Its directory.
     pub http_root: &'a Path,
     /// The image.
@@ -81,7 +88,7 @@ pub async fn drive(cx: &Ctx<'_>, r: &mut Reporter) -> Result<Outcome> {
         "name": "own-server",
         "driver": "redfish",
         "driver_info": driver_info,
-        "boot_interface": "redfish-virtual-media",
+        "boot_interface": o.boot.ironic_interface(),
         "power_interface": "redfish",
         "management_interface": "redfish",
         "inspect_interface": "agent",
@@ -100,8 +107,11 @@ pub async fn drive(cx: &Ctx<'_>, r: &mut Reporter) -> Result<Outcome> {
         .to_string();
     cx.ironic.create_port(&uuid, &o.mac).await?;
     r.out.line(format!(
-        "enrolled node own-server ({uuid}): redfish {}{}, redfish-virtual-media boot, port {}",
-        o.bmc_address, o.system_path, o.mac
+        "enrolled node own-server ({uuid}): redfish {}{}, {} boot, port {}",
+        o.bmc_address,
+        o.system_path,
+        o.boot.ironic_interface(),
+        o.mac
     ));
     cx.ironic
         .move_to(&uuid, "manage", "manageable", Duration::from_secs(120))
@@ -109,7 +119,10 @@ pub async fn drive(cx: &Ctx<'_>, r: &mut Reporter) -> Result<Outcome> {
         .context("manage (Ironic checks the BMC)")?;
 
     r.out.line("");
-    r.out.line("== inspection: Ironic builds an ISO, the BMC inserts it, the server boots the agent from it");
+    r.out.line(match o.boot {
+        Boot::Vmedia => "== inspection: Ironic builds an ISO, the BMC inserts it, the server boots the agent from it",
+        Boot::Pxe => "== inspection: Ironic sets the server to boot from the network; DHCP, TFTP and iPXE from here boot the agent",
+    });
     let t = Instant::now();
     inspect(cx, &uuid, r).await?;
     let stored = cx.ironic.inventory(&uuid).await?;
@@ -264,6 +277,55 @@ fn published_iso(cx: &Ctx<'_>) -> Option<String> {
     })
 }
 
+/// The line saying the server got the agent, once it has: the BMC read
+/// the ISO (virtual media), or the server fetched the node's ramdisk
+/// through iPXE (PXE).
+fn booted(cx: &Ctx<'_>) -> Option<String> {
+    let reqs = cx.http.requests();
+    match cx.pxe {
+        None => reqs
+            .into_iter()
+            .find(|q| q.path.ends_with(".iso"))
+            .map(|q| {
+                format!(
+                    "the BMC ({}) read the ISO {} (HTTP {})",
+                    q.client, q.path, q.status
+                )
+            }),
+        Some(_) => reqs
+            .into_iter()
+            .find(|q| q.path.ends_with("/deploy_ramdisk") && q.status == 200)
+            .map(|q| {
+                format!(
+                    "the server ({}) booted by PXE and fetched the agent {} through iPXE (HTTP {})",
+                    q.client, q.path, q.status
+                )
+            }),
+    }
+}
+
+/// How far a PXE boot got, for [`Problem::PxeNotBooted`].
+fn pxe_progress(cx: &Ctx<'_>, pxe: &PxeServer) -> String {
+    let mac = &cx.opts.mac;
+    let script = cx
+        .http
+        .requests()
+        .iter()
+        .any(|q| q.path.ends_with("boot.ipxe"));
+    if script {
+        format!("iPXE on {mac} read boot.ipxe but never fetched the agent (Ironic's iPXE config for it was missing or unreachable)")
+    } else if pxe.sent_ipxe() {
+        format!("{mac} got iPXE over TFTP but iPXE never fetched boot.ipxe from --http-address (TCP 8088)")
+    } else if pxe.saw_dhcp(mac) {
+        format!("{mac} asked for an address but never fetched iPXE over TFTP (UDP 69) or boot.ipxe")
+    } else {
+        format!(
+            "no DHCP request from {mac} reached this machine (dnsmasq's log: {})",
+            pxe.log_path().display()
+        )
+    }
+}
+
 /// `inspect` until `manageable`, with the two lab checks: the BMC must
 /// read the ISO within `--iso-read-timeout`, and the agent must call
 /// Ironic within `--heartbeat-timeout` of that.
@@ -284,26 +346,26 @@ async fn inspect(cx: &Ctx<'_>, uuid: &str, r: &mut Reporter) -> Result<()> {
         let state = node["provision_state"].as_str().unwrap_or_default();
         left |= state != "manageable";
         if iso_read.is_none() {
-            if let Some(req) = cx
-                .http
-                .requests()
-                .into_iter()
-                .find(|q| q.path.ends_with(".iso"))
-            {
-                r.out.line(format!(
-                    "the BMC ({}) read the ISO {} (HTTP {})",
-                    req.client, req.path, req.status
-                ));
+            if let Some(line) = booted(cx) {
+                r.out.line(line);
                 iso_read = Some(Instant::now());
             } else if state.ends_with("failed") || start.elapsed().as_secs() >= o.iso_read_timeout {
                 let last_error = node["last_error"]
                     .as_str()
                     .map(|e| format!(": Ironic says {e}"))
                     .unwrap_or_default();
-                return Err(Problem::IsoNotRead {
-                    url: iso.unwrap_or_else(|| format!("{}/redfish/", cx.http.url())),
-                    secs: start.elapsed().as_secs(),
-                    last_error,
+                let secs = start.elapsed().as_secs();
+                return Err(match cx.pxe {
+                    None => Problem::IsoNotRead {
+                        url: iso.unwrap_or_else(|| format!("{}/redfish/", cx.http.url())),
+                        secs,
+                        last_error,
+                    },
+                    Some(pxe) => Problem::PxeNotBooted {
+                        secs,
+                        seen: pxe_progress(cx, pxe),
+                        last_error,
+                    },
                 }
                 .into());
             }
@@ -325,9 +387,17 @@ async fn inspect(cx: &Ctx<'_>, uuid: &str, r: &mut Reporter) -> Result<()> {
         if let Some(at) = iso_read {
             if !called_in && at.elapsed().as_secs() >= o.heartbeat_timeout {
                 return Err(Problem::NoHeartbeat {
+                    booted: match cx.pxe {
+                        None => "the BMC read the boot ISO",
+                        Some(_) => "the server fetched the agent by iPXE",
+                    }
+                    .to_string(),
                     api: cx.ironic.url.clone(),
                     secs: at.elapsed().as_secs(),
-                    last: String::new(),
+                    last: match cx.bmc.newest_log_entry().await {
+                        Some(entry) => format!("; the BMC's newest log entry: {entry}"),
+                        None => "; the BMC keeps no log of the server to show here".into(),
+                    },
                 }
                 .into());
             }

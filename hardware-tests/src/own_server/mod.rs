@@ -3,7 +3,9 @@
 //! (its API on port 6385, its `http_root` with the ISOs it builds and the
 //! image on 8088) and drives the server through its BMC with the `redfish`
 //! hardware type and `redfish-virtual-media` boot: no DHCP or PXE on the
-//! operator's network, static addressing through `--network-data`.
+//! operator's network, static addressing through `--network-data`. With
+//! `--boot pxe`, Ironic's `ipxe` boot instead, and this machine answers
+//! the server's DHCP and TFTP itself ([`pxe`]).
 //!
 //! Order, so that a typo costs seconds: the flags are parsed and their
 //! files read ([`options`]), the BMC is checked (reachable, certificate,
@@ -25,6 +27,7 @@ pub mod error;
 pub mod flow;
 pub mod inventory;
 pub mod options;
+pub mod pxe;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -41,7 +44,8 @@ use crate::ironic::Ironic;
 use bmc::BmcClient;
 use error::Problem;
 use flow::{Ctx, Outcome, Served};
-use options::{Image, Options};
+use options::{Boot, Image, Options};
+use pxe::PxeServer;
 
 /// Ironic's API port at `--http-address`.
 pub const API_PORT: u16 = 6385;
@@ -61,15 +65,18 @@ pub fn main(args: &[String], mut out: Printer) -> Result<()> {
         opts.bmc_address, opts.system_path
     ));
     let client = BmcClient::new(&opts)?;
-    let found = rt.block_on(client.check())?;
+    let found = rt.block_on(client.check(opts.boot == Boot::Vmedia))?;
     out.line(format!("  system    {}", found.system));
     out.line(format!("  BMC       {}", found.bmc));
     out.line(format!(
-        "  power {}, boot override {} ({}), virtual media CD {} (empty)",
+        "  power {}, boot override {} ({}), {}",
         found.before.power,
         found.before.target.as_deref().unwrap_or("-"),
         found.before.enabled.as_deref().unwrap_or("-"),
-        found.cd
+        match opts.boot {
+            Boot::Vmedia => format!("virtual media CD {} (empty)", found.cd),
+            Boot::Pxe => "--boot pxe: virtual media not used".to_string(),
+        }
     ));
     check_address(&opts)?;
     out.line(format!(
@@ -104,6 +111,29 @@ pub fn main(args: &[String], mut out: Printer) -> Result<()> {
         HTTP_PORT,
         logs.join("http.log"),
     )?;
+    // --boot pxe: DHCP and TFTP for the server's MAC only, from here.
+    let pxe = match opts.boot {
+        Boot::Vmedia => None,
+        Boot::Pxe => {
+            let lease = pxe::lease_for(opts.network_data.as_ref(), &opts.mac)?;
+            let server = PxeServer::start(
+                opts.http_address,
+                &opts.mac,
+                &lease,
+                &format!("{}/boot.ipxe", http.url()),
+                &logs,
+            )?;
+            out.line(format!(
+                "--boot pxe: DHCP for {} only ({} netmask {}), TFTP (snponly.efi) and iPXE from {}; its log: {}",
+                opts.mac,
+                lease.ip,
+                lease.netmask,
+                opts.http_address,
+                server.log_path().display()
+            ));
+            Some(server)
+        }
+    };
     let conf = ironic_conf(&opts, &root, &redfish::esp_image(work.path())?, http.url());
     let t = Instant::now();
     let ironic = out
@@ -112,9 +142,10 @@ pub fn main(args: &[String], mut out: Printer) -> Result<()> {
         })
         .context("starting Ironic 39.0.0")?;
     out.line(format!(
-        "Ironic 39.0.0 up at {} in {:.1} s (redfish, redfish-virtual-media, fast track); its log: {}; http_root at {} (access log {})",
+        "Ironic 39.0.0 up at {} in {:.1} s (redfish, {}, fast track); its log: {}; http_root at {} (access log {})",
         ironic.url,
         t.elapsed().as_secs_f64(),
+        opts.boot.ironic_interface(),
         ironic.log_path().display(),
         http.url(),
         http.log_path().display()
@@ -124,6 +155,8 @@ pub fn main(args: &[String], mut out: Printer) -> Result<()> {
         opts: &opts,
         ironic: &ironic,
         http: &http,
+        bmc: &client,
+        pxe: pxe.as_ref(),
         http_root: &root,
         image: &image,
     };
@@ -141,6 +174,7 @@ pub fn main(args: &[String], mut out: Printer) -> Result<()> {
     }
     // Ironic stops first: it must not act on the server while it is put back.
     drop(ironic);
+    drop(pxe);
     out.line("putting the BMC back as it was:");
     let deployed = matches!(result, Ok(Outcome::Deployed));
     match rt.block_on(client.restore(&found.cd, &found.before, deployed)) {
@@ -253,10 +287,22 @@ fn link_or_copy(from: &Path, to: &PathBuf) -> Result<()> {
 
 /// Ironic's configuration for the operator's server (loaded after
 /// `ci/ironic/ironic.conf`): `redfish` with `redfish-virtual-media` boot
-/// (the ESP built here for UEFI ISOs), the agent inspect interface, fast
+/// (the ESP built here for UEFI ISOs) or `ipxe`, the agent inspect interface, fast
 /// track (inspection, cleaning and the deploy in one boot of the agent),
 /// `erase_devices_metadata` as the only automated clean step, and callback
 /// timeouts that allow a real server's POST.
+/// `redfish` with both boot interfaces: `redfish-virtual-media` (the
+/// default) and `ipxe` (`--boot pxe`; Ironic writes `boot.ipxe` and the
+/// node's iPXE config into its `http_root`).
+const REDFISH_INTERFACES: &str = "enabled_hardware_types = fake-hardware,redfish
+enabled_boot_interfaces = fake,redfish-virtual-media,ipxe
+enabled_power_interfaces = fake,redfish
+enabled_management_interfaces = noop,fake,redfish
+default_boot_interface = redfish-virtual-media
+default_power_interface = redfish
+default_management_interface = redfish
+";
+
 fn ironic_conf(o: &Options, root: &Path, esp: &Path, http_url: &str) -> String {
     let wait = o.iso_read_timeout + o.heartbeat_timeout + 600;
     format!(
@@ -284,8 +330,10 @@ fn ironic_conf(o: &Options, root: &Path, esp: &Path, http_url: &str) -> String {
          power_off = false\n\
          [redfish]\n\
          use_swift = false\n\
+         kernel_append_params = console=tty0 console=ttyS0\n\
+         [pxe]\n\
          kernel_append_params = console=tty0 console=ttyS0\n",
-        redfish = crate::ironic::REDFISH_VMEDIA_INTERFACES,
+        redfish = REDFISH_INTERFACES,
         esp = esp.display(),
         root = root.display(),
     )

@@ -29,6 +29,25 @@ pub enum Image {
     Url(String),
 }
 
+/// How the server boots the agent (`--boot`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Boot {
+    /// Ironic's ISO in the BMC's virtual CD (`redfish-virtual-media`).
+    Vmedia,
+    /// The NIC's PXE, answered from this machine (`ipxe`; [`super::pxe`]).
+    Pxe,
+}
+
+impl Boot {
+    /// Ironic's boot interface for it.
+    pub fn ironic_interface(self) -> &'static str {
+        match self {
+            Boot::Vmedia => "redfish-virtual-media",
+            Boot::Pxe => "ipxe",
+        }
+    }
+}
+
 /// Everything `--bmc` mode was given, checked.
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -52,6 +71,8 @@ pub struct Options {
     pub checksum: Option<(String, String)>,
     /// Ironic's `network_data`, when given.
     pub network_data: Option<serde_json::Value>,
+    /// How the server boots the agent.
+    pub boot: Boot,
     /// Stop after inspection.
     pub inspect_only: bool,
     /// The serial of the disk the operator allows to be written.
@@ -189,14 +210,20 @@ impl Options {
             .get("--network-data")
             .map(|f| parse_network_data(Path::new(f)))
             .transpose()?;
-        if let Some(boot) = v.get("--boot") {
-            if boot != "vmedia" {
+        let boot = match v.get("--boot").map(String::as_str) {
+            None | Some("vmedia") => Boot::Vmedia,
+            Some("pxe") => {
+                // The address the demo's DHCP server gives the server.
+                super::pxe::lease_for(network_data.as_ref(), &mac)?;
+                Boot::Pxe
+            }
+            Some(other) => {
                 return Err(flag(
                     "--boot",
-                    format!("{boot:?}: only vmedia is offered so far (PXE needs your DHCP server to chain to Ironic's iPXE script)"),
-                ));
+                    format!("{other:?}: give vmedia (the default) or pxe"),
+                ))
             }
-        }
+        };
         let secs = |k: &'static str, default: u64| -> Result<u64, Problem> {
             v.get(k).map_or(Ok(default), |s| {
                 s.parse()
@@ -216,6 +243,7 @@ impl Options {
             image,
             checksum,
             network_data,
+            boot,
             inspect_only: switches.contains(&"--inspect-only"),
             confirm_disk: v.get("--confirm-disk").cloned(),
             iso_read_timeout: secs("--iso-read-timeout", 120)?,
