@@ -1,8 +1,9 @@
 //! A bare-metal deploy agent that an unmodified Ironic conductor drives
 //! exactly as it drives ironic-python-agent.
 //!
-//! The modules form layers that point one way (checked by
-//! `tests/layers.rs`, whose `LAYERS` is this list), lowest first (the map
+//! The modules form layers that point one way (checked by `build.rs` on
+//! every build, with `layers/check.rs`, whose `LAYERS` is this list),
+//! lowest first (the map
 //! for a newcomer: `agent/ARCHITECTURE.md`):
 //!
 //! 1. Foundations: [`config`] (kernel command line, IPA's config files and
