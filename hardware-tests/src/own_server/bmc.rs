@@ -173,15 +173,7 @@ impl BmcClient {
             let members = self
                 .get("/redfish/v1/Systems")
                 .await
-                .map(|v| {
-                    v["Members"]
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .filter_map(|m| m["@odata.id"].as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                })
+                .map(|v| ids(&v["Members"]).collect::<Vec<_>>().join(", "))
                 .unwrap_or_else(|e| format!("nothing ({e})"));
             return Err(Problem::NoSystem {
                 path: self.system.clone(),
@@ -205,14 +197,7 @@ impl BmcClient {
         if let Some(p) = system["VirtualMedia"]["@odata.id"].as_str() {
             collections.push(p.to_string());
         }
-        for m in system["Links"]["ManagedBy"]
-            .as_array()
-            .into_iter()
-            .flatten()
-        {
-            let Some(mp) = m["@odata.id"].as_str() else {
-                continue;
-            };
+        for mp in ids(&system["Links"]["ManagedBy"]) {
             let manager = self.get(mp).await?;
             if found.bmc == "?" {
                 found.bmc = format!(
@@ -234,10 +219,7 @@ impl BmcClient {
         }
         for c in &collections {
             let list = self.get(c).await?;
-            for m in list["Members"].as_array().into_iter().flatten() {
-                let Some(p) = m["@odata.id"].as_str() else {
-                    continue;
-                };
+            for p in ids(&list["Members"]) {
                 let vm = self.get(p).await?;
                 let types = vm["MediaTypes"].to_string();
                 if !(types.contains("\"CD\"") || types.contains("\"DVD\"")) {
@@ -272,15 +254,12 @@ impl BmcClient {
     /// the last thing the server or BMC said.
     pub async fn newest_log_entry(&self) -> Option<String> {
         let system = self.get(&self.system).await.ok()?;
-        let mut services = vec![system["LogServices"]["@odata.id"].as_str()?.to_string()];
-        for m in system["Links"]["ManagedBy"]
-            .as_array()
+        let mut services: Vec<String> = system["LogServices"]["@odata.id"]
+            .as_str()
+            .map(str::to_string)
             .into_iter()
-            .flatten()
-        {
-            let Some(mp) = m["@odata.id"].as_str() else {
-                continue;
-            };
+            .collect();
+        for mp in ids(&system["Links"]["ManagedBy"]) {
             if let Some(p) = self
                 .get(mp)
                 .await
@@ -295,10 +274,7 @@ impl BmcClient {
             let Ok(list) = self.get(&collection).await else {
                 continue;
             };
-            for m in list["Members"].as_array().into_iter().flatten() {
-                let Some(p) = m["@odata.id"].as_str() else {
-                    continue;
-                };
+            for p in ids(&list["Members"]) {
                 let Ok(service) = self.get(p).await else {
                     continue;
                 };
@@ -404,6 +380,15 @@ impl BmcClient {
         }
         Ok(done)
     }
+}
+
+/// The `@odata.id`s of a list of links (`Members`, `Links.ManagedBy`).
+fn ids(links: &Value) -> impl Iterator<Item = &str> {
+    links
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m["@odata.id"].as_str())
 }
 
 /// The newest entry (by `Created`, else the last listed) of a Redfish
