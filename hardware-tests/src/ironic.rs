@@ -667,12 +667,12 @@ impl Watch for () {
 }
 
 impl Ironic {
-    /// After `stop.sh`: nothing of this Ironic may still listen on its API
-    /// port (the next Ironic, or the operator's next demo, needs it).
-    /// Checked in this process's namespace only (Ironic started without
-    /// one); an `ironic` process still listening is named and killed by
-    /// its PID.
-    fn let_go_of_the_port(&self) {
+    /// After `stop.sh`: nothing of this Ironic (process group `group`) may
+    /// still listen on its API port (the next Ironic, or the operator's
+    /// next demo, needs it). Checked in this process's namespace only
+    /// (Ironic started without one); a process of its group still
+    /// listening is named and killed by its PID, anything else only named.
+    fn let_go_of_the_port(&self, group: Option<i32>) {
         if self.launch.netns.is_some() {
             return;
         }
@@ -689,7 +689,7 @@ impl Ironic {
                         "warning: after ci/ironic/stop.sh, port {} is still held by {h}",
                         self.launch.port
                     );
-                    if h.cmdline.contains("ironic") {
+                    if group.is_some() && h.pgid == group {
                         eprintln!("warning: killing pid {} (SIGKILL)", h.pid);
                         let _ = nix::sys::signal::kill(
                             nix::unistd::Pid::from_raw(h.pid),
@@ -709,6 +709,7 @@ impl Drop for Ironic {
     fn drop(&mut self) {
         // A frozen Ironic would not act on stop.sh's TERM.
         let _ = self.thaw();
+        let group = self.pid().ok();
         let script = crate::repo_root().join("ci/ironic/stop.sh");
         // A process group of its own: a Ctrl-C on the terminal (or a
         // second SIGINT to the demo's group) while Ironic is being stopped
@@ -721,7 +722,7 @@ impl Drop for Ironic {
             Ok(s) if s.success() => {}
             other => eprintln!("warning: {} failed: {other:?}", script.display()),
         }
-        self.let_go_of_the_port();
+        self.let_go_of_the_port(group);
         if std::thread::panicking() {
             let log = std::fs::read_to_string(self.log_path()).unwrap_or_default();
             let tail: Vec<&str> = log.lines().rev().take(60).collect();

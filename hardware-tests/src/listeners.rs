@@ -13,6 +13,8 @@ pub struct Holder {
     pub pid: i32,
     /// Its command line, arguments separated by spaces.
     pub cmdline: String,
+    /// Its process group, when `/proc/PID/stat` could be read.
+    pub pgid: Option<i32>,
 }
 
 impl std::fmt::Display for Holder {
@@ -57,7 +59,12 @@ pub fn listening_on(proc: &Path, port: u16) -> Vec<Holder> {
                 .filter(|s| !s.is_empty())
                 .collect::<Vec<_>>()
                 .join(" ");
-            found.push(Holder { pid, cmdline });
+            let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+            found.push(Holder {
+                pid,
+                cmdline,
+                pgid: pgid_in_stat(&stat),
+            });
         }
     }
     found.sort_by_key(|h| h.pid);
@@ -78,6 +85,13 @@ fn listen_inodes(table: &str, port: u16) -> Vec<u64> {
                 .then(|| f.get(9)?.parse().ok())?
         })
         .collect()
+}
+
+/// The process group in a `/proc/PID/stat` line (`pid (comm) state ppid
+/// pgrp …`; the command may hold spaces and parentheses).
+fn pgid_in_stat(stat: &str) -> Option<i32> {
+    let after = &stat[stat.rfind(')')? + 1..];
+    after.split_whitespace().nth(2)?.parse().ok()
 }
 
 /// The inode of an fd link target `socket:[N]`.
@@ -120,12 +134,18 @@ mod tests {
             std::fs::create_dir_all(&fd).unwrap();
             std::os::unix::fs::symlink(format!("socket:[{inode}]"), fd.join("3")).unwrap();
             std::fs::write(proc.path().join(format!("{pid}/cmdline")), cmd).unwrap();
+            std::fs::write(
+                proc.path().join(format!("{pid}/stat")),
+                format!("{pid} (ironic: (x) y) S 1 70 70 0 -1"),
+            )
+            .unwrap();
         }
         assert_eq!(
             listening_on(proc.path(), 6385),
             vec![Holder {
                 pid: 77,
-                cmdline: "ironic: ServiceWrapper worker(0)".into()
+                cmdline: "ironic: ServiceWrapper worker(0)".into(),
+                pgid: Some(70),
             }]
         );
         assert!(listening_on(proc.path(), 9999).is_empty());
@@ -136,9 +156,10 @@ mod tests {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = l.local_addr().unwrap().port();
         let me = std::process::id() as i32;
+        let me_group = nix::unistd::getpgrp().as_raw();
         assert!(listening_on(Path::new("/proc"), port)
             .iter()
-            .any(|h| h.pid == me));
+            .any(|h| h.pid == me && h.pgid == Some(me_group)));
         drop(l);
         assert!(listening_on(Path::new("/proc"), port).is_empty());
     }
