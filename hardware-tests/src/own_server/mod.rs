@@ -189,19 +189,33 @@ pub fn main(args: &[String], mut out: Printer) -> Result<()> {
 /// Fails unless this machine can listen on both ports at `--http-address`.
 fn check_address(o: &Options) -> Result<(), Problem> {
     for port in [API_PORT, HTTP_PORT] {
-        std::net::TcpListener::bind((o.http_address, port)).map_err(|e| {
+        // A port still held is given a few seconds: an earlier run (a
+        // Ctrl-C a moment ago) may still be letting go of it.
+        let deadline = Instant::now() + std::time::Duration::from_secs(10);
+        let err = loop {
+            match std::net::TcpListener::bind((o.http_address, port)) {
+                Ok(_) => break None,
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::AddrInUse && Instant::now() < deadline =>
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(250));
+                }
+                Err(e) => break Some(e),
+            }
+        };
+        if let Some(e) = err {
             // Name what holds it: often an earlier run's Ironic.
-            let held = crate::listeners::listening_on(std::path::Path::new("/proc"), port);
+            let held = crate::listeners::listening_on(Path::new("/proc"), port);
             let by = match held.first() {
                 Some(h) if e.kind() == std::io::ErrorKind::AddrInUse => format!(", held by {h}"),
                 _ => String::new(),
             };
-            Problem::HttpAddress {
+            return Err(Problem::HttpAddress {
                 addr: o.http_address.to_string(),
                 reason: format!("port {port}: {e}{by}"),
                 ports: format!("{API_PORT} and {HTTP_PORT}"),
-            }
-        })?;
+            });
+        }
     }
     Ok(())
 }
