@@ -7,8 +7,12 @@
 //! string "x", expected a map`). Lower layers that read keys of their own
 //! (root-device hints, `skip_block_devices`, erase and burn-in knobs, the
 //! partition-image boot mode) read them from [`Node::document`].
+//!
+//! The node's [`Ports`] (sent beside it with the step commands) are typed
+//! the same way: a list of port objects whose fields IPA's managers read
+//! have their types, the rest kept as sent.
 
-use serde::Deserialize;
+use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value};
 
 /// The node's sections, for the shape check (the values are read from
@@ -75,6 +79,46 @@ impl Node {
     }
 }
 
+/// One of the node's ports as the conductor sends it: Ironic's port
+/// document (`address`, `uuid`, `pxe_enabled`, `physical_network`,
+/// `local_link_connection`, …); fields not named here are kept as sent.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Port {
+    /// The NIC's MAC address.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+    /// The port's UUID.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uuid: Option<String>,
+    /// Whether the node boots from it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pxe_enabled: Option<bool>,
+    /// The physical network it is on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub physical_network: Option<String>,
+    /// The switch port it is cabled to (`switch_id`, `port_id`,
+    /// `switch_info`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local_link_connection: Option<Map<String, Value>>,
+    /// Every other field, as sent.
+    #[serde(flatten)]
+    pub other: Map<String, Value>,
+}
+
+/// The node's ports: a list, empty when the conductor sent none (`null`
+/// or no `ports` at all, as IPA takes it).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[serde(transparent)]
+pub struct Ports(pub Vec<Port>);
+
+impl<'de> Deserialize<'de> for Ports {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(Ports(
+            Option::<Vec<Port>>::deserialize(d)?.unwrap_or_default(),
+        ))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -97,5 +141,27 @@ mod tests {
         let e = Node::parse(json!({"uuid": 5})).unwrap_err();
         assert_eq!(e.path, "uuid");
         assert_eq!(Node::from_document(json!({"driver_info": []})), None);
+    }
+
+    #[test]
+    fn ports_are_typed_where_read_and_kept_whole() {
+        let sent = json!([{"address": "52:54:00:12:34:56", "pxe_enabled": true,
+            "local_link_connection": {"switch_id": "aa:bb:cc:dd:ee:ff", "port_id": "Eth1/1"},
+            "physical_network": null, "extra": {"rack": 4}, "node_uuid": "n1"}]);
+        let ports: Ports = serde_json::from_value(sent.clone()).unwrap();
+        assert_eq!(ports.0[0].address.as_deref(), Some("52:54:00:12:34:56"));
+        assert_eq!(ports.0[0].pxe_enabled, Some(true));
+        assert_eq!(ports.0[0].other["extra"]["rack"], 4);
+        // Back to JSON as sent, but for the null it had.
+        let mut back = sent;
+        back[0].as_object_mut().unwrap().remove("physical_network");
+        assert_eq!(serde_json::to_value(&ports).unwrap(), back);
+        let none: Ports = serde_json::from_value(Value::Null).unwrap();
+        assert_eq!(none, Ports::default());
+        // A wrong type is named by its path.
+        let e = serde_path_to_error::deserialize::<_, Ports>(json!([{"pxe_enabled": "yes"}]))
+            .unwrap_err();
+        assert_eq!(e.path().to_string(), "[0].pxe_enabled");
+        assert!(serde_json::from_value::<Ports>(json!({"address": "x"})).is_err());
     }
 }

@@ -5,6 +5,7 @@
 //! string "x", expected a map`). Unknown fields are accepted, as IPA does
 //! (Ironic adds some over time).
 
+use crate::node::Ports;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::{Map, Value};
@@ -74,7 +75,7 @@ pub struct ExecuteStep {
     pub node: Value,
     /// The node's ports.
     #[serde(default)]
-    pub ports: Value,
+    pub ports: Ports,
     /// The hardware-manager versions the conductor saw (`clean_version`).
     #[serde(default)]
     pub clean_version: Option<Value>,
@@ -130,7 +131,7 @@ pub struct GetSteps {
     pub node: Value,
     /// The node's ports.
     #[serde(default)]
-    pub ports: Value,
+    pub ports: Ports,
 }
 
 /// The `write_image` deploy step's arguments (as `prepare_image`'s, but

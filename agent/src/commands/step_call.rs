@@ -12,7 +12,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::CommandError;
-use crate::node::Node;
+use crate::node::{Node, Ports};
 use crate::state::AgentState;
 
 /// What a step handler receives: the node sent with the step (else the
@@ -22,9 +22,9 @@ use crate::state::AgentState;
 pub struct StepCall<A = NoArgs> {
     /// The node.
     pub node: Option<Node>,
-    /// The node's ports as the conductor sent them (`null` if it sent
+    /// The node's ports as the conductor sent them (none if it sent
     /// none).
-    pub ports: Value,
+    pub ports: Ports,
     /// `step.args`, typed.
     pub args: A,
 }
@@ -43,7 +43,7 @@ impl StepCall {
     pub fn with_node(doc: Value) -> Self {
         StepCall {
             node: Node::from_document(doc),
-            ports: Value::Null,
+            ports: Ports::default(),
             args: NoArgs {},
         }
     }

@@ -110,7 +110,7 @@ fn a_file_step_shadowing_another_managers_fails_the_listing() {
         .contains(&"erase_devices_metadata".to_string()));
     let call = RawCall {
         node: None,
-        ports: Value::Null,
+        ports: Default::default(),
         args: Map::new(),
     };
     assert!(m
@@ -134,7 +134,7 @@ fn a_file_step_shadowing_another_managers_fails_the_listing() {
 fn call(args: Value) -> RawCall {
     RawCall {
         node: None,
-        ports: Value::Null,
+        ports: Default::default(),
         args: args.as_object().cloned().unwrap_or_default(),
     }
 }

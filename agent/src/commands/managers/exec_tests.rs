@@ -62,7 +62,7 @@ fn acme() -> tempfile::TempDir {
 fn raw_call(args: Value) -> RawCall {
     StepCall {
         node: Node::from_document(json!({"uuid": "1be26c0b-03f2-4d2e-ae87-c02d7f33c123"})),
-        ports: json!([{"address": "52:54:00:12:34:56"}]),
+        ports: serde_json::from_value(json!([{"address": "52:54:00:12:34:56"}])).unwrap(),
         args: match args {
             Value::Object(m) => m,
             _ => Map::new(),

@@ -241,7 +241,7 @@ async fn a_step_runs_on_the_first_manager_that_has_it_in_that_phase() {
     let ctx = Context::default();
     let call = || RawCall {
         node: None,
-        ports: Value::Null,
+        ports: Default::default(),
         args: Map::new(),
     };
     let run = m
