@@ -43,6 +43,7 @@ pub mod disk_boot;
 pub mod http_root;
 pub mod ironic_flow;
 pub mod lldp;
+pub mod metal3;
 pub mod net;
 pub mod qmp;
 pub mod redfish;
