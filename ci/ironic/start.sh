@@ -8,7 +8,10 @@
 # Environment:
 #   IRONIC_PORT          API port (default 6385)
 #   IRONIC_HOST          address the API listens on and advertises (default
-#                        127.0.0.1; also [DEFAULT] my_ip and the endpoint_override)
+#                        127.0.0.1; also [DEFAULT] my_ip and the endpoint_override):
+#                        an IPv4 address, or an IPv6 literal without brackets
+#                        (fd99::1; then also [DEFAULT] my_ipv6, and URLs are
+#                        bracketed: https://[fd99::1]:6385)
 #   IRONIC_NETNS         name of a network namespace (ip netns) to run ironic and
 #                        the readiness probes in; empty (default): this one. The
 #                        venv is installed first, outside it.
@@ -43,7 +46,12 @@ HTTP_URL=${IRONIC_HTTP_URL:-http://127.0.0.1:8088}
 TIMEOUT=${IRONIC_START_TIMEOUT:-90}
 EXTRA_CONF=${IRONIC_EXTRA_CONF:-}
 HOST=${IRONIC_HOST:-127.0.0.1}
-case "$HOST" in ''|*[!0-9.]*) die "IRONIC_HOST must be an IPv4 address, got '$HOST'";; esac
+case "$HOST" in
+    ''|*[!0-9a-fA-F.:]*) die "IRONIC_HOST must be an IPv4 address or an IPv6 literal (no brackets), got '$HOST'";;
+    *:*) URL_HOST="[$HOST]";;   # IPv6: bracketed in URLs (RFC 3986)
+    *[!0-9.]*) die "IRONIC_HOST must be an IPv4 address or an IPv6 literal (no brackets), got '$HOST'";;
+    *) URL_HOST=$HOST;;
+esac
 NETNS=${IRONIC_NETNS:-}
 TLS_CERT=${IRONIC_TLS_CERT:-}
 TLS_KEY=${IRONIC_TLS_KEY:-}
@@ -56,7 +64,7 @@ if [ -n "$TLS_CERT" ] || [ -n "$TLS_KEY" ]; then
     SCHEME=https
     CURL_TLS=(--cacert "$TLS_CERT")
 fi
-API_URL="$SCHEME://$HOST:$PORT"
+API_URL="$SCHEME://$URL_HOST:$PORT"
 # Prefix for every command that must see ironic's network: `ip netns exec`
 # enters the namespace and execs the command (no fork), so a backgrounded
 # `${IN_NS[@]} setsid ironic` still has ironic's PID in $!.
@@ -80,11 +88,12 @@ CONSOLE_LOG="$STATE/ironic.log"
 OSLO_LOG="$STATE/log/ironic.log"
 DB="$STATE/ironic.sqlite"
 
-http_code() { "${IN_NS[@]}" curl "${CURL_TLS[@]}" -s -o /dev/null -m 5 -w '%{http_code}' "$@" 2>/dev/null || true; }
+# -g: no URL globbing, so an IPv6 literal's brackets reach the URL as they are.
+http_code() { "${IN_NS[@]}" curl "${CURL_TLS[@]}" -g -s -o /dev/null -m 5 -w '%{http_code}' "$@" 2>/dev/null || true; }
 
 # Conductor registered and has loaded fake-hardware => ready for node calls.
 conductor_ready() {
-    "${IN_NS[@]}" curl "${CURL_TLS[@]}" -sf -m 5 -H 'X-OpenStack-Ironic-API-Version: 1.95' "$API_URL/v1/drivers" 2>/dev/null \
+    "${IN_NS[@]}" curl "${CURL_TLS[@]}" -g -sf -m 5 -H 'X-OpenStack-Ironic-API-Version: 1.95' "$API_URL/v1/drivers" 2>/dev/null \
         | grep -q '"name": *"fake-hardware"'
 }
 
@@ -122,6 +131,7 @@ cat > "$STATE/paths.conf" <<EOF
 # Loaded after ci/ironic/ironic.conf, so these values win.
 [DEFAULT]
 my_ip = $HOST
+$(case "$HOST" in *:*) echo "my_ipv6 = $HOST";; esac)
 state_path = $STATE
 log_dir = $STATE/log
 tempdir = $STATE/tmp

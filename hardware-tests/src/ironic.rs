@@ -147,7 +147,7 @@ impl Ironic {
         launch.run(state.path())?;
         let scheme = if tls.is_some() { "https" } else { "http" };
         Ok(Self {
-            url: format!("{scheme}://{host}:{port}"),
+            url: format!("{scheme}://{}:{port}", crate::url_host(host)),
             state,
             http,
             launch,

@@ -69,6 +69,25 @@ pub fn run(cmd: &mut Command) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
+/// `host` as it goes into a URL's authority: an IPv6 literal bracketed
+/// (`fd99::1` → `[fd99::1]`, RFC 3986), anything else as it is.
+pub fn url_host(host: &str) -> String {
+    if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]")
+    } else {
+        host.to_string()
+    }
+}
+
+/// The socket address of `host` (an IP address, IPv6 without brackets)
+/// and `port`.
+pub fn socket_addr(host: &str, port: u16) -> Result<std::net::SocketAddr> {
+    let ip: std::net::IpAddr = host
+        .parse()
+        .with_context(|| format!("{host:?} is not an IP address"))?;
+    Ok(std::net::SocketAddr::new(ip, port))
+}
+
 /// Lower-case hex of `bytes`.
 pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()

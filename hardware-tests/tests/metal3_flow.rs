@@ -72,6 +72,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use hardware_tests::bed::http_root::HttpRoot;
+use hardware_tests::bed::metal3;
 use hardware_tests::bed::redfish::{self, Bmc};
 use hardware_tests::bed::{
     self, Bus, Disk, Firmware, MultipathDisk, Net, NetOptions, Nic, VmSpec, BRIDGE_IP,
@@ -146,24 +147,8 @@ fn openssl_cert(dir: &Path) -> (PathBuf, PathBuf) {
     bed::vmedia_disc::openssl_cert_for(dir, "ironic", BRIDGE_IP).unwrap()
 }
 
-fn console(path: &Path) -> String {
-    // Not UTF-8 throughout (firmware and grub write escape sequences).
-    String::from_utf8_lossy(&std::fs::read(path).unwrap_or_default()).into_owned()
-}
-
 fn secs(t: Instant) -> String {
     format!("{:.1} s", t.elapsed().as_secs_f64())
-}
-
-/// The ISO in the domain's CD-ROM drive, if one is inserted.
-fn inserted_iso(bmc: &Bmc<'_>, name: &str) -> Option<String> {
-    let xml = bmc.domain_xml(name, false).ok()?;
-    let at = xml.find("device='cdrom'")?;
-    let cd = &xml[at..at + xml[at..].find("</disk>")?];
-    cd.split("<source file='")
-        .nth(1)
-        .and_then(|s| s.split('\'').next())
-        .map(str::to_string)
 }
 
 /// Waits until the node settles in `state` (no target left), failing early
@@ -288,45 +273,7 @@ fn metal3_profile_inspects_cleans_and_deploys_in_one_ramdisk_boot() {
     // Loaded after ci/ironic/ironic.conf and the state directory's
     // paths.conf: Metal3's settings (see the module comment for what
     // differs and why).
-    let extra_conf = format!(
-        "[DEFAULT]\n\
-         enabled_hardware_types = fake-hardware,redfish\n\
-         enabled_boot_interfaces = fake,ipxe,redfish-virtual-media\n\
-         enabled_power_interfaces = fake,redfish\n\
-         enabled_management_interfaces = noop,fake,redfish\n\
-         enabled_inspect_interfaces = agent,fake,no-inspect\n\
-         default_boot_interface = redfish-virtual-media\n\
-         default_power_interface = redfish\n\
-         default_management_interface = redfish\n\
-         default_inspect_interface = agent\n\
-         esp_image = {esp}\n\
-         [agent]\n\
-         deploy_logs_collect = always\n\
-         max_command_attempts = 30\n\
-         api_ca_file = {cert}\n\
-         [conductor]\n\
-         automated_clean = true\n\
-         power_state_change_timeout = 120\n\
-         [deploy]\n\
-         fast_track = true\n\
-         erase_devices_metadata_priority = 10\n\
-         erase_devices_priority = 0\n\
-         http_root = {www}\n\
-         http_url = {http_url}\n\
-         [inspector]\n\
-         require_managed_boot = false\n\
-         power_off = false\n\
-         extra_kernel_params = ipa-inspection-dhcp-all-interfaces=1 ipa-collect-lldp=1\n\
-         hooks = $default_hooks,parse-lldp\n\
-         add_ports = all\n\
-         keep_ports = present\n\
-         [redfish]\n\
-         use_swift = false\n\
-         kernel_append_params = console=ttyS0\n",
-        esp = esp.display(),
-        cert = cert.display(),
-        www = www.display(),
-    );
+    let extra_conf = metal3::ironic_conf(&esp, &cert, &www, &http_url);
     let t = Instant::now();
     let ironic = Ironic::start_tls_in(
         &net.ns,
@@ -403,22 +350,7 @@ fn metal3_profile_inspects_cleans_and_deploys_in_one_ramdisk_boot() {
             let node = loop {
                 let node = ironic.node(&uuid).await.unwrap();
                 if iso_seen.is_none() {
-                    if let Some(iso) = inserted_iso(&bmc, &sys.name) {
-                        if let Ok(listing) = run(Command::new("isoinfo")
-                            .args(["-R", "-f", "-i"])
-                            .arg(&iso))
-                        {
-                            let grub = run(Command::new("isoinfo")
-                                .args(["-R", "-x", "/EFI/BOOT/grub.cfg", "-i"])
-                                .arg(&iso))
-                            .unwrap_or_default();
-                            let nd = run(Command::new("isoinfo")
-                                .args(["-R", "-x", "/openstack/latest/network_data.json", "-i"])
-                                .arg(&iso))
-                            .unwrap_or_default();
-                            iso_seen = Some((listing, grub, nd));
-                        }
-                    }
+                    iso_seen = metal3::read_inserted_iso(&bmc, &sys.name);
                 }
                 let state = node["provision_state"].as_str().unwrap_or_default();
                 if state == "inspect failed" {
@@ -527,13 +459,7 @@ fn metal3_profile_inspects_cleans_and_deploys_in_one_ramdisk_boot() {
             ironic
                 .patch(
                     &uuid,
-                    json!([
-                        {"op": "add", "path": "/instance_info/image_source", "value": format!("{http_url}/disk.qcow2")},
-                        {"op": "add", "path": "/instance_info/image_os_hash_algo", "value": "sha256"},
-                        {"op": "add", "path": "/instance_info/image_os_hash_value", "value": qcow2_sha256},
-                        {"op": "add", "path": "/instance_info/image_disk_format", "value": "qcow2"},
-                        {"op": "add", "path": "/instance_info/capabilities", "value": {"boot_mode": "uefi"}},
-                    ]),
+                    metal3::deploy_patch(&format!("{http_url}/disk.qcow2"), &qcow2_sha256),
                 )
                 .await
                 .unwrap();
@@ -559,7 +485,11 @@ fn metal3_profile_inspects_cleans_and_deploys_in_one_ramdisk_boot() {
         .unwrap();
 
     // What Ironic put on its ISO.
-    let (listing, grub, nd) = iso_seen.expect("never saw Ironic's ISO in the CD-ROM drive");
+    let metal3::IsoSeen {
+        listing,
+        grub,
+        network_data: nd,
+    } = iso_seen.expect("never saw Ironic's ISO in the CD-ROM drive");
     for f in [
         "/etc/ironic-python-agent/ironic.crt",
         "/etc/ironic-python-agent.d/ironic-tls.conf",
@@ -587,7 +517,7 @@ fn metal3_profile_inspects_cleans_and_deploys_in_one_ramdisk_boot() {
     let marker = testimage::marker_line(MARKER);
     let deadline = Instant::now() + Duration::from_secs(300);
     let text = loop {
-        let text = console(&sys.console);
+        let text = metal3::console_text(&sys.console);
         if text.contains(&marker) && testimage::meta_data(&text).is_some() {
             break text;
         }

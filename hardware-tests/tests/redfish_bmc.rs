@@ -81,6 +81,7 @@ fn redfish_bmc_drives_a_libvirt_domain() {
         dhcp: true,
         ipxe_script_url: None,
         secure_boot_chain: false,
+        ipv4: true,
     })
     .unwrap();
     let tmp = tempfile::tempdir().unwrap();

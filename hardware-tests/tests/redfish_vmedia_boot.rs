@@ -57,6 +57,7 @@ fn ironic_boots_a_virtual_media_iso_through_the_bmc() {
         dhcp: true,
         ipxe_script_url: None,
         secure_boot_chain: false,
+        ipv4: true,
     })
     .unwrap();
     let mut bmc = Bmc::start(&net).unwrap();

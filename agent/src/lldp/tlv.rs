@@ -350,5 +350,20 @@ pub fn switch_tlvs(chassis: [u8; 6], port: &str, system_name: &str) -> Vec<(u8, 
     ]
 }
 
+/// A management address TLV (type 8) for `ip`: the address with its IANA
+/// family (1 = IPv4, 2 = IPv6), interface numbering "unknown" (1) with
+/// number 0, and no OID (tests and the test switch).
+pub fn management_address_tlv(ip: std::net::IpAddr) -> (u8, Vec<u8>) {
+    let addr: Vec<u8> = match ip {
+        std::net::IpAddr::V4(a) => std::iter::once(1).chain(a.octets()).collect(),
+        std::net::IpAddr::V6(a) => std::iter::once(2).chain(a.octets()).collect(),
+    };
+    // At most 17 bytes, so the length always fits.
+    let mut v = vec![addr.len() as u8];
+    v.extend_from_slice(&addr);
+    v.extend_from_slice(&[1, 0, 0, 0, 0, 0]);
+    (8, v)
+}
+
 #[cfg(test)]
 mod tests;

@@ -40,9 +40,15 @@ impl HttpRoot {
     /// access log goes to `<net.logs>/http-<port>.log`. Returns once the
     /// server accepts connections.
     pub fn serve(net: &Net, dir: &Path, port: u16) -> Result<Self> {
+        Self::serve_on(net, BRIDGE_IP, dir, port)
+    }
+
+    /// [`HttpRoot::serve`] on the bed's address `ip` (an IPv6 bed's
+    /// [`super::BRIDGE_IP6`]); the URL brackets an IPv6 literal.
+    pub fn serve_on(net: &Net, ip: &str, dir: &Path, port: u16) -> Result<Self> {
         let log = net.logs.join(format!("http-{port}.log"));
         let python = super::redfish::venv().join("bin/python");
-        Self::start(Some(&net.ns), &python, BRIDGE_IP, dir, port, log)
+        Self::start(Some(&net.ns), &python, ip, dir, port, log)
     }
 
     /// Serves `dir` on `ip`:`port` in this process's network namespace
@@ -81,7 +87,7 @@ impl HttpRoot {
             .spawn()
             .with_context(|| format!("starting {} -m http.server", python.display()))?;
         let mut server = Proc::new(child, "http.server for Ironic's http_root");
-        let addr: std::net::SocketAddr = format!("{ip}:{port}").parse()?;
+        let addr = crate::socket_addr(ip, port)?;
         let connects =
             || std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_ok();
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -108,7 +114,7 @@ impl HttpRoot {
             std::thread::sleep(Duration::from_millis(100));
         }
         Ok(Self {
-            url: format!("http://{ip}:{port}"),
+            url: format!("http://{}:{port}", crate::url_host(ip)),
             log,
             _server: server,
         })

@@ -25,6 +25,18 @@ impl Switch {
     /// Announces `chassis` (a MAC, chassis ID subtype 4), port ID `port`
     /// (interface name subtype) and `system_name`.
     pub fn start(net: &Net, chassis: [u8; 6], port: &str, system_name: &str) -> Result<Self> {
+        Self::start_with(net, chassis, port, system_name, &[])
+    }
+
+    /// [`Switch::start`] with `extra` TLVs after the usual ones (e.g. a
+    /// management address, [`agent::lldp::tlv::management_address_tlv`]).
+    pub fn start_with(
+        net: &Net,
+        chassis: [u8; 6],
+        port: &str,
+        system_name: &str,
+        extra: &[(u8, Vec<u8>)],
+    ) -> Result<Self> {
         net.ns.ip(&[
             "link", "add", "lldp0", "type", "veth", "peer", "name", "lldp0p",
         ])?;
@@ -35,7 +47,9 @@ impl Switch {
             let idx = nix::net::if_::if_nametoindex("lldp0").context("lldp0's index")?;
             PacketSocket::open(idx, ETHERTYPE).context("a packet socket on lldp0")
         })??;
-        let frame = build_frame(chassis, &switch_tlvs(chassis, port, system_name));
+        let mut tlvs = switch_tlvs(chassis, port, system_name);
+        tlvs.extend_from_slice(extra);
+        let frame = build_frame(chassis, &tlvs);
         let stop = Arc::new(AtomicBool::new(false));
         let s = stop.clone();
         let thread = std::thread::spawn(move || {

@@ -5,7 +5,8 @@
 //!   `fd99::1/64`), dnsmasq on it (DHCP with MAC reservations, router
 //!   advertisements, TFTP of iPXE's boot script, the ramdisk's kernel and
 //!   initramfs, or the URL of Ironic's `boot.ipxe` for iPXE clients, and
-//!   iPXE for UEFI PXE clients), a way to run async test
+//!   iPXE for UEFI PXE clients; an IPv6-only bed has only `fd99::1/64`,
+//!   no dnsmasq and drops every IPv4 frame), a way to run async test
 //!   code whose sockets live in the namespace ([`Net::block_on`]) and to
 //!   start programs in it ([`Net::spawn`]).
 //! * [`Vm`]: QEMU (TCG, `-cpu qemu64,+rdrand`, q35) with SeaBIOS or OVMF
@@ -42,6 +43,7 @@ pub mod disk_boot;
 pub mod http_root;
 pub mod ironic_flow;
 pub mod lldp;
+pub mod metal3;
 pub mod net;
 pub mod qmp;
 pub mod redfish;
@@ -49,7 +51,7 @@ pub mod ssh;
 pub mod vm;
 pub mod vmedia_disc;
 
-pub use net::{Net, NetOptions, Proc, BRIDGE_IP};
+pub use net::{Net, NetOptions, Proc, BRIDGE_IP, BRIDGE_IP6};
 pub use vm::{Boot, Bus, Disk, Firmware, MultipathDisk, Nic, Vm, VmSpec};
 
 use std::path::{Path, PathBuf};

@@ -3,6 +3,8 @@
 //! bed's `boot.ipxe` over TFTP with the ramdisk, or the URL of Ironic's
 //! `boot.ipxe` on its HTTP server; UEFI clients without iPXE get iPXE's
 //! `snponly.efi` first), plus running test code and programs inside it.
+//! An IPv6-only bed ([`NetOptions::ipv6_only`]) has no IPv4 address, no
+//! dnsmasq, and drops (and counts) every IPv4 and ARP frame on its bridge.
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -17,6 +19,10 @@ use crate::netns::NetNs;
 /// The bridge's address inside the namespace: where the conductor, image
 /// servers and dnsmasq listen, and the guests' default route.
 pub const BRIDGE_IP: &str = "10.99.0.1";
+
+/// The bridge's IPv6 address (`/64`): on every bed, and the only address
+/// of an IPv6-only one.
+pub const BRIDGE_IP6: &str = "fd99::1";
 
 /// A process started by the bed; killed by its PID on drop.
 #[derive(Debug)]
@@ -86,6 +92,8 @@ pub struct NetOptions {
     /// which reads `grub/grub.cfg` (written here with `kernel_args`) and
     /// boots the ramdisk over TFTP — the path that works under Secure Boot.
     pub secure_boot_chain: bool,
+    /// `false`: an IPv6-only network (see [`NetOptions::ipv6_only`]).
+    pub ipv4: bool,
 }
 
 impl NetOptions {
@@ -99,6 +107,7 @@ impl NetOptions {
             dhcp: true,
             ipxe_script_url: None,
             secure_boot_chain: false,
+            ipv4: true,
         }
     }
 
@@ -113,6 +122,19 @@ impl NetOptions {
             dhcp: false,
             ipxe_script_url: None,
             secure_boot_chain: false,
+            ipv4: true,
+        }
+    }
+
+    /// A network named `name` that carries no IPv4 at all: the bridge has
+    /// only [`BRIDGE_IP6`] (no DAD, so it is usable at once), no dnsmasq
+    /// runs (no DHCP, no router advertisements: static addresses only),
+    /// and ebtables drops every IPv4 and ARP frame that enters, crosses or
+    /// leaves the bridge, counting them ([`Net::ipv4_frames_dropped`]).
+    pub fn ipv6_only(name: &str) -> Self {
+        Self {
+            ipv4: false,
+            ..Self::no_dhcp(name)
         }
     }
 
@@ -127,6 +149,7 @@ impl NetOptions {
             dhcp: true,
             ipxe_script_url: Some(script_url.to_string()),
             secure_boot_chain: false,
+            ipv4: true,
         }
     }
 }
@@ -141,7 +164,7 @@ pub struct Net {
     tftp: tempfile::TempDir,
     taps: AtomicUsize,
     // Dropped before `ns`: fields drop in declaration order.
-    _dnsmasq: Proc,
+    _dnsmasq: Option<Proc>,
 }
 
 impl Net {
@@ -162,8 +185,19 @@ impl Net {
             "group_fwd_mask",
             "0x4000",
         ])?;
-        ns.ip(&["addr", "add", &format!("{BRIDGE_IP}/24"), "dev", "br0"])?;
-        ns.ip(&["addr", "add", "fd99::1/64", "dev", "br0", "nodad"])?;
+        if opts.ipv4 {
+            ns.ip(&["addr", "add", &format!("{BRIDGE_IP}/24"), "dev", "br0"])?;
+        } else {
+            drop_ipv4(&ns)?;
+        }
+        ns.ip(&[
+            "addr",
+            "add",
+            &format!("{BRIDGE_IP6}/64"),
+            "dev",
+            "br0",
+            "nodad",
+        ])?;
         ns.ip(&["link", "set", "br0", "up"])?;
 
         let tftp = tempfile::tempdir().context("TFTP directory")?;
@@ -200,6 +234,21 @@ impl Net {
             }
         };
         let dnsmasq_log = logs.join("dnsmasq.log");
+        if !opts.ipv4 {
+            anyhow::ensure!(
+                !pxe && !opts.dhcp && opts.hosts.is_empty(),
+                "an IPv6-only bed has no dnsmasq: no DHCP, leases or PXE"
+            );
+            // No dnsmasq: an empty log says so to tests that read it.
+            std::fs::write(&dnsmasq_log, "")?;
+            return Ok(Self {
+                ns,
+                logs,
+                tftp,
+                taps: AtomicUsize::new(0),
+                _dnsmasq: None,
+            });
+        }
         let mut cmd = Command::new("ip");
         cmd.args(["netns", "exec", &ns.name, "dnsmasq", "--keep-in-foreground"])
             .args([
@@ -253,7 +302,7 @@ impl Net {
             logs,
             tftp,
             taps: AtomicUsize::new(0),
-            _dnsmasq: Proc::new(child, "dnsmasq"),
+            _dnsmasq: Some(Proc::new(child, "dnsmasq")),
         };
         net.set_kernel_args(&opts.kernel_args)?;
         Ok(net)
@@ -276,6 +325,26 @@ impl Net {
     /// dnsmasq's log so far (DHCP and TFTP).
     pub fn dnsmasq_log(&self) -> String {
         std::fs::read_to_string(self.logs.join("dnsmasq.log")).unwrap_or_default()
+    }
+
+    /// IPv4 and ARP frames from the IPv6-only bed's machines (entering the
+    /// bridge from a port) that its ebtables rules dropped so far
+    /// ([`Net::ipv4_drop_rules`] has every rule's count).
+    pub fn ipv4_frames_dropped(&self) -> Result<u64> {
+        Ok(dropped_frames(&self.ipv4_drop_rules()?))
+    }
+
+    /// The IPv6-only bed's ebtables rules with their counters (`ebtables
+    /// -L --Lc` in the namespace): which chain and protocol dropped what.
+    pub fn ipv4_drop_rules(&self) -> Result<String> {
+        crate::run(Command::new("ip").args([
+            "netns",
+            "exec",
+            &self.ns.name,
+            "ebtables-nft",
+            "-L",
+            "--Lc",
+        ]))
     }
 
     /// A new tap device in the bridge, up.
@@ -322,5 +391,78 @@ impl Net {
                 .context("building the namespace's runtime")?;
             Ok(rt.block_on(fut))
         })?
+    }
+}
+
+/// ebtables rules (nft backend, in the namespace's own bridge table) that
+/// drop every IPv4 and ARP frame entering the bridge's host side or
+/// crossing between its ports.
+fn drop_ipv4(ns: &NetNs) -> Result<()> {
+    for (chain, proto) in [
+        ("INPUT", "IPv4"),
+        ("INPUT", "ARP"),
+        ("FORWARD", "IPv4"),
+        ("FORWARD", "ARP"),
+        ("OUTPUT", "IPv4"),
+        ("OUTPUT", "ARP"),
+    ] {
+        crate::run(Command::new("ip").args([
+            "netns",
+            "exec",
+            &ns.name,
+            "ebtables-nft",
+            "-A",
+            chain,
+            "-p",
+            proto,
+            "-j",
+            "DROP",
+        ]))
+        .context("ebtables-nft (ci/install-deps installs iptables)")?;
+    }
+    Ok(())
+}
+
+/// The sum of `pcnt = N` over the rules of the INPUT and FORWARD chains in
+/// `ebtables -L --Lc` output: frames that entered the bridge from its
+/// ports, i.e. that a machine on the bed sent. OUTPUT's rules drop what
+/// the namespace's own kernel sends (IGMP reports of the bridge, which has
+/// no IPv4 address) and are not counted.
+fn dropped_frames(listing: &str) -> u64 {
+    let mut counted = false;
+    let mut sum = 0;
+    for line in listing.lines() {
+        if let Some(chain) = line.strip_prefix("Bridge chain: ") {
+            counted = chain.starts_with("INPUT,") || chain.starts_with("FORWARD,");
+        } else if let Some(n) = line
+            .split("pcnt = ")
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|n| n.parse::<u64>().ok())
+        {
+            if counted {
+                sum += n;
+            }
+        }
+    }
+    sum
+}
+
+#[cfg(test)]
+mod tests {
+    use super::dropped_frames;
+
+    #[test]
+    fn dropped_frames_counts_what_entered_the_bridge() {
+        let listing = "Bridge table: filter\n\n\
+            Bridge chain: INPUT, entries: 1, policy: ACCEPT\n\
+            -p IPv4 -j DROP , pcnt = 3 -- bcnt = 180\n\n\
+            Bridge chain: FORWARD, entries: 2, policy: ACCEPT\n\
+            -p IPv4 -j DROP , pcnt = 0 -- bcnt = 0\n\
+            -p ARP -j DROP , pcnt = 12 -- bcnt = 504\n\n\
+            Bridge chain: OUTPUT, entries: 1, policy: ACCEPT\n\
+            -p IPv4 -j DROP , pcnt = 2 -- bcnt = 80\n";
+        assert_eq!(dropped_frames(listing), 15);
+        assert_eq!(dropped_frames("Bridge table: filter\n"), 0);
     }
 }

@@ -141,6 +141,8 @@ pub struct Bmc<'n> {
     taps: Vec<String>,
     sushy: Option<Proc>,
     libvirtd: Option<Proc>,
+    /// The bed address sushy-emulator listens on ([`Bmc::url`]).
+    ip: String,
 }
 
 /// `$REDFISH_VENV`, else `target/redfish-venv` (made by `ci/redfish/install.sh`).
@@ -171,6 +173,7 @@ impl<'n> Bmc<'n> {
             taps: Vec::new(),
             sushy: None,
             libvirtd: None,
+            ip: BRIDGE_IP.to_string(),
         };
         bmc.start_libvirtd()?;
         Ok(bmc)
@@ -189,9 +192,11 @@ impl<'n> Bmc<'n> {
         )
     }
 
-    /// `http://10.99.0.1:8000`: reachable from inside the bed's namespace.
+    /// `http://10.99.0.1:8000` (`http://[fd99::1]:8000` after
+    /// [`Bmc::start_emulator_on`] that address): reachable from inside the
+    /// bed's namespace.
     pub fn url(&self) -> String {
-        format!("http://{BRIDGE_IP}:{PORT}")
+        format!("http://{}:{PORT}", crate::url_host(&self.ip))
     }
 
     /// The machines defined so far.
@@ -388,9 +393,16 @@ impl<'n> Bmc<'n> {
     /// namespace, exposing the domains defined so far, and waits until it
     /// answers.
     pub fn start_emulator(&mut self) -> Result<()> {
+        self.start_emulator_on(BRIDGE_IP)
+    }
+
+    /// [`Bmc::start_emulator`] on the bed's address `ip` (an IPv6-only
+    /// bed's [`super::BRIDGE_IP6`]); [`Bmc::url`] then names it.
+    pub fn start_emulator_on(&mut self, ip: &str) -> Result<()> {
+        self.ip = ip.to_string();
         let listen = Listen {
             netns: self.net.ns.name.clone(),
-            ip: BRIDGE_IP.to_string(),
+            ip: ip.to_string(),
             port: PORT,
             tls: None,
             no_virtual_media: false,
@@ -474,7 +486,7 @@ impl<'n> Bmc<'n> {
             .spawn()
             .context("starting sushy-emulator")?;
         self.sushy = Some(Proc::new(child, "sushy-emulator"));
-        let addr: std::net::SocketAddr = format!("{}:{}", listen.ip, listen.port).parse()?;
+        let addr = crate::socket_addr(&listen.ip, listen.port)?;
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             if let Some(p) = self.sushy.as_mut() {

@@ -62,6 +62,27 @@ fn vlan_tagged_frames_and_management_addresses() {
 }
 
 #[test]
+fn management_address_tlvs_of_both_families_round_trip() {
+    let mut tlvs = switch_tlvs(CHASSIS, "Ethernet1/1", "leaf-1");
+    tlvs.push(management_address_tlv("fd99::2".parse().unwrap()));
+    tlvs.push(management_address_tlv("10.0.0.1".parse().unwrap()));
+    let f = parse_frame(&build_frame([2; 6], &tlvs)).unwrap();
+    let n = parse_neighbor(&f);
+    assert_eq!(n.management_addresses, ["fd99::2", "10.0.0.1"]);
+    assert!(n.problems.is_empty(), "{:?}", n.problems);
+    // IPA's raw form keeps the TLV's bytes: length 17, family 2, the
+    // address, interface numbering 1 and number 0, no OID.
+    let raw = raw_form(&f);
+    assert!(
+        raw.contains(&(
+            8,
+            format!("1102fd99{}0100000000", "0".repeat(24) + "0002") + "00"
+        )),
+        "{raw:?}"
+    );
+}
+
+#[test]
 fn not_lldp() {
     assert_eq!(parse_frame(&[0; 10]), Err(FrameError::TooShort(10)));
     let mut ip = typical();
