@@ -48,15 +48,6 @@ pub(super) struct Redirected {
     pub(super) keep_auth: bool,
 }
 
-pub(super) fn fatal(url: &str, offset: u64, reason: String) -> AttemptError {
-    AttemptError::Fatal(FetchEnd::Failed(ImageError::Download {
-        url: url.to_string(),
-        attempts: 1,
-        offset,
-        reason,
-    }))
-}
-
 /// The whole download took longer than `opts.total_timeout`.
 fn total_timeout(url: &str, opts: &HttpOptions, offset: u64) -> AttemptError {
     AttemptError::Fatal(FetchEnd::Failed(ImageError::TotalTimeout {
@@ -110,8 +101,9 @@ pub(super) fn attempt(
     } = match state.redirected.clone() {
         Some(r) => r,
         None => Redirected {
-            url: Url::parse(url)
-                .map_err(|e| fatal(url, out.offset, format!("the URL is not valid: {e}")))?,
+            url: Url::parse(url).map_err(|e| {
+                AttemptError::fatal(url, out.offset, format!("the URL is not valid: {e}"))
+            })?,
             keep_auth: true,
         },
     };
@@ -151,14 +143,14 @@ pub(super) fn attempt(
         let here = current.as_str().to_string();
         hops += 1;
         if hops > MAX_REDIRECTS {
-            return Err(fatal(
+            return Err(AttemptError::fatal(
                 &here,
                 out.offset,
                 format!("more than {MAX_REDIRECTS} redirects"),
             ));
         }
         let next = current.join(location).map_err(|e| {
-            fatal(
+            AttemptError::fatal(
                 &here,
                 out.offset,
                 format!("HTTP {} redirect to {location:?}: {e}", reply.status),
@@ -166,7 +158,7 @@ pub(super) fn attempt(
         })?;
         match (current.scheme(), next.scheme()) {
             ("https", "http") => {
-                return Err(fatal(
+                return Err(AttemptError::fatal(
                     &here,
                     out.offset,
                     format!("refused a redirect from https to {next}"),
@@ -174,7 +166,7 @@ pub(super) fn attempt(
             }
             (_, "http" | "https") => {}
             (_, other) => {
-                return Err(fatal(
+                return Err(AttemptError::fatal(
                     &here,
                     out.offset,
                     format!("refused a redirect to a {other}: URL"),
@@ -251,7 +243,7 @@ pub(super) fn attempt(
             "connection closed at byte {}",
             out.offset
         ))),
-        Some(t) if out.offset > t => Err(fatal(
+        Some(t) if out.offset > t => Err(AttemptError::fatal(
             url,
             out.offset,
             format!("server sent more than the {t} bytes it announced"),

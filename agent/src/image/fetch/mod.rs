@@ -255,6 +255,18 @@ enum AttemptError {
     Fatal(FetchEnd),
 }
 
+impl AttemptError {
+    /// A final download failure at `offset` of `url`.
+    fn fatal(url: &str, offset: u64, reason: String) -> Self {
+        Self::Fatal(FetchEnd::Failed(ImageError::Download {
+            url: url.to_string(),
+            attempts: 1,
+            offset,
+            reason,
+        }))
+    }
+}
+
 impl From<FetchEnd> for AttemptError {
     fn from(e: FetchEnd) -> Self {
         Self::Fatal(e)

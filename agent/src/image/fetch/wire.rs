@@ -12,7 +12,6 @@ use std::time::Duration;
 
 use reqwest::Url;
 
-use super::direct::fatal;
 use super::route::{self, Proxy};
 use super::tls_conn::{self, TlsConn};
 use super::{AttemptError, HttpOptions};
@@ -70,7 +69,7 @@ pub(super) fn open(
 ) -> Result<Conn, AttemptError> {
     let host = url
         .host_str()
-        .ok_or_else(|| fatal(url.as_str(), offset, "no host in the URL".into()))?;
+        .ok_or_else(|| AttemptError::fatal(url.as_str(), offset, "no host in the URL".into()))?;
     let port = url.port_or_known_default().unwrap_or(80);
     let proxy = route::proxy_for(url, opts).map_err(|e| AttemptError::Fatal(e.into()))?;
     let sock = match &proxy {
@@ -93,7 +92,7 @@ pub(super) fn open(
         Ok(c) => Ok(Conn::Tls(Box::new(c))),
         // A refused certificate stays refused: fail at once, saying so.
         Err(e) => match e.refused_certificate {
-            Some(why) => Err(fatal(
+            Some(why) => Err(AttemptError::fatal(
                 url.as_str(),
                 offset,
                 format!(
