@@ -446,6 +446,37 @@ mod tests {
     }
 
     #[test]
+    fn settings_are_checked_before_any_download() {
+        let ok = HttpOptions {
+            http_proxy: Some("http://u:p@[::1]:3128".into()),
+            https_proxy: Some("proxy.local:3128".into()),
+            ..HttpOptions::default()
+        };
+        assert!(ok.check().is_ok());
+        for bad in [
+            HttpOptions {
+                https_proxy: Some("https://proxy.local:3128".into()),
+                ..HttpOptions::default()
+            },
+            HttpOptions {
+                http_proxy: Some("socks5://proxy.local:1080".into()),
+                ..HttpOptions::default()
+            },
+            HttpOptions {
+                authorization: Some("Basic x\r\nX-Injected: 1".into()),
+                ..HttpOptions::default()
+            },
+            HttpOptions {
+                cafile: Some("/nonexistent/ca.pem".into()),
+                ..HttpOptions::default()
+            },
+        ] {
+            let err = bad.check().unwrap_err();
+            assert!(matches!(err, ImageError::InvalidParams(_)), "{err}");
+        }
+    }
+
+    #[test]
     fn basic_auth_header() {
         let mut o = HttpOptions::default();
         o.set_basic_auth("user", "pass");
