@@ -2,8 +2,8 @@
 //! records opened in place, into the pipeline's buffers) with the CA file
 //! trusted, from TLS 1.2-only and TLS 1.3-only servers, resumed over TLS
 //! after a dropped connection or a tampered record (nothing after it is
-//! used), and a certificate outside the CA file refused at once with the
-//! reqwest path's error. The TLS front here relays each request to the
+//! used), and a certificate outside the CA file refused at once, not
+//! retried. The TLS front here relays each request to the
 //! plain test image server, whose faults (dropped connections) apply.
 
 mod image_support;
@@ -270,8 +270,8 @@ fn https_images_are_read_directly_resumed_and_verified() {
     assert_eq!(report.downloaded, 24 * MIB);
     assert_eq!(std::fs::read(&target).unwrap(), b.raw);
     assert_eq!(progress.snapshot().resumes, 1);
-    // Both requests came from the direct path (reqwest sends no
-    // User-Agent of ours), the second resuming where the first was cut.
+    // Both requests came from the agent's image client (its User-Agent),
+    // the second resuming where the first was cut.
     let seen: Vec<_> = b
         .server
         .seen()
@@ -384,8 +384,8 @@ fn fetch_through(opts: FrontOpts<'_>, retries: u32) -> (Bed, Front, Result<u64, 
     (b, f, res, resumes)
 }
 
-/// Whether every request the image server saw came from the direct path
-/// (reqwest sends no User-Agent of ours), with their ranges.
+/// Whether every request the image server saw came from the agent's image
+/// client (its User-Agent), with their ranges.
 fn direct_requests(b: &Bed) -> Vec<(Option<String>, bool)> {
     b.server
         .seen()

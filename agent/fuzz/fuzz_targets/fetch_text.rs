@@ -1,19 +1,35 @@
 //! Text the image download reads from servers: a checksum file, a
-//! Content-Range value, the direct HTTP client's response head, and the
-//! checksum forms of the CLI and of `image_info`.
+//! Content-Range value, the image HTTP client's response head and chunked
+//! bodies (fed in pieces of the sizes the input chooses, decoded in place:
+//! no panic, and never more data out than bytes in), and the checksum
+//! forms of the CLI and of `image_info`.
 #![no_main]
 
 use agent::image::checksum::{file_name_of, find_in_checksum_file, Algo, ChecksumSpec, Expected};
-use agent::image::fetch::{parse_content_range, parse_response_head};
+use agent::image::fetch::{parse_content_range, parse_response_head, ChunkedDecoder};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
     let Some((&which, rest)) = data.split_first() else {
         return;
     };
-    match which % 4 {
+    match which % 5 {
         0 => {
             let _ = parse_response_head(rest);
+        }
+        4 => {
+            let mut d = ChunkedDecoder::default();
+            let step = usize::from(which >> 3).max(1);
+            for piece in rest.chunks(step) {
+                let mut buf = piece.to_vec();
+                match d.decode_in_place(&mut buf) {
+                    Ok(n) => assert!(n <= buf.len()),
+                    Err(_) => break,
+                }
+                if d.done() {
+                    break;
+                }
+            }
         }
         1 => {
             if let Ok(v) = std::str::from_utf8(rest) {

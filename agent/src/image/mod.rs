@@ -144,8 +144,7 @@ pub fn write_image(
         .iter()
         .any(|u| u.starts_with("http://") || u.starts_with("https://"))
     {
-        req.http.client()?;
-        req.http.check_authorization()?;
+        req.http.check()?;
     }
     let expected = resolve_checksum(req)?;
     progress.set_phase(Phase::Preparing);

@@ -1,5 +1,8 @@
-//! Image sources: http(s) through reqwest and local files (`file://` URLs
-//! or plain paths), read into pool buffers in order.
+//! Image sources: http(s) URLs through the one image HTTP client
+//! (`direct.rs`: proxies, redirects, TLS, chunked bodies) and local files
+//! (`file://` URLs or plain paths), read into pool buffers in order. This
+//! module owns the download's options, its resumption, retries, back-off
+//! and timeouts; `direct.rs` makes one attempt.
 //!
 //! HTTP downloads survive dropped connections: a failed or stalled transfer
 //! resumes with `Range: bytes=N-` from the last byte received (with
@@ -19,19 +22,25 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
-use reqwest::header::{
-    HeaderMap, HeaderValue, AUTHORIZATION, CONTENT_RANGE, ETAG, IF_RANGE, RANGE,
-};
+use reqwest::header::HeaderValue;
 use reqwest::StatusCode;
 
+mod chunked;
 mod direct;
+mod emitter;
+mod route;
 mod tls_conn;
-/// The direct path's TLS client, for the benchmark's floor.
-pub use tls_conn::{connect as connect_tls, TlsConn};
+mod wire;
+/// The chunked body decoder, for the fuzz target `fetch_text`.
+#[doc(hidden)]
+pub use chunked::{ChunkError, Decoder as ChunkedDecoder};
+/// The image client's TLS, for the benchmark's floor.
+pub use tls_conn::{connect as connect_tls, HandshakeError, TlsConn};
 
-use super::buffers::{Block, Pool, PooledBuf};
+use super::buffers::{Block, Pool};
 use super::progress::Progress;
 use super::ImageError;
+use emitter::Emitter;
 
 /// How to reach the image server.
 #[derive(Debug, Clone)]
@@ -97,38 +106,21 @@ impl HttpOptions {
         }
     }
 
-    /// Builds the HTTP client.
-    pub fn client(&self) -> Result<reqwest::Client, ImageError> {
-        let tls = crate::tls::client_config_with(
+    /// Checks every setting that can be wrong before anything is
+    /// downloaded: the TLS settings (CA file, client certificate) and the
+    /// proxies; returns the TLS client configuration.
+    pub fn check(&self) -> Result<Arc<rustls::ClientConfig>, ImageError> {
+        for p in [&self.http_proxy, &self.https_proxy].into_iter().flatten() {
+            route::parse_proxy(p)?;
+        }
+        self.check_authorization()?;
+        crate::tls::client_config_with(
             self.insecure,
             self.cafile.as_deref(),
             self.client_certificate.as_ref(),
         )
-        .map_err(|e| ImageError::InvalidParams(format!("TLS settings: {e:#}")))?;
-        let mut b = reqwest::Client::builder()
-            .tls_backend_preconfigured(tls)
-            .connect_timeout(self.stall_timeout);
-        let no_proxy = self
-            .no_proxy
-            .as_deref()
-            .and_then(reqwest::NoProxy::from_string);
-        let proxy_err = |e: reqwest::Error| ImageError::InvalidParams(format!("proxy: {e}"));
-        if let Some(p) = &self.http_proxy {
-            b = b.proxy(
-                reqwest::Proxy::http(p)
-                    .map_err(proxy_err)?
-                    .no_proxy(no_proxy.clone()),
-            );
-        }
-        if let Some(p) = &self.https_proxy {
-            b = b.proxy(
-                reqwest::Proxy::https(p)
-                    .map_err(proxy_err)?
-                    .no_proxy(no_proxy.clone()),
-            );
-        }
-        b.build()
-            .map_err(|e| ImageError::InvalidParams(format!("HTTP client: {e}")))
+        .map(Arc::new)
+        .map_err(|e| ImageError::InvalidParams(format!("TLS settings: {e:#}")))
     }
 }
 
@@ -144,79 +136,6 @@ pub enum FetchEnd {
 impl From<ImageError> for FetchEnd {
     fn from(e: ImageError) -> Self {
         Self::Failed(e)
-    }
-}
-
-/// Accumulates received bytes into pool buffers and hands full ones on.
-struct Emitter<'a> {
-    pool: &'a Pool,
-    progress: &'a Progress,
-    emit: &'a mut dyn FnMut(Block) -> bool,
-    cur: Option<PooledBuf>,
-    /// File offset of the next byte.
-    offset: u64,
-    /// File offset to stop at (`u64::MAX`: the end of the file).
-    limit: u64,
-}
-
-impl Emitter<'_> {
-    /// Whether every byte up to the limit has arrived.
-    fn reached(&self) -> bool {
-        self.offset >= self.limit
-    }
-
-    /// Takes `data` (cut at the limit).
-    fn push(&mut self, data: &[u8]) -> Result<(), FetchEnd> {
-        let room = usize::try_from(self.limit - self.offset).unwrap_or(usize::MAX);
-        let mut data = &data[..data.len().min(room)];
-        self.progress.add_downloaded(data.len() as u64);
-        self.offset += data.len() as u64;
-        while !data.is_empty() {
-            let cur = self.cur.get_or_insert_with(|| self.pool.take());
-            let n = cur.fill_from(data);
-            data = &data[n..];
-            if cur.is_full() {
-                self.flush()?;
-            }
-        }
-        Ok(())
-    }
-
-    /// The unfilled part of the current buffer (up to the limit), for
-    /// reading into directly.
-    fn spare(&mut self) -> &mut [u8] {
-        let room = usize::try_from(self.limit - self.offset).unwrap_or(usize::MAX);
-        let cur = self.cur.get_or_insert_with(|| self.pool.take());
-        let filled = cur.len();
-        let end = cur.capacity().min(filled.saturating_add(room));
-        &mut cur.spare()[filled..end]
-    }
-
-    /// Counts `n` bytes just read into [`Self::spare`]; hands the buffer on
-    /// when full.
-    fn commit(&mut self, n: usize) -> Result<(), FetchEnd> {
-        let cur = self.cur.as_mut().expect("spare() took a buffer");
-        let len = cur.len() + n;
-        cur.set_len(len);
-        self.progress.add_downloaded(n as u64);
-        self.offset += n as u64;
-        if cur.is_full() {
-            self.flush()?;
-        }
-        Ok(())
-    }
-
-    fn flush(&mut self) -> Result<(), FetchEnd> {
-        match self.cur.take() {
-            Some(buf) if !buf.is_empty() => {
-                if (self.emit)(Arc::new(buf)) {
-                    Ok(())
-                } else {
-                    Err(FetchEnd::Stopped)
-                }
-            }
-            _ => Ok(()),
-        }
     }
 }
 
@@ -259,13 +178,7 @@ pub fn fetch_from(
     };
     let mut range_honoured = true;
     if first.starts_with("http://") || first.starts_with("https://") {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| {
-                ImageError::InvalidParams(format!("starting the download runtime: {e}"))
-            })?;
-        range_honoured = rt.block_on(fetch_http(urls, opts, &mut out))?;
+        range_honoured = fetch_http(urls, opts, &mut out)?;
     } else {
         fetch_file(first, &mut out)?;
     }
@@ -342,6 +255,18 @@ enum AttemptError {
     Fatal(FetchEnd),
 }
 
+impl AttemptError {
+    /// A final download failure at `offset` of `url`.
+    fn fatal(url: &str, offset: u64, reason: String) -> Self {
+        Self::Fatal(FetchEnd::Failed(ImageError::Download {
+            url: url.to_string(),
+            attempts: 1,
+            offset,
+            reason,
+        }))
+    }
+}
+
 impl From<FetchEnd> for AttemptError {
     fn from(e: FetchEnd) -> Self {
         Self::Fatal(e)
@@ -354,6 +279,8 @@ struct HttpState {
     etag: Option<HeaderValue>,
     /// A reply came back whole (200) to a Range request.
     range_ignored: bool,
+    /// Where redirects of the current URL led: resumed attempts go there.
+    redirected: Option<direct::Redirected>,
 }
 
 /// The `Range` header value for a request from byte `offset` that stops at
@@ -368,67 +295,29 @@ fn range_header(offset: u64, limit: u64) -> Option<String> {
 
 /// Downloads into `out` until its limit or the end of the file; returns
 /// whether no reply ignored a Range request.
-async fn fetch_http(
+fn fetch_http(
     urls: &[String],
     opts: &HttpOptions,
     out: &mut Emitter<'_>,
 ) -> Result<bool, FetchEnd> {
-    let client = opts.client()?;
-    // The direct path's TLS: the same configuration as the client's (its
-    // own session cache, kept across the attempts of this download).
-    let tls = Arc::new(
-        crate::tls::client_config_with(
-            opts.insecure,
-            opts.cafile.as_deref(),
-            opts.client_certificate.as_ref(),
-        )
-        .map_err(|e| ImageError::InvalidParams(format!("TLS settings: {e:#}")))?,
-    );
+    // One TLS configuration (and so one session cache) for every attempt.
+    let tls = opts.check()?;
     let started = Instant::now();
+    let deadline = opts.total_timeout.map(|t| started + t);
     let mut state = HttpState {
         total: None,
         etag: None,
         range_ignored: false,
+        redirected: None,
     };
     let mut url_idx = 0;
     let mut failures = 0u32;
-    // http:// and https:// go the direct way until a reply needs reqwest.
-    let mut direct_ok = true;
     loop {
-        let url = &urls[url_idx];
-        let before = out.offset;
-        let result = if direct_ok && direct::eligible(url, opts) {
-            let deadline = opts.total_timeout.map(|t| started + t);
-            match direct::attempt(url, opts, &tls, &mut state, out, deadline) {
-                direct::Attempt::Unsupported(why) => {
-                    tracing::debug!(url = %url, "reading through reqwest: {why}");
-                    direct_ok = false;
-                    continue;
-                }
-                direct::Attempt::Done => Ok(()),
-                direct::Attempt::Failed(e) => Err(e),
-            }
-        } else {
-            let attempt = attempt_http(&client, url, opts, &mut state, out, started);
-            match opts.total_timeout {
-                Some(limit) => {
-                    let left = limit.saturating_sub(started.elapsed());
-                    match tokio::time::timeout(left, attempt).await {
-                        Ok(r) => r,
-                        Err(_) => {
-                            return Err(ImageError::TotalTimeout {
-                                url: url.clone(),
-                                secs: limit.as_secs(),
-                                offset: out.offset,
-                            }
-                            .into())
-                        }
-                    }
-                }
-                None => attempt.await,
-            }
+        let Some(url) = urls.get(url_idx) else {
+            return Err(ImageError::InvalidParams("no image URL given".into()).into());
         };
-        let reason = match result {
+        let before = out.offset;
+        let reason = match direct::attempt(url, opts, &tls, &mut state, out, deadline) {
             Ok(()) => return Ok(!state.range_ignored),
             Err(AttemptError::Fatal(e)) => return Err(e),
             Err(AttemptError::Retry(reason)) => reason,
@@ -437,6 +326,9 @@ async fn fetch_http(
             failures = 0;
         } else if urls.len() > 1 {
             url_idx = (url_idx + 1) % urls.len();
+            // The next URL starts from itself, not from where the last
+            // one's redirects led.
+            state.redirected = None;
         }
         failures += 1;
         if failures > opts.retries {
@@ -454,7 +346,7 @@ async fn fetch_http(
             url = %url, offset = out.offset, attempt = failures, retries = opts.retries,
             "image download interrupted ({reason}); resuming in {wait:?}"
         );
-        tokio::time::sleep(wait).await;
+        std::thread::sleep(wait);
     }
 }
 
@@ -466,8 +358,7 @@ struct ReplyHead {
     etag: Option<HeaderValue>,
 }
 
-/// Checks a reply to the request from byte `out.offset` (shared by the
-/// reqwest and the direct path): 4xx is final, other non-2xx retried, a 206
+/// Checks a reply to the request from byte `out.offset`: 4xx is final, other non-2xx retried, a 206
 /// must start where asked; a 200 to a range request is the whole image
 /// again. Records the total and the ETag, and returns how many leading body
 /// bytes to drop.
@@ -521,113 +412,6 @@ fn accept_reply(
     Ok(skip)
 }
 
-async fn attempt_http(
-    client: &reqwest::Client,
-    url: &str,
-    opts: &HttpOptions,
-    state: &mut HttpState,
-    out: &mut Emitter<'_>,
-    started: Instant,
-) -> Result<(), AttemptError> {
-    let mut headers = HeaderMap::new();
-    if let Some(auth) = &opts.authorization {
-        let v = HeaderValue::from_str(auth).map_err(|_| {
-            FetchEnd::Failed(ImageError::InvalidParams(
-                "the Authorization value is not a valid header".into(),
-            ))
-        })?;
-        headers.insert(AUTHORIZATION, v);
-    }
-    let offset = out.offset;
-    if let Some(range) = range_header(offset, out.limit) {
-        headers.insert(RANGE, HeaderValue::from_str(&range).expect("ASCII"));
-        if let Some(etag) = &state.etag {
-            headers.insert(IF_RANGE, etag.clone());
-        }
-    }
-    let stall = opts.stall_timeout;
-    let resp = match tokio::time::timeout(stall, client.get(url).headers(headers).send()).await {
-        Err(_) => return Err(AttemptError::Retry(format!("no response within {stall:?}"))),
-        Ok(Err(e)) => {
-            // A refused certificate stays refused: fail at once, saying so.
-            if let Some(why) = crate::tls::certificate_error(&e) {
-                let host = reqwest::Url::parse(url)
-                    .ok()
-                    .and_then(|u| u.host_str().map(String::from))
-                    .unwrap_or_default();
-                return Err(FetchEnd::Failed(ImageError::Download {
-                    url: url.to_string(),
-                    attempts: 1,
-                    offset: out.offset,
-                    reason: format!(
-                        "the TLS certificate of {host} was refused ({why}); not retried: check the CA file (cafile) or the server's certificate"
-                    ),
-                })
-                .into());
-            }
-            return Err(AttemptError::Retry(crate::errfmt::error_chain(&e)));
-        }
-        Ok(Ok(r)) => r,
-    };
-    let range = resp
-        .headers()
-        .get(CONTENT_RANGE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(parse_content_range);
-    let reply = ReplyHead {
-        status: resp.status(),
-        content_range: range,
-        content_length: resp.content_length(),
-        etag: resp.headers().get(ETAG).cloned(),
-    };
-    let mut skip = accept_reply(url, reply, state, out)?;
-    let mut resp = resp;
-    loop {
-        let chunk = match tokio::time::timeout(stall, resp.chunk()).await {
-            Err(_) => {
-                return Err(AttemptError::Retry(format!(
-                    "stalled: no data for {} s at byte {} (after {:.0} s)",
-                    stall.as_secs_f64(),
-                    out.offset,
-                    started.elapsed().as_secs_f64()
-                )))
-            }
-            Ok(Err(e)) => return Err(AttemptError::Retry(crate::errfmt::error_chain(&e))),
-            Ok(Ok(None)) => break,
-            Ok(Ok(Some(c))) => c,
-        };
-        let mut data = &chunk[..];
-        if skip > 0 {
-            let n = (skip.min(data.len() as u64)) as usize;
-            skip -= n as u64;
-            data = &data[n..];
-        }
-        if !data.is_empty() {
-            out.push(data)?;
-        }
-        if out.reached() {
-            return Ok(());
-        }
-    }
-    match state.total {
-        Some(t) if out.offset < t => Err(AttemptError::Retry(format!(
-            "connection closed at byte {} of {t}",
-            out.offset
-        ))),
-        Some(t) if out.offset > t => Err(FetchEnd::Failed(ImageError::Download {
-            url: url.to_string(),
-            attempts: 1,
-            offset: out.offset,
-            reason: format!("server sent more than the {t} bytes it announced"),
-        })
-        .into()),
-        _ if skip > 0 => Err(AttemptError::Retry(format!(
-            "the full reply ended before byte {offset}"
-        ))),
-        _ => Ok(()),
-    }
-}
-
 /// `bytes 100-199/1000` → `(100, Some(1000))`; `*` totals give `None`.
 /// Public (hidden) for the fuzz targets in `agent/fuzz`.
 #[doc(hidden)]
@@ -639,12 +423,12 @@ pub fn parse_content_range(v: &str) -> Option<(u64, Option<u64>)> {
     Some((start, total))
 }
 
-/// Parses a direct-HTTP response head (status line and headers, up to the
-/// blank line) as the direct fetch does; for the fuzz targets in
+/// Parses an HTTP response head (status line and headers, up to the
+/// blank line) as the image client does; for the fuzz targets in
 /// `agent/fuzz`. The status code, or `None` when the head is refused.
 #[doc(hidden)]
 pub fn parse_response_head(head: &[u8]) -> Option<u16> {
-    direct::parse_head(head).ok().map(|r| r.status)
+    wire::parse_head(head).ok().map(|r| r.status)
 }
 
 #[cfg(test)]
@@ -659,6 +443,37 @@ mod tests {
         );
         assert_eq!(parse_content_range("bytes 5-9/*"), Some((5, None)));
         assert_eq!(parse_content_range("items 1-2/3"), None);
+    }
+
+    #[test]
+    fn settings_are_checked_before_any_download() {
+        let ok = HttpOptions {
+            http_proxy: Some("http://u:p@[::1]:3128".into()),
+            https_proxy: Some("proxy.local:3128".into()),
+            ..HttpOptions::default()
+        };
+        assert!(ok.check().is_ok());
+        for bad in [
+            HttpOptions {
+                https_proxy: Some("https://proxy.local:3128".into()),
+                ..HttpOptions::default()
+            },
+            HttpOptions {
+                http_proxy: Some("socks5://proxy.local:1080".into()),
+                ..HttpOptions::default()
+            },
+            HttpOptions {
+                authorization: Some("Basic x\r\nX-Injected: 1".into()),
+                ..HttpOptions::default()
+            },
+            HttpOptions {
+                cafile: Some("/nonexistent/ca.pem".into()),
+                ..HttpOptions::default()
+            },
+        ] {
+            let err = bad.check().unwrap_err();
+            assert!(matches!(err, ImageError::InvalidParams(_)), "{err}");
+        }
     }
 
     #[test]

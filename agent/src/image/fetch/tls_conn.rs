@@ -54,6 +54,8 @@ pub struct TlsConn<S = TcpStream> {
     closed: bool,
     /// The first TLS error, returned by every read after it.
     failed: Option<(ErrorKind, String)>,
+    /// The server's certificate was refused (why).
+    refused_certificate: Option<String>,
 }
 
 impl<S> std::fmt::Debug for TlsConn<S> {
@@ -84,18 +86,38 @@ enum Step {
     Closed,
 }
 
-/// The handshake on `sock` for `host`; `Err` says why this download should
-/// go through reqwest instead (which reports certificate errors).
+/// Why a handshake failed.
+#[derive(Debug, thiserror::Error)]
+#[error("{reason}")]
+pub struct HandshakeError {
+    /// What went wrong.
+    pub reason: String,
+    /// Set when the server's certificate was refused (why): a failure a
+    /// retry cannot mend.
+    pub refused_certificate: Option<String>,
+}
+
+impl HandshakeError {
+    fn other(reason: String) -> Self {
+        Self {
+            reason,
+            refused_certificate: None,
+        }
+    }
+}
+
+/// The handshake on `sock` for `host` (a name or an IP address, IPv6 in
+/// brackets or not).
 pub fn connect<S: Read + Write>(
     sock: S,
     host: &str,
     config: &Arc<rustls::ClientConfig>,
-) -> Result<TlsConn<S>, String> {
+) -> Result<TlsConn<S>, HandshakeError> {
     let bare = host.trim_start_matches('[').trim_end_matches(']');
     let name = rustls::pki_types::ServerName::try_from(bare.to_string())
-        .map_err(|e| format!("TLS server name {host:?}: {e}"))?;
+        .map_err(|e| HandshakeError::other(format!("TLS server name {host:?}: {e}")))?;
     let conn = UnbufferedClientConnection::new(Arc::clone(config), name)
-        .map_err(|e| format!("TLS client: {e}"))?;
+        .map_err(|e| HandshakeError::other(format!("TLS client: {e}")))?;
     let mut c = TlsConn {
         sock,
         conn,
@@ -107,22 +129,27 @@ pub fn connect<S: Read + Write>(
         pending_at: 0,
         closed: false,
         failed: None,
+        refused_certificate: None,
+    };
+    let fail = |c: &TlsConn<S>, e: String| HandshakeError {
+        reason: format!("TLS handshake: {e}"),
+        refused_certificate: c.refused_certificate.clone(),
     };
     loop {
         match c.step(&mut [], None) {
             Ok(Step::Writable) => break,
             Ok(Step::Again) => {}
-            Ok(Step::Transmit) => c.transmit().map_err(|e| format!("TLS handshake: {e}"))?,
+            Ok(Step::Transmit) => c.transmit().map_err(|e| fail(&c, e.to_string()))?,
             Ok(Step::NeedInput) => match c.fill() {
                 Ok(true) => {}
-                Ok(false) => return Err("TLS handshake: the server closed the connection".into()),
-                Err(e) => return Err(format!("TLS handshake: {e}")),
+                Ok(false) => return Err(fail(&c, "the server closed the connection".into())),
+                Err(e) => return Err(fail(&c, e.to_string())),
             },
             // Neither is expected before the handshake ends.
             Ok(Step::Delivered(_) | Step::Closed | Step::Encrypted) => {
-                return Err("TLS handshake: data before the handshake ended".into())
+                return Err(fail(&c, "data before the handshake ended".into()))
             }
-            Err(e) => return Err(format!("TLS handshake: {e}")),
+            Err(e) => return Err(fail(&c, e.to_string())),
         }
     }
     tracing::debug!(
@@ -247,6 +274,10 @@ impl<S: Read + Write> TlsConn<S> {
                 format!("TLS: a record failed authentication (bad_record_mac): {e}")
             }
             rustls::Error::AlertReceived(a) => format!("TLS: the server sent alert {a:?}"),
+            rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented => {
+                self.refused_certificate = Some(e.to_string());
+                format!("TLS: {e}")
+            }
             _ => format!("TLS: {e}"),
         };
         self.failed = Some((ErrorKind::InvalidData, why.clone()));
