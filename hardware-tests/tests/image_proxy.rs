@@ -3,7 +3,11 @@
 //! image as an absolute-form request (and resumed through the proxy after
 //! a dropped connection), an https image through a `CONNECT` tunnel, wrong
 //! proxy credentials failing with the proxy's 407, and `no_proxy`
-//! bypassing it. tinyproxy's own log shows what it forwarded.
+//! bypassing it. tinyproxy's own log shows what it forwarded. Then the
+//! same proxy as an `https://` one, behind Debian's stunnel: TLS to the
+//! proxy (its certificate checked against the CA file), an http image
+//! inside it, and an https image through a tunnel inside it (TLS in TLS);
+//! a proxy certificate outside the CA file is refused at once.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -78,6 +82,54 @@ impl Tinyproxy {
 }
 
 impl Drop for Tinyproxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// stunnel in front of `to` (a loopback port): TLS with `cert`/`key` on a
+/// free loopback port; killed (by its PID) on drop.
+struct Stunnel {
+    child: Child,
+    port: u16,
+}
+
+impl Stunnel {
+    fn start(dir: &Path, to: u16, cert: &Path, key: &Path) -> Self {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let conf = dir.join("stunnel.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "foreground = yes\npid =\noutput = {}\n[proxy]\naccept = 127.0.0.1:{port}\nconnect = 127.0.0.1:{to}\ncert = {}\nkey = {}\n",
+                dir.join("stunnel.log").display(),
+                cert.display(),
+                key.display()
+            ),
+        )
+        .unwrap();
+        let child = Command::new("stunnel4")
+            .arg(&conf)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("stunnel4 (ci/install-deps installs it)");
+        let s = Stunnel { child, port };
+        let until = Instant::now() + Duration::from_secs(10);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < until, "stunnel did not listen");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        s
+    }
+}
+
+impl Drop for Stunnel {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
@@ -228,4 +280,60 @@ fn images_come_through_tinyproxy_over_http_and_a_connect_tunnel() {
     };
     assert!(get(&https, &bypass).unwrap() == data);
     assert_eq!(proxy.requests().len(), before);
+}
+
+#[test]
+fn an_https_proxy_carries_http_images_and_tunnels_https_ones_tls_in_tls() {
+    let dir = tempfile::tempdir().unwrap();
+    let data: Vec<u8> = (0..3 * MIB).map(|i| (i * 7 % 251) as u8).collect();
+    let file = dir.path().join("disk.img");
+    std::fs::write(&file, &data).unwrap();
+    let server = ImageServer::start().unwrap();
+    server.route("/disk.img", &file, &[], Fault::None);
+    let url = server.url("/disk.img");
+    let (tls_addr, image_ca) = https_server(dir.path(), Arc::new(data.clone()));
+    let proxy = Tinyproxy::start(dir.path());
+    // The proxy's own certificate, for 127.0.0.1, and one CA file that
+    // trusts it and the image server.
+    let ck = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
+    let (cert, key) = (dir.path().join("proxy.pem"), dir.path().join("proxy.key"));
+    std::fs::write(&cert, ck.cert.pem()).unwrap();
+    std::fs::write(&key, ck.signing_key.serialize_pem()).unwrap();
+    let stunnel = Stunnel::start(dir.path(), proxy.port, &cert, &key);
+    let ca = dir.path().join("both.pem");
+    let both = std::fs::read_to_string(&image_ca).unwrap() + &ck.cert.pem();
+    std::fs::write(&ca, both).unwrap();
+    let https_proxy = format!("https://agent:s3cret@127.0.0.1:{}", stunnel.port);
+    let opts = HttpOptions {
+        http_proxy: Some(https_proxy.clone()),
+        https_proxy: Some(https_proxy),
+        cafile: Some(ca),
+        stall_timeout: Duration::from_secs(5),
+        retries: 1,
+        retry_interval: Duration::from_millis(100),
+        ..HttpOptions::default()
+    };
+    assert!(get(&url, &opts).unwrap() == data, "http image differs");
+    let https = format!("https://{tls_addr}/disk.img");
+    assert!(get(&https, &opts).unwrap() == data, "https image differs");
+    assert_eq!(
+        proxy.requests(),
+        [
+            format!("GET {url} HTTP/1.1"),
+            format!("CONNECT {tls_addr} HTTP/1.1"),
+        ],
+        "what tinyproxy, behind stunnel, forwarded"
+    );
+
+    // The proxy's certificate outside the CA file: refused, not retried.
+    let untrusted = HttpOptions {
+        cafile: Some(image_ca),
+        ..opts
+    };
+    let err = get(&https, &untrusted).unwrap_err().to_string();
+    assert!(
+        err.contains("the TLS certificate of the proxy 127.0.0.1 was refused"),
+        "{err}"
+    );
+    assert_eq!(proxy.requests().len(), 2, "nothing reached the proxy");
 }

@@ -449,15 +449,11 @@ mod tests {
     fn settings_are_checked_before_any_download() {
         let ok = HttpOptions {
             http_proxy: Some("http://u:p@[::1]:3128".into()),
-            https_proxy: Some("proxy.local:3128".into()),
+            https_proxy: Some("https://proxy.local:3129".into()),
             ..HttpOptions::default()
         };
         assert!(ok.check().is_ok());
         for bad in [
-            HttpOptions {
-                https_proxy: Some("https://proxy.local:3128".into()),
-                ..HttpOptions::default()
-            },
             HttpOptions {
                 http_proxy: Some("socks5://proxy.local:1080".into()),
                 ..HttpOptions::default()

@@ -25,6 +25,8 @@ pub struct Proxy {
     pub port: u16,
     /// `Proxy-Authorization` value, from the proxy URL's user info.
     pub authorization: Option<String>,
+    /// An `https://` proxy: reached over TLS.
+    pub tls: bool,
 }
 
 /// `Basic` credentials from a percent-encoded user and password.
@@ -44,8 +46,9 @@ pub fn userinfo_authorization(url: &Url) -> Option<String> {
         .then(|| basic(url.username(), url.password()))
 }
 
-/// Parses a proxy setting: `http://[user:pass@]host[:port]`, or the same
-/// without a scheme. Other schemes (https, socks) are refused.
+/// Parses a proxy setting: `http://[user:pass@]host[:port]`,
+/// `https://…` (the proxy is reached over TLS), or the same without a
+/// scheme (http). Other schemes (socks) are refused.
 pub fn parse_proxy(spec: &str) -> Result<Proxy, ImageError> {
     let bad = |why: String| ImageError::InvalidParams(format!("proxy {spec:?}: {why}"));
     let with_scheme = if spec.contains("://") {
@@ -54,9 +57,9 @@ pub fn parse_proxy(spec: &str) -> Result<Proxy, ImageError> {
         format!("http://{spec}")
     };
     let url = Url::parse(&with_scheme).map_err(|e| bad(e.to_string()))?;
-    if url.scheme() != "http" {
+    if !matches!(url.scheme(), "http" | "https") {
         return Err(bad(format!(
-            "only http:// proxies are supported, not {}://",
+            "only http:// and https:// proxies are supported, not {}://",
             url.scheme()
         )));
     }
@@ -68,6 +71,7 @@ pub fn parse_proxy(spec: &str) -> Result<Proxy, ImageError> {
         host: host.to_string(),
         port: url.port_or_known_default().unwrap_or(80),
         authorization: userinfo_authorization(&url),
+        tls: url.scheme() == "https",
     })
 }
 
@@ -190,12 +194,18 @@ mod tests {
                     "Basic {}",
                     base64::engine::general_purpose::STANDARD.encode("u@x:p:w")
                 )),
+                tls: false,
             }
         );
         assert_eq!(parse_proxy("proxy.local:8080").unwrap().port, 8080);
         assert_eq!(parse_proxy("http://proxy.local").unwrap().port, 80);
+        let https = parse_proxy("https://proxy.local").unwrap();
+        assert_eq!((https.port, https.tls), (443, true));
         let err = parse_proxy("socks5://proxy.local:1080").unwrap_err();
-        assert!(err.to_string().contains("only http://"), "{err}");
+        assert!(
+            err.to_string().contains("only http:// and https://"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -167,6 +167,14 @@ impl TlsConn<TcpStream> {
     }
 }
 
+impl<S> TlsConn<S> {
+    /// The transport under it (a TLS connection to an https proxy, for a
+    /// tunnel inside one).
+    pub fn transport(&self) -> &S {
+        &self.sock
+    }
+}
+
 impl<S: Read + Write> TlsConn<S> {
     /// The negotiated TLS version.
     pub fn protocol_version(&self) -> Option<rustls::ProtocolVersion> {

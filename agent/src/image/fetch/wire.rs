@@ -1,5 +1,7 @@
 //! The HTTP/1.1 wire of the image download (`direct.rs`): the connection
-//! to the server or its proxy (a `CONNECT` tunnel, then TLS, for https),
+//! to the server or its proxy (a `CONNECT` tunnel, then TLS, for https;
+//! an https proxy is reached over TLS first, so an https image through it
+//! is TLS inside TLS),
 //! reading a response head (bounded to [`HEAD_LIMIT`]) and parsing what
 //! the download needs from it (status, lengths, range, ETag, transfer
 //! coding, `Location`). Nothing here panics on what a server sends: a head
@@ -19,10 +21,12 @@ use super::{AttemptError, HttpOptions};
 /// Largest response head accepted.
 pub(super) const HEAD_LIMIT: usize = 64 << 10;
 
-/// One connection: plain TCP or TLS over it.
+/// One connection: plain TCP, TLS over it, or TLS inside TLS (an https
+/// image through an https proxy's tunnel).
 pub(super) enum Conn {
     Plain(TcpStream),
     Tls(Box<TlsConn>),
+    TlsInTls(Box<TlsConn<TlsConn>>),
 }
 
 impl Conn {
@@ -30,6 +34,7 @@ impl Conn {
         match self {
             Self::Plain(s) => s,
             Self::Tls(t) => t.socket(),
+            Self::TlsInTls(t) => t.transport().socket(),
         }
     }
 }
@@ -39,6 +44,7 @@ impl Read for Conn {
         match self {
             Self::Plain(s) => s.read(buf),
             Self::Tls(t) => t.read(buf),
+            Self::TlsInTls(t) => t.read(buf),
         }
     }
 }
@@ -48,12 +54,14 @@ impl Write for Conn {
         match self {
             Self::Plain(s) => s.write(buf),
             Self::Tls(t) => t.write(buf),
+            Self::TlsInTls(t) => t.write(buf),
         }
     }
     fn flush(&mut self) -> std::io::Result<()> {
         match self {
             Self::Plain(s) => s.flush(),
             Self::Tls(t) => t.flush(),
+            Self::TlsInTls(t) => t.flush(),
         }
     }
 }
@@ -81,32 +89,61 @@ pub(super) fn open(
     sock.set_read_timeout(Some(timeout))
         .and_then(|()| sock.set_write_timeout(Some(timeout)))
         .map_err(|e| AttemptError::Retry(format!("socket: {e}")))?;
-    if url.scheme() != "https" {
-        return Ok(Conn::Plain(sock));
+    let target = format!("{host}:{port}");
+    match proxy.as_ref().filter(|p| p.tls) {
+        // An https proxy: TLS to it first (its certificate checked as the
+        // image server's would be), then the request or the tunnel inside.
+        Some(p) => {
+            let mut via = handshake(sock, &p.host, tls, url, offset, "the proxy ")?;
+            if url.scheme() != "https" {
+                return Ok(Conn::Tls(Box::new(via)));
+            }
+            tunnel(&mut via, p, &target, timeout)?;
+            Ok(Conn::TlsInTls(Box::new(handshake(
+                via, host, tls, url, offset, "",
+            )?)))
+        }
+        None => {
+            if url.scheme() != "https" {
+                return Ok(Conn::Plain(sock));
+            }
+            let mut sock = sock;
+            if let Some(p) = &proxy {
+                tunnel(&mut sock, p, &target, timeout)?;
+            }
+            Ok(Conn::Tls(Box::new(handshake(
+                sock, host, tls, url, offset, "",
+            )?)))
+        }
     }
-    let mut sock = sock;
-    if let Some(p) = &proxy {
-        tunnel(&mut sock, p, &format!("{host}:{port}"), timeout)?;
-    }
-    match tls_conn::connect(sock, host, tls) {
-        Ok(c) => Ok(Conn::Tls(Box::new(c))),
-        // A refused certificate stays refused: fail at once, saying so.
-        Err(e) => match e.refused_certificate {
-            Some(why) => Err(AttemptError::fatal(
-                url.as_str(),
-                offset,
-                format!(
-                    "the TLS certificate of {host} was refused ({why}); not retried: check the CA file (cafile) or the server's certificate"
-                ),
-            )),
-            None => Err(AttemptError::Retry(e.reason)),
-        },
-    }
+}
+
+/// The TLS handshake with `host` (`what`: "the proxy " or "") on `sock`;
+/// a refused certificate fails the download at once, saying so.
+fn handshake<S: Read + Write>(
+    sock: S,
+    host: &str,
+    tls: &Arc<rustls::ClientConfig>,
+    url: &Url,
+    offset: u64,
+    what: &str,
+) -> Result<TlsConn<S>, AttemptError> {
+    tls_conn::connect(sock, host, tls).map_err(|e| match e.refused_certificate {
+        Some(why) => AttemptError::fatal(
+            url.as_str(),
+            offset,
+            format!(
+                "the TLS certificate of {what}{host} was refused ({why}); not retried: check the CA file (cafile) or the {}certificate",
+                if what.is_empty() { "server's " } else { "proxy's " }
+            ),
+        ),
+        None => AttemptError::Retry(format!("{what}{host}: {}", e.reason)),
+    })
 }
 
 /// Opens a `CONNECT` tunnel to `target` (`host:port`) through `proxy`.
 fn tunnel(
-    sock: &mut TcpStream,
+    sock: &mut (impl Read + Write),
     proxy: &Proxy,
     target: &str,
     timeout: Duration,
