@@ -456,27 +456,19 @@ fn metal3_profile_inspects_cleans_and_deploys_in_one_ramdisk_boot() {
 
             // Deploy, as the baremetal-operator asks for it.
             let t = Instant::now();
-            ironic
-                .patch(
-                    &uuid,
-                    metal3::deploy_patch(&format!("{http_url}/disk.qcow2"), &qcow2_sha256),
-                )
-                .await
-                .unwrap();
-            ironic
-                .provision(
-                    &uuid,
-                    json!({
-                        "target": "active",
-                        "configdrive": {
-                            "meta_data": {"uuid": "metal3-cd", "name": "metal3vm", "hostname": "metal3vm"},
-                            "user_data": "#cloud-config\n",
-                            "network_data": network_data(),
-                        },
-                    }),
-                )
-                .await
-                .unwrap();
+            metal3::start_deploy(
+                &ironic,
+                &uuid,
+                &format!("{http_url}/disk.qcow2"),
+                &qcow2_sha256,
+                json!({
+                    "meta_data": {"uuid": "metal3-cd", "name": "metal3vm", "hostname": "metal3vm"},
+                    "user_data": "#cloud-config\n",
+                    "network_data": network_data(),
+                }),
+            )
+            .await
+            .unwrap();
             let node = settle(&ironic, &uuid, "active", t0).await;
             timing!("phase deploy: active after {}", secs(t));
             assert!(node["last_error"].is_null(), "{}", node["last_error"]);

@@ -259,26 +259,18 @@ fn ipv6_only_network_inspects_cleans_and_deploys_over_virtual_media() {
                 .unwrap_or_else(|e| panic!("agent_verify_ca {ca_file:?}: {e}"));
 
             let t = Instant::now();
-            ironic
-                .patch(
-                    &uuid,
-                    metal3::deploy_patch(&format!("{http_url}/disk.qcow2"), &qcow2_sha256),
-                )
-                .await
-                .unwrap();
-            ironic
-                .provision(
-                    &uuid,
-                    json!({
-                        "target": "active",
-                        "configdrive": {
-                            "meta_data": {"uuid": "metal3v6-cd", "name": "metal3v6vm"},
-                            "network_data": network_data(),
-                        },
-                    }),
-                )
-                .await
-                .unwrap();
+            metal3::start_deploy(
+                &ironic,
+                &uuid,
+                &format!("{http_url}/disk.qcow2"),
+                &qcow2_sha256,
+                json!({
+                    "meta_data": {"uuid": "metal3v6-cd", "name": "metal3v6vm"},
+                    "network_data": network_data(),
+                }),
+            )
+            .await
+            .unwrap();
             let mut frames = AgentFrames {
                 net: &net,
                 dropped: None,

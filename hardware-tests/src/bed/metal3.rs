@@ -2,8 +2,8 @@
 //! Ironic's configuration as Metal3's ironic-image sets it (see
 //! `metal3_flow.rs`'s module comment for what differs and why), the files
 //! Ironic put on the virtual-media ISO in a domain's CD-ROM drive, and the
-//! serial console read as text, and the deploy patch the
-//! baremetal-operator sends.
+//! serial console read as text, and the deploy the baremetal-operator
+//! asks for (the node patch, then `active` with a config drive).
 
 use std::path::Path;
 use std::process::Command;
@@ -11,6 +11,7 @@ use std::process::Command;
 use serde_json::{json, Value};
 
 use super::redfish::Bmc;
+use crate::ironic::Ironic;
 use crate::run;
 
 /// The ironic.conf fragment loaded after `ci/ironic/ironic.conf` and the
@@ -60,16 +61,35 @@ pub fn ironic_conf(esp: &Path, cert: &Path, www: &Path, http_url: &str) -> Strin
     )
 }
 
-/// The node patch the baremetal-operator sends to deploy the qcow2 image
-/// at `url` (sha256 `sha256`) in UEFI mode.
-pub fn deploy_patch(url: &str, sha256: &str) -> Value {
-    json!([
-        {"op": "add", "path": "/instance_info/image_source", "value": url},
-        {"op": "add", "path": "/instance_info/image_os_hash_algo", "value": "sha256"},
-        {"op": "add", "path": "/instance_info/image_os_hash_value", "value": sha256},
-        {"op": "add", "path": "/instance_info/image_disk_format", "value": "qcow2"},
-        {"op": "add", "path": "/instance_info/capabilities", "value": {"boot_mode": "uefi"}},
-    ])
+/// Starts the deploy the baremetal-operator asks for: the node patch for
+/// the qcow2 image at `url` (sha256 `sha256`) in UEFI mode, then
+/// `active` with `configdrive`. The caller waits for `active`.
+pub async fn start_deploy(
+    ironic: &Ironic,
+    uuid: &str,
+    url: &str,
+    sha256: &str,
+    configdrive: Value,
+) -> anyhow::Result<()> {
+    ironic
+        .patch(
+            uuid,
+            json!([
+                {"op": "add", "path": "/instance_info/image_source", "value": url},
+                {"op": "add", "path": "/instance_info/image_os_hash_algo", "value": "sha256"},
+                {"op": "add", "path": "/instance_info/image_os_hash_value", "value": sha256},
+                {"op": "add", "path": "/instance_info/image_disk_format", "value": "qcow2"},
+                {"op": "add", "path": "/instance_info/capabilities", "value": {"boot_mode": "uefi"}},
+            ]),
+        )
+        .await?;
+    ironic
+        .provision(
+            uuid,
+            json!({"target": "active", "configdrive": configdrive}),
+        )
+        .await?;
+    Ok(())
 }
 
 /// What Ironic put on the ISO it inserted: the listing (`isoinfo -f`),
