@@ -94,8 +94,11 @@ pub fn layer(module: &str) -> Option<usize> {
 }
 
 /// Top-level module → the top-level modules it uses.
-pub fn graph(tree: &scan::Tree) -> BTreeMap<String, BTreeSet<String>> {
-    let mut g: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+pub type Graph = BTreeMap<String, BTreeSet<String>>;
+
+/// The top-level [`Graph`] of `tree`.
+pub fn graph(tree: &scan::Tree) -> Graph {
+    let mut g = Graph::new();
     for (m, used) in &tree.uses {
         let Some(top) = m.first() else { continue };
         let entry = g.entry(top.clone()).or_default();
@@ -109,20 +112,17 @@ pub fn graph(tree: &scan::Tree) -> BTreeMap<String, BTreeSet<String>> {
 }
 
 /// Top-level modules without a layer.
-pub fn without_layer(tree: &scan::Tree) -> Vec<String> {
-    graph(tree)
-        .into_keys()
-        .filter(|m| layer(m).is_none())
-        .collect()
+pub fn without_layer(g: &Graph) -> Vec<String> {
+    g.keys().filter(|m| layer(m).is_none()).cloned().collect()
 }
 
 /// Uses of a higher layer, one line each.
-pub fn upward_uses(tree: &scan::Tree) -> Vec<String> {
+pub fn upward_uses(g: &Graph) -> Vec<String> {
     let mut wrong = Vec::new();
-    for (m, used) in graph(tree) {
-        let Some(own) = layer(&m) else { continue };
+    for (m, used) in g {
+        let Some(own) = layer(m) else { continue };
         for u in used {
-            if let Some(theirs) = layer(&u).filter(|&l| l > own) {
+            if let Some(theirs) = layer(u).filter(|&l| l > own) {
                 wrong.push(format!(
                     "{m} ({}) uses {u} ({})",
                     LAYERS[own].0, LAYERS[theirs].0
@@ -134,8 +134,8 @@ pub fn upward_uses(tree: &scan::Tree) -> Vec<String> {
 }
 
 /// Top-level modules in a cycle.
-pub fn top_level_cycles(tree: &scan::Tree) -> Vec<Vec<String>> {
-    cycles(&graph(tree))
+pub fn top_level_cycles(g: &Graph) -> Vec<Vec<String>> {
+    cycles(g)
 }
 
 /// Production files that import each other, directly or through others,
@@ -168,16 +168,17 @@ pub fn file_cycles(tree: &scan::Tree) -> Vec<String> {
 /// message each; empty when the layers hold.
 pub fn violations(src: &Path) -> Vec<String> {
     let tree = scan::Tree::read(src);
+    let g = graph(&tree);
     let mut out = Vec::new();
-    for m in without_layer(&tree) {
+    for m in without_layer(&g) {
         out.push(format!(
             "module {m} has no layer in agent/layers/check.rs's LAYERS"
         ));
     }
-    for w in upward_uses(&tree) {
+    for w in upward_uses(&g) {
         out.push(format!("layering broken: {w}"));
     }
-    for c in top_level_cycles(&tree) {
+    for c in top_level_cycles(&g) {
         out.push(format!("top-level modules in a cycle: {}", c.join(", ")));
     }
     for c in file_cycles(&tree) {

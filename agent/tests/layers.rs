@@ -18,7 +18,7 @@ fn tree() -> scan::Tree {
 
 #[test]
 fn every_module_has_a_layer() {
-    let missing = check::without_layer(&tree());
+    let missing = check::without_layer(&check::graph(&tree()));
     assert!(
         missing.is_empty(),
         "modules without a layer in layers/check.rs: {missing:?}"
@@ -27,13 +27,13 @@ fn every_module_has_a_layer() {
 
 #[test]
 fn no_module_uses_a_higher_layer() {
-    let wrong = check::upward_uses(&tree());
+    let wrong = check::upward_uses(&check::graph(&tree()));
     assert!(wrong.is_empty(), "layering broken:\n{}", wrong.join("\n"));
 }
 
 #[test]
 fn no_two_layers_modules_depend_on_each_other() {
-    let found = check::top_level_cycles(&tree());
+    let found = check::top_level_cycles(&check::graph(&tree()));
     assert!(found.is_empty(), "top-level modules in a cycle: {found:?}");
 }
 
