@@ -72,16 +72,9 @@ async fn container_step_pulls_over_tls_and_writes_the_device() {
     let plain = tool.trim_start_matches("docker://");
     let p = apply(&settings, plain, &[], &[], Origin::Arguments).unwrap();
     assert!(p.pull.tls_verify);
-    run_container(
-        &p.reference,
-        &p.pull,
-        &p.run,
-        Some(&registry.ca_file()),
-        work.path(),
-        abort.clone(),
-    )
-    .await
-    .unwrap();
+    run_container(&p, Some(&registry.ca_file()), work.path(), abort.clone())
+        .await
+        .unwrap();
     assert_eq!(marker_at_sector_one(&disk.path), MARKER);
     assert_eq!(
         std::fs::read_dir(work.path()).unwrap().count(),
@@ -115,16 +108,9 @@ async fn container_step_pulls_over_tls_and_writes_the_device() {
 
     // Without the CA the certificate is refused; nothing runs.
     zero_sector_one(&disk.path);
-    let e = run_container(
-        &p.reference,
-        &p.pull,
-        &p.run,
-        None,
-        work.path(),
-        abort.clone(),
-    )
-    .await
-    .unwrap_err();
+    let e = run_container(&p, None, work.path(), abort.clone())
+        .await
+        .unwrap_err();
     assert!(matches!(e, ContainerError::Pull { .. }), "{e}");
     assert!(e.to_string().to_lowercase().contains("certificate"), "{e}");
     assert_eq!(marker_at_sector_one(&disk.path), vec![0; MARKER.len()]);
@@ -136,16 +122,9 @@ async fn container_step_pulls_over_tls_and_writes_the_device() {
     };
     let p = apply(&insecure, &tool, &[], &[], Origin::Arguments).unwrap();
     assert!(!p.pull.tls_verify);
-    run_container(
-        &p.reference,
-        &p.pull,
-        &p.run,
-        None,
-        work.path(),
-        abort.clone(),
-    )
-    .await
-    .unwrap();
+    run_container(&p, None, work.path(), abort.clone())
+        .await
+        .unwrap();
     assert_eq!(marker_at_sector_one(&disk.path), MARKER);
 }
 
@@ -174,16 +153,9 @@ async fn a_failing_container_names_its_status_and_output_and_abort_kills() {
     let abort = Arc::new(AtomicBool::new(false));
 
     let p = apply(&settings, &failing, &[], &[], Origin::Arguments).unwrap();
-    let e = run_container(
-        &p.reference,
-        &p.pull,
-        &p.run,
-        Some(&ca),
-        work.path(),
-        abort.clone(),
-    )
-    .await
-    .unwrap_err();
+    let e = run_container(&p, Some(&ca), work.path(), abort.clone())
+        .await
+        .unwrap_err();
     let msg = e.to_string();
     assert!(matches!(e, ContainerError::Failed { .. }), "{msg}");
     assert!(
@@ -199,7 +171,7 @@ async fn a_failing_container_names_its_status_and_output_and_abort_kills() {
         flag.store(true, std::sync::atomic::Ordering::SeqCst);
     });
     let started = std::time::Instant::now();
-    let e = run_container(&p.reference, &p.pull, &p.run, Some(&ca), work.path(), abort)
+    let e = run_container(&p, Some(&ca), work.path(), abort)
         .await
         .unwrap_err();
     assert!(matches!(e, ContainerError::Aborted(_)), "{e}");
@@ -234,42 +206,21 @@ async fn registry_credentials_from_creds_or_an_authfile() {
 
     // Anonymous: the registry says no.
     let p = run("");
-    let e = run_container(
-        &p.reference,
-        &p.pull,
-        &p.run,
-        Some(&ca),
-        work.path(),
-        abort.clone(),
-    )
-    .await
-    .unwrap_err();
+    let e = run_container(&p, Some(&ca), work.path(), abort.clone())
+        .await
+        .unwrap_err();
     assert!(matches!(e, ContainerError::Pull { .. }), "{e}");
     assert!(e.to_string().contains("Not authorized"), "{e}");
     // A wrong password neither.
     let p = run("--creds deployer:wrong");
-    assert!(run_container(
-        &p.reference,
-        &p.pull,
-        &p.run,
-        Some(&ca),
-        work.path(),
-        abort.clone()
-    )
-    .await
-    .is_err());
+    assert!(run_container(&p, Some(&ca), work.path(), abort.clone())
+        .await
+        .is_err());
     // --creds.
     let p = run("--creds deployer:s3cret");
-    run_container(
-        &p.reference,
-        &p.pull,
-        &p.run,
-        Some(&ca),
-        work.path(),
-        abort.clone(),
-    )
-    .await
-    .unwrap();
+    run_container(&p, Some(&ca), work.path(), abort.clone())
+        .await
+        .unwrap();
     // --authfile in containers-auth.json format.
     use base64::Engine as _;
     let authfile = work.path().join("auth.json");
@@ -281,7 +232,7 @@ async fn registry_credentials_from_creds_or_an_authfile() {
     )
     .unwrap();
     let p = run(&format!("--authfile {}", authfile.display()));
-    run_container(&p.reference, &p.pull, &p.run, Some(&ca), work.path(), abort)
+    run_container(&p, Some(&ca), work.path(), abort)
         .await
         .unwrap();
     let log = registry.log();
@@ -304,9 +255,7 @@ async fn run_reporting(
     };
     let p = apply(&settings, image, &[], &[], Origin::Arguments).unwrap();
     run_container(
-        &p.reference,
-        &p.pull,
-        &p.run,
+        &p,
         Some(&registry.ca_file()),
         work.path(),
         Arc::new(AtomicBool::new(false)),

@@ -22,6 +22,7 @@ use tokio::process::Command;
 use tokio::sync::Mutex;
 
 use super::options::{PullOptions, RunOptions};
+use super::policy::Permitted;
 use super::ContainerError;
 
 /// The runtime's program (looked up in `PATH`).
@@ -45,19 +46,23 @@ pub fn runtime_available() -> bool {
         .is_ok_and(|s| s.success())
 }
 
-/// Pulls `reference` (a registry reference without transport) and runs it
-/// to completion in a directory under `work_dir` that is removed after.
+/// Pulls the image the policy permitted (its reference, without
+/// transport) with its pull options and runs it to completion with its run
+/// options, in a directory under `work_dir` that is removed after.
 /// `cafile` is the agent's CA bundle for the registry's certificate.
 pub async fn run_container(
-    reference: &str,
-    pull: &PullOptions,
-    run: &RunOptions,
+    permitted: &Permitted,
     cafile: Option<&Path>,
     work_dir: &Path,
     abort: Arc<AtomicBool>,
 ) -> Result<(), ContainerError> {
     let id = format!("ipa-step-{}", uuid::Uuid::new_v4().simple());
     let dir = work_dir.join(&id);
+    let Permitted {
+        reference,
+        pull,
+        run,
+    } = permitted;
     let result = run_in(reference, pull, run, cafile, &dir, &id, &abort).await;
     if let Err(e) = tokio::fs::remove_dir_all(&dir).await {
         if e.kind() != std::io::ErrorKind::NotFound {

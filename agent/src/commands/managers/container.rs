@@ -115,9 +115,7 @@ impl ContainerManager {
                 let permitted =
                     policy::apply(&settings, &image, &pull, &run, origin).map_err(error)?;
                 let result = run_container(
-                    &permitted.reference,
-                    &permitted.pull,
-                    &permitted.run,
+                    &permitted,
                     cafile.as_deref(),
                     &runtime::default_work_dir(),
                     state.abort_flag(),
