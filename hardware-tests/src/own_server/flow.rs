@@ -121,7 +121,7 @@ pub async fn drive(cx: &Ctx<'_>, r: &mut Reporter) -> Result<Outcome> {
     r.out.line("");
     r.out.line(match o.boot {
         Boot::Vmedia => "== inspection: Ironic builds an ISO, the BMC inserts it, the server boots the agent from it",
-        Boot::Pxe => "== inspection: Ironic sets the server to boot from the network; DHCP, TFTP and iPXE from here boot the agent",
+        Boot::Pxe(_) => "== inspection: Ironic sets the server to boot from the network; DHCP, TFTP and iPXE from here boot the agent",
     });
     let t = Instant::now();
     inspect(cx, &uuid, r).await?;

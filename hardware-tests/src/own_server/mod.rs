@@ -75,7 +75,7 @@ pub fn main(args: &[String], mut out: Printer) -> Result<()> {
         found.before.enabled.as_deref().unwrap_or("-"),
         match opts.boot {
             Boot::Vmedia => format!("virtual media CD {} (empty)", found.cd),
-            Boot::Pxe => "--boot pxe: virtual media not used".to_string(),
+            Boot::Pxe(_) => "--boot pxe: virtual media not used".to_string(),
         }
     ));
     check_address(&opts)?;
@@ -112,14 +112,13 @@ pub fn main(args: &[String], mut out: Printer) -> Result<()> {
         logs.join("http.log"),
     )?;
     // --boot pxe: DHCP and TFTP for the server's MAC only, from here.
-    let pxe = match opts.boot {
+    let pxe = match &opts.boot {
         Boot::Vmedia => None,
-        Boot::Pxe => {
-            let lease = pxe::lease_for(opts.network_data.as_ref(), &opts.mac)?;
+        Boot::Pxe(lease) => {
             let server = PxeServer::start(
                 opts.http_address,
                 &opts.mac,
-                &lease,
+                lease,
                 &format!("{}/boot.ipxe", http.url()),
                 &logs,
             )?;

@@ -30,20 +30,21 @@ pub enum Image {
 }
 
 /// How the server boots the agent (`--boot`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Boot {
     /// Ironic's ISO in the BMC's virtual CD (`redfish-virtual-media`).
     Vmedia,
-    /// The NIC's PXE, answered from this machine (`ipxe`; [`super::pxe`]).
-    Pxe,
+    /// The NIC's PXE, answered from this machine with this address for
+    /// `--mac` (`ipxe`; [`super::pxe`]).
+    Pxe(super::pxe::Lease),
 }
 
 impl Boot {
     /// Ironic's boot interface for it.
-    pub fn ironic_interface(self) -> &'static str {
+    pub fn ironic_interface(&self) -> &'static str {
         match self {
             Boot::Vmedia => "redfish-virtual-media",
-            Boot::Pxe => "ipxe",
+            Boot::Pxe(_) => "ipxe",
         }
     }
 }
@@ -212,11 +213,8 @@ impl Options {
             .transpose()?;
         let boot = match v.get("--boot").map(String::as_str) {
             None | Some("vmedia") => Boot::Vmedia,
-            Some("pxe") => {
-                // The address the demo's DHCP server gives the server.
-                super::pxe::lease_for(network_data.as_ref(), &mac)?;
-                Boot::Pxe
-            }
+            // The address the demo's DHCP server gives the server.
+            Some("pxe") => Boot::Pxe(super::pxe::lease_for(network_data.as_ref(), &mac)?),
             Some(other) => {
                 return Err(flag(
                     "--boot",
