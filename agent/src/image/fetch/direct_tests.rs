@@ -7,8 +7,6 @@ use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
-
 use super::super::{fetch, FetchEnd};
 use super::*;
 use crate::image::buffers::Pool;
@@ -102,24 +100,10 @@ impl Server {
 trait ReadWrite: Read + Write {}
 impl<T: Read + Write> ReadWrite for T {}
 
-/// A TLS server configuration for 127.0.0.1, and its certificate as a CA
-/// file in `dir`.
+/// A TLS server configuration for 127.0.0.1 (rustls's default versions),
+/// and its certificate as a CA file in `dir`.
 fn tls_server(dir: &std::path::Path) -> (Arc<rustls::ServerConfig>, std::path::PathBuf) {
-    let ck = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
-    let ca = dir.join("ca.pem");
-    std::fs::write(&ca, ck.cert.pem()).unwrap();
-    let cfg = rustls::ServerConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_no_client_auth()
-    .with_single_cert(
-        vec![CertificateDer::from(ck.cert.der().to_vec())],
-        PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(ck.signing_key.serialize_der())),
-    )
-    .unwrap();
-    (Arc::new(cfg), ca)
+    super::super::tls_conn::tests::loopback_server(dir, rustls::DEFAULT_VERSIONS)
 }
 
 /// A forward proxy: `CONNECT` tunnels and absolute-form requests, each

@@ -399,4 +399,4 @@ impl<S: Read + Write> Write for TlsConn<S> {
 
 #[cfg(test)]
 #[path = "tls_conn_tests.rs"]
-mod tests;
+pub(super) mod tests;

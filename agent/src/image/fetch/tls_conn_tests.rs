@@ -6,13 +6,37 @@
 use super::*;
 use std::net::TcpListener;
 
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use rustls::StreamOwned;
 
 type Server = StreamOwned<rustls::ServerConnection, TcpStream>;
 
 const TLS12: &[&rustls::SupportedProtocolVersion] = &[&rustls::version::TLS12];
 const TLS13: &[&rustls::SupportedProtocolVersion] = &[&rustls::version::TLS13];
+
+/// A TLS server configuration for 127.0.0.1 speaking `versions`, and
+/// its self-signed certificate as a CA file in `dir` (also the direct
+/// path's tests' server).
+pub(in crate::image::fetch) fn loopback_server(
+    dir: &std::path::Path,
+    versions: &[&'static rustls::SupportedProtocolVersion],
+) -> (Arc<rustls::ServerConfig>, std::path::PathBuf) {
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+    let ck = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
+    let ca = dir.join("ca.pem");
+    std::fs::write(&ca, ck.cert.pem()).unwrap();
+    let cfg = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_protocol_versions(versions)
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(
+        vec![CertificateDer::from(ck.cert.der().to_vec())],
+        PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(ck.signing_key.serialize_der())),
+    )
+    .unwrap();
+    (Arc::new(cfg), ca)
+}
 
 struct Bed {
     addr: std::net::SocketAddr,
@@ -27,26 +51,13 @@ fn bed(
     versions: &[&'static rustls::SupportedProtocolVersion],
     scenario: impl FnOnce(&mut Server) + Send + 'static,
 ) -> Bed {
-    let ck = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let ca = dir.path().join("ca.pem");
-    std::fs::write(&ca, ck.cert.pem()).unwrap();
-    let server_config = rustls::ServerConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_protocol_versions(versions)
-    .unwrap()
-    .with_no_client_auth()
-    .with_single_cert(
-        vec![CertificateDer::from(ck.cert.der().to_vec())],
-        PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(ck.signing_key.serialize_der())),
-    )
-    .unwrap();
+    let (server_config, ca) = loopback_server(dir.path(), versions);
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     let server = std::thread::spawn(move || {
         let (sock, _) = listener.accept().unwrap();
-        let conn = rustls::ServerConnection::new(Arc::new(server_config)).unwrap();
+        let conn = rustls::ServerConnection::new(server_config).unwrap();
         let mut s = StreamOwned::new(conn, sock);
         let mut head = Vec::new();
         let mut b = [0u8; 1024];
