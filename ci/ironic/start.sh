@@ -189,6 +189,8 @@ log "starting ironic on $API_URL (state $STATE)"
 : > "$CONSOLE_LOG"
 [ -f "$OSLO_LOG" ] && log_offset=$(stat -c %s "$OSLO_LOG") || log_offset=0
 t0=$SECONDS
+# Its stdout is CONSOLE_LOG, inherited by every process it forks: stop.sh
+# finds any of them that left Ironic's process group by that.
 "${IN_NS[@]}" setsid "$VENV/bin/ironic" "${CONF_ARGS[@]}" >> "$CONSOLE_LOG" 2>&1 < /dev/null &
 pid=$!
 echo "$pid" > "$PIDFILE"

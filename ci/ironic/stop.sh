@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Stop the Ironic started by ci/ironic/start.sh STATE_DIR: SIGTERM to the
-# process group of the PID in STATE_DIR/ironic.pid, wait up to 10 s, then
-# SIGKILL. Never kills anything by name. Exit 0 if nothing is running.
+# process group of the PID in STATE_DIR/ironic.pid and to every other process
+# of that Ironic (see `ours` below), wait up to 10 s, then SIGKILL. Never
+# kills anything by name. Exit 0 if nothing is running.
 #
 # usage: ci/ironic/stop.sh STATE_DIR
 set -euo pipefail
@@ -10,9 +11,56 @@ log() { echo "ironic/stop.sh: $*" >&2; }
 die() { echo "ironic/stop.sh: ERROR: $*" >&2; exit 1; }
 
 [ $# -eq 1 ] && [ -n "$1" ] || die "usage: $0 STATE_DIR"
-PIDFILE="$1/ironic.pid"
+[ -d "$1" ] || { log "no $1: not running"; exit 0; }
+pid=
+STATE=$(cd "$1" && pwd)
+PIDFILE="$STATE/ironic.pid"
+CONSOLE_LOG="$STATE/ironic.log"
+
+# PIDs of this Ironic outside its process group: start.sh runs it with
+# STATE_DIR/ironic.log as its stdout, and every process it forks inherits
+# it. (Its environment cannot mark it: setproctitle overwrites what
+# /proc/PID/environ shows; its working directory could be a user's shell.)
+# Only this user's processes are looked at.
+ours() {
+    local d p
+    for d in /proc/[0-9]*; do
+        p=${d#/proc/}
+        [ "$p" != "$$" ] && [ -O "$d" ] || continue
+        [ "$(readlink "$d/fd/1" 2>/dev/null)" = "$CONSOLE_LOG" ] || continue
+        # A zombie is already dead (it only waits for its parent to reap it).
+        grep -q '^State:[[:space:]]*Z' "$d/status" 2>/dev/null && continue
+        echo "$p"
+    done
+}
+
+# Processes of this Ironic with no (or a stale) pid file: a start.sh
+# interrupted between starting Ironic and writing the file, or a process
+# that left Ironic's group.
+stray() {
+    local left end
+    left=$(ours | tr '\n' ' ')
+    [ -n "$left" ] || return 0
+    log "warning: processes of this ironic outside process group ${pid:-?} (their stdout is $CONSOLE_LOG): $left; sending TERM"
+    # shellcheck disable=SC2086
+    kill -TERM $left 2>/dev/null || true
+    end=$((SECONDS + 10))
+    while [ -n "$(ours)" ]; do
+        if [ "$SECONDS" -ge "$end" ]; then
+            left=$(ours | tr '\n' ' ')
+            log "warning: still alive after 10 s: $left; sending KILL"
+            # shellcheck disable=SC2086
+            kill -KILL $left 2>/dev/null || true
+            sleep 1
+            [ -z "$(ours)" ] || die "processes $(ours | tr '\n' ' ')survived SIGKILL"
+            return 0
+        fi
+        sleep 0.2
+    done
+}
 
 if [ ! -f "$PIDFILE" ]; then
+    stray
     log "no $PIDFILE: not running"
     exit 0
 fi
@@ -20,6 +68,7 @@ pid=$(cat "$PIDFILE")
 case "$pid" in ''|*[!0-9]*) die "bad pid '$pid' in $PIDFILE";; esac
 
 if ! kill -0 "$pid" 2>/dev/null; then
+    stray
     log "pid $pid is not running; removing $PIDFILE"
     rm -f "$PIDFILE"
     exit 0
@@ -27,7 +76,10 @@ fi
 
 # Guard against a recycled PID (e.g. a pid file left over from before a
 # reboot): only signal it if it is still the ironic that start.sh launched.
-if ! tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -q ironic; then
+# (No pipe into `grep -q` here: under pipefail, a writer's SIGPIPE once grep
+# has matched would read as "not ironic" and leave Ironic running.)
+if ! grep -qa ironic "/proc/$pid/cmdline" 2>/dev/null; then
+    stray
     log "pid $pid is not an ironic process any more; removing stale $PIDFILE"
     rm -f "$PIDFILE"
     exit 0
@@ -69,5 +121,6 @@ if alive; then
     done
     alive && die "$what survived SIGKILL"
 fi
+stray
 rm -f "$PIDFILE"
 log "stopped"

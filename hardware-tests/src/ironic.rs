@@ -205,6 +205,13 @@ impl Ironic {
         nix::sys::signal::killpg(pgid, signal).with_context(|| format!("{signal} to Ironic"))
     }
 
+    /// Ironic's stdout and stderr (start.sh's console log). Every process
+    /// Ironic forks inherits it as its stdout, which is how stop.sh finds
+    /// one that left Ironic's process group.
+    pub fn console_log_path(&self) -> std::path::PathBuf {
+        self.state.path().join("ironic.log")
+    }
+
     /// Path of Ironic's own log, for failure messages.
     pub fn log_path(&self) -> std::path::PathBuf {
         self.state.path().join("log/ironic.log")
@@ -667,11 +674,13 @@ impl Watch for () {
 }
 
 impl Ironic {
-    /// After `stop.sh`: nothing of this Ironic (process group `group`) may
-    /// still listen on its API port (the next Ironic, or the operator's
-    /// next demo, needs it). Checked in this process's namespace only
-    /// (Ironic started without one); a process of its group still
-    /// listening is named and killed by its PID, anything else only named.
+    /// After `stop.sh`: nothing of this Ironic (process group `group`, or
+    /// any process whose stdout is its console log, as everything it forks
+    /// inherits) may still listen on its API port (the next Ironic, or the
+    /// operator's next demo, needs it). Checked in this process's
+    /// namespace only (Ironic started without one); a process of this
+    /// Ironic still listening is named and killed by its PID, anything
+    /// else only named.
     fn let_go_of_the_port(&self, group: Option<i32>) {
         if self.launch.netns.is_some() {
             return;
@@ -689,7 +698,9 @@ impl Ironic {
                         "warning: after ci/ironic/stop.sh, port {} is still held by {h}",
                         self.launch.port
                     );
-                    if group.is_some() && h.pgid == group {
+                    let stdout = std::fs::read_link(proc.join(h.pid.to_string()).join("fd/1"));
+                    let console = self.console_log_path();
+                    if (group.is_some() && h.pgid == group) || stdout.is_ok_and(|p| p == console) {
                         eprintln!("warning: killing pid {} (SIGKILL)", h.pid);
                         let _ = nix::sys::signal::kill(
                             nix::unistd::Pid::from_raw(h.pid),

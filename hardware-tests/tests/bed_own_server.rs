@@ -91,9 +91,17 @@ fn demo(
         t.elapsed().as_secs_f64(),
         log.display()
     );
-    // An Ironic that outlived stop.sh (the demo then names and kills it).
+    // How its Ironic was stopped when that was not plain (stop.sh's
+    // warnings and errors, an Ironic that outlived it): the evidence if
+    // the next demo finds the port taken.
     let text = std::fs::read_to_string(&log).unwrap_or_default();
-    for l in text.lines().filter(|l| l.contains("still held by")) {
+    let unusual = |l: &&str| {
+        l.contains("still held by")
+            || (l.starts_with("ironic/stop.sh:")
+                && !l.contains("sending TERM to process group")
+                && !l.ends_with(": stopped"))
+    };
+    for l in text.lines().filter(unusual) {
         eprintln!("   {l}");
     }
     (

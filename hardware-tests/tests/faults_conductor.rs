@@ -19,6 +19,10 @@
 //! must still be there, the agent's next heartbeat must reach the new
 //! conductor, and the deploy must complete `active`, byte-identical, with
 //! the same agent process.
+//!
+//! Stopping Ironic (ci/ironic/stop.sh, as every suite's Ironic ends) must
+//! end all of it, also a process it forked that left its process group
+//! (an Ironic left listening on the API port failed the next demo once).
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -293,5 +297,42 @@ async fn a_deploy_completes_after_the_conductor_was_killed_and_restarted() {
         killed_at.as_secs_f64(),
         restart_took.as_secs_f64(),
         (active - down).saturating_sub(restart_took).as_secs_f64()
+    );
+}
+
+/// stop.sh ends a process of Ironic's that is outside its process group
+/// (`setsid`, here a `sleep` with Ironic's console log as its stdout, as
+/// every process Ironic forks has), and Ironic itself.
+#[test]
+fn stopping_ironic_ends_a_process_of_it_that_left_its_group() {
+    use std::os::unix::process::ExitStatusExt;
+    let ironic = Ironic::start().unwrap();
+    let main = ironic.pid().unwrap();
+    let console = std::fs::OpenOptions::new()
+        .append(true)
+        .open(ironic.console_log_path())
+        .unwrap();
+    let mut stray = std::process::Command::new("setsid")
+        .args(["sleep", "600"])
+        .stdout(console)
+        .stdin(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Until setsid has exec'd sleep (the stdout is inherited either way).
+    std::thread::sleep(Duration::from_millis(300));
+    drop(ironic);
+    let status = stray.try_wait().unwrap();
+    let _ = stray.kill();
+    let _ = stray.wait();
+    assert_eq!(
+        status.and_then(|s| s.signal()),
+        Some(15),
+        "the process outside Ironic's group was not ended by SIGTERM: {status:?}"
+    );
+    // Gone, or a zombie its new parent has not reaped yet.
+    let state = std::fs::read_to_string(format!("/proc/{main}/status")).unwrap_or_default();
+    assert!(
+        state.is_empty() || state.contains("State:\tZ"),
+        "Ironic's main process {main} outlived stop.sh: {state}"
     );
 }
