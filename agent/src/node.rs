@@ -4,28 +4,36 @@
 //! JSON. The sections IPA reads (`properties`, `instance_info`,
 //! `driver_info`, `driver_internal_info`) must be objects and the UUID a
 //! string; a bad one is named by its path (`node.properties: invalid type:
-//! string "x", expected a map`). Lower layers that read keys of their own
-//! (root-device hints, `skip_block_devices`, erase and burn-in knobs, the
-//! partition-image boot mode) read them from [`Node::document`].
+//! string "x", expected a map`).
 //!
-//! The node's [`Ports`] (sent beside it with the step commands) are typed
-//! the same way: a list of port objects whose fields IPA's managers read
-//! have their types, the rest kept as sent.
+//! `instance_info` and `properties` are typed where the agent reads them
+//! ([`InstanceInfo`], [`Properties`]: image location and checksums, boot
+//! mode, capabilities, root-device hints, config drive), so a field of the
+//! wrong type is named too (`node.instance_info.root_device`). Keys with
+//! errors of their own (`skip_block_devices`, the erase and burn-in knobs
+//! of `driver_info`) are read from [`Node::document`] by the code that
+//! owns them. The node's [`Ports`] (sent beside it with the step commands)
+//! are typed the same way: a list of port objects whose fields IPA's
+//! managers read have their types, the rest kept as sent.
+
+mod instance_info;
 
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value};
 
-/// The node's sections, for the shape check (the values are read from
-/// the document, so the sections themselves are only deserialised).
+pub use instance_info::{Capabilities, ConfigDrive, InstanceInfo, Properties};
+
+/// The node's sections: `instance_info` and `properties` typed where the
+/// agent reads them, the other two only checked to be objects.
 #[derive(Debug, Deserialize)]
 #[allow(dead_code)]
 struct Sections {
     #[serde(default)]
     uuid: Option<String>,
     #[serde(default)]
-    properties: Option<Map<String, Value>>,
+    properties: Option<Properties>,
     #[serde(default)]
-    instance_info: Option<Map<String, Value>>,
+    instance_info: Option<InstanceInfo>,
     #[serde(default)]
     driver_info: Option<Map<String, Value>>,
     #[serde(default)]
@@ -36,6 +44,8 @@ struct Sections {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Node {
     doc: Value,
+    instance_info: InstanceInfo,
+    properties: Properties,
 }
 
 /// A node whose section has the wrong type.
@@ -48,6 +58,18 @@ pub struct NodeError {
     pub reason: String,
 }
 
+impl Default for Node {
+    /// A node with no fields (`{}`): what a step sees when the conductor
+    /// sent none.
+    fn default() -> Self {
+        Node {
+            doc: Value::Object(Map::new()),
+            instance_info: InstanceInfo::default(),
+            properties: Properties::default(),
+        }
+    }
+}
+
 impl Node {
     /// The node in `doc`; `None` when `doc` is not an object (IPA ignores
     /// such a node: nothing is cached or read from it).
@@ -55,11 +77,16 @@ impl Node {
         if !doc.is_object() {
             return Ok(None);
         }
-        serde_path_to_error::deserialize::<_, Sections>(&doc).map_err(|e| NodeError {
-            path: e.path().to_string(),
-            reason: e.into_inner().to_string(),
-        })?;
-        Ok(Some(Node { doc }))
+        let sections =
+            serde_path_to_error::deserialize::<_, Sections>(&doc).map_err(|e| NodeError {
+                path: e.path().to_string(),
+                reason: e.into_inner().to_string(),
+            })?;
+        Ok(Some(Node {
+            doc,
+            instance_info: sections.instance_info.unwrap_or_default(),
+            properties: sections.properties.unwrap_or_default(),
+        }))
     }
 
     /// A node from a document known to be one (the tests' step calls):
@@ -76,6 +103,37 @@ impl Node {
     /// The whole document, an object.
     pub fn document(&self) -> &Value {
         &self.doc
+    }
+
+    /// Its `instance_info` (empty when it has none).
+    pub fn instance_info(&self) -> &InstanceInfo {
+        &self.instance_info
+    }
+
+    /// Its `properties` (empty when it has none).
+    pub fn properties(&self) -> &Properties {
+        &self.properties
+    }
+
+    /// The capability `key`: the instance's, else the node's (IPA reads
+    /// `secure_boot` and `disk_label` so).
+    pub fn capability(&self, key: &str) -> Option<String> {
+        self.instance_info
+            .capabilities
+            .get(key)
+            .or_else(|| self.properties.capabilities.get(key))
+    }
+
+    /// The root-device hints it asks for: `instance_info.root_device`,
+    /// else `properties.root_device` (as IPA's `get_os_install_device`);
+    /// an empty dict is no hints.
+    pub fn root_device_hints(&self) -> Option<&Map<String, Value>> {
+        [
+            &self.instance_info.root_device,
+            &self.properties.root_device,
+        ]
+        .into_iter()
+        .find_map(|h| h.as_ref().filter(|h| !h.is_empty()))
     }
 }
 
@@ -141,6 +199,33 @@ mod tests {
         let e = Node::parse(json!({"uuid": 5})).unwrap_err();
         assert_eq!(e.path, "uuid");
         assert_eq!(Node::from_document(json!({"driver_info": []})), None);
+    }
+
+    #[test]
+    fn hints_come_from_instance_info_then_properties() {
+        let node = |v: Value| Node::from_document(v).unwrap();
+        let n = node(
+            json!({"instance_info": {"root_device": {"name": "/dev/sdb"}},
+                          "properties": {"root_device": {"name": "/dev/sda"}}}),
+        );
+        assert_eq!(n.root_device_hints().unwrap()["name"], "/dev/sdb");
+        let n = node(json!({"instance_info": {"root_device": {}},
+                          "properties": {"root_device": {"name": "/dev/sda"}}}));
+        assert_eq!(n.root_device_hints().unwrap()["name"], "/dev/sda");
+        assert_eq!(node(json!({"properties": {}})).root_device_hints(), None);
+        let e = Node::parse(json!({"instance_info": {"root_device": "/dev/sda"}})).unwrap_err();
+        assert_eq!(e.path, "instance_info.root_device");
+    }
+
+    #[test]
+    fn capabilities_of_the_instance_come_before_the_nodes() {
+        let n = Node::from_document(json!({
+            "instance_info": {"capabilities": {"disk_label": "gpt"}},
+            "properties": {"capabilities": "disk_label:msdos,boot_mode:bios"}}))
+        .unwrap();
+        assert_eq!(n.capability("disk_label").as_deref(), Some("gpt"));
+        assert_eq!(n.capability("boot_mode").as_deref(), Some("bios"));
+        assert_eq!(n.capability("secure_boot"), None);
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! `s==`, size ranges...) matched against a fixed set of disks.
 #![no_main]
 
-use agent::hints::{choose, hints_from_node};
+use agent::hints::choose;
 use agent::inventory::disks::Disk;
 use libfuzzer_sys::fuzz_target;
 
@@ -42,7 +42,10 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(c) = choose(&disks, Some(&v)) {
         assert!(disks.iter().any(|d| d.name == c.disk.name));
     }
-    if let Some(h) = hints_from_node(&v) {
-        let _ = choose(&disks, Some(&h));
+    // The same document as a node: its hints, typed where it arrives.
+    if let Some(h) = agent::node::Node::from_document(v)
+        .and_then(|n| n.root_device_hints().cloned())
+    {
+        let _ = choose(&disks, Some(&serde_json::Value::Object(h)));
     }
 });

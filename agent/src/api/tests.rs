@@ -631,6 +631,17 @@ async fn requests_are_typed_where_they_arrive() {
         &v,
         "node.properties: invalid type: string \"x\", expected a map",
     );
+    // A typed field of instance_info, named by its path.
+    let (st, v) = post(
+        &s,
+        &cmd_uri(""),
+        json!({"name": "deploy.execute_deploy_step", "params": {
+            "step": {"step": "write_image", "args": {}},
+            "node": {"instance_info": {"root_device": "/dev/sda"}}}}),
+    )
+    .await;
+    assert_eq!(st, StatusCode::BAD_REQUEST);
+    assert_fault(&v, "node.instance_info.root_device: invalid type: string");
     let (st, v) = post(
         &s,
         &cmd_uri(""),

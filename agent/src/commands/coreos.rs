@@ -43,6 +43,7 @@ use super::step_call::StepCall;
 use super::{CommandError, ErrorKind};
 use crate::netconf::nm_keyfile::{self, Keyfile};
 use crate::netconf::record::NetRecord;
+use crate::node::{ConfigDrive, InstanceInfo};
 use crate::state::AgentState;
 
 fn invalid(msg: impl Into<String>) -> CommandError {
@@ -59,10 +60,10 @@ pub async fn install_coreos_step(
     call: StepCall<InstallCoreosArgs>,
 ) -> Result<Value, CommandError> {
     let instance_info = call
-        .node_document()
-        .get("instance_info")
-        .cloned()
-        .unwrap_or(Value::Null);
+        .node
+        .as_ref()
+        .map(|n| n.instance_info().clone())
+        .unwrap_or_default();
     let args = call.args;
     let image_info = match args.image_info {
         Some(v) => v,
@@ -121,11 +122,8 @@ fn finish(
 
 /// `image_info` from the node's `instance_info`, as Ironic would send it
 /// for `write_image`.
-fn image_info_from_instance(ii: &Value) -> Result<Value, CommandError> {
-    let url = ["image_url", "image_source"]
-        .iter()
-        .find_map(|k| ii.get(*k).and_then(Value::as_str).filter(|s| !s.is_empty()))
-        .ok_or_else(|| {
+fn image_info_from_instance(ii: &InstanceInfo) -> Result<Value, CommandError> {
+    let url = ii.image_location().ok_or_else(|| {
             invalid("install_coreos needs an image: no image_info argument and no instance_info.image_source (this agent carries no image of its own)")
         })?;
     if !(url.starts_with("http://") || url.starts_with("https://")) {
@@ -140,14 +138,14 @@ fn image_info_from_instance(ii: &Value) -> Result<Value, CommandError> {
         .filter(|s| !s.is_empty())
         .unwrap_or("coreos");
     let mut info = json!({"id": id, "urls": [url]});
-    for (from, to) in [
-        ("image_checksum", "checksum"),
-        ("image_os_hash_algo", "os_hash_algo"),
-        ("image_os_hash_value", "os_hash_value"),
-        ("image_disk_format", "disk_format"),
+    for (value, to) in [
+        (&ii.image_checksum, "checksum"),
+        (&ii.image_os_hash_algo, "os_hash_algo"),
+        (&ii.image_os_hash_value, "os_hash_value"),
+        (&ii.image_disk_format, "disk_format"),
     ] {
-        if let Some(v) = ii.get(from).filter(|v| !v.is_null()) {
-            info[to] = v.clone();
+        if let Some(v) = value {
+            info[to] = json!(v);
         }
     }
     Ok(info)
@@ -156,14 +154,14 @@ fn image_info_from_instance(ii: &Value) -> Result<Value, CommandError> {
 /// Whether to carry the ramdisk's network over: the step argument, else
 /// the config drive dict's `meta_data.coreos_copy_network` (a boolean, or
 /// its usual string forms).
-fn copy_network(arg: Option<bool>, ii: &Value) -> Result<bool, CommandError> {
+fn copy_network(arg: Option<bool>, ii: &InstanceInfo) -> Result<bool, CommandError> {
     if let Some(b) = arg {
         return Ok(b);
     }
     let v = ii
-        .get("configdrive")
-        .and_then(|c| c.get("meta_data"))
-        .and_then(|m| m.get("coreos_copy_network"));
+        .configdrive
+        .as_ref()
+        .and_then(|c| c.meta_data("coreos_copy_network"));
     match v {
         None | Some(Value::Null) => Ok(false),
         Some(Value::Bool(b)) => Ok(*b),
@@ -204,15 +202,14 @@ fn network_keyfiles(path: Option<&Path>) -> Result<Vec<Keyfile>, CommandError> {
 
 /// The kernel arguments to append: the step argument (already checked),
 /// else the config drive dict's `meta_data.coreos_append_karg`.
-fn kernel_args(arg: Option<KernelArgs>, ii: &Value) -> Result<Vec<String>, CommandError> {
+fn kernel_args(arg: Option<KernelArgs>, ii: &InstanceInfo) -> Result<Vec<String>, CommandError> {
     if let Some(KernelArgs(list)) = arg {
         return Ok(list);
     }
     let from_meta = ii
-        .get("configdrive")
-        .and_then(|c| c.get("meta_data"))
-        .and_then(|m| m.get("coreos_append_karg"))
-        .filter(|v| !v.is_null());
+        .configdrive
+        .as_ref()
+        .and_then(|c| c.meta_data("coreos_append_karg"));
     match from_meta {
         Some(v) => KernelArgs::from_value(v)
             .map(|k| k.0)
@@ -225,23 +222,23 @@ fn kernel_args(arg: Option<KernelArgs>, ii: &Value) -> Result<Vec<String>, Comma
 async fn ignition_config(
     state: &AgentState,
     arg: Option<IgnitionText>,
-    ii: &Value,
+    ii: &InstanceInfo,
 ) -> Result<Option<Vec<u8>>, CommandError> {
     let (bytes, what) = if let Some(IgnitionText(bytes)) = arg {
         (bytes, "the ignition argument")
     } else {
-        match ii.get("configdrive") {
-            None | Some(Value::Null) => return Ok(None),
-            Some(Value::Object(cd)) => match cd.get("user_data").filter(|v| !v.is_null()) {
+        match &ii.configdrive {
+            None => return Ok(None),
+            Some(ConfigDrive::Data(cd)) => match cd.get("user_data").filter(|v| !v.is_null()) {
                 Some(v) => (
                     json_or_text(v, "configdrive.user_data")?,
                     "the config drive's user_data",
                 ),
                 None => return Ok(None),
             },
-            Some(rendered) => {
+            Some(rendered @ ConfigDrive::Rendered(_)) => {
                 let http = super::context::http_options(state);
-                let rendered = rendered.clone();
+                let rendered = rendered.to_value();
                 let iso = tokio::task::spawn_blocking(move || {
                     crate::configdrive::source::load(&rendered, &http)
                 })
@@ -279,18 +276,25 @@ fn json_or_text(v: &Value, what: &str) -> Result<Vec<u8>, CommandError> {
 mod tests {
     use super::*;
 
+    fn info(v: Value) -> InstanceInfo {
+        serde_json::from_value(v).unwrap()
+    }
+
     #[test]
     fn image_info_comes_from_instance_info() {
-        let ii = json!({"image_source": "http://h/img/fcos.raw", "image_os_hash_algo": "sha256",
-            "image_os_hash_value": "ab", "image_checksum": null});
+        let ii = info(
+            json!({"image_source": "http://h/img/fcos.raw", "image_os_hash_algo": "sha256",
+            "image_os_hash_value": "ab", "image_checksum": null}),
+        );
         assert_eq!(
             image_info_from_instance(&ii).unwrap(),
             json!({"id": "fcos.raw", "urls": ["http://h/img/fcos.raw"],
                 "os_hash_algo": "sha256", "os_hash_value": "ab"})
         );
-        let e = image_info_from_instance(&json!({})).unwrap_err();
+        let e = image_info_from_instance(&info(json!({}))).unwrap_err();
         assert!(e.details.contains("needs an image"), "{}", e.details);
-        let e = image_info_from_instance(&json!({"image_source": "5f1c-glance"})).unwrap_err();
+        let e =
+            image_info_from_instance(&info(json!({"image_source": "5f1c-glance"}))).unwrap_err();
         assert!(e.details.contains("not an http(s) URL"), "{}", e.details);
     }
 
@@ -298,32 +302,32 @@ mod tests {
     fn kernel_args_from_the_argument_or_meta_data() {
         let args: InstallCoreosArgs =
             super::super::params::parse(&json!({"append_karg": "console=ttyS0, ip=dhcp"})).unwrap();
-        let ii = json!({"configdrive": {"meta_data": {"coreos_append_karg": ["a=1"]}}});
+        let ii = info(json!({"configdrive": {"meta_data": {"coreos_append_karg": ["a=1"]}}}));
         assert_eq!(
             kernel_args(args.append_karg, &ii).unwrap(),
             vec!["console=ttyS0", "ip=dhcp"]
         );
         assert_eq!(kernel_args(None, &ii).unwrap(), vec!["a=1"]);
-        assert!(kernel_args(None, &json!({})).unwrap().is_empty());
-        let bad = json!({"configdrive": {"meta_data": {"coreos_append_karg": ["a b"]}}});
+        assert!(kernel_args(None, &info(json!({}))).unwrap().is_empty());
+        let bad = info(json!({"configdrive": {"meta_data": {"coreos_append_karg": ["a b"]}}}));
         let e = kernel_args(None, &bad).unwrap_err();
         assert_eq!(
             e.details,
             "meta_data.coreos_append_karg: kernel argument \"a b\" contains whitespace"
         );
-        let bad = json!({"configdrive": {"meta_data": {"coreos_append_karg": 3}}});
+        let bad = info(json!({"configdrive": {"meta_data": {"coreos_append_karg": 3}}}));
         assert!(kernel_args(None, &bad).is_err());
     }
 
     #[test]
     fn copy_network_from_the_argument_or_meta_data() {
-        let md = |v: Value| json!({"configdrive": {"meta_data": {"coreos_copy_network": v}}});
+        let md = |v: Value| info(json!({"configdrive": {"meta_data": {"coreos_copy_network": v}}}));
         assert!(copy_network(None, &md(json!(true))).unwrap());
         assert!(copy_network(None, &md(json!("True"))).unwrap());
         assert!(!copy_network(None, &md(json!("false"))).unwrap());
         assert!(!copy_network(Some(false), &md(json!(true))).unwrap());
-        assert!(copy_network(Some(true), &json!({})).unwrap());
-        assert!(!copy_network(None, &json!({"configdrive": "H4sI..."})).unwrap());
+        assert!(copy_network(Some(true), &info(json!({}))).unwrap());
+        assert!(!copy_network(None, &info(json!({"configdrive": "H4sI..."}))).unwrap());
         let e = copy_network(None, &md(json!("maybe"))).unwrap_err();
         assert_eq!(
             e.details,
@@ -355,7 +359,8 @@ mod tests {
         let arg = json!({"ignition": {"version": "3.4.0"}, "storage": {}});
         let args: InstallCoreosArgs =
             super::super::params::parse(&json!({"ignition": arg.clone()})).unwrap();
-        let ii = json!({"configdrive": {"user_data": "{\"ignition\": {\"version\": \"3.2.0\"}}"}});
+        let ii =
+            info(json!({"configdrive": {"user_data": "{\"ignition\": {\"version\": \"3.2.0\"}}"}}));
         let got = ignition_config(&state, args.ignition, &ii)
             .await
             .unwrap()
@@ -363,17 +368,17 @@ mod tests {
         assert_eq!(serde_json::from_slice::<Value>(&got).unwrap(), arg);
         let got = ignition_config(&state, None, &ii).await.unwrap().unwrap();
         assert_eq!(got, br#"{"ignition": {"version": "3.2.0"}}"#);
-        let cloud = json!({"configdrive": {"user_data": "#cloud-config\n"}});
+        let cloud = info(json!({"configdrive": {"user_data": "#cloud-config\n"}}));
         let e = ignition_config(&state, None, &cloud).await.unwrap_err();
         assert!(
             e.details.contains("not an Ignition config"),
             "{}",
             e.details
         );
-        let masked = json!({"configdrive": "******"});
+        let masked = info(json!({"configdrive": "******"}));
         let e = ignition_config(&state, None, &masked).await.unwrap_err();
         assert!(e.details.contains("neither a dict"), "{}", e.details);
-        assert!(ignition_config(&state, None, &json!({}))
+        assert!(ignition_config(&state, None, &info(json!({})))
             .await
             .unwrap()
             .is_none());

@@ -58,9 +58,8 @@ pub(crate) async fn write(
 ) -> Result<Value, CommandError> {
     let device = choose_device(&state, node.as_ref())?;
     let ramdisk_uefi = Path::new("/sys/firmware/efi").is_dir();
-    let node = node.as_ref().map(Node::document);
-    let mode = params::boot_mode(node, &params, ramdisk_uefi);
-    let label = params::label(node, &params, mode);
+    let mode = params::boot_mode(node.as_ref(), &params, ramdisk_uefi);
+    let label = params::label(node.as_ref(), &params, mode);
     let cd_mb = configdrive
         .as_ref()
         .map_or(0, |d| (d.len() as u64).div_ceil(MIB));

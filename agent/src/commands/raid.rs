@@ -16,6 +16,7 @@ use serde_json::{json, Value};
 use super::step_call::StepCall;
 use super::{CommandError, ErrorKind};
 use crate::disk::{ioctl, WritePolicy};
+use crate::node::Node;
 use crate::partimage::params::{self, BootMode};
 use crate::raid::{config, ops, plan};
 use crate::state::AgentState;
@@ -56,13 +57,13 @@ fn geometry(path: &Path) -> anyhow::Result<plan::MemberDisk> {
 
 fn build(
     state: &AgentState,
-    node: &Value,
+    node: &Node,
     raid_config: &Value,
     kind: ErrorKind,
 ) -> Result<Value, CommandError> {
-    let disks = candidate_disks(state, node)
+    let disks = candidate_disks(state, node.document())
         .map_err(|e| error(kind, "Listing the disks for software RAID", &e))?;
-    let Some(cfg) = config::parse(raid_config, &node_uuid(node), disks.len())
+    let Some(cfg) = config::parse(raid_config, &node_uuid(node.document()), disks.len())
         .map_err(|e| CommandError::new(kind, e.to_string()))?
     else {
         tracing::info!("no software RAID logical disks in the RAID configuration: nothing to do");
@@ -123,11 +124,18 @@ pub async fn create_configuration_step(
         .get("target_raid_config")
         .cloned()
         .unwrap_or(Value::Null);
-    if raid_config.is_null() || raid_config.as_object().is_some_and(|o| o.is_empty()) {
-        tracing::info!("No target_raid_config found");
-        return Ok(json!({}));
-    }
-    let node = call.node_document().clone();
+    let node = match call.node {
+        Some(node)
+            if !(raid_config.is_null()
+                || raid_config.as_object().is_some_and(|o| o.is_empty())) =>
+        {
+            node
+        }
+        _ => {
+            tracing::info!("No target_raid_config found");
+            return Ok(json!({}));
+        }
+    };
     blocking(kind, move || build(&state, &node, &raid_config, kind)).await
 }
 
@@ -190,15 +198,15 @@ pub async fn apply_configuration_step(
             ))
         }
     };
-    let node = call.node_document().clone();
+    let node = call.node.unwrap_or_default();
     blocking(kind, move || {
         // Validate before deleting anything (IPA's order).
-        let disks = candidate_disks(&state, &node)
+        let disks = candidate_disks(&state, node.document())
             .map_err(|e| error(kind, "Listing the disks for software RAID", &e))?;
-        config::parse(&raid_config, &node_uuid(&node), disks.len())
+        config::parse(&raid_config, &node_uuid(node.document()), disks.len())
             .map_err(|e| CommandError::new(kind, e.to_string()))?;
         if delete_existing {
-            delete(&state, &node, kind)?;
+            delete(&state, node.document(), kind)?;
         }
         build(&state, &node, &raid_config, kind)
     })

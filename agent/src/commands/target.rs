@@ -18,13 +18,15 @@ use crate::state::AgentState;
 /// hints say (unless it is protected).
 pub fn choose_device(state: &AgentState, node: Option<&Node>) -> Result<PathBuf, CommandError> {
     let fail = |msg: String| CommandError::new(ErrorKind::Deployment, msg);
+    let hints = node
+        .and_then(Node::root_device_hints)
+        .map(|h| serde_json::Value::Object(h.clone()));
     let node = node.map(Node::document);
     let skip = node
         .map(crate::selection::SkipList::from_node)
         .transpose()
         .map_err(|e| fail(e.to_string()))?
         .unwrap_or_default();
-    let hints = node.and_then(crate::hints::hints_from_node);
     let disks: Vec<crate::inventory::Disk> = if state.config.mode == RunMode::Host {
         let allowed = &state.config.allowed_devices;
         if allowed.is_empty() {

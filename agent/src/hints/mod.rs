@@ -78,17 +78,6 @@ impl fmt::Display for Reasons<'_> {
     }
 }
 
-/// The hints a node asks for: `instance_info.root_device`, else
-/// `properties.root_device` (as IPA's `get_os_install_device`).
-pub fn hints_from_node(node: &Value) -> Option<Value> {
-    ["instance_info", "properties"].iter().find_map(|k| {
-        node.get(k)
-            .and_then(|v| v.get("root_device"))
-            .filter(|h| !h.is_null() && h.as_object().is_none_or(|o| !o.is_empty()))
-            .cloned()
-    })
-}
-
 /// Chooses the root device among `disks`, never one of `excluded` (the
 /// disks `skip_block_devices` protect, with their reasons), and logs the
 /// decision. `hints` `None`, `null` or `{}` mean "no hints".

@@ -231,17 +231,6 @@ fn invalid_hints_are_refused_not_ignored() {
 }
 
 #[test]
-fn hints_come_from_instance_info_then_properties() {
-    let node = json!({"instance_info": {"root_device": {"name": "/dev/sdb"}},
-                      "properties": {"root_device": {"name": "/dev/sda"}}});
-    assert_eq!(hints_from_node(&node), Some(json!({"name": "/dev/sdb"})));
-    let node = json!({"instance_info": {"root_device": {}},
-                      "properties": {"root_device": {"name": "/dev/sda"}}});
-    assert_eq!(hints_from_node(&node), Some(json!({"name": "/dev/sda"})));
-    assert_eq!(hints_from_node(&json!({"properties": {}})), None);
-}
-
-#[test]
 fn read_only_disks_are_never_chosen() {
     let mut d = disks();
     d[2].read_only = true; // nvme0n1, the default pick

@@ -7,6 +7,8 @@
 
 use serde_json::{Map, Value};
 
+use crate::node::Node;
+
 /// Largest size accepted for one partition, in MiB (1 EiB).
 const MAX_MB: u64 = 1 << 40;
 
@@ -171,44 +173,19 @@ fn parse_boot_mode(s: &str) -> Option<BootMode> {
     }
 }
 
-/// A `capabilities` value: a dict, a JSON string of one, or `k:v,k:v`
-/// (IPA's `parse_capabilities`); anything else is empty.
-fn capabilities(root: Option<&Value>) -> Map<String, Value> {
-    match root.and_then(|r| r.get("capabilities")) {
-        Some(Value::Object(m)) => m.clone(),
-        Some(Value::String(s)) => match serde_json::from_str::<Value>(s) {
-            Ok(Value::Object(m)) => m,
-            Ok(_) => Map::new(),
-            Err(_) => s
-                .split(',')
-                .filter_map(|kv| kv.split_once(':'))
-                .map(|(k, v)| (k.trim().to_string(), Value::String(v.trim().to_string())))
-                .collect(),
-        },
-        _ => Map::new(),
-    }
-}
-
-fn text(v: &Value) -> String {
-    match v {
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
-    }
-}
-
 /// IPA's boot mode for the node (`get_node_boot_mode`): secure boot in the
 /// instance's or node's capabilities forces UEFI; else the first of
 /// `instance_info.deploy_boot_mode`, the node's `boot_mode` capability and
 /// `driver_internal_info.deploy_boot_mode`, when it is `uefi` or `bios`;
 /// else how the ramdisk booted. Without a node, the conductor's
 /// `image_info.deploy_boot_mode` stands in.
-pub fn boot_mode(node: Option<&Value>, params: &Params, ramdisk_uefi: bool) -> BootMode {
+pub fn boot_mode(node: Option<&Node>, params: &Params, ramdisk_uefi: bool) -> BootMode {
     let ramdisk = if ramdisk_uefi {
         BootMode::Uefi
     } else {
         BootMode::Bios
     };
-    let Some(node) = node.filter(|n| n.is_object()) else {
+    let Some(node) = node else {
         return params.deploy_boot_mode.unwrap_or(ramdisk);
     };
     node_boot_mode(node, ramdisk)
@@ -216,38 +193,39 @@ pub fn boot_mode(node: Option<&Value>, params: &Params, ramdisk_uefi: bool) -> B
 
 /// The node's boot mode as [`boot_mode`] reads it, `fallback` when the node
 /// names none (software RAID layouts, which have no `image_info`).
-pub fn node_boot_mode(node: &Value, fallback: BootMode) -> BootMode {
-    let ramdisk = fallback;
-    let ii = node.get("instance_info");
-    let (ii_caps, node_caps) = (capabilities(ii), capabilities(node.get("properties")));
-    let secure = ii_caps
-        .get("secure_boot")
-        .or_else(|| node_caps.get("secure_boot"))
-        .map(text);
-    if secure.is_some_and(|s| s.eq_ignore_ascii_case("true")) {
+pub fn node_boot_mode(node: &Node, fallback: BootMode) -> BootMode {
+    if node
+        .capability("secure_boot")
+        .is_some_and(|s| s.eq_ignore_ascii_case("true"))
+    {
         return BootMode::Uefi;
     }
-    let chosen = ii
-        .and_then(|i| i.get("deploy_boot_mode"))
-        .or_else(|| node_caps.get("boot_mode"))
-        .or_else(|| {
-            node.get("driver_internal_info")
-                .and_then(|d| d.get("deploy_boot_mode"))
+    let internal = node
+        .document()
+        .get("driver_internal_info")
+        .and_then(|d| d.get("deploy_boot_mode"))
+        .map(|v| match v {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
         });
-    chosen
-        .and_then(|v| parse_boot_mode(&text(v)))
-        .unwrap_or(ramdisk)
+    node.instance_info()
+        .deploy_boot_mode
+        .clone()
+        .or_else(|| node.properties().capabilities.get("boot_mode"))
+        .or(internal)
+        .and_then(|m| parse_boot_mode(&m))
+        .unwrap_or(fallback)
 }
 
 /// IPA's table type (`get_partition_table_type_from_specs`): GPT under
 /// UEFI; else the `disk_label` capability of the instance, then of the
 /// node, `gpt` or otherwise `msdos`. Without a node, the conductor's
 /// `image_info.disk_label`.
-pub fn label(node: Option<&Value>, params: &Params, mode: BootMode) -> Label {
+pub fn label(node: Option<&Node>, params: &Params, mode: BootMode) -> Label {
     if mode == BootMode::Uefi {
         return Label::Gpt;
     }
-    let Some(node) = node.filter(|n| n.is_object()) else {
+    let Some(node) = node else {
         return params.disk_label.unwrap_or(Label::Msdos);
     };
     node_label(node)
@@ -255,16 +233,9 @@ pub fn label(node: Option<&Value>, params: &Params, mode: BootMode) -> Label {
 
 /// The `disk_label` capability of the instance, then of the node: `gpt`,
 /// otherwise `msdos` (the table type under BIOS).
-pub fn node_label(node: &Value) -> Label {
-    let (ii_caps, node_caps) = (
-        capabilities(node.get("instance_info")),
-        capabilities(node.get("properties")),
-    );
-    match ii_caps
-        .get("disk_label")
-        .or_else(|| node_caps.get("disk_label"))
-    {
-        Some(v) if text(v) == "gpt" => Label::Gpt,
+pub fn node_label(node: &Node) -> Label {
+    match node.capability("disk_label").as_deref() {
+        Some("gpt") => Label::Gpt,
         _ => Label::Msdos,
     }
 }
@@ -274,6 +245,10 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    fn n(v: Value) -> Node {
+        Node::from_document(v).unwrap()
+    }
 
     fn parse(v: Value) -> Result<Params, ParamError> {
         from_image_info(v.as_object().unwrap())
@@ -355,30 +330,39 @@ mod tests {
         let node = json!({"instance_info": {"deploy_boot_mode": "bios"},
             "properties": {"capabilities": "boot_mode:uefi,disk_label:gpt"},
             "driver_internal_info": {"deploy_boot_mode": "uefi"}});
-        assert_eq!(boot_mode(Some(&node), &p, true), BootMode::Bios);
+        assert_eq!(boot_mode(Some(&n(node)), &p, true), BootMode::Bios);
         let node = json!({"properties": {"capabilities": "boot_mode:uefi"},
             "driver_internal_info": {"deploy_boot_mode": "bios"}});
-        assert_eq!(boot_mode(Some(&node), &p, false), BootMode::Uefi);
+        assert_eq!(boot_mode(Some(&n(node)), &p, false), BootMode::Uefi);
         let node = json!({"driver_internal_info": {"deploy_boot_mode": "bios"}});
-        assert_eq!(boot_mode(Some(&node), &p, true), BootMode::Bios);
+        assert_eq!(boot_mode(Some(&n(node)), &p, true), BootMode::Bios);
         // Secure boot forces UEFI; a nonsense mode falls back to the ramdisk's.
         let node = json!({"instance_info": {"deploy_boot_mode": "bios",
             "capabilities": "{\"secure_boot\": \"true\"}"}});
-        assert_eq!(boot_mode(Some(&node), &p, false), BootMode::Uefi);
+        assert_eq!(boot_mode(Some(&n(node)), &p, false), BootMode::Uefi);
         let node = json!({"instance_info": {"deploy_boot_mode": "floppy"}});
-        assert_eq!(boot_mode(Some(&node), &p, false), BootMode::Bios);
+        assert_eq!(boot_mode(Some(&n(node)), &p, false), BootMode::Bios);
     }
 
     #[test]
     fn table_type_is_gpt_under_uefi_else_the_disk_label_capability() {
         let p = parse(ironic()).unwrap();
         let node = json!({"properties": {"capabilities": {"disk_label": "msdos"}}});
-        assert_eq!(label(Some(&node), &p, BootMode::Uefi), Label::Gpt);
-        assert_eq!(label(Some(&node), &p, BootMode::Bios), Label::Msdos);
+        assert_eq!(
+            label(Some(&n(node.clone())), &p, BootMode::Uefi),
+            Label::Gpt
+        );
+        assert_eq!(
+            label(Some(&n(node.clone())), &p, BootMode::Bios),
+            Label::Msdos
+        );
         let node = json!({"instance_info": {"capabilities": {"disk_label": "gpt"}},
             "properties": {"capabilities": {"disk_label": "msdos"}}});
-        assert_eq!(label(Some(&node), &p, BootMode::Bios), Label::Gpt);
-        assert_eq!(label(Some(&json!({})), &p, BootMode::Bios), Label::Msdos);
+        assert_eq!(
+            label(Some(&n(node.clone())), &p, BootMode::Bios),
+            Label::Gpt
+        );
+        assert_eq!(label(Some(&n(json!({}))), &p, BootMode::Bios), Label::Msdos);
         assert_eq!(label(None, &p, BootMode::Bios), Label::Gpt);
     }
 }
