@@ -185,3 +185,75 @@ pub fn esp_image(dir: &Path, shim: &Path, grub: &Path) -> Result<PathBuf> {
     }
     Ok(esp)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bed::{Disk, Nic};
+
+    fn arm_spec(dir: &Path) -> VmSpec {
+        let mut spec = VmSpec::new("arm-unit");
+        spec.arch = Arch::Aarch64;
+        spec.firmware = Firmware::Uefi {
+            vars: dir.join("VARS.fd"),
+        };
+        spec.boot = Boot::Disk;
+        spec.disks.push(Disk {
+            path: dir.join("d0.img"),
+            size: 1 << 20,
+            bus: Bus::Virtio,
+            serial: "arm-d0".into(),
+            model: None,
+        });
+        spec.nics.push(Nic {
+            mac: "52:54:00:00:00:01".into(),
+        });
+        spec
+    }
+
+    #[test]
+    fn the_arm_domain_is_a_virt_board_under_aavmf_with_a_scsi_cd_drive() {
+        let dir = tempfile::tempdir().unwrap();
+        let spec = arm_spec(dir.path());
+        let xml = domain_xml(&spec, &["tap9".into()], &dir.path().join("c.log")).unwrap();
+        for want in [
+            "<type arch='aarch64' machine='virt'>hvm</type>",
+            "<model fallback='forbid'>cortex-a57</model>",
+            &format!("type='pflash'>{AAVMF_CODE}</loader>"),
+            &format!("<nvram template='{AAVMF_VARS}'>"),
+            "<emulator>/usr/bin/qemu-system-aarch64</emulator>",
+            "<controller type='scsi' index='0' model='virtio-scsi'/>",
+            "device='cdrom'><driver name='qemu' type='raw'/><target dev='sdx' bus='scsi'/>",
+            "<target dev='vda' bus='virtio'/><serial>arm-d0</serial><boot order='1'/>",
+            "<target dev='tap9' managed='no'/>",
+        ] {
+            assert!(xml.contains(want), "{want:?} not in\n{xml}");
+        }
+        // No x86 devices: sushy-tools would put the CD on SATA or IDE.
+        for unwanted in [
+            "machine='q35'",
+            "bus='sata'",
+            "bus='ide'",
+            "/OVMF/",
+            "arch='x86_64'",
+        ] {
+            assert!(!xml.contains(unwanted), "{unwanted:?} in\n{xml}");
+        }
+    }
+
+    #[test]
+    fn what_the_arm_domain_cannot_be_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let console = dir.path().join("c.log");
+        let mut bios = arm_spec(dir.path());
+        bios.firmware = Firmware::Bios;
+        assert!(domain_xml(&bios, &["t".into()], &console).is_err());
+        let mut sata = arm_spec(dir.path());
+        sata.disks[0].bus = Bus::Sata;
+        assert!(domain_xml(&sata, &["t".into()], &console).is_err());
+        let mut x86 = arm_spec(dir.path());
+        x86.arch = Arch::X86_64;
+        assert!(domain_xml(&x86, &["t".into()], &console).is_err());
+        assert!(domain_xml(&arm_spec(dir.path()), &[], &console).is_err());
+    }
+}
