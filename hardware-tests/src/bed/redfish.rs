@@ -2,7 +2,8 @@
 //! (`sushy-emulator`, PyPI 2.2.0, installed by `ci/redfish/install.sh`) with
 //! its libvirt driver, in front of a private libvirt daemon that runs the
 //! machines as libvirt domains (TCG, q35, OVMF with their own NVRAM, NICs on
-//! taps in the bed's bridge, a CD-ROM drive for virtual media).
+//! taps in the bed's bridge, a CD-ROM drive for virtual media; aarch64
+//! machines as Arm servers, see [`super::arm_domain`]).
 //!
 //! libvirtd (Debian's `libvirt-daemon` + `libvirt-daemon-driver-qemu`, no
 //! system service) runs inside the bed's network namespace and in a mount
