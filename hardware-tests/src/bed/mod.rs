@@ -21,6 +21,10 @@
 //! * [`redfish`]: a real Redfish BMC (sushy-tools' emulator with its libvirt
 //!   driver, a private libvirtd) running bed machines as libvirt domains:
 //!   power, boot device and virtual media set over Redfish.
+//! * [`arm_domain`]: the BMC's aarch64 machines (the `virt` board under
+//!   AAVMF) and the arm64 ESP Ironic puts on their virtual-media ISOs;
+//!   [`arm_flow`]: Ironic's per-architecture configuration for them and
+//!   the ISO it inserted.
 //! * [`disk_boot`]: a disk file booted in a plain SeaBIOS machine: the
 //!   test image's marker, or the firmware finding nothing to boot.
 //! * [`ssh`]: password logins to a guest from inside the namespace.
@@ -36,6 +40,8 @@
 //! Everything is removed on drop, also when a test fails: QEMU, dnsmasq and
 //! other processes are killed by PID, taps and the namespace deleted.
 
+pub mod arm_domain;
+pub mod arm_flow;
 pub mod deploy;
 pub mod direct;
 pub mod dirty_disk;

@@ -2,7 +2,8 @@
 //! (`sushy-emulator`, PyPI 2.2.0, installed by `ci/redfish/install.sh`) with
 //! its libvirt driver, in front of a private libvirt daemon that runs the
 //! machines as libvirt domains (TCG, q35, OVMF with their own NVRAM, NICs on
-//! taps in the bed's bridge, a CD-ROM drive for virtual media).
+//! taps in the bed's bridge, a CD-ROM drive for virtual media; aarch64
+//! machines as Arm servers, see [`super::arm_domain`]).
 //!
 //! libvirtd (Debian's `libvirt-daemon` + `libvirt-daemon-driver-qemu`, no
 //! system service) runs inside the bed's network namespace and in a mount
@@ -355,17 +356,13 @@ impl<'n> Bmc<'n> {
     /// [`super::Vm::start`] would run (TCG, `qemu64` with rdrand, q35,
     /// SeaBIOS or OVMF with the spec's NVRAM file, its disks and NICs, the
     /// console appended to `<logs>/<name>.console.log`) plus an empty SATA CD-ROM
-    /// drive for virtual media. `Boot::Network` puts the first NIC first
+    /// drive for virtual media; an aarch64 spec is an Arm server instead
+    /// (see [`super::arm_domain`]). `Boot::Network` puts the first NIC first
     /// in the boot order, `Boot::Disk` the first disk; later the BMC
     /// decides (Redfish `BootSourceOverrideTarget`). NVMe disks, disk
     /// models on SATA, a direct kernel boot and the IPMI simulator are not
     /// offered here.
     pub fn define(&mut self, spec: &VmSpec) -> Result<System> {
-        anyhow::ensure!(
-            spec.arch == image_builder::arch::Arch::X86_64,
-            "{}: the Redfish bed's libvirt domains are x86_64 (q35) only",
-            spec.name
-        );
         let console = self.net.logs.join(format!("{}.console.log", spec.name));
         let _ = std::fs::remove_file(&console);
         let mut taps = Vec::new();
@@ -374,7 +371,12 @@ impl<'n> Bmc<'n> {
             self.taps.push(tap.clone());
             taps.push(tap);
         }
-        let xml = domain_xml(spec, &taps, &console)?;
+        let xml = match spec.arch {
+            image_builder::arch::Arch::X86_64 => domain_xml(spec, &taps, &console)?,
+            image_builder::arch::Arch::Aarch64 => {
+                super::arm_domain::domain_xml(spec, &taps, &console)?
+            }
+        };
         let file = self.state.path().join(format!("{}.xml", spec.name));
         std::fs::write(&file, &xml)?;
         self.virsh(&["define", &file.display().to_string()])

@@ -1,7 +1,9 @@
 //! Puts the test image together from files: the loaders' configuration,
 //! the UEFI loader (grub-mkimage), the FAT ESP (mkfs.vfat, mtools,
 //! `syslinux --install`), and the GPT disk around it (sfdisk, gptmbr.bin).
-//! See the module header of `testimage` for the layout.
+//! See the module header of `testimage` for the layout; the aarch64
+//! image takes Debian's signed grub as its loader with `grub.cfg` beside
+//! it, and no syslinux.
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -11,7 +13,9 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::{bail, Context, Result};
 
-use super::IMAGE_SIZE;
+use image_builder::arch::Arch;
+
+use super::{Inputs, IMAGE_SIZE};
 use crate::run;
 
 const MIB: u64 = 1 << 20;
@@ -25,20 +29,24 @@ const DISK_GUID: &str = "7E57D15C-0000-4000-8000-000000000001";
 const ESP_GUID: &str = "7E57D15C-0000-4000-8000-000000000002";
 const ESP_TYPE: &str = "C12A7328-F81F-11D2-BA4B-00A0C93EC93B";
 const GPTMBR: &str = "/usr/lib/syslinux/mbr/gptmbr.bin";
-/// Kernel arguments of both loaders.
-const CMDLINE: &str = "console=ttyS0 panic=-1";
+/// Kernel arguments of the loaders on `arch`.
+fn cmdline(arch: Arch) -> String {
+    format!("console={} panic=-1", arch.serial_console())
+}
 /// mtime given to every file put on the FAT (FAT cannot store 1970).
 const FILE_TIME: u64 = 1_577_836_800; // 2020-01-01
 
 fn syslinux_cfg() -> String {
     format!(
-        "DEFAULT testimage\nPROMPT 0\nTIMEOUT 0\nLABEL testimage\n  KERNEL /vmlinuz\n  INITRD /initrd.img\n  APPEND {CMDLINE}\n"
+        "DEFAULT testimage\nPROMPT 0\nTIMEOUT 0\nLABEL testimage\n  KERNEL /vmlinuz\n  INITRD /initrd.img\n  APPEND {}\n",
+        cmdline(Arch::X86_64)
     )
 }
 
-fn grub_cfg() -> String {
+fn grub_cfg(arch: Arch) -> String {
     format!(
-        "search --no-floppy --label {ESP_LABEL} --set=root\nlinux /vmlinuz {CMDLINE}\ninitrd /initrd.img\nboot\n"
+        "search --no-floppy --label {ESP_LABEL} --set=root\nlinux /vmlinuz {}\ninitrd /initrd.img\nboot\n",
+        cmdline(arch)
     )
 }
 
@@ -67,7 +75,7 @@ fn mtools(tool: &str, esp: &Path) -> Command {
 /// configuration embedded.
 fn grub_efi(work: &Path, out: &Path) -> Result<()> {
     let cfg = work.join("grub.cfg");
-    put(&cfg, grub_cfg().as_bytes())?;
+    put(&cfg, grub_cfg(Arch::X86_64).as_bytes())?;
     run(Command::new("grub-mkimage")
         .args(["-O", "x86_64-efi", "-p", "/EFI/BOOT", "-c"])
         .arg(&cfg)
@@ -79,17 +87,39 @@ fn grub_efi(work: &Path, out: &Path) -> Result<()> {
 }
 
 /// The FAT32 ESP as a file of [`ESP_SIZE`] bytes.
-fn esp(work: &Path, kernel: &Path, initrd: &[u8]) -> Result<std::path::PathBuf> {
+fn esp(work: &Path, inputs: &Inputs, initrd: &[u8]) -> Result<std::path::PathBuf> {
     // The tree to copy, every file and directory with the same mtime.
     let files = work.join("files");
     let boot = files.join("EFI/BOOT");
     std::fs::create_dir_all(&boot)?;
-    grub_efi(work, &boot.join("BOOTX64.EFI"))?;
+    let kernel = &inputs.kernel.image;
     let vmlinuz = files.join("vmlinuz");
-    std::fs::copy(kernel, &vmlinuz).with_context(|| format!("copying {}", kernel.display()))?;
+    let bios = inputs.arch == Arch::X86_64;
+    let mut top = vec!["EFI", "initrd.img", "vmlinuz"];
+    match (&inputs.loader, inputs.arch) {
+        (None, Arch::X86_64) => {
+            grub_efi(work, &boot.join("BOOTX64.EFI"))?;
+            std::fs::copy(kernel, &vmlinuz)
+                .with_context(|| format!("copying {}", kernel.display()))?;
+        }
+        (Some(loader), arch) => {
+            let name = format!("BOOT{}.EFI", arch.efi_suffix().to_uppercase());
+            std::fs::copy(loader, boot.join(&name))
+                .with_context(|| format!("copying {}", loader.display()))?;
+            stamp(&boot.join(name))?;
+            put(&boot.join("grub.cfg"), grub_cfg(arch).as_bytes())?;
+            // The arm64 Image gzipped, as the aarch64 ramdisk ships it
+            // (GRUB unpacks it).
+            put(&vmlinuz, &arch.deploy_kernel(kernel)?)?;
+        }
+        (None, Arch::Aarch64) => bail!("the aarch64 test image needs a ready UEFI loader"),
+    }
     stamp(&vmlinuz)?;
     put(&files.join("initrd.img"), initrd)?;
-    put(&files.join("syslinux.cfg"), syslinux_cfg().as_bytes())?;
+    if bios {
+        put(&files.join("syslinux.cfg"), syslinux_cfg().as_bytes())?;
+        top.push("syslinux.cfg");
+    }
     for d in [boot.as_path(), &files.join("EFI")] {
         stamp(d)?;
     }
@@ -103,16 +133,19 @@ fn esp(work: &Path, kernel: &Path, initrd: &[u8]) -> Result<std::path::PathBuf> 
     .context("mkfs.vfat (ci/install-deps installs dosfstools)")?;
     let mut mcopy = mtools("mcopy", &esp);
     mcopy.args(["-s", "-m"]);
-    for name in ["EFI", "initrd.img", "syslinux.cfg", "vmlinuz"] {
+    top.sort_unstable();
+    for name in top {
         mcopy.arg(files.join(name));
     }
     run(mcopy.arg("::")).context("mcopy (ci/install-deps installs mtools)")?;
-    // The mtools installer: ldlinux.sys, ldlinux.c32 and the FAT boot sector.
-    run(Command::new("syslinux")
-        .env("MTOOLS_SKIP_CHECK", "1")
-        .arg("--install")
-        .arg(&esp))
-    .context("syslinux (ci/install-deps installs it)")?;
+    if bios {
+        // The mtools installer: ldlinux.sys, ldlinux.c32 and the FAT boot sector.
+        run(Command::new("syslinux")
+            .env("MTOOLS_SKIP_CHECK", "1")
+            .arg("--install")
+            .arg(&esp))
+        .context("syslinux (ci/install-deps installs it)")?;
+    }
     super::fat_times::normalise_root(&esp)?;
     Ok(esp)
 }
@@ -138,8 +171,8 @@ fn copy_sparse(src: &Path, dst: &File, offset: u64) -> Result<()> {
 }
 
 /// Builds the raw image at `out`, using `work` for intermediate files.
-pub fn assemble(work: &Path, kernel: &Path, initrd: &[u8], out: &Path) -> Result<()> {
-    let esp = esp(work, kernel, initrd)?;
+pub fn assemble(work: &Path, inputs: &Inputs, initrd: &[u8], out: &Path) -> Result<()> {
+    let esp = esp(work, inputs, initrd)?;
     let _ = std::fs::remove_file(out);
     let disk = File::options()
         .read(true)

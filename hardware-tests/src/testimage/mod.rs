@@ -16,7 +16,18 @@
 //! last 33 LBAs backup GPT
 //! ```
 //!
-//! Both loaders start the kernel with `console=ttyS0 panic=-1`. The init
+//! Both loaders start the kernel with `console=ttyS0 panic=-1`.
+//!
+//! The aarch64 variant (issue 33; [`build_for`] with `Arch::Aarch64`) has
+//! the same layout from Debian's arm64 packages: the arm64 kernel (gzipped,
+//! as the aarch64 ramdisk ships it), the arm64 busybox and modules, and
+//! `/EFI/BOOT/BOOTAA64.EFI`, Debian's signed monolithic `grubaa64.efi`
+//! (`grub-efi-arm64-signed`, fetched by `image-builder/fetch-bootchain.sh`)
+//! with `/EFI/BOOT/grub.cfg` beside it, which that grub reads from the
+//! directory it was started from; the console is `ttyAMA0` and there is no
+//! syslinux (Arm machines have no BIOS).
+//!
+//! The init
 //! ([`initramfs`]) mounts proc/sys/devtmpfs, loads virtio-blk, virtio-scsi,
 //! NVMe, AHCI/ata_piix, sd_mod, isofs and vfat, prints [`marker_line`],
 //! finds the filesystem labelled `config-2` (busybox `findfs`; up to 2 s
@@ -48,6 +59,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{bail, Context, Result};
+
+use image_builder::arch::Arch;
 
 use crate::{repo_root, run};
 
@@ -109,6 +122,12 @@ pub struct Inputs {
     pub kernel: image_builder::kernel::Kernel,
     /// A static busybox.
     pub busybox: PathBuf,
+    /// The architecture of both.
+    pub arch: Arch,
+    /// A ready UEFI loader that reads `grub.cfg` beside it (aarch64:
+    /// Debian's signed `grubaa64.efi`); `None` builds one with
+    /// grub-mkimage (x86_64).
+    pub loader: Option<PathBuf>,
 }
 
 impl Inputs {
@@ -117,21 +136,61 @@ impl Inputs {
     /// `ramdisk-cache` next to `$RAMDISK_DIR` (default `target/ramdisk`),
     /// where `image-builder/build.sh` keeps it.
     pub fn fetch() -> Result<Self> {
-        let ramdisk = std::env::var_os("RAMDISK_DIR")
+        Self::fetch_for(Arch::X86_64)
+    }
+
+    /// [`Inputs::fetch`] for `arch`. aarch64 (issue 33): Debian's arm64
+    /// kernel and busybox (`DEB_ARCH=arm64`) in `ramdisk-cache-aarch64`
+    /// next to `$RAMDISK_AARCH64_DIR` (default `target/ramdisk-aarch64`),
+    /// where `image-builder/build.sh --arch aarch64` keeps them, and the
+    /// signed `grubaa64.efi` from `image-builder/fetch-bootchain.sh`.
+    pub fn fetch_for(arch: Arch) -> Result<Self> {
+        let (var, default, cache, deb) = match arch {
+            Arch::X86_64 => ("RAMDISK_DIR", "target/ramdisk", "ramdisk-cache", "amd64"),
+            Arch::Aarch64 => (
+                "RAMDISK_AARCH64_DIR",
+                "target/ramdisk-aarch64",
+                "ramdisk-cache-aarch64",
+                "arm64",
+            ),
+        };
+        let ramdisk = std::env::var_os(var)
             .map(PathBuf::from)
-            .unwrap_or_else(|| repo_root().join("target/ramdisk"));
+            .unwrap_or_else(|| repo_root().join(default));
         let cache = ramdisk
             .parent()
-            .context("RAMDISK_DIR has no parent directory")?
-            .join("ramdisk-cache");
-        let out = run(Command::new(repo_root().join("image-builder/fetch-kernel.sh")).arg(&cache))?;
+            .with_context(|| format!("{var} has no parent directory"))?
+            .join(cache);
+        std::fs::create_dir_all(&cache).with_context(|| format!("creating {}", cache.display()))?;
+        let fetch = |script: &str| {
+            run(Command::new(repo_root().join("image-builder").join(script))
+                .env("DEB_ARCH", deb)
+                .arg(&cache))
+        };
+        let out = fetch("fetch-kernel.sh")?;
         let mut lines = out.lines().map(str::trim).filter(|l| !l.is_empty());
         let (Some(kroot), Some(busybox)) = (lines.next(), lines.next()) else {
             bail!("fetch-kernel.sh printed {out:?}, not the kernel root and busybox paths");
         };
+        let loader = match arch {
+            Arch::X86_64 => None,
+            Arch::Aarch64 => {
+                let root = fetch("fetch-bootchain.sh")?;
+                let grub = Path::new(root.trim())
+                    .join("usr/lib/grub/arm64-efi-signed/grubaa64.efi.signed");
+                anyhow::ensure!(
+                    grub.exists(),
+                    "fetch-bootchain.sh left no {}",
+                    grub.display()
+                );
+                Some(grub)
+            }
+        };
         Ok(Self {
             kernel: image_builder::kernel::Kernel::find(Path::new(kroot))?,
             busybox: PathBuf::from(busybox),
+            arch,
+            loader,
         })
     }
 }
@@ -140,6 +199,11 @@ impl Inputs {
 /// config drive on ttyS0. `marker` may hold letters, digits, `.`, `_`, `-`.
 pub fn build(dir: &Path, marker: &str) -> Result<TestImage> {
     build_from(&Inputs::fetch()?, dir, marker)
+}
+
+/// [`build`] for `arch`: the aarch64 image's system prints on `ttyAMA0`.
+pub fn build_for(dir: &Path, marker: &str, arch: Arch) -> Result<TestImage> {
+    build_from(&Inputs::fetch_for(arch)?, dir, marker)
 }
 
 /// [`build`] with given inputs.
@@ -155,7 +219,7 @@ pub fn build_from(inputs: &Inputs, dir: &Path, marker: &str) -> Result<TestImage
     let work = tempfile::tempdir_in(dir)?;
     let initrd = initramfs::build(&inputs.kernel, &inputs.busybox, marker)?;
     let raw = dir.join("testimage.raw");
-    disk::assemble(work.path(), &inputs.kernel.image, &initrd, &raw)?;
+    disk::assemble(work.path(), inputs, &initrd, &raw)?;
     tracing::info!(raw = %raw.display(), marker, "test image built");
     Ok(TestImage {
         size: std::fs::metadata(&raw)?.len(),
@@ -250,6 +314,8 @@ mod tests {
                 version: String::new(),
             },
             busybox: PathBuf::new(),
+            arch: Arch::X86_64,
+            loader: None,
         };
         let dir = tempfile::tempdir().unwrap();
         for bad in ["", "a b", "x;poweroff", "$(id)"] {
