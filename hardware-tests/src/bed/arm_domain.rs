@@ -15,6 +15,7 @@ use std::process::Command;
 use anyhow::{bail, Context, Result};
 use image_builder::arch::Arch;
 
+use super::redfish::{path_attr, write_domain_head, xml_escape as esc, DomainHead};
 use super::vm::{Boot, Bus, Firmware, VmSpec};
 use crate::run;
 
@@ -22,18 +23,6 @@ use crate::run;
 pub const AAVMF_CODE: &str = "/usr/share/AAVMF/AAVMF_CODE.fd";
 /// The NVRAM template without enrolled keys (Secure Boot off).
 pub const AAVMF_VARS: &str = "/usr/share/AAVMF/AAVMF_VARS.fd";
-
-fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('\'', "&apos;")
-        .replace('"', "&quot;")
-}
-
-fn path_attr(p: &Path) -> String {
-    esc(&p.display().to_string())
-}
 
 /// The libvirt domain XML for the aarch64 machine `spec` with its NICs on
 /// `taps` and its serial console (the PL011) appended to `console`.
@@ -60,33 +49,17 @@ pub fn domain_xml(spec: &VmSpec, taps: &[String], console: &Path) -> Result<Stri
     let mut x = String::new();
     // type='qemu': TCG, as on the x86 domains.
     let _ = writeln!(x, "<domain type='qemu'>");
-    let _ = writeln!(x, "  <name>{}</name>", esc(&spec.name));
-    let _ = writeln!(x, "  <memory unit='MiB'>{}</memory>", spec.memory_mb);
-    let _ = writeln!(x, "  <vcpu>{}</vcpu>", spec.cpus);
-    let _ = writeln!(x, "  <os>");
-    let _ = writeln!(x, "    <type arch='aarch64' machine='virt'>hvm</type>");
-    let _ = writeln!(
-        x,
-        "    <loader readonly='yes' secure='no' type='pflash'>{AAVMF_CODE}</loader>"
+    write_domain_head(
+        &mut x,
+        spec,
+        &DomainHead {
+            arch: "aarch64",
+            machine: "virt",
+            uefi: Some((AAVMF_CODE, AAVMF_VARS, vars.as_path())),
+            cpu: "<model fallback='forbid'>cortex-a57</model>",
+            emulator: "/usr/bin/qemu-system-aarch64",
+        },
     );
-    let _ = writeln!(
-        x,
-        "    <nvram template='{AAVMF_VARS}'>{}</nvram>",
-        path_attr(vars)
-    );
-    let _ = writeln!(x, "  </os>");
-    let _ = writeln!(x, "  <features><acpi/></features>");
-    let _ = writeln!(
-        x,
-        "  <cpu mode='custom' match='exact' check='none'><model fallback='forbid'>cortex-a57</model></cpu>"
-    );
-    let _ = writeln!(x, "  <clock offset='utc'/>");
-    let _ = writeln!(
-        x,
-        "  <on_poweroff>destroy</on_poweroff><on_reboot>restart</on_reboot><on_crash>destroy</on_crash>"
-    );
-    let _ = writeln!(x, "  <devices>");
-    let _ = writeln!(x, "    <emulator>/usr/bin/qemu-system-aarch64</emulator>");
     for (i, d) in spec.disks.iter().enumerate() {
         anyhow::ensure!(
             d.bus == Bus::Virtio && d.model.is_none(),

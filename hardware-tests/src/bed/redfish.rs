@@ -678,7 +678,7 @@ fn shell_quote(p: &Path) -> String {
     format!("'{}'", p.display().to_string().replace('\'', "'\\''"))
 }
 
-fn xml_escape(s: &str) -> String {
+pub(crate) fn xml_escape(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
@@ -686,8 +686,63 @@ fn xml_escape(s: &str) -> String {
         .replace('"', "&quot;")
 }
 
-fn path_attr(p: &Path) -> String {
+pub(crate) fn path_attr(p: &Path) -> String {
     xml_escape(&p.display().to_string())
+}
+
+/// What sets one architecture's libvirt domain apart in its first lines.
+pub(crate) struct DomainHead<'a> {
+    /// libvirt's `arch` (`x86_64`, `aarch64`).
+    pub arch: &'a str,
+    /// libvirt's `machine` (`q35`, `virt`).
+    pub machine: &'a str,
+    /// UEFI: the firmware's code, its NVRAM template and the machine's
+    /// own NVRAM file; `None` for the BIOS.
+    pub uefi: Option<(&'a str, &'a str, &'a Path)>,
+    /// The `<cpu>` element's inside.
+    pub cpu: &'a str,
+    /// The QEMU binary.
+    pub emulator: &'a str,
+}
+
+/// The lines after `<domain …>` up to `<devices>` and the emulator: name,
+/// memory, CPUs, firmware, features, CPU model, clock and what power-off,
+/// reboot and crash do.
+pub(crate) fn write_domain_head(x: &mut String, spec: &VmSpec, h: &DomainHead) {
+    let _ = writeln!(x, "  <name>{}</name>", xml_escape(&spec.name));
+    let _ = writeln!(x, "  <memory unit='MiB'>{}</memory>", spec.memory_mb);
+    let _ = writeln!(x, "  <vcpu>{}</vcpu>", spec.cpus);
+    let _ = writeln!(x, "  <os>");
+    let _ = writeln!(
+        x,
+        "    <type arch='{}' machine='{}'>hvm</type>",
+        h.arch, h.machine
+    );
+    if let Some((code, template, vars)) = h.uefi {
+        let _ = writeln!(
+            x,
+            "    <loader readonly='yes' secure='no' type='pflash'>{code}</loader>"
+        );
+        let _ = writeln!(
+            x,
+            "    <nvram template='{template}'>{}</nvram>",
+            path_attr(vars)
+        );
+    }
+    let _ = writeln!(x, "  </os>");
+    let _ = writeln!(x, "  <features><acpi/></features>");
+    let _ = writeln!(
+        x,
+        "  <cpu mode='custom' match='exact' check='none'>{}</cpu>",
+        h.cpu
+    );
+    let _ = writeln!(x, "  <clock offset='utc'/>");
+    let _ = writeln!(
+        x,
+        "  <on_poweroff>destroy</on_poweroff><on_reboot>restart</on_reboot><on_crash>destroy</on_crash>"
+    );
+    let _ = writeln!(x, "  <devices>");
+    let _ = writeln!(x, "    <emulator>{}</emulator>", h.emulator);
 }
 
 /// The libvirt domain XML for `spec` with its NICs on `taps`.
@@ -706,35 +761,21 @@ pub fn domain_xml(spec: &VmSpec, taps: &[String], console: &Path) -> Result<Stri
         x,
         "<domain type='qemu' xmlns:qemu='http://libvirt.org/schemas/domain/qemu/1.0'>"
     );
-    let _ = writeln!(x, "  <name>{}</name>", xml_escape(&spec.name));
-    let _ = writeln!(x, "  <memory unit='MiB'>{}</memory>", spec.memory_mb);
-    let _ = writeln!(x, "  <vcpu>{}</vcpu>", spec.cpus);
-    let _ = writeln!(x, "  <os>");
-    let _ = writeln!(x, "    <type arch='x86_64' machine='q35'>hvm</type>");
-    if let Firmware::Uefi { vars } = &spec.firmware {
-        let _ = writeln!(
-            x,
-            "    <loader readonly='yes' secure='no' type='pflash'>{OVMF_CODE}</loader>"
-        );
-        let _ = writeln!(
-            x,
-            "    <nvram template='{OVMF_VARS}'>{}</nvram>",
-            path_attr(vars)
-        );
-    }
-    let _ = writeln!(x, "  </os>");
-    let _ = writeln!(x, "  <features><acpi/></features>");
-    let _ = writeln!(
-        x,
-        "  <cpu mode='custom' match='exact' check='none'><model fallback='forbid'>qemu64</model><feature policy='require' name='rdrand'/></cpu>"
+    let uefi = match &spec.firmware {
+        Firmware::Uefi { vars } => Some((OVMF_CODE, OVMF_VARS, vars.as_path())),
+        _ => None,
+    };
+    write_domain_head(
+        &mut x,
+        spec,
+        &DomainHead {
+            arch: "x86_64",
+            machine: "q35",
+            uefi,
+            cpu: "<model fallback='forbid'>qemu64</model><feature policy='require' name='rdrand'/>",
+            emulator: "/usr/bin/qemu-system-x86_64",
+        },
     );
-    let _ = writeln!(x, "  <clock offset='utc'/>");
-    let _ = writeln!(
-        x,
-        "  <on_poweroff>destroy</on_poweroff><on_reboot>restart</on_reboot><on_crash>destroy</on_crash>"
-    );
-    let _ = writeln!(x, "  <devices>");
-    let _ = writeln!(x, "    <emulator>/usr/bin/qemu-system-x86_64</emulator>");
     let (mut vd, mut sd) = (0u8, 0u8);
     let mut scsi = false;
     let mut blkdebug = None;
