@@ -15,7 +15,7 @@ use std::process::Command;
 use anyhow::{bail, Context, Result};
 use image_builder::arch::Arch;
 
-use super::redfish::{path_attr, write_domain_head, xml_escape as esc, DomainHead};
+use super::domain::{path_attr, write_domain_head, xml_escape as esc, DomainHead};
 use super::vm::{Boot, Bus, Firmware, VmSpec};
 use crate::run;
 

@@ -21,6 +21,8 @@
 //! * [`redfish`]: a real Redfish BMC (sushy-tools' emulator with its libvirt
 //!   driver, a private libvirtd) running bed machines as libvirt domains:
 //!   power, boot device and virtual media set over Redfish.
+//! * [`domain`]: the libvirt domain XML of the BMC's x86_64 machines and
+//!   the lines every architecture's domain starts with.
 //! * [`arm_domain`]: the BMC's aarch64 machines (the `virt` board under
 //!   AAVMF) and the arm64 ESP Ironic puts on their virtual-media ISOs;
 //!   [`arm_flow`]: Ironic's per-architecture configuration for them and
@@ -46,6 +48,7 @@ pub mod deploy;
 pub mod direct;
 pub mod dirty_disk;
 pub mod disk_boot;
+pub mod domain;
 pub mod http_root;
 pub mod ironic_flow;
 pub mod lldp;
