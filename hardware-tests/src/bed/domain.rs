@@ -1,5 +1,5 @@
 //! The libvirt domain XML of the Redfish bed's machines: the lines every
-//! architecture's domain starts with ([`write_domain_head`]), and the
+//! architecture's domain starts with (`write_domain_head`), and the
 //! x86_64 machine ([`domain_xml`]: q35, SeaBIOS or OVMF, its disks, NICs,
 //! the virtual-media CD-ROM drive, a blkdebug disk through QEMU's command
 //! line). The Arm machine is [`super::arm_domain`]'s.
