@@ -106,6 +106,19 @@ impl Arch {
     /// after checking it is this architecture's: an x86 bzImage (`HdrS`
     /// at 0x202) as it is; an arm64 `Image` (`ARM\x64` at 0x38) gzipped
     /// reproducibly (no name, time 0); an already gzipped arm64 kernel as it is.
+    /// The kernel for Secure Boot when [`Arch::deploy_kernel`] is not it:
+    /// on aarch64 the signed Image as packaged (Debian signs the
+    /// uncompressed arm64 Image, and gzip hides that signature from shim),
+    /// `None` when the image carries no signature or is gzipped already;
+    /// x86_64's bzImage is signed in place (`None`: deploy.kernel is it).
+    pub fn signed_kernel(self, path: &Path) -> Result<Option<Vec<u8>>> {
+        if self == Self::X86_64 {
+            return Ok(None);
+        }
+        let b = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+        Ok((b.get(0x38..0x3c) == Some(b"ARM\x64") && pe_signed(&b)).then_some(b))
+    }
+
     pub fn deploy_kernel(self, path: &Path) -> Result<Vec<u8>> {
         let b = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
         let at = |o: usize, magic: &[u8]| b.get(o..o + magic.len()) == Some(magic);
@@ -131,6 +144,31 @@ impl Arch {
             ),
         }
     }
+}
+
+/// Whether the PE image `b` has an Authenticode certificate table (the
+/// security entry of its data directories), as a signed kernel has.
+fn pe_signed(b: &[u8]) -> bool {
+    let u16_at = |o: usize| b.get(o..o + 2).map(|x| u16::from_le_bytes([x[0], x[1]]));
+    let u32_at = |o: usize| {
+        b.get(o..o + 4)
+            .map(|x| u32::from_le_bytes([x[0], x[1], x[2], x[3]]))
+    };
+    let Some(pe) = u32_at(0x3c).map(|o| o as usize) else {
+        return false;
+    };
+    if b.get(pe..pe + 4) != Some(b"PE\0\0") {
+        return false;
+    }
+    let optional = pe + 24;
+    // PE32+ (0x20b) has 112 bytes before the data directories, PE32 96.
+    let dirs = match u16_at(optional) {
+        Some(0x20b) => optional + 112,
+        Some(0x10b) => optional + 96,
+        _ => return false,
+    };
+    // Entry 4: the certificate table (offset, size).
+    u32_at(dirs + 4 * 8 + 4).is_some_and(|size| size > 0)
 }
 
 #[cfg(test)]
@@ -203,5 +241,35 @@ mod tests {
         std::fs::write(&image, &bz).unwrap();
         assert_eq!(Arch::X86_64.deploy_kernel(&image).unwrap(), bz);
         assert!(Arch::Aarch64.deploy_kernel(&image).is_err());
+    }
+
+    #[test]
+    fn only_a_signed_arm64_image_is_kept_for_secure_boot() {
+        let dir = tempfile::tempdir().unwrap();
+        let image = dir.path().join("vmlinuz");
+        // An arm64 Image that is a PE32+ file, as Debian's is.
+        let mut bytes = vec![0u8; 4096];
+        bytes[0x38..0x3c].copy_from_slice(b"ARM\x64");
+        bytes[0x3c..0x40].copy_from_slice(&0x40u32.to_le_bytes());
+        bytes[0x40..0x44].copy_from_slice(b"PE\0\0");
+        bytes[0x58..0x5a].copy_from_slice(&0x20bu16.to_le_bytes());
+        std::fs::write(&image, &bytes).unwrap();
+        assert_eq!(Arch::Aarch64.signed_kernel(&image).unwrap(), None);
+        // The certificate table's size (data directory 4).
+        let entry = 0x58 + 112 + 4 * 8;
+        bytes[entry + 4..entry + 8].copy_from_slice(&1472u32.to_le_bytes());
+        std::fs::write(&image, &bytes).unwrap();
+        assert_eq!(
+            Arch::Aarch64.signed_kernel(&image).unwrap().as_deref(),
+            Some(&bytes[..])
+        );
+        assert_eq!(Arch::X86_64.signed_kernel(&image).unwrap(), None);
+        // gzipped: the signature is gone.
+        let gz = dir.path().join("vmlinuz.gz");
+        std::fs::write(&gz, Arch::Aarch64.deploy_kernel(&image).unwrap()).unwrap();
+        assert_eq!(Arch::Aarch64.signed_kernel(&gz).unwrap(), None);
+        // Cut short: not signed, no panic.
+        std::fs::write(&image, &bytes[..0x50]).unwrap();
+        assert_eq!(Arch::Aarch64.signed_kernel(&image).unwrap(), None);
     }
 }

@@ -134,6 +134,14 @@ fn run(cli: Cli) -> Result<()> {
     let initramfs = assemble::initramfs(&tree)?;
     let kpath = args.out.join("deploy.kernel");
     std::fs::write(&kpath, &kernel_bytes)?;
+    // aarch64: the signed Image for Secure Boot, beside the gzipped one.
+    let signed = args.out.join("deploy.kernel.signed");
+    match args.arch.signed_kernel(&kernel.image)? {
+        Some(bytes) => std::fs::write(&signed, bytes)?,
+        None => {
+            let _ = std::fs::remove_file(&signed);
+        }
+    }
     std::fs::write(args.out.join("deploy.initramfs"), &initramfs)?;
     std::fs::write(
         args.out.join("boot.ipxe"),
@@ -149,7 +157,14 @@ fn run(cli: Cli) -> Result<()> {
         &args.out.join("deploy.initramfs"),
     )?;
     let ksize = std::fs::metadata(&kpath)?.len();
-    let text = coverage_text(&args, &kernel, &report, ksize, initramfs.len() as u64);
+    let mut text = coverage_text(&args, &kernel, &report, ksize, initramfs.len() as u64);
+    if let Ok(m) = std::fs::metadata(&signed) {
+        text.push_str(&format!(
+            "size kernel-signed {} ({:.1} MiB; deploy.kernel.signed, for Secure Boot, instead of deploy.kernel)\n",
+            m.len(),
+            m.len() as f64 / (1 << 20) as f64
+        ));
+    }
     std::fs::write(args.out.join("coverage.txt"), &text)?;
     print!("{text}");
     Ok(())

@@ -90,7 +90,9 @@ pub struct NetOptions {
     /// UEFI PXE clients get Debian's signed boot chain from the ramdisk
     /// directory instead of iPXE: `shimx64.efi`, which loads `grubx64.efi`,
     /// which reads `grub/grub.cfg` (written here with `kernel_args`) and
-    /// boots the ramdisk over TFTP — the path that works under Secure Boot.
+    /// boots the ramdisk over TFTP — the path that works under Secure Boot
+    /// (`shimaa64.efi`, `grubaa64.efi` and the signed
+    /// `deploy.kernel.signed` from an aarch64 ramdisk).
     pub secure_boot_chain: bool,
     /// `false`: an IPv6-only network (see [`NetOptions::ipv6_only`]).
     pub ipv4: bool,
@@ -210,10 +212,33 @@ impl Net {
         let pxe = opts.ramdisk.is_some() || opts.ipxe_script_url.is_some();
         let uefi_bootfile = match (&opts.ramdisk, opts.secure_boot_chain) {
             (Some(dir), true) => {
-                for f in ["shimx64.efi", "grubx64.efi"] {
-                    std::fs::copy(dir.join(f), tftp.path().join(f)).with_context(|| {
+                // The ramdisk's architecture: an aarch64 build has the
+                // arm64 chain (shimaa64.efi) and no x86 one.
+                let arch = if !dir.join("shimx64.efi").exists() && dir.join("shimaa64.efi").exists()
+                {
+                    image_builder::arch::Arch::Aarch64
+                } else {
+                    image_builder::arch::Arch::X86_64
+                };
+                let x = arch.efi_suffix();
+                for f in [format!("shim{x}.efi"), format!("grub{x}.efi")] {
+                    std::fs::copy(dir.join(&f), tftp.path().join(&f)).with_context(|| {
                         format!(
                             "copying {f} from {} (image-builder writes it)",
+                            dir.display()
+                        )
+                    })?;
+                }
+                if arch == image_builder::arch::Arch::Aarch64 {
+                    // shim verifies the kernel: the signed arm64 Image, not
+                    // the gzipped deploy.kernel (image-builder writes both).
+                    std::fs::copy(
+                        dir.join("deploy.kernel.signed"),
+                        tftp.path().join("deploy.kernel"),
+                    )
+                    .with_context(|| {
+                        format!(
+                            "copying deploy.kernel.signed from {} (image-builder --arch aarch64 writes it)",
                             dir.display()
                         )
                     })?;
@@ -221,9 +246,12 @@ impl Net {
                 std::fs::create_dir_all(tftp.path().join("grub"))?;
                 std::fs::write(
                     tftp.path().join("grub/grub.cfg"),
-                    image_builder::bootchain::grub_cfg(&opts.kernel_args),
+                    image_builder::bootchain::grub_cfg_for(arch, &opts.kernel_args),
                 )?;
-                "shimx64.efi"
+                match arch {
+                    image_builder::arch::Arch::X86_64 => "shimx64.efi",
+                    image_builder::arch::Arch::Aarch64 => "shimaa64.efi",
+                }
             }
             (None, true) => anyhow::bail!("secure_boot_chain needs a ramdisk directory"),
             _ => {
@@ -286,6 +314,8 @@ impl Net {
             cmd.args([
                 "--dhcp-match=set:ipxe,175",
                 "--dhcp-match=set:efi64,option:client-arch,7",
+                // Arm 64-bit UEFI (AAVMF).
+                "--dhcp-match=set:efi64,option:client-arch,11",
             ])
             .arg(format!("--dhcp-boot=tag:ipxe,{script}"))
             .arg(format!("--dhcp-boot=tag:efi64,tag:!ipxe,{uefi_bootfile}"))
