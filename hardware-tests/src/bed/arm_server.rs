@@ -349,15 +349,10 @@ pub async fn run(
         .context("inspection")?;
     times.push(("inspect", t.elapsed()));
     let inventory = ironic.inventory(&uuid).await?;
-    let props = &inspected["properties"];
     flow.say(format!(
-        "inspected in {:.1} s; Ironic set cpus {} memory_mb {} local_gb {} cpu_arch {}; the stored \
-         inventory's cpu.architecture: {}",
+        "inspected in {:.1} s; the node's cpu_arch {}, the stored inventory's cpu.architecture {}",
         t.elapsed().as_secs_f64(),
-        props["cpus"],
-        props["memory_mb"],
-        props["local_gb"],
-        props["cpu_arch"],
+        inspected["properties"]["cpu_arch"],
         inventory["inventory"]["cpu"]["architecture"]
     ));
     for line in inventory_lines(
