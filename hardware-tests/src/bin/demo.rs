@@ -50,7 +50,7 @@ use hardware_tests::own_server::options::{Options, USAGE};
 use hardware_tests::testimage::{self, TestImage};
 use hardware_tests::{arm_demo, own_server};
 use image_builder::arch::Arch;
-use serde_json::{json, Value};
+use serde_json::json;
 
 const MAC: &str = "52:54:00:de:00:07";
 const PORT: u16 = 6385;
@@ -328,7 +328,7 @@ async fn drive(flow: &mut Flow<'_, '_>, images: &ImageServer, p: &Prepared) -> R
     if !commands.is_empty() {
         flow.say(format!(
             "what Ironic ran on the agent (its command list): {}",
-            command_names(&commands)
+            deploy::command_names(&commands)
         ));
     }
 
@@ -347,24 +347,6 @@ async fn drive(flow: &mut Flow<'_, '_>, images: &ImageServer, p: &Prepared) -> R
          (inspection, cleaning, deploy); Ironic powered it and set its boot device through the BMC"
     ));
     Ok(())
-}
-
-/// `get_deploy_steps, execute_deploy_step(write_image), …`.
-fn command_names(commands: &[Value]) -> String {
-    commands
-        .iter()
-        .map(|c| {
-            let name = c["command_name"].as_str().unwrap_or("?");
-            let step = c["command_result"]["deploy_step"]["step"]
-                .as_str()
-                .or(c["command_result"]["clean_step"]["step"].as_str());
-            match step {
-                Some(s) => format!("{name}({s})"),
-                None => name.to_string(),
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 /// The deployed system's console: the UEFI entry OVMF started, the marker
