@@ -7,6 +7,7 @@
 
 pub mod agentapi;
 pub mod agentproc;
+pub mod arm_demo;
 pub mod bed;
 pub mod debs;
 pub mod grubimage;

@@ -31,7 +31,9 @@
 //!   boot (fast track); the node is `active`, Ironic boots the domain from
 //!   its disk and the deployed system prints its marker and config drive.
 //!   Phase times are printed and kept in
-//!   `target/bed-logs/armironic/flow-times.txt`.
+//!   `target/bed-logs/armironic/flow-times.txt`. The flow itself is
+//!   `hardware_tests::bed::arm_server`, which the demo (`ci/demo --arch
+//!   aarch64`) runs too; this test checks what it saw.
 //!
 //! The bed offers DHCP with a fixed lease for the machine's MAC (the
 //! Metal3 flows cover DHCP-less `network_data`). Ironic's API is plain
@@ -39,22 +41,18 @@
 //! keeps Ironic's default).
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::PathBuf;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use hardware_tests::bed::arm_flow::{file_sha256, ironic_conf, read_arm_iso};
-use hardware_tests::bed::http_root::HttpRoot;
-use hardware_tests::bed::redfish::{self, Bmc};
+use hardware_tests::bed::arm_server::{self, ArmBed, ArmFiles};
+use hardware_tests::bed::deploy::Printer;
 use hardware_tests::bed::{
-    self, arm_domain, metal3, Boot, Bus, Disk, Firmware, Net, NetOptions, Nic, Vm, VmSpec,
-    BRIDGE_IP,
+    self, Boot, Bus, Disk, Firmware, Net, NetOptions, Vm, VmSpec, BRIDGE_IP,
 };
-use hardware_tests::ironic::Ironic;
-use hardware_tests::{require_root, run, testimage};
+use hardware_tests::{require_root, testimage};
 use image_builder::arch::Arch;
-use serde_json::{json, Value};
+use serde_json::json;
 
 /// One emulated Arm machine at a time: TCG on two cores.
 static ONE_MACHINE: Mutex<()> = Mutex::new(());
@@ -111,17 +109,8 @@ fn aarch64_test_image_boots_under_aavmf() {
     }
 }
 
-const MAC: &str = "52:54:00:a6:40:01";
-const GUEST: &str = "10.99.0.61";
-const IRONIC_PORT: u16 = 6385;
-const HTTP_PORT: u16 = 8089;
-/// At least IPA's 4 GiB root-disk minimum.
-const DISK_GIB: u64 = 5;
-const MARKER: &str = "arm-deployed-7e1d";
-const RAMDISK_START: &str = "deploy ramdisk init starting";
-/// What one phase may take under TCG (an emulated Arm core is slower
-/// than the x86 ones).
-const PHASE_TIMEOUT: Duration = Duration::from_secs(900);
+/// The instance uuid the config drive carries.
+const INSTANCE: &str = "arm-cd-5f3a";
 
 static TIMES: OnceLock<PathBuf> = OnceLock::new();
 
@@ -139,46 +128,8 @@ fn timing(line: String) {
     }
 }
 
-fn secs(t: Instant) -> String {
-    format!("{:.1} s", t.elapsed().as_secs_f64())
-}
-
-/// Waits until the node settles in `state` (no target left), failing early
-/// on a `* failed` state with Ironic's `last_error`.
-async fn settle(ironic: &Ironic, uuid: &str, state: &str, t0: Instant, console: &Path) -> Value {
-    let start = Instant::now();
-    let mut seen = String::new();
-    loop {
-        let node = ironic.node(uuid).await.unwrap();
-        let current = node["provision_state"].as_str().unwrap_or("?").to_string();
-        if current != seen {
-            eprintln!(
-                "[{:>6.1} s] ironic: {current} (target {}, power {})",
-                t0.elapsed().as_secs_f64(),
-                node["target_provision_state"],
-                node["power_state"]
-            );
-            seen = current.clone();
-        }
-        assert!(
-            !current.ends_with("failed"),
-            "node went to {current:?} waiting for {state:?}: {}; Ironic's log: {}; console: {}",
-            node["last_error"],
-            ironic.log_path().display(),
-            console.display()
-        );
-        if current == state && node["target_provision_state"].is_null() {
-            return node;
-        }
-        assert!(
-            start.elapsed() < PHASE_TIMEOUT,
-            "node still {current:?} after {PHASE_TIMEOUT:?} waiting for {state:?}; last_error {}; Ironic's log: {}; console: {}",
-            node["last_error"],
-            ironic.log_path().display(),
-            console.display()
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+fn secs(d: Duration) -> String {
+    format!("{:.1} s", d.as_secs_f64())
 }
 
 #[test]
@@ -190,241 +141,92 @@ fn ironic_inspects_cleans_and_deploys_an_arm_server() {
     std::fs::write(&times, "").unwrap();
     TIMES.set(times).unwrap();
     let ramdisk = bed::aarch64_ramdisk_dir().unwrap();
-    let tmp = tempfile::tempdir().unwrap();
-    let www = tmp.path().join("www");
-    for d in ["aarch64", "x86_64"] {
-        std::fs::create_dir_all(www.join(d)).unwrap();
-    }
-
-    // Ironic's http_root: the aarch64 ramdisk and ESP under aarch64/, the
-    // x86_64 defaults under x86_64/, the image to deploy.
-    let t = Instant::now();
-    for f in ["deploy.kernel", "deploy.initramfs"] {
-        std::fs::copy(ramdisk.join(f), www.join("aarch64").join(f)).unwrap();
-    }
-    // Debian's arm64 kernel, busybox and monolithic signed GRUB: for the
-    // test image, and the GRUB for the ESP.
-    let inputs = testimage::Inputs::fetch_for(Arch::Aarch64).unwrap();
-    let grub = inputs.loader.clone().expect("the signed grubaa64.efi");
-    let arm_esp = arm_domain::esp_image(tmp.path(), &ramdisk.join("shimaa64.efi"), &grub).unwrap();
-    std::fs::copy(&arm_esp, www.join("aarch64/esp.img")).unwrap();
-    let x86_esp = redfish::esp_image(tmp.path()).unwrap();
-    std::fs::copy(&x86_esp, www.join("x86_64/esp.img")).unwrap();
-    // Stand-ins for an x86_64 deploy kernel and ramdisk: fetched and put
-    // on the ISO like real ones, never bootable here.
-    std::fs::write(www.join("x86_64/deploy.kernel"), b"x86_64 deploy kernel\n").unwrap();
-    std::fs::write(
-        www.join("x86_64/deploy.initramfs"),
-        b"x86_64 deploy ramdisk\n",
-    )
-    .unwrap();
-    let arm_kernel_sha = file_sha256(&ramdisk.join("deploy.kernel")).unwrap();
-    let arm_esp_sha = file_sha256(&arm_esp).unwrap();
-    let image = testimage::build_from(&inputs, tmp.path(), MARKER).unwrap();
-    let qcow2 = www.join("disk.qcow2");
-    testimage::to_qcow2(&image.raw, &qcow2, true).unwrap();
-    let qcow2_sha256 = file_sha256(&qcow2).unwrap();
-    timing(format!("aarch64 test image and ESPs built in {}", secs(t)));
-
-    let net = Net::start(NetOptions {
-        dhcp: true,
-        hosts: vec![(MAC.to_string(), GUEST.to_string())],
-        ..NetOptions::no_dhcp("armironic")
-    })
-    .unwrap();
-    let mut bmc = Bmc::start(&net).unwrap();
-    let mut spec = VmSpec::new("armvm");
-    spec.arch = Arch::Aarch64;
-    spec.firmware = Firmware::Uefi {
-        vars: tmp.path().join("armvm_VARS.fd"),
-    };
-    spec.memory_mb = 1024;
-    spec.cpus = 2;
-    spec.disks.push(Disk {
-        path: tmp.path().join("disk0.img"),
-        size: DISK_GIB << 30,
-        bus: Bus::Virtio,
-        serial: "arm-disk0".into(),
-        model: None,
-    });
-    std::fs::File::create(&spec.disks[0].path)
-        .and_then(|f| f.set_len(DISK_GIB << 30))
-        .unwrap();
-    // A table for automated cleaning to remove.
-    run(Command::new("sh")
-        .arg("-c")
-        .arg("printf 'label: gpt\nname=old-data\n' | sfdisk --quiet \"$0\"")
-        .arg(&spec.disks[0].path))
-    .unwrap();
-    spec.nics.push(Nic { mac: MAC.into() });
-    spec.boot = Boot::Disk;
-    let disk_path = spec.disks[0].path.clone();
-    let sys = bmc.define(&spec).unwrap();
-    bmc.start_emulator().unwrap();
-    let _http = HttpRoot::serve(&net, &www, HTTP_PORT).unwrap();
-    let http_url = format!("http://{BRIDGE_IP}:{HTTP_PORT}");
 
     let t = Instant::now();
-    let ironic = Ironic::start_in(
-        &net.ns,
-        BRIDGE_IP,
-        IRONIC_PORT,
-        Some(&ironic_conf(&www, &http_url)),
-    )
-    .expect("starting Ironic 39.0.0 in the namespace");
+    let files = ArmFiles::prepare(&ramdisk, "arm-deployed-7e1d").unwrap();
     timing(format!(
-        "BMC, http server and Ironic up in {} ({} since start)",
-        secs(t),
-        secs(total)
+        "aarch64 test image and ESPs built in {}",
+        secs(t.elapsed())
     ));
 
-    let path = sys.path();
-    let bmc_url = bmc.url();
-    let console = sys.console.clone();
+    let net = arm_server::start_net("armironic").unwrap();
+    let t = Instant::now();
+    let mut out = Printer::new(total);
+    let bed = ArmBed::start(&net, &files, &mut out).unwrap();
+    timing(format!(
+        "BMC, http server and Ironic up in {} ({} since start)",
+        secs(t.elapsed()),
+        secs(total.elapsed())
+    ));
+
     let t0 = Instant::now();
-    let (iso, inventory) = net
+    let result = net
         .block_on(async {
-            let node = ironic
-                .create_node(json!({
-                    "name": "armvm",
-                    "driver": "redfish",
-                    "driver_info": {
-                        "redfish_address": bmc_url,
-                        "redfish_system_id": path,
-                        "redfish_username": redfish::USER,
-                        "redfish_password": redfish::PASSWORD,
-                    },
-                    "boot_interface": "redfish-virtual-media",
-                    "power_interface": "redfish",
-                    "management_interface": "redfish",
-                    "inspect_interface": "agent",
-                    "deploy_interface": "direct",
-                    "network_interface": "noop",
-                    "automated_clean": true,
-                    "properties": { "cpu_arch": "aarch64", "capabilities": "boot_mode:uefi" },
-                }))
-                .await
-                .unwrap();
-            let uuid = node["uuid"].as_str().unwrap().to_string();
+            let node = bed.enroll().await?;
             for key in ["deploy_kernel", "deploy_ramdisk", "bootloader"] {
                 assert!(node["driver_info"].get(key).is_none(), "{node}");
             }
-            ironic.create_port(&uuid, MAC).await.unwrap();
-
-            let t = Instant::now();
-            ironic
-                .provision(&uuid, json!({ "target": "manage" }))
-                .await
-                .unwrap();
-            settle(&ironic, &uuid, "manageable", t0, &console).await;
-            timing(format!("phase manage: manageable after {}", secs(t)));
-
-            // Inspection: Ironic builds its ISO from the aarch64 files,
-            // inserts it through the BMC and powers the domain on.
-            let t = Instant::now();
-            ironic
-                .provision(&uuid, json!({ "target": "inspect" }))
-                .await
-                .unwrap();
-            let mut iso = None;
-            let mut started = false;
-            loop {
-                let node = ironic.node(&uuid).await.unwrap();
-                if iso.is_none() {
-                    iso = read_arm_iso(&bmc, &sys.name, tmp.path());
-                }
-                let state = node["provision_state"].as_str().unwrap_or_default();
-                assert!(
-                    state != "inspect failed",
-                    "inspection failed: {}; Ironic's log: {}; console: {}",
-                    node["last_error"],
-                    ironic.log_path().display(),
-                    console.display()
-                );
-                started |= state != "manageable";
-                if started && state == "manageable" && node["target_provision_state"].is_null() {
-                    break;
-                }
-                assert!(
-                    t.elapsed() < PHASE_TIMEOUT,
-                    "inspection: node still {state:?} after {PHASE_TIMEOUT:?}; console: {}; Ironic's log: {}",
-                    console.display(),
-                    ironic.log_path().display()
-                );
-                tokio::time::sleep(Duration::from_millis(500)).await;
-            }
-            timing(format!(
-                "phase inspect (virtual media boot of the aarch64 ramdisk + inspection): manageable after {}",
-                secs(t)
-            ));
-            let inventory = ironic.inventory(&uuid).await.unwrap();
-            assert_eq!(
-                inventory["inventory"]["cpu"]["architecture"],
-                json!("aarch64"),
-                "the inventory Ironic stored: {:#}",
-                inventory["inventory"]
-            );
-            let node = ironic.node(&uuid).await.unwrap();
-            assert_eq!(node["properties"]["cpu_arch"], json!("aarch64"), "{node}");
-
-            // Automated cleaning on the running agent (fast track).
-            let t = Instant::now();
-            ironic
-                .provision(&uuid, json!({ "target": "provide" }))
-                .await
-                .unwrap();
-            let node = settle(&ironic, &uuid, "available", t0, &console).await;
-            timing(format!(
-                "phase provide (automated cleaning): available after {}",
-                secs(t)
-            ));
-            assert!(node["last_error"].is_null(), "{}", node["last_error"]);
-            let left = run(Command::new("blkid")
-                .args(["-p", "-o", "export"])
-                .arg(&disk_path))
-            .unwrap_or_default();
-            assert!(
-                !left.contains("PTTYPE"),
-                "cleaning left the disk's partition table: {left}"
-            );
-
-            let t = Instant::now();
-            metal3::start_deploy(
-                &ironic,
-                &uuid,
-                &format!("{http_url}/disk.qcow2"),
-                &qcow2_sha256,
-                json!({
-                    "meta_data": {"uuid": "arm-cd-5f3a", "name": "armvm", "hostname": "armvm"},
-                    "user_data": "#cloud-config\n",
-                }),
-            )
-            .await
-            .unwrap();
-            let node = settle(&ironic, &uuid, "active", t0, &console).await;
-            timing(format!("phase deploy: active after {}", secs(t)));
-            assert!(node["last_error"].is_null(), "{}", node["last_error"]);
-            (iso, inventory)
+            let uuid = node["uuid"].as_str().unwrap_or_default();
+            let mut flow = bed.flow(uuid);
+            arm_server::run(&mut flow, &bed, &files, INSTANCE).await
         })
         .unwrap();
+    let done = result.unwrap_or_else(|e| {
+        panic!(
+            "{e:#}; Ironic's log: {}; console: {}",
+            bed.ironic.log_path().display(),
+            bed.system.console.display()
+        )
+    });
+    for (phase, took) in &done.times {
+        timing(format!("phase {phase}: {}", secs(*took)));
+    }
+
+    // Inspection: the inventory Ironic stored is the aarch64 machine's.
+    assert_eq!(
+        done.inventory["inventory"]["cpu"]["architecture"],
+        json!("aarch64"),
+        "the inventory Ironic stored: {:#}",
+        done.inventory["inventory"]
+    );
+    assert_eq!(
+        done.inspected["properties"]["cpu_arch"],
+        json!("aarch64"),
+        "{}",
+        done.inspected
+    );
+    // Cleaning removed the GPT.
+    assert!(
+        !done.blkid_after_clean.contains("PTTYPE"),
+        "cleaning left the disk's partition table: {}",
+        done.blkid_after_clean
+    );
+    assert!(
+        done.active["last_error"].is_null(),
+        "{}",
+        done.active["last_error"]
+    );
 
     // The ISO Ironic built for the Arm node: the aarch64 kernel and ESP,
     // not the x86_64 defaults.
-    let iso = iso.expect("never saw Ironic's ISO in the Arm domain's CD-ROM drive");
+    let iso = done
+        .iso
+        .as_ref()
+        .expect("never saw Ironic's ISO in the Arm domain's CD-ROM drive");
     assert_eq!(
         iso.kernel_sha256.as_deref(),
-        Some(arm_kernel_sha.as_str()),
+        Some(files.arm_kernel_sha256.as_str()),
         "the ISO's /vmlinuz is not the aarch64 deploy kernel; listing:\n{}",
         iso.listing
     );
     assert_eq!(
         iso.esp_sha256.as_deref(),
-        Some(arm_esp_sha.as_str()),
+        Some(files.arm_esp_sha256.as_str()),
         "the ISO's ESP is not bootloader_by_arch's aarch64 one"
     );
     for want in [
         "boot_method=vmedia".to_string(),
-        format!("ipa-api-url=http://{BRIDGE_IP}:{IRONIC_PORT}"),
+        format!("ipa-api-url=http://{BRIDGE_IP}:{}", arm_server::IRONIC_PORT),
         "console=ttyAMA0".to_string(),
     ] {
         assert!(
@@ -433,45 +235,29 @@ fn ironic_inspects_cleans_and_deploys_an_arm_server() {
             iso.grub
         );
     }
-    let inv = &inventory["inventory"];
+    let inv = &done.inventory["inventory"];
     println!(
         "inventory cpu: {}; system: {}",
         inv["cpu"], inv["system_vendor"]
     );
 
-    // Ironic powers the domain off, sets the disk first and powers it on:
-    // the deployed aarch64 system prints its marker and config drive.
-    let t = Instant::now();
-    let marker = testimage::marker_line(MARKER);
-    let deadline = Instant::now() + Duration::from_secs(420);
-    let text = loop {
-        let text = metal3::console_text(&console);
-        if text.contains(&marker) && testimage::meta_data(&text).is_some() {
-            break text;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the deployed system did not boot within 420 s of `active`; console: {}",
-            console.display()
-        );
-        std::thread::sleep(Duration::from_secs(1));
-    };
-    timing(format!(
-        "phase boot from disk: marker and config drive {} after active",
-        secs(t)
-    ));
-    let meta: Value = serde_json::from_str(&testimage::meta_data(&text).unwrap()).unwrap();
-    assert_eq!(meta["uuid"], json!("arm-cd-5f3a"), "{meta}");
-    let ramdisk_boots = text.matches(RAMDISK_START).count();
+    // The deployed aarch64 system printed its marker and config drive.
     assert_eq!(
-        ramdisk_boots,
+        done.meta_data["uuid"],
+        json!(INSTANCE),
+        "{}",
+        done.meta_data
+    );
+    assert_eq!(
+        done.ramdisk_boots,
         1,
         "ramdisk boots; console: {}",
-        console.display()
+        bed.system.console.display()
     );
     timing(format!(
-        "arm flow: enroll → active + disk boot in {} with {ramdisk_boots} ramdisk boot; whole test {}",
-        secs(t0),
-        secs(total)
+        "arm flow: enroll → active + disk boot in {} with {} ramdisk boot; whole test {}",
+        secs(t0.elapsed()),
+        done.ramdisk_boots,
+        secs(total.elapsed())
     ));
 }

@@ -1,4 +1,5 @@
-//! What the Arm Ironic flow (`arm_ironic_flow.rs`, issue 33) needs from
+//! What the Arm Ironic flow ([`super::arm_server`], run by
+//! `tests/arm_ironic_flow.rs` and `demo --arch aarch64`; issue 33) needs from
 //! the bed besides the Arm domain: Ironic's configuration with the
 //! per-architecture deploy files (`[conductor] *_by_arch`) and x86_64
 //! defaults, and what Ironic put on the ISO it inserted (checksums of its

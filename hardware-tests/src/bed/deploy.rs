@@ -239,6 +239,25 @@ pub fn wait_booted(vm: &mut Vm<'_>, needle: &str, timeout: Duration) -> Result<D
     Ok(at)
 }
 
+/// The names of the agent's `commands` (its command list, as Ironic ran
+/// them): `get_deploy_steps, execute_deploy_step(write_image), …`.
+pub fn command_names(commands: &[Value]) -> String {
+    commands
+        .iter()
+        .map(|c| {
+            let name = c["command_name"].as_str().unwrap_or("?");
+            let step = c["command_result"]["deploy_step"]["step"]
+                .as_str()
+                .or(c["command_result"]["clean_step"]["step"].as_str());
+            match step {
+                Some(s) => format!("{name}({s})"),
+                None => name.to_string(),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// The demo's output: each line stamped with the time since the demo
 /// started; progress shown in place on a terminal (a line per change
 /// otherwise); and [`Printer::meanwhile`], which runs a long blocking step
@@ -380,7 +399,24 @@ pub fn plain_lines(text: &str) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::plain_lines;
+    use super::{command_names, plain_lines};
+
+    #[test]
+    fn command_names_carry_their_step() {
+        let commands = serde_json::json!([
+            {"command_name": "get_deploy_steps", "command_result": null},
+            {"command_name": "execute_deploy_step",
+             "command_result": {"deploy_step": {"step": "write_image"}}},
+            {"command_name": "execute_clean_step",
+             "command_result": {"clean_step": {"step": "erase_devices_metadata"}}},
+            {"command_result": {}},
+        ]);
+        assert_eq!(
+            command_names(commands.as_array().unwrap()),
+            "get_deploy_steps, execute_deploy_step(write_image), \
+             execute_clean_step(erase_devices_metadata), ?"
+        );
+    }
 
     #[test]
     fn console_lines_lose_escapes_and_split_at_carriage_returns() {

@@ -44,6 +44,7 @@
 
 pub mod arm_domain;
 pub mod arm_flow;
+pub mod arm_server;
 pub mod deploy;
 pub mod direct;
 pub mod dirty_disk;
@@ -96,12 +97,15 @@ pub fn ramdisk_built(dir: &Path) -> bool {
 /// with `log`, the build's output goes there as it is made (the demo shows
 /// its last line while it waits), else it is kept for the error.
 pub fn build_ramdisk(dir: &Path, log: Option<&Path>) -> Result<()> {
+    build_ramdisk_with(&[], dir, log).context("building the deploy ramdisk")
+}
+
+/// [`build_ramdisk`] with `build.sh`'s `args` before the directory.
+fn build_ramdisk_with(args: &[&str], dir: &Path, log: Option<&Path>) -> Result<()> {
     let mut cmd = Command::new(repo_root().join("image-builder/build.sh"));
-    cmd.arg(dir);
+    cmd.args(args).arg(dir);
     let Some(log) = log else {
-        return run(&mut cmd)
-            .map(drop)
-            .context("building the deploy ramdisk");
+        return run(&mut cmd).map(drop);
     };
     let out = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
     let status = cmd
@@ -111,24 +115,34 @@ pub fn build_ramdisk(dir: &Path, log: Option<&Path>) -> Result<()> {
         .with_context(|| format!("running {cmd:?}"))?;
     anyhow::ensure!(
         status.success(),
-        "building the deploy ramdisk failed ({status}); its output: {}",
+        "image-builder/build.sh failed ({status}); its output: {}",
         log.display()
     );
     Ok(())
 }
 
-/// The aarch64 deploy ramdisk (issue 33): `$RAMDISK_AARCH64_DIR`, else
-/// `target/ramdisk-aarch64`, built by `image-builder/build.sh --arch
-/// aarch64` when it is missing.
-pub fn aarch64_ramdisk_dir() -> Result<PathBuf> {
-    let dir = std::env::var_os("RAMDISK_AARCH64_DIR")
+/// Where [`aarch64_ramdisk_dir`] looks: `$RAMDISK_AARCH64_DIR`, else
+/// `target/ramdisk-aarch64`.
+pub fn aarch64_ramdisk_location() -> PathBuf {
+    std::env::var_os("RAMDISK_AARCH64_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| repo_root().join("target/ramdisk-aarch64"));
+        .unwrap_or_else(|| repo_root().join("target/ramdisk-aarch64"))
+}
+
+/// Builds the aarch64 deploy ramdisk (issue 33) into `dir` with
+/// `image-builder/build.sh --arch aarch64`, its output in `log` as for
+/// [`build_ramdisk`].
+pub fn build_aarch64_ramdisk(dir: &Path, log: Option<&Path>) -> Result<()> {
+    build_ramdisk_with(&["--arch", "aarch64"], dir, log)
+        .context("building the aarch64 deploy ramdisk")
+}
+
+/// The aarch64 deploy ramdisk (issue 33): [`aarch64_ramdisk_location`],
+/// built by `image-builder/build.sh --arch aarch64` when it is missing.
+pub fn aarch64_ramdisk_dir() -> Result<PathBuf> {
+    let dir = aarch64_ramdisk_location();
     if !ramdisk_built(&dir) {
-        run(Command::new(repo_root().join("image-builder/build.sh"))
-            .args(["--arch", "aarch64"])
-            .arg(&dir))
-        .context("building the aarch64 deploy ramdisk")?;
+        build_aarch64_ramdisk(&dir, None)?;
     }
     Ok(dir)
 }

@@ -21,9 +21,16 @@
 //! `--bmc …`: the same flow against the operator's own server by Redfish
 //! virtual media (`hardware_tests::own_server`).
 //!
+//! `--arch aarch64`: the same flow on an emulated Arm server (an aarch64
+//! libvirt domain, TCG, AAVMF) by Redfish virtual media, Ironic picking
+//! the aarch64 deploy files by `cpu_arch` (`hardware_tests::arm_demo`, on
+//! the flow `tests/arm_ironic_flow.rs` checks); `--arch x86_64` is the
+//! default.
+//!
 //! Usage (root): `demo [--bios] [--test-conductor]` (default UEFI,
-//! Ironic's default boot mode), or `demo --bmc …`; `--help` prints every
-//! flag (`demo_usage.txt`, which `ci/demo --help` prints before building). Lines are stamped with the time since
+//! Ironic's default boot mode), `demo --arch aarch64`, or `demo --bmc …`;
+//! `--help` prints every flag (`demo_usage.txt`, which `ci/demo --help`
+//! prints before building). Lines are stamped with the time since
 //! `$DEMO_STARTED_AT` (seconds since the epoch; `ci/demo` sets it), else
 //! since the demo started.
 
@@ -38,11 +45,12 @@ use hardware_tests::bed::ironic_flow::{self, Flow, Machine, PxeRoot};
 use hardware_tests::bed::redfish::Bmc;
 use hardware_tests::bed::{self, Boot, Net, NetOptions, BRIDGE_IP};
 use hardware_tests::ironic::Ironic;
-use hardware_tests::own_server;
 use hardware_tests::own_server::inventory::inventory_lines;
 use hardware_tests::own_server::options::{Options, USAGE};
 use hardware_tests::testimage::{self, TestImage};
-use serde_json::{json, Value};
+use hardware_tests::{arm_demo, own_server};
+use image_builder::arch::Arch;
+use serde_json::json;
 
 const MAC: &str = "52:54:00:de:00:07";
 const PORT: u16 = 6385;
@@ -56,6 +64,16 @@ fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.iter().any(|a| a == "-h" || a == "--help") {
         print!("{USAGE}");
+        return Ok(());
+    }
+    let (arch, args) = arm_demo::take_arch(&args)?;
+    if arch == Some(Arch::Aarch64) {
+        if !hardware_tests::is_root() {
+            bail!("the demo needs root (network namespace, libvirtd, QEMU); run ci/demo as root");
+        }
+        let mut out = Printer::new(started_at());
+        arm_demo::main(out.clone())?;
+        out.line("demo done");
         return Ok(());
     }
     if Options::wanted(&args) {
@@ -310,7 +328,7 @@ async fn drive(flow: &mut Flow<'_, '_>, images: &ImageServer, p: &Prepared) -> R
     if !commands.is_empty() {
         flow.say(format!(
             "what Ironic ran on the agent (its command list): {}",
-            command_names(&commands)
+            deploy::command_names(&commands)
         ));
     }
 
@@ -329,24 +347,6 @@ async fn drive(flow: &mut Flow<'_, '_>, images: &ImageServer, p: &Prepared) -> R
          (inspection, cleaning, deploy); Ironic powered it and set its boot device through the BMC"
     ));
     Ok(())
-}
-
-/// `get_deploy_steps, execute_deploy_step(write_image), …`.
-fn command_names(commands: &[Value]) -> String {
-    commands
-        .iter()
-        .map(|c| {
-            let name = c["command_name"].as_str().unwrap_or("?");
-            let step = c["command_result"]["deploy_step"]["step"]
-                .as_str()
-                .or(c["command_result"]["clean_step"]["step"].as_str());
-            match step {
-                Some(s) => format!("{name}({s})"),
-                None => name.to_string(),
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 /// The deployed system's console: the UEFI entry OVMF started, the marker
