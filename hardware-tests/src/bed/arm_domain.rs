@@ -15,7 +15,9 @@ use std::process::Command;
 use anyhow::{bail, Context, Result};
 use image_builder::arch::Arch;
 
-use super::domain::{path_attr, write_domain_head, xml_escape as esc, DomainHead};
+use super::domain::{
+    path_attr, write_domain_head, write_interfaces, xml_escape as esc, DomainHead,
+};
 use super::vm::{Boot, Bus, Firmware, VmSpec};
 use crate::run;
 
@@ -95,19 +97,7 @@ pub fn domain_xml(spec: &VmSpec, taps: &[String], console: &Path) -> Result<Stri
         x,
         "    <disk type='file' device='cdrom'><driver name='qemu' type='raw'/><target dev='sdx' bus='scsi'/><readonly/></disk>"
     );
-    for (i, (nic, tap)) in spec.nics.iter().zip(taps).enumerate() {
-        let boot = if i == 0 && matches!(spec.boot, Boot::Network) {
-            "<boot order='1'/>"
-        } else {
-            ""
-        };
-        let _ = writeln!(
-            x,
-            "    <interface type='ethernet'><mac address='{}'/><target dev='{}' managed='no'/><model type='virtio'/>{boot}</interface>",
-            esc(&nic.mac),
-            esc(tap)
-        );
-    }
+    write_interfaces(&mut x, spec, taps);
     if let Boot::Direct { .. } = spec.boot {
         bail!(
             "{}: a direct kernel boot is not offered on a Redfish machine",

@@ -416,16 +416,7 @@ pub async fn run(
         t.elapsed().as_secs_f64(),
         active["last_error"]
     ));
-    let commands = flow
-        .reporter()
-        .map(|r| r.commands.clone())
-        .unwrap_or_default();
-    if !commands.is_empty() {
-        flow.say(format!(
-            "what Ironic ran on the agent (its command list): {}",
-            deploy::command_names(&commands)
-        ));
-    }
+    flow.say_command_list();
 
     flow.say("");
     flow.say(

@@ -79,6 +79,24 @@ pub(crate) fn write_domain_head(x: &mut String, spec: &VmSpec, h: &DomainHead) {
     let _ = writeln!(x, "    <emulator>{}</emulator>", h.emulator);
 }
 
+/// The `<interface>` of each of `spec`'s NICs, on its tap in `taps`: a
+/// virtio NIC, the first one first in the boot order for `Boot::Network`.
+pub(crate) fn write_interfaces(x: &mut String, spec: &VmSpec, taps: &[String]) {
+    for (i, (nic, tap)) in spec.nics.iter().zip(taps).enumerate() {
+        let boot = if i == 0 && matches!(spec.boot, Boot::Network) {
+            "<boot order='1'/>"
+        } else {
+            ""
+        };
+        let _ = writeln!(
+            x,
+            "    <interface type='ethernet'><mac address='{}'/><target dev='{}' managed='no'/><model type='virtio'/>{boot}</interface>",
+            xml_escape(&nic.mac),
+            xml_escape(tap)
+        );
+    }
+}
+
 /// The libvirt domain XML for `spec` with its NICs on `taps`.
 pub fn domain_xml(spec: &VmSpec, taps: &[String], console: &Path) -> Result<String> {
     anyhow::ensure!(
@@ -203,19 +221,7 @@ pub fn domain_xml(spec: &VmSpec, taps: &[String], console: &Path) -> Result<Stri
         x,
         "    <disk type='file' device='cdrom'><driver name='qemu' type='raw'/><target dev='sdx' bus='sata'/><readonly/></disk>"
     );
-    for (i, (nic, tap)) in spec.nics.iter().zip(taps).enumerate() {
-        let boot = if i == 0 && matches!(spec.boot, Boot::Network) {
-            "<boot order='1'/>"
-        } else {
-            ""
-        };
-        let _ = writeln!(
-            x,
-            "    <interface type='ethernet'><mac address='{}'/><target dev='{}' managed='no'/><model type='virtio'/>{boot}</interface>",
-            xml_escape(&nic.mac),
-            xml_escape(tap)
-        );
-    }
+    write_interfaces(&mut x, spec, taps);
     match &spec.boot {
         Boot::Network | Boot::Disk => {}
         Boot::Direct { .. } => bail!(

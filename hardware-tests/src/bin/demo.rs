@@ -321,16 +321,7 @@ async fn drive(flow: &mut Flow<'_, '_>, images: &ImageServer, p: &Prepared) -> R
         t.elapsed().as_secs_f64(),
         node["last_error"]
     ));
-    let commands = flow
-        .reporter()
-        .map(|r| r.commands.clone())
-        .unwrap_or_default();
-    if !commands.is_empty() {
-        flow.say(format!(
-            "what Ironic ran on the agent (its command list): {}",
-            deploy::command_names(&commands)
-        ));
-    }
+    flow.say_command_list();
 
     flow.say("");
     flow.say("== boot from disk");

@@ -307,6 +307,20 @@ impl<'a, 'b> Flow<'a, 'b> {
         }
     }
 
+    /// Prints the names of the commands Ironic ran on the agent (from the
+    /// command list the reporter saw), when the flow reports and saw any.
+    pub fn say_command_list(&mut self) {
+        let Some(r) = &mut self.report else {
+            return;
+        };
+        if !r.commands.is_empty() {
+            let names = super::deploy::command_names(&r.commands);
+            r.out.line(format!(
+                "what Ironic ran on the agent (its command list): {names}"
+            ));
+        }
+    }
+
     async fn poll(&mut self, every: Duration, timeout: Duration, until: Until) -> Result<Value> {
         match &mut self.report {
             Some(r) => {
