@@ -194,20 +194,9 @@ impl<'n> ArmBed<'n> {
              power, redfish-virtual-media boot, direct deploy, agent inspect, fast track, \
              deploy files by arch)"
         ));
-        let t = Instant::now();
         let conf = ironic_conf(&files.www, &http_url);
-        let ironic = out
-            .meanwhile("starting Ironic", None, || {
-                Ironic::start_in(&net.ns, BRIDGE_IP, IRONIC_PORT, Some(&conf))
-            })
-            .context("starting Ironic 39.0.0 in the namespace")?;
-        out.line(format!(
-            "Ironic up at {} in {:.1} s; its log: {}; console: {}",
-            ironic.url,
-            t.elapsed().as_secs_f64(),
-            ironic.log_path().display(),
-            system.console.display()
-        ));
+        let ironic =
+            super::ironic_flow::start_ironic_shown(out, net, IRONIC_PORT, &conf, &system.console)?;
         Ok(Self {
             ironic,
             bmc,

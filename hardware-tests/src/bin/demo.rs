@@ -44,7 +44,6 @@ use hardware_tests::bed::deploy::{self, Event, Printer, Target, HEARTBEAT};
 use hardware_tests::bed::ironic_flow::{self, Flow, Machine, PxeRoot};
 use hardware_tests::bed::redfish::Bmc;
 use hardware_tests::bed::{self, Boot, Net, NetOptions, BRIDGE_IP};
-use hardware_tests::ironic::Ironic;
 use hardware_tests::own_server::inventory::inventory_lines;
 use hardware_tests::own_server::options::{Options, USAGE};
 use hardware_tests::testimage::{self, TestImage};
@@ -230,20 +229,8 @@ fn with_ironic(mut out: Printer, p: &Prepared, uefi: bool) -> Result<()> {
         "starting Ironic 39.0.0 in the namespace on {BRIDGE_IP}:{PORT} \
          (sqlite, redfish power, ipxe boot, direct deploy, agent inspect, require_tls = true)"
     ));
-    let t = Instant::now();
     let conf = ironic_flow::ironic_conf(pxe.dir(), "");
-    let ironic = out
-        .meanwhile("starting Ironic", None, || {
-            Ironic::start_in(&net.ns, BRIDGE_IP, PORT, Some(&conf))
-        })
-        .context("starting Ironic 39.0.0 in the namespace")?;
-    out.line(format!(
-        "Ironic up at {} in {:.1} s; its log: {}; console: {}",
-        ironic.url,
-        t.elapsed().as_secs_f64(),
-        ironic.log_path().display(),
-        system.console.display()
-    ));
+    let ironic = ironic_flow::start_ironic_shown(&mut out, &net, PORT, &conf, &system.console)?;
 
     let bmc_ref: &Bmc<'_> = &bmc;
     let result = net.block_on(async {

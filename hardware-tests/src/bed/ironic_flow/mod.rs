@@ -173,6 +173,33 @@ impl PxeRoot {
     }
 }
 
+/// Starts Ironic 39 in `net`'s namespace on the bridge's address and
+/// `port` with the configuration `conf`, saying every [`super::deploy::HEARTBEAT`]
+/// that it is still starting, then prints where it is up, in how long, its
+/// log and the machine's `console` (the demos).
+pub fn start_ironic_shown(
+    out: &mut Printer,
+    net: &super::Net,
+    port: u16,
+    conf: &str,
+    console: &Path,
+) -> Result<Ironic> {
+    let t = Instant::now();
+    let ironic = out
+        .meanwhile("starting Ironic", None, || {
+            Ironic::start_in(&net.ns, BRIDGE_IP, port, Some(conf))
+        })
+        .context("starting Ironic 39.0.0 in the namespace")?;
+    out.line(format!(
+        "Ironic up at {} in {:.1} s; its log: {}; console: {}",
+        ironic.url,
+        t.elapsed().as_secs_f64(),
+        ironic.log_path().display(),
+        console.display()
+    ));
+    Ok(ironic)
+}
+
 /// Enrolls the domain `system` as a `redfish` node booted by `ipxe`
 /// (`boot_mode` `bios` or `uefi`), with a PXE port for `mac`, and takes it
 /// to `manageable` (Ironic verifies the BMC). Returns the node's UUID.
