@@ -5,7 +5,8 @@
 //!   `fd99::1/64`), dnsmasq on it (DHCP with MAC reservations, router
 //!   advertisements, TFTP of iPXE's boot script, the ramdisk's kernel and
 //!   initramfs, or the URL of Ironic's `boot.ipxe` for iPXE clients, and
-//!   iPXE for UEFI PXE clients; an IPv6-only bed has only `fd99::1/64`,
+//!   iPXE for UEFI PXE clients, or Ironic's own TFTP root and loader
+//!   ([`NetOptions::ironic_tftp`]); an IPv6-only bed has only `fd99::1/64`,
 //!   no dnsmasq and drops every IPv4 frame), a way to run async test
 //!   code whose sockets live in the namespace ([`Net::block_on`]) and to
 //!   start programs in it ([`Net::spawn`]).
@@ -51,6 +52,7 @@ pub mod dirty_disk;
 pub mod disk_boot;
 pub mod domain;
 pub mod http_root;
+mod ipv4_drop;
 pub mod ironic_flow;
 pub mod lldp;
 pub mod metal3;
@@ -61,7 +63,7 @@ pub mod ssh;
 pub mod vm;
 pub mod vmedia_disc;
 
-pub use net::{Net, NetOptions, Proc, BRIDGE_IP, BRIDGE_IP6};
+pub use net::{IronicTftp, Net, NetOptions, Proc, BRIDGE_IP, BRIDGE_IP6};
 pub use vm::{Boot, Bus, Disk, Firmware, MultipathDisk, Nic, Vm, VmSpec};
 
 use std::path::{Path, PathBuf};
