@@ -26,8 +26,11 @@
 //!   the lines every architecture's domain starts with.
 //! * [`arm_domain`]: the BMC's aarch64 machines (the `virt` board under
 //!   AAVMF) and the arm64 ESP Ironic puts on their virtual-media ISOs;
-//!   [`arm_flow`]: Ironic's per-architecture configuration for them and
-//!   the ISO it inserted.
+//!   [`arm_flow`]: the files Ironic serves them, Ironic's
+//!   per-architecture configuration and the ISO it inserted;
+//!   [`arm_pxe`]: Ironic's `pxe` boot interface (GRUB over TFTP from its
+//!   own `tftp_root`, optionally under Secure Boot) for them;
+//!   [`arm_server`]: the flow from enrolment to the deployed disk's boot.
 //! * [`disk_boot`]: a disk file booted in a plain SeaBIOS machine: the
 //!   test image's marker, or the firmware finding nothing to boot.
 //! * [`ssh`]: password logins to a guest from inside the namespace.
@@ -45,6 +48,7 @@
 
 pub mod arm_domain;
 pub mod arm_flow;
+pub mod arm_pxe;
 pub mod arm_server;
 pub mod deploy;
 pub mod direct;
