@@ -82,6 +82,7 @@ fn redfish_bmc_drives_a_libvirt_domain() {
         ipxe_script_url: None,
         secure_boot_chain: false,
         ipv4: true,
+        ironic_tftp: None,
     })
     .unwrap();
     let tmp = tempfile::tempdir().unwrap();

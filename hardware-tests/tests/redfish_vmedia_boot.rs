@@ -58,6 +58,7 @@ fn ironic_boots_a_virtual_media_iso_through_the_bmc() {
         ipxe_script_url: None,
         secure_boot_chain: false,
         ipv4: true,
+        ironic_tftp: None,
     })
     .unwrap();
     let mut bmc = Bmc::start(&net).unwrap();

@@ -1,8 +1,10 @@
 //! The Redfish bed's Arm server (issue 33): the libvirt domain XML of an
 //! aarch64 machine as [`super::redfish::Bmc::define`] defines it — QEMU's
 //! `virt` board with a Cortex-A57 under TCG, AAVMF (Arm's UEFI) with the
-//! spec's NVRAM file, virtio disks and NICs, virtio-rng (a Cortex-A57 has
-//! no RNDR) and an empty SCSI CD-ROM drive on a virtio-scsi controller,
+//! spec's NVRAM file (Microsoft's keys enrolled and Secure Boot enforced
+//! for `Firmware::UefiSecureBoot`), virtio disks and NICs, virtio-rng (a
+//! Cortex-A57 has no RNDR) and an empty SCSI CD-ROM drive on a virtio-scsi
+//! controller,
 //! the bus sushy-tools' libvirt driver puts virtual media on for an
 //! aarch64 domain (`_default_controller`: no IDE or SATA on `virt`) — and
 //! the EFI system partition image Ironic embeds in the ISOs it builds for
@@ -25,6 +27,11 @@ use crate::run;
 pub const AAVMF_CODE: &str = "/usr/share/AAVMF/AAVMF_CODE.fd";
 /// The NVRAM template without enrolled keys (Secure Boot off).
 pub const AAVMF_VARS: &str = "/usr/share/AAVMF/AAVMF_VARS.fd";
+/// AAVMF's code for the NVRAM below (`Firmware::UefiSecureBoot`).
+pub const AAVMF_CODE_MS: &str = "/usr/share/AAVMF/AAVMF_CODE.ms.fd";
+/// The NVRAM template with Microsoft's keys enrolled and Secure Boot
+/// enforced, as Arm servers ship.
+pub const AAVMF_VARS_MS: &str = "/usr/share/AAVMF/AAVMF_VARS.ms.fd";
 
 /// The libvirt domain XML for the aarch64 machine `spec` with its NICs on
 /// `taps` and its serial console (the PL011) appended to `console`.
@@ -42,11 +49,10 @@ pub fn domain_xml(spec: &VmSpec, taps: &[String], console: &Path) -> Result<Stri
         "{}: the Arm domain offers no IPMI simulator, blkdebug or multipath disks",
         spec.name
     );
-    let Firmware::Uefi { vars } = &spec.firmware else {
-        bail!(
-            "{}: an Arm server boots AAVMF without Secure Boot here (Firmware::Uefi)",
-            spec.name
-        );
+    let (code, template, vars) = match &spec.firmware {
+        Firmware::Uefi { vars } => (AAVMF_CODE, AAVMF_VARS, vars),
+        Firmware::UefiSecureBoot { vars } => (AAVMF_CODE_MS, AAVMF_VARS_MS, vars),
+        Firmware::Bios => bail!("{}: an Arm server has no BIOS (AAVMF only)", spec.name),
     };
     let mut x = String::new();
     // type='qemu': TCG, as on the x86 domains.
@@ -57,7 +63,7 @@ pub fn domain_xml(spec: &VmSpec, taps: &[String], console: &Path) -> Result<Stri
         &DomainHead {
             arch: "aarch64",
             machine: "virt",
-            uefi: Some((AAVMF_CODE, AAVMF_VARS, vars.as_path())),
+            uefi: Some((code, template, vars.as_path())),
             cpu: "<model fallback='forbid'>cortex-a57</model>",
             emulator: "/usr/bin/qemu-system-aarch64",
         },
@@ -214,6 +220,20 @@ mod tests {
         let mut sata = arm_spec(dir.path());
         sata.disks[0].bus = Bus::Sata;
         assert!(domain_xml(&sata, &["t".into()], &console).is_err());
+        // Secure Boot: AAVMF with Microsoft's keys enrolled.
+        let mut sb = arm_spec(dir.path());
+        sb.firmware = Firmware::UefiSecureBoot {
+            vars: dir.path().join("SB.fd"),
+        };
+        let xml = domain_xml(&sb, &["t".into()], &console).unwrap();
+        assert!(
+            xml.contains(&format!("<nvram template='{AAVMF_VARS_MS}'>")),
+            "{xml}"
+        );
+        assert!(
+            xml.contains(&format!("type='pflash'>{AAVMF_CODE_MS}</loader>")),
+            "{xml}"
+        );
         let mut x86 = arm_spec(dir.path());
         x86.arch = Arch::X86_64;
         assert!(domain_xml(&x86, &["t".into()], &console).is_err());

@@ -8,9 +8,12 @@
 //! the node's enrolment and the run from `manageable` through inspection,
 //! automated cleaning and deploy to the deployed system's boot under
 //! AAVMF ([`run`], on a [`Flow`] that reports when the demo asks it to).
-//! Ironic's configuration and the ISO check are in [`super::arm_flow`].
+//! Ironic boots the ramdisk by virtual media or, with [`ArmBoot::Pxe`],
+//! over the network by its own `pxe` interface (GRUB), optionally under
+//! Secure Boot. Ironic's configuration, the files and the ISO check are in
+//! [`super::arm_flow`], the `pxe` parts in [`super::arm_pxe`].
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -18,13 +21,15 @@ use anyhow::{bail, Context, Result};
 use image_builder::arch::Arch;
 use serde_json::{json, Value};
 
-use super::arm_flow::{file_sha256, ironic_conf, read_arm_iso, ArmIso};
+pub use super::arm_flow::ArmFiles;
+use super::arm_flow::{ironic_conf, read_arm_iso, ArmIso};
+use super::arm_pxe::{read_tftp, ArmBoot, ArmTftp};
 use super::deploy::{self, Printer};
 use super::http_root::HttpRoot;
 use super::ironic_flow::{Flow, Machine, RAMDISK_START};
 use super::redfish::{self, Bmc, System};
 use super::BRIDGE_IP;
-use super::{arm_domain, metal3, Boot, Bus, Disk, Firmware, Net, NetOptions, Nic, VmSpec};
+use super::{metal3, Boot, Bus, Disk, Firmware, IronicTftp, Net, NetOptions, Nic, VmSpec};
 use crate::ironic::Ironic;
 use crate::own_server::inventory::inventory_lines;
 use crate::{run as run_cmd, testimage};
@@ -46,78 +51,30 @@ pub const PHASE_TIMEOUT: Duration = Duration::from_secs(900);
 /// drive after `active`.
 pub const DISK_BOOT_TIMEOUT: Duration = Duration::from_secs(420);
 
-/// Ironic's `http_root` for the Arm node and what it holds.
-#[derive(Debug)]
-pub struct ArmFiles {
-    /// Scratch space: the ESPs, the raw image, the domain's disk and
-    /// firmware variables.
-    pub tmp: tempfile::TempDir,
-    /// The `http_root`: `aarch64/` and `x86_64/` deploy files, `disk.qcow2`.
-    pub www: PathBuf,
-    /// The sha256 of the aarch64 deploy kernel.
-    pub arm_kernel_sha256: String,
-    /// The sha256 of the aarch64 ESP (`bootloader_by_arch`).
-    pub arm_esp_sha256: String,
-    /// The sha256 of `disk.qcow2`.
-    pub qcow2_sha256: String,
-    /// The qcow2 image's size.
-    pub qcow2_size: u64,
-    /// What the deployed system prints ([`testimage::marker_line`]).
-    pub marker: String,
-}
-
-impl ArmFiles {
-    /// Fills the `http_root` from the aarch64 deploy ramdisk in `ramdisk`:
-    /// its kernel and initramfs, an ESP of its `shimaa64.efi` with Debian's
-    /// signed monolithic GRUB (the ramdisk's own `grubaa64.efi` is the
-    /// network GRUB, which stops at a prompt on an ISO), the x86_64
-    /// defaults (stand-in kernel and ramdisk: put on an ISO like real ones,
-    /// never bootable here), and the aarch64 test image printing `marker`.
-    pub fn prepare(ramdisk: &Path, marker: &str) -> Result<Self> {
-        let tmp = tempfile::tempdir()?;
-        let www = tmp.path().join("www");
-        for d in ["aarch64", "x86_64"] {
-            std::fs::create_dir_all(www.join(d))?;
-        }
-        for f in ["deploy.kernel", "deploy.initramfs"] {
-            std::fs::copy(ramdisk.join(f), www.join("aarch64").join(f))
-                .with_context(|| format!("copying {}", ramdisk.join(f).display()))?;
-        }
-        let inputs = testimage::Inputs::fetch_for(Arch::Aarch64)?;
-        let grub = inputs
-            .loader
-            .clone()
-            .context("Debian's signed grubaa64.efi was not fetched")?;
-        let arm_esp = arm_domain::esp_image(tmp.path(), &ramdisk.join("shimaa64.efi"), &grub)?;
-        std::fs::copy(&arm_esp, www.join("aarch64/esp.img"))?;
-        let x86_esp = redfish::esp_image(tmp.path())?;
-        std::fs::copy(&x86_esp, www.join("x86_64/esp.img"))?;
-        std::fs::write(www.join("x86_64/deploy.kernel"), b"x86_64 deploy kernel\n")?;
-        std::fs::write(
-            www.join("x86_64/deploy.initramfs"),
-            b"x86_64 deploy ramdisk\n",
-        )?;
-        let image = testimage::build_from(&inputs, tmp.path(), marker)?;
-        let qcow2 = www.join("disk.qcow2");
-        testimage::to_qcow2(&image.raw, &qcow2, true)?;
-        Ok(Self {
-            arm_kernel_sha256: file_sha256(&ramdisk.join("deploy.kernel"))?,
-            arm_esp_sha256: file_sha256(&arm_esp)?,
-            qcow2_sha256: file_sha256(&qcow2)?,
-            qcow2_size: std::fs::metadata(&qcow2)?.len(),
-            marker: marker.to_string(),
-            tmp,
-            www,
-        })
-    }
-}
-
 /// The bed's network for the Arm domain: DHCP with a fixed lease for
 /// [`MAC`] (the Metal3 flows cover DHCP-less `network_data`).
 pub fn start_net(name: &str) -> Result<Net> {
     Net::start(NetOptions {
         dhcp: true,
         hosts: vec![(MAC.to_string(), GUEST.to_string())],
+        ..NetOptions::no_dhcp(name)
+    })
+}
+
+/// [`start_net`] for `files.boot`: with the `pxe` interface dnsmasq also
+/// serves Ironic's `tftp_root` over TFTP and hands Arm UEFI clients
+/// (client-arch 11) Ironic's loader there ([`ArmBoot::loader`]).
+pub fn start_net_for(name: &str, files: &ArmFiles) -> Result<Net> {
+    let Some(loader) = files.boot.loader() else {
+        return start_net(name);
+    };
+    Net::start(NetOptions {
+        dhcp: true,
+        hosts: vec![(MAC.to_string(), GUEST.to_string())],
+        ironic_tftp: Some(IronicTftp {
+            root: files.tftp_root.clone(),
+            uefi_bootfile: loader.to_string(),
+        }),
         ..NetOptions::no_dhcp(name)
     })
 }
@@ -137,6 +94,8 @@ pub struct ArmBed<'n> {
     pub disk: PathBuf,
     /// `http://BRIDGE_IP:HTTP_PORT`.
     pub http_url: String,
+    /// How Ironic boots the deploy ramdisk.
+    pub boot: ArmBoot,
     _http: HttpRoot,
 }
 
@@ -159,8 +118,11 @@ impl<'n> ArmBed<'n> {
         .context("putting a GPT on the Arm domain's disk")?;
         let mut spec = VmSpec::new("armvm");
         spec.arch = Arch::Aarch64;
-        spec.firmware = Firmware::Uefi {
-            vars: files.tmp.path().join("armvm_VARS.fd"),
+        let vars = files.tmp.path().join("armvm_VARS.fd");
+        spec.firmware = if files.boot.secure_boot() {
+            Firmware::UefiSecureBoot { vars }
+        } else {
+            Firmware::Uefi { vars }
         };
         spec.memory_mb = 1024;
         spec.cpus = 2;
@@ -191,10 +153,10 @@ impl<'n> ArmBed<'n> {
 
         out.line(format!(
             "starting Ironic 39.0.0 in the namespace on {BRIDGE_IP}:{IRONIC_PORT} (sqlite, redfish \
-             power, redfish-virtual-media boot, direct deploy, agent inspect, fast track, \
-             deploy files by arch)"
+             power, {} boot, direct deploy, agent inspect, fast track, deploy files by arch)",
+            files.boot.interface()
         ));
-        let conf = ironic_conf(&files.www, &http_url);
+        let conf = ironic_conf(files, &http_url);
         let ironic =
             super::ironic_flow::start_ironic_shown(out, net, IRONIC_PORT, &conf, &system.console)?;
         Ok(Self {
@@ -203,12 +165,13 @@ impl<'n> ArmBed<'n> {
             system,
             disk,
             http_url,
+            boot: files.boot,
             _http: http,
         })
     }
 
     /// Enrolls the domain as a `redfish` node booted by
-    /// `redfish-virtual-media` that says only `properties.cpu_arch =
+    /// `redfish-virtual-media` (or `pxe`, as the files say) that says only `properties.cpu_arch =
     /// aarch64` (no deploy kernel, ramdisk or bootloader in its
     /// `driver_info`: Ironic picks them by arch), with a port for [`MAC`].
     /// Returns the node as created (`enroll`).
@@ -224,7 +187,7 @@ impl<'n> ArmBed<'n> {
                     "redfish_username": redfish::USER,
                     "redfish_password": redfish::PASSWORD,
                 },
-                "boot_interface": "redfish-virtual-media",
+                "boot_interface": self.boot.interface(),
                 "power_interface": "redfish",
                 "management_interface": "redfish",
                 "inspect_interface": "agent",
@@ -252,6 +215,9 @@ impl<'n> ArmBed<'n> {
 pub struct ArmRun {
     /// What Ironic put on the ISO it inserted, when it was seen.
     pub iso: Option<ArmIso>,
+    /// What Ironic wrote into its TFTP root for inspection (`pxe`), when
+    /// it was seen.
+    pub tftp: Option<ArmTftp>,
     /// The node after inspection.
     pub inspected: Value,
     /// The inspection data Ironic stored (`inventory`, `plugin_data`).
@@ -295,43 +261,31 @@ pub async fn run(
     times.push(("manage", t.elapsed()));
 
     flow.say("");
-    flow.say(
-        "== inspection: Ironic's ISO by virtual media, agent inspect (2 vCPUs, QEMU TCG, AAVMF)",
-    );
+    flow.say(format!(
+        "== inspection: {}, agent inspect (2 vCPUs, QEMU TCG, AAVMF{})",
+        match bed.boot {
+            ArmBoot::VirtualMedia => "Ironic's ISO by virtual media",
+            ArmBoot::Pxe { .. } => "Ironic's GRUB and ramdisk over TFTP (pxe)",
+        },
+        if bed.boot.secure_boot() {
+            ", Secure Boot enforced"
+        } else {
+            ""
+        }
+    ));
     let t = Instant::now();
     ironic
         .provision(&uuid, json!({"target": "inspect"}))
         .await?;
     flow.wait_for_any_target("inspect wait", Duration::from_secs(300))
         .await
-        .context("inspection: Ironic inserting its ISO")?;
-    // Ironic inserted its ISO and powered the domain on before `inspect wait`.
-    let mut iso = None;
-    for _ in 0..20 {
-        iso = tokio::task::block_in_place(|| {
-            read_arm_iso(&bed.bmc, &bed.system.name, files.tmp.path())
-        });
-        if iso.is_some() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-    if let Some(iso) = &iso {
-        flow.say(format!(
-            "machine: Ironic inserted its ISO through the BMC: /vmlinuz {} the aarch64 deploy \
-             kernel, ESP {} bootloader_by_arch's aarch64 one",
-            if iso.kernel_sha256.as_deref() == Some(&files.arm_kernel_sha256) {
-                "is"
-            } else {
-                "is NOT"
-            },
-            if iso.esp_sha256.as_deref() == Some(&files.arm_esp_sha256) {
-                "is"
-            } else {
-                "is NOT"
-            },
-        ));
-    }
+        .context("inspection: Ironic preparing the ramdisk boot")?;
+    // Ironic inserted its ISO, or wrote the node's GRUB config into its
+    // TFTP root, and powered the domain on before `inspect wait`.
+    let (iso, tftp) = match bed.boot {
+        ArmBoot::VirtualMedia => (seen_iso(flow, bed, files).await, None),
+        ArmBoot::Pxe { .. } => (None, seen_tftp(flow, files, &uuid).await),
+    };
     let inspected = flow
         .wait_for("manageable", PHASE_TIMEOUT)
         .await
@@ -435,6 +389,7 @@ pub async fn run(
     flow.say(format!("its config drive's meta_data.json: {meta}"));
     Ok(ArmRun {
         iso,
+        tftp,
         inspected,
         inventory,
         blkid_after_clean,
@@ -444,6 +399,54 @@ pub async fn run(
         meta_data,
         times,
     })
+}
+
+/// The ISO Ironic inserted into the domain's drive (polled for 10 s), said
+/// on `flow`.
+async fn seen_iso(flow: &mut Flow<'_, '_>, bed: &ArmBed<'_>, files: &ArmFiles) -> Option<ArmIso> {
+    let mut iso = None;
+    for _ in 0..20 {
+        iso = tokio::task::block_in_place(|| {
+            read_arm_iso(&bed.bmc, &bed.system.name, files.tmp.path())
+        });
+        if iso.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let is = |yes: bool| if yes { "is" } else { "is NOT" };
+    if let Some(iso) = &iso {
+        flow.say(format!(
+            "machine: Ironic inserted its ISO through the BMC: /vmlinuz {} the aarch64 deploy \
+             kernel, ESP {} bootloader_by_arch's aarch64 one",
+            is(iso.kernel_sha256.as_deref() == Some(&files.arm_kernel_sha256)),
+            is(iso.esp_sha256.as_deref() == Some(&files.arm_esp_sha256)),
+        ));
+    }
+    iso
+}
+
+/// What Ironic wrote into its TFTP root for node `uuid` (polled for 10 s),
+/// said on `flow`.
+async fn seen_tftp(flow: &mut Flow<'_, '_>, files: &ArmFiles, uuid: &str) -> Option<ArmTftp> {
+    let mut tftp = None;
+    for _ in 0..20 {
+        tftp = read_tftp(&files.tftp_root, uuid, MAC);
+        if tftp.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let is = |yes: bool| if yes { "is" } else { "is NOT" };
+    if let Some(t) = &tftp {
+        flow.say(format!(
+            "conductor: Ironic wrote its GRUB config {uuid}/config (linked as grub.cfg-01-<mac> \
+             and <mac>.conf) into its tftp_root; {uuid}/deploy_kernel {} the aarch64 {}",
+            is(t.kernel_sha256.as_deref() == Some(&files.arm_kernel_sha256)),
+            files.boot.kernel_file(),
+        ));
+    }
+    tftp
 }
 
 /// Waits until the console shows `marker`'s line and a config drive;

@@ -5,7 +5,8 @@
 //!   `fd99::1/64`), dnsmasq on it (DHCP with MAC reservations, router
 //!   advertisements, TFTP of iPXE's boot script, the ramdisk's kernel and
 //!   initramfs, or the URL of Ironic's `boot.ipxe` for iPXE clients, and
-//!   iPXE for UEFI PXE clients; an IPv6-only bed has only `fd99::1/64`,
+//!   iPXE for UEFI PXE clients, or Ironic's own TFTP root and loader
+//!   ([`NetOptions::ironic_tftp`]); an IPv6-only bed has only `fd99::1/64`,
 //!   no dnsmasq and drops every IPv4 frame), a way to run async test
 //!   code whose sockets live in the namespace ([`Net::block_on`]) and to
 //!   start programs in it ([`Net::spawn`]).
@@ -25,8 +26,11 @@
 //!   the lines every architecture's domain starts with.
 //! * [`arm_domain`]: the BMC's aarch64 machines (the `virt` board under
 //!   AAVMF) and the arm64 ESP Ironic puts on their virtual-media ISOs;
-//!   [`arm_flow`]: Ironic's per-architecture configuration for them and
-//!   the ISO it inserted.
+//!   [`arm_flow`]: the files Ironic serves them, Ironic's
+//!   per-architecture configuration and the ISO it inserted;
+//!   [`arm_pxe`]: Ironic's `pxe` boot interface (GRUB over TFTP from its
+//!   own `tftp_root`, optionally under Secure Boot) for them;
+//!   [`arm_server`]: the flow from enrolment to the deployed disk's boot.
 //! * [`disk_boot`]: a disk file booted in a plain SeaBIOS machine: the
 //!   test image's marker, or the firmware finding nothing to boot.
 //! * [`ssh`]: password logins to a guest from inside the namespace.
@@ -44,6 +48,7 @@
 
 pub mod arm_domain;
 pub mod arm_flow;
+pub mod arm_pxe;
 pub mod arm_server;
 pub mod deploy;
 pub mod direct;
@@ -51,6 +56,7 @@ pub mod dirty_disk;
 pub mod disk_boot;
 pub mod domain;
 pub mod http_root;
+mod ipv4_drop;
 pub mod ironic_flow;
 pub mod lldp;
 pub mod metal3;
@@ -61,7 +67,7 @@ pub mod ssh;
 pub mod vm;
 pub mod vmedia_disc;
 
-pub use net::{Net, NetOptions, Proc, BRIDGE_IP, BRIDGE_IP6};
+pub use net::{IronicTftp, Net, NetOptions, Proc, BRIDGE_IP, BRIDGE_IP6};
 pub use vm::{Boot, Bus, Disk, Firmware, MultipathDisk, Nic, Vm, VmSpec};
 
 use std::path::{Path, PathBuf};

@@ -2,7 +2,8 @@
 //! DHCPv6 with SLAAC router advertisements, and PXE (iPXE clients get the
 //! bed's `boot.ipxe` over TFTP with the ramdisk, or the URL of Ironic's
 //! `boot.ipxe` on its HTTP server; UEFI clients without iPXE get iPXE's
-//! `snponly.efi` first), plus running test code and programs inside it.
+//! `snponly.efi` first; or Ironic's own TFTP root and loader for its `pxe`
+//! boot interface), plus running test code and programs inside it.
 //! An IPv6-only bed ([`NetOptions::ipv6_only`]) has no IPv4 address, no
 //! dnsmasq, and drops (and counts) every IPv4 and ARP frame on its bridge.
 
@@ -14,6 +15,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 
+use super::ipv4_drop::{drop_ipv4, dropped_frames};
 use crate::netns::NetNs;
 
 /// The bridge's address inside the namespace: where the conductor, image
@@ -96,6 +98,24 @@ pub struct NetOptions {
     pub secure_boot_chain: bool,
     /// `false`: an IPv6-only network (see [`NetOptions::ipv6_only`]).
     pub ipv4: bool,
+    /// Ironic's own TFTP root (its `pxe` boot interface): dnsmasq serves
+    /// that directory and hands UEFI PXE clients its loader; nothing of
+    /// the bed's own is put there. Excludes `ramdisk`, `ipxe_script_url`
+    /// and `secure_boot_chain`.
+    pub ironic_tftp: Option<IronicTftp>,
+}
+
+/// Ironic's TFTP root as the bed's dnsmasq serves it (see
+/// [`NetOptions::ironic_tftp`]).
+#[derive(Debug, Clone)]
+pub struct IronicTftp {
+    /// Ironic's `[pxe] tftp_root`, the same string (Ironic's master GRUB
+    /// config sources absolute paths under it, which dnsmasq serves only
+    /// when they start with its own `--tftp-root`).
+    pub root: PathBuf,
+    /// The loader UEFI clients (client-arch 7 and 11) get, a file name in
+    /// `root` (one of Ironic's `[pxe] loader_file_paths`).
+    pub uefi_bootfile: String,
 }
 
 impl NetOptions {
@@ -110,6 +130,7 @@ impl NetOptions {
             ipxe_script_url: None,
             secure_boot_chain: false,
             ipv4: true,
+            ironic_tftp: None,
         }
     }
 
@@ -125,6 +146,7 @@ impl NetOptions {
             ipxe_script_url: None,
             secure_boot_chain: false,
             ipv4: true,
+            ironic_tftp: None,
         }
     }
 
@@ -152,6 +174,7 @@ impl NetOptions {
             ipxe_script_url: Some(script_url.to_string()),
             secure_boot_chain: false,
             ipv4: true,
+            ironic_tftp: None,
         }
     }
 }
@@ -209,8 +232,17 @@ impl Net {
                     .with_context(|| format!("copying {f} from {}", dir.display()))?;
             }
         }
-        let pxe = opts.ramdisk.is_some() || opts.ipxe_script_url.is_some();
+        let pxe =
+            opts.ramdisk.is_some() || opts.ipxe_script_url.is_some() || opts.ironic_tftp.is_some();
+        anyhow::ensure!(
+            opts.ironic_tftp.is_none()
+                || (opts.ramdisk.is_none()
+                    && opts.ipxe_script_url.is_none()
+                    && !opts.secure_boot_chain),
+            "Ironic's TFTP root excludes the bed's own ramdisk, boot chain and iPXE script"
+        );
         let uefi_bootfile = match (&opts.ramdisk, opts.secure_boot_chain) {
+            _ if opts.ironic_tftp.is_some() => "",
             (Some(dir), true) => {
                 // The ramdisk's architecture: an aarch64 build has the
                 // arm64 chain (shimaa64.efi) and no x86 one.
@@ -316,11 +348,18 @@ impl Net {
                 "--dhcp-match=set:efi64,option:client-arch,7",
                 // Arm 64-bit UEFI (AAVMF).
                 "--dhcp-match=set:efi64,option:client-arch,11",
-            ])
-            .arg(format!("--dhcp-boot=tag:ipxe,{script}"))
-            .arg(format!("--dhcp-boot=tag:efi64,tag:!ipxe,{uefi_bootfile}"))
-            .arg("--enable-tftp")
-            .arg(format!("--tftp-root={}", tftp.path().display()));
+            ]);
+            match &opts.ironic_tftp {
+                // Ironic's root and loader: no iPXE script there.
+                Some(t) => cmd
+                    .arg(format!("--dhcp-boot=tag:efi64,{}", t.uefi_bootfile))
+                    .arg(format!("--tftp-root={}", t.root.display())),
+                None => cmd
+                    .arg(format!("--dhcp-boot=tag:ipxe,{script}"))
+                    .arg(format!("--dhcp-boot=tag:efi64,tag:!ipxe,{uefi_bootfile}"))
+                    .arg(format!("--tftp-root={}", tftp.path().display())),
+            };
+            cmd.arg("--enable-tftp");
         }
         let child = cmd
             .stdin(Stdio::null())
@@ -421,78 +460,5 @@ impl Net {
                 .context("building the namespace's runtime")?;
             Ok(rt.block_on(fut))
         })?
-    }
-}
-
-/// ebtables rules (nft backend, in the namespace's own bridge table) that
-/// drop every IPv4 and ARP frame entering the bridge's host side or
-/// crossing between its ports.
-fn drop_ipv4(ns: &NetNs) -> Result<()> {
-    for (chain, proto) in [
-        ("INPUT", "IPv4"),
-        ("INPUT", "ARP"),
-        ("FORWARD", "IPv4"),
-        ("FORWARD", "ARP"),
-        ("OUTPUT", "IPv4"),
-        ("OUTPUT", "ARP"),
-    ] {
-        crate::run(Command::new("ip").args([
-            "netns",
-            "exec",
-            &ns.name,
-            "ebtables-nft",
-            "-A",
-            chain,
-            "-p",
-            proto,
-            "-j",
-            "DROP",
-        ]))
-        .context("ebtables-nft (ci/install-deps installs iptables)")?;
-    }
-    Ok(())
-}
-
-/// The sum of `pcnt = N` over the rules of the INPUT and FORWARD chains in
-/// `ebtables -L --Lc` output: frames that entered the bridge from its
-/// ports, i.e. that a machine on the bed sent. OUTPUT's rules drop what
-/// the namespace's own kernel sends (IGMP reports of the bridge, which has
-/// no IPv4 address) and are not counted.
-fn dropped_frames(listing: &str) -> u64 {
-    let mut counted = false;
-    let mut sum = 0;
-    for line in listing.lines() {
-        if let Some(chain) = line.strip_prefix("Bridge chain: ") {
-            counted = chain.starts_with("INPUT,") || chain.starts_with("FORWARD,");
-        } else if let Some(n) = line
-            .split("pcnt = ")
-            .nth(1)
-            .and_then(|rest| rest.split_whitespace().next())
-            .and_then(|n| n.parse::<u64>().ok())
-        {
-            if counted {
-                sum += n;
-            }
-        }
-    }
-    sum
-}
-
-#[cfg(test)]
-mod tests {
-    use super::dropped_frames;
-
-    #[test]
-    fn dropped_frames_counts_what_entered_the_bridge() {
-        let listing = "Bridge table: filter\n\n\
-            Bridge chain: INPUT, entries: 1, policy: ACCEPT\n\
-            -p IPv4 -j DROP , pcnt = 3 -- bcnt = 180\n\n\
-            Bridge chain: FORWARD, entries: 2, policy: ACCEPT\n\
-            -p IPv4 -j DROP , pcnt = 0 -- bcnt = 0\n\
-            -p ARP -j DROP , pcnt = 12 -- bcnt = 504\n\n\
-            Bridge chain: OUTPUT, entries: 1, policy: ACCEPT\n\
-            -p IPv4 -j DROP , pcnt = 2 -- bcnt = 80\n";
-        assert_eq!(dropped_frames(listing), 15);
-        assert_eq!(dropped_frames("Bridge table: filter\n"), 0);
     }
 }

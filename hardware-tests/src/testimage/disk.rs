@@ -104,13 +104,31 @@ fn esp(work: &Path, inputs: &Inputs, initrd: &[u8]) -> Result<std::path::PathBuf
         }
         (Some(loader), arch) => {
             let name = format!("BOOT{}.EFI", arch.efi_suffix().to_uppercase());
-            std::fs::copy(loader, boot.join(&name))
-                .with_context(|| format!("copying {}", loader.display()))?;
-            stamp(&boot.join(name))?;
+            let grub_name = format!("grub{}.efi", arch.efi_suffix());
+            // Under Secure Boot shim is what the firmware starts; it starts
+            // the loader by the name it was built with.
+            let placed = match &inputs.shim {
+                Some(shim) => [(shim, name), (loader, grub_name)].to_vec(),
+                None => [(loader, name)].to_vec(),
+            };
+            for (from, to) in placed {
+                std::fs::copy(from, boot.join(&to))
+                    .with_context(|| format!("copying {}", from.display()))?;
+                stamp(&boot.join(to))?;
+            }
             put(&boot.join("grub.cfg"), grub_cfg(arch).as_bytes())?;
-            // The arm64 Image gzipped, as the aarch64 ramdisk ships it
-            // (GRUB unpacks it).
-            put(&vmlinuz, &arch.deploy_kernel(kernel)?)?;
+            match &inputs.shim {
+                // The signed Image as it is: shim checks its signature.
+                Some(_) => put(
+                    &vmlinuz,
+                    &arch.signed_kernel(kernel)?.with_context(|| {
+                        format!("{} is not a signed arm64 Image", kernel.display())
+                    })?,
+                )?,
+                // The arm64 Image gzipped, as the aarch64 ramdisk ships it
+                // (GRUB unpacks it).
+                None => put(&vmlinuz, &arch.deploy_kernel(kernel)?)?,
+            }
         }
         (None, Arch::Aarch64) => bail!("the aarch64 test image needs a ready UEFI loader"),
     }

@@ -25,7 +25,9 @@
 //! (`grub-efi-arm64-signed`, fetched by `image-builder/fetch-bootchain.sh`)
 //! with `/EFI/BOOT/grub.cfg` beside it, which that grub reads from the
 //! directory it was started from; the console is `ttyAMA0` and there is no
-//! syslinux (Arm machines have no BIOS).
+//! syslinux (Arm machines have no BIOS). For Secure Boot ([`Inputs::shim`])
+//! `BOOTAA64.EFI` is shim, that GRUB is `/EFI/BOOT/grubaa64.efi` beside it
+//! and `/vmlinuz` the signed arm64 Image, uncompressed.
 //!
 //! The init
 //! ([`initramfs`]) mounts proc/sys/devtmpfs, loads virtio-blk, virtio-scsi,
@@ -128,6 +130,15 @@ pub struct Inputs {
     /// Debian's signed `grubaa64.efi`); `None` builds one with
     /// grub-mkimage (x86_64).
     pub loader: Option<PathBuf>,
+    /// aarch64 under Secure Boot: `shim` (`shimaa64.efi`, signed with
+    /// Microsoft's key) as `BOOTAA64.EFI`, `loader` beside it as the
+    /// `grubaa64.efi` shim starts, and the kernel as Debian's signed,
+    /// uncompressed arm64 Image (shim verifies it; its signature covers
+    /// the Image, not a gzip of it). `None`: the loader is `BOOTAA64.EFI`
+    /// and the kernel gzipped, which AAVMF refuses under Secure Boot with
+    /// Microsoft's keys (the loader is signed by Debian's key, which only
+    /// shim trusts).
+    pub shim: Option<PathBuf>,
 }
 
 impl Inputs {
@@ -191,6 +202,7 @@ impl Inputs {
             busybox: PathBuf::from(busybox),
             arch,
             loader,
+            shim: None,
         })
     }
 }
@@ -316,6 +328,7 @@ mod tests {
             busybox: PathBuf::new(),
             arch: Arch::X86_64,
             loader: None,
+            shim: None,
         };
         let dir = tempfile::tempdir().unwrap();
         for bad in ["", "a b", "x;poweroff", "$(id)"] {
