@@ -9,6 +9,9 @@
 # unless a .deb is already there; nothing is installed on this machine);
 # dropbear (fetch-ssh.sh), mke2fs/mkfs.xfs (fetch-mkfs.sh) and crun, the
 # container steps' OCI runtime (fetch-crun.sh), with their shared libraries.
+# AGENT_BIN=PATH: that static agent instead of build-agent.sh's release
+# build (ci/test-aarch64-short boots a `--drivers vm` ramdisk around the
+# debug cross build it made for the unit tests).
 # --arch aarch64 (issue 33; default OUT target/ramdisk-aarch64): the agent
 # cross-built for aarch64 and everything else from Debian's arm64 packages
 # (linux-image-arm64's kernel, busybox, dropbear, mkfs, the arm64 shim and
@@ -35,7 +38,7 @@ esac
 out=${1:-$default_out}
 shift || true
 mkdir -p "$cache" target/ramdisk-cache
-agent=$(image-builder/build-agent.sh --arch "$arch")
+agent=${AGENT_BIN:-$(image-builder/build-agent.sh --arch "$arch")}
 
 export DEB_ARCH=$deb
 fetched=$(image-builder/fetch-kernel.sh "$cache")

@@ -138,7 +138,10 @@ async fn a_failure_reports_its_status_and_last_lines() {
         e.to_string(),
         "step t exited with signal 15 (SIGTERM); no output"
     );
+}
 
+#[tokio::test]
+async fn a_missing_executable_is_a_spawn_error() {
     let missing = Hook {
         executable: PathBuf::from("/nonexistent/hook"),
         args: vec![],
