@@ -34,25 +34,30 @@
 //!   `target/bed-logs/armironic/flow-times.txt`. The flow itself is
 //!   `hardware_tests::bed::arm_server`, which the demo (`ci/demo --arch
 //!   aarch64`) runs too; this test checks what it saw.
+//! * `ironic_deploys_an_arm_server_by_virtual_media_under_secure_boot`:
+//!   the same flow with AAVMF's Microsoft-keyed NVRAM enforcing Secure
+//!   Boot and `deploy_kernel_by_arch` naming `deploy.kernel.signed` (the
+//!   signed arm64 Image; shim refuses the gzipped `deploy.kernel`): the
+//!   ISO's ESP starts shim, shim Debian's signed GRUB, GRUB the signed
+//!   kernel; that kernel says Secure Boot is on, the agent reports
+//!   lockdown, and the deployed test image (shim, signed GRUB and kernel
+//!   on its ESP) boots under the same firmware. Times in
+//!   `target/bed-logs/armironicsb/flow-times.txt`.
 //!
 //! The bed offers DHCP with a fixed lease for the machine's MAC (the
 //! Metal3 flows cover DHCP-less `network_data`). Ironic's API is plain
 //! HTTP on the bed's bridge; the agent still serves TLS (`require_tls`
 //! keeps Ironic's default).
 
-use std::io::Write;
-use std::path::PathBuf;
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use hardware_tests::bed::arm_server::{self, ArmBed, ArmFiles};
-use hardware_tests::bed::deploy::Printer;
-use hardware_tests::bed::{
-    self, Boot, Bus, Disk, Firmware, Net, NetOptions, Vm, VmSpec, BRIDGE_IP,
-};
+use hardware_tests::bed::arm_pxe::ArmBoot;
+use hardware_tests::bed::arm_server;
+use hardware_tests::bed::arm_suite::{self, ArmSeen};
+use hardware_tests::bed::{Boot, Bus, Disk, Firmware, Net, NetOptions, Vm, VmSpec, BRIDGE_IP};
 use hardware_tests::{require_root, testimage};
 use image_builder::arch::Arch;
-use serde_json::json;
 
 /// One emulated Arm machine at a time: TCG on two cores.
 static ONE_MACHINE: Mutex<()> = Mutex::new(());
@@ -112,100 +117,14 @@ fn aarch64_test_image_boots_under_aavmf() {
 /// The instance uuid the config drive carries.
 const INSTANCE: &str = "arm-cd-5f3a";
 
-static TIMES: OnceLock<PathBuf> = OnceLock::new();
-
-/// Prints a wall time and appends it to [`TIMES`].
-fn timing(line: String) {
-    println!("{line}");
-    if let Some(path) = TIMES.get() {
-        if let Ok(mut f) = std::fs::OpenOptions::new()
-            .append(true)
-            .create(true)
-            .open(path)
-        {
-            let _ = writeln!(f, "{line}");
-        }
-    }
-}
-
-fn secs(d: Duration) -> String {
-    format!("{:.1} s", d.as_secs_f64())
-}
-
-#[test]
-fn ironic_inspects_cleans_and_deploys_an_arm_server() {
-    require_root("the Arm Ironic flow (namespaces, libvirtd, QEMU)");
-    let _one = ONE_MACHINE.lock().unwrap_or_else(|e| e.into_inner());
-    let total = Instant::now();
-    let times = bed::logs_dir("armironic").unwrap().join("flow-times.txt");
-    std::fs::write(&times, "").unwrap();
-    TIMES.set(times).unwrap();
-    let ramdisk = bed::aarch64_ramdisk_dir().unwrap();
-
-    let t = Instant::now();
-    let files = ArmFiles::prepare(&ramdisk, "arm-deployed-7e1d").unwrap();
-    timing(format!(
-        "aarch64 test image and ESPs built in {}",
-        secs(t.elapsed())
-    ));
-
-    let net = arm_server::start_net("armironic").unwrap();
-    let t = Instant::now();
-    let mut out = Printer::new(total);
-    let bed = ArmBed::start(&net, &files, &mut out).unwrap();
-    timing(format!(
-        "BMC, http server and Ironic up in {} ({} since start)",
-        secs(t.elapsed()),
-        secs(total.elapsed())
-    ));
-
-    let t0 = Instant::now();
-    let result = net
-        .block_on(async {
-            let node = bed.enroll().await?;
-            for key in ["deploy_kernel", "deploy_ramdisk", "bootloader"] {
-                assert!(node["driver_info"].get(key).is_none(), "{node}");
-            }
-            let uuid = node["uuid"].as_str().unwrap_or_default();
-            let mut flow = bed.flow(uuid);
-            arm_server::run(&mut flow, &bed, &files, INSTANCE).await
-        })
-        .unwrap();
-    let done = result.unwrap_or_else(|e| {
-        panic!(
-            "{e:#}; Ironic's log: {}; console: {}",
-            bed.ironic.log_path().display(),
-            bed.system.console.display()
-        )
-    });
-    for (phase, took) in &done.times {
-        timing(format!("phase {phase}: {}", secs(*took)));
-    }
-
-    // Inspection: the inventory Ironic stored is the aarch64 machine's.
-    assert_eq!(
-        done.inventory["inventory"]["cpu"]["architecture"],
-        json!("aarch64"),
-        "the inventory Ironic stored: {:#}",
-        done.inventory["inventory"]
-    );
-    assert_eq!(
-        done.inspected["properties"]["cpu_arch"],
-        json!("aarch64"),
-        "{}",
-        done.inspected
-    );
-    // Cleaning removed the GPT.
-    assert!(
-        !done.blkid_after_clean.contains("PTTYPE"),
-        "cleaning left the disk's partition table: {}",
-        done.blkid_after_clean
-    );
-    assert!(
-        done.active["last_error"].is_null(),
-        "{}",
-        done.active["last_error"]
-    );
+/// The virtual-media flow on bed `name` with `boot`, the deployed image
+/// printing `marker`: runs it and checks what both tests share (the ISO's
+/// kernel and ESP, inspection, cleaning, `active`, the disk's boot with
+/// its config drive in one ramdisk boot).
+fn vmedia_flow(name: &str, boot: ArmBoot, marker: &str) -> ArmSeen {
+    let seen = arm_suite::run(name, boot, marker, INSTANCE).unwrap_or_else(|e| panic!("{e:#}"));
+    let (done, files) = (&seen.done, &seen.files);
+    arm_suite::check_flow(&seen, boot, INSTANCE).unwrap_or_else(|e| panic!("{e:#}"));
 
     // The ISO Ironic built for the Arm node: the aarch64 kernel and ESP,
     // not the x86_64 defaults.
@@ -241,23 +160,29 @@ fn ironic_inspects_cleans_and_deploys_an_arm_server() {
         inv["cpu"], inv["system_vendor"]
     );
 
-    // The deployed aarch64 system printed its marker and config drive.
-    assert_eq!(
-        done.meta_data["uuid"],
-        json!(INSTANCE),
-        "{}",
-        done.meta_data
+    seen
+}
+
+#[test]
+fn ironic_inspects_cleans_and_deploys_an_arm_server() {
+    require_root("the Arm Ironic flow (namespaces, libvirtd, QEMU)");
+    let _one = ONE_MACHINE.lock().unwrap_or_else(|e| e.into_inner());
+    let seen = vmedia_flow(
+        "armironic",
+        ArmBoot::VirtualMedia { secure_boot: false },
+        "arm-deployed-7e1d",
     );
-    assert_eq!(
-        done.ramdisk_boots,
-        1,
-        "ramdisk boots; console: {}",
-        bed.system.console.display()
+    arm_suite::check_no_secure_boot(&seen).unwrap_or_else(|e| panic!("{e:#}"));
+}
+
+#[test]
+fn ironic_deploys_an_arm_server_by_virtual_media_under_secure_boot() {
+    require_root("the Arm Ironic flow under Secure Boot (namespaces, libvirtd, QEMU)");
+    let _one = ONE_MACHINE.lock().unwrap_or_else(|e| e.into_inner());
+    let seen = vmedia_flow(
+        "armironicsb",
+        ArmBoot::VirtualMedia { secure_boot: true },
+        "arm-sb-deployed-41c7",
     );
-    timing(format!(
-        "arm flow: enroll → active + disk boot in {} with {} ramdisk boot; whole test {}",
-        secs(t0.elapsed()),
-        done.ramdisk_boots,
-        secs(total.elapsed())
-    ));
+    arm_suite::check_secure_boot(&seen).unwrap_or_else(|e| panic!("{e:#}"));
 }

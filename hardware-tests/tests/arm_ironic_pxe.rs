@@ -50,17 +50,13 @@
 //!
 //! Phase times are printed and kept in `target/bed-logs/<bed>/flow-times.txt`.
 
-use std::io::Write;
-use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
 
 use hardware_tests::bed::arm_pxe::{ArmBoot, GRUB_LOADER, SB_LOADER};
-use hardware_tests::bed::arm_server::{self, ArmBed, ArmFiles, ArmRun};
-use hardware_tests::bed::deploy::Printer;
-use hardware_tests::bed::{self, arm_flow, BRIDGE_IP};
+use hardware_tests::bed::arm_server;
+use hardware_tests::bed::arm_suite::{self, ArmSeen};
+use hardware_tests::bed::{arm_flow, BRIDGE_IP};
 use hardware_tests::require_root;
-use serde_json::json;
 
 /// One emulated Arm machine at a time: TCG on two cores.
 static ONE_MACHINE: Mutex<()> = Mutex::new(());
@@ -68,110 +64,10 @@ static ONE_MACHINE: Mutex<()> = Mutex::new(());
 /// The instance uuid the config drive carries.
 const INSTANCE: &str = "arm-pxe-cd-41c7";
 
-/// Prints a wall time and appends it to `times`.
-fn timing(times: &Path, line: String) {
-    println!("{line}");
-    if let Ok(mut f) = std::fs::OpenOptions::new()
-        .append(true)
-        .create(true)
-        .open(times)
-    {
-        let _ = writeln!(f, "{line}");
-    }
-}
-
-fn secs(d: Duration) -> String {
-    format!("{:.1} s", d.as_secs_f64())
-}
-
-/// What one PXE run left for the checks.
-struct Seen {
-    done: ArmRun,
-    files: ArmFiles,
-    dnsmasq: String,
-    ironic_log: PathBuf,
-    console: PathBuf,
-}
-
-/// Runs the Arm flow with `boot` on a bed named `name` and returns what it
-/// saw; panics with Ironic's log and the console when the flow fails.
-fn run_pxe(name: &str, boot: ArmBoot, marker: &str) -> Seen {
-    let total = Instant::now();
-    let times = bed::logs_dir(name).unwrap().join("flow-times.txt");
-    std::fs::write(&times, "").unwrap();
-    let ramdisk = bed::aarch64_ramdisk_dir().unwrap();
-    for f in ["shimaa64.efi", "grubaa64.efi", boot.kernel_file()] {
-        assert!(
-            ramdisk.join(f).exists(),
-            "{} lacks {f}: build it with image-builder/build.sh --arch aarch64",
-            ramdisk.display()
-        );
-    }
-
-    let t = Instant::now();
-    let files = ArmFiles::prepare_for(&ramdisk, marker, boot).unwrap();
-    timing(
-        &times,
-        format!("aarch64 test image and ESPs built in {}", secs(t.elapsed())),
-    );
-    let net = arm_server::start_net_for(name, &files).unwrap();
-    let t = Instant::now();
-    let mut out = Printer::new(total);
-    let bed = ArmBed::start(&net, &files, &mut out).unwrap();
-    timing(
-        &times,
-        format!(
-            "BMC, http server and Ironic up in {} ({} since start)",
-            secs(t.elapsed()),
-            secs(total.elapsed())
-        ),
-    );
-    let t0 = Instant::now();
-    let result = net
-        .block_on(async {
-            let node = bed.enroll().await?;
-            assert_eq!(node["boot_interface"], json!("pxe"), "{node}");
-            for key in ["deploy_kernel", "deploy_ramdisk", "bootloader"] {
-                assert!(node["driver_info"].get(key).is_none(), "{node}");
-            }
-            let uuid = node["uuid"].as_str().unwrap_or_default();
-            let mut flow = bed.flow(uuid);
-            arm_server::run(&mut flow, &bed, &files, INSTANCE).await
-        })
-        .unwrap();
-    let done = result.unwrap_or_else(|e| {
-        panic!(
-            "{e:#}; Ironic's log: {}; console: {}; dnsmasq: {}",
-            bed.ironic.log_path().display(),
-            bed.system.console.display(),
-            net.logs.join("dnsmasq.log").display()
-        )
-    });
-    for (phase, took) in &done.times {
-        timing(&times, format!("phase {phase}: {}", secs(*took)));
-    }
-    timing(
-        &times,
-        format!(
-            "arm pxe flow: enroll → active + disk boot in {} with {} ramdisk boot; whole test {}",
-            secs(t0.elapsed()),
-            done.ramdisk_boots,
-            secs(total.elapsed())
-        ),
-    );
-    Seen {
-        dnsmasq: net.dnsmasq_log(),
-        ironic_log: bed.ironic.log_path().to_path_buf(),
-        console: bed.system.console.clone(),
-        done,
-        files,
-    }
-}
-
 /// The checks both tests share: Ironic's TFTP files and GRUB config, the
 /// TFTP transfers, inspection, cleaning, `active` and the deployed
 /// system's boot with its config drive.
-fn check_common(seen: &Seen, loader: &str) {
+fn check_common(seen: &ArmSeen, loader: &str) {
     let done = &seen.done;
     let ctx = format!(
         "\nIronic's log: {}\nconsole: {}\n--- dnsmasq ---\n{}",
@@ -245,36 +141,13 @@ fn check_common(seen: &Seen, loader: &str) {
         "dnsmasq never offered {loader}{ctx}"
     );
 
-    // Inspection: the inventory Ironic stored is the aarch64 machine's.
-    let inv = &done.inventory["inventory"];
-    assert_eq!(inv["cpu"]["architecture"], json!("aarch64"), "{inv:#}");
-    assert_eq!(inv["boot"]["current_boot_mode"], json!("uefi"), "{inv:#}");
-    assert_eq!(
-        done.inspected["properties"]["cpu_arch"],
-        json!("aarch64"),
-        "{}",
-        done.inspected
-    );
-    // Cleaning removed the GPT.
-    assert!(
-        !done.blkid_after_clean.contains("PTTYPE"),
-        "cleaning left the disk's partition table: {}",
-        done.blkid_after_clean
-    );
-    assert!(
-        done.active["last_error"].is_null(),
-        "{}",
-        done.active["last_error"]
-    );
-    assert_eq!(done.active["boot_interface"], json!("pxe"));
-    // The deployed aarch64 system printed its marker and config drive.
-    assert_eq!(
-        done.meta_data["uuid"],
-        json!(INSTANCE),
-        "{}",
-        done.meta_data
-    );
-    assert_eq!(done.ramdisk_boots, 1, "ramdisk boots{ctx}");
+    let boot = seen.files.boot;
+    arm_suite::check_flow(seen, boot, INSTANCE).unwrap_or_else(|e| panic!("{e:#}{ctx}"));
+}
+
+/// Runs the flow with `boot`, panicking with what failed and where to look.
+fn run_pxe(name: &str, boot: ArmBoot, marker: &str) -> ArmSeen {
+    arm_suite::run(name, boot, marker, INSTANCE).unwrap_or_else(|e| panic!("{e:#}"))
 }
 
 #[test]
@@ -287,12 +160,7 @@ fn ironic_network_boots_an_arm_server_through_pxe_grub() {
         "arm-pxe-deployed-3b9e",
     );
     check_common(&seen, GRUB_LOADER);
-    // No Secure Boot here: the kernel says so.
-    assert!(
-        !seen.done.console.contains("Secure boot enabled"),
-        "Secure Boot is on without the Microsoft-keyed NVRAM: {}",
-        seen.console.display()
-    );
+    arm_suite::check_no_secure_boot(&seen).unwrap_or_else(|e| panic!("{e:#}"));
 }
 
 #[test]
@@ -313,32 +181,5 @@ fn ironic_network_boots_an_arm_server_under_secure_boot() {
         "shim never fetched {GRUB_LOADER} over TFTP:\n{}",
         seen.dnsmasq
     );
-    let console = &seen.done.console;
-    // The ramdisk's kernel (shim verified it) and the agent.
-    assert!(
-        console.contains("Secure boot enabled"),
-        "the kernel does not say Secure Boot is on: {}",
-        seen.console.display()
-    );
-    assert!(
-        console.contains("phase firmware: secure boot on, lockdown integrity"),
-        "the agent does not report Secure Boot and lockdown: {}",
-        seen.console.display()
-    );
-    // The deployed system booted under the same enforcing firmware: its
-    // kernel (the last one to start) says so too.
-    let after = console
-        .rfind("Booting Linux on physical CPU")
-        .and_then(|at| console.get(at..))
-        .unwrap_or_default();
-    assert!(
-        after.contains(&hardware_tests::testimage::marker_line(&seen.files.marker)),
-        "the last kernel on the console is not the deployed system's: {}",
-        seen.console.display()
-    );
-    assert!(
-        after.contains("Secure boot enabled"),
-        "the deployed system's kernel does not say Secure Boot is on: {}",
-        seen.console.display()
-    );
+    arm_suite::check_secure_boot(&seen).unwrap_or_else(|e| panic!("{e:#}"));
 }

@@ -160,7 +160,11 @@ impl ArmFiles {
     /// defaults (stand-in kernel and ramdisk: put on an ISO like real ones,
     /// never bootable here), and the aarch64 test image printing `marker`.
     pub fn prepare(ramdisk: &Path, marker: &str) -> Result<Self> {
-        Self::prepare_for(ramdisk, marker, ArmBoot::VirtualMedia)
+        Self::prepare_for(
+            ramdisk,
+            marker,
+            ArmBoot::VirtualMedia { secure_boot: false },
+        )
     }
 
     /// [`ArmFiles::prepare`] for `boot`: with the `pxe` interface the

@@ -30,7 +30,13 @@ use super::arm_flow::file_sha256;
 pub enum ArmBoot {
     /// `redfish-virtual-media`: an ISO Ironic builds, inserted through the
     /// BMC (what Metal3 runs).
-    VirtualMedia,
+    VirtualMedia {
+        /// AAVMF with Microsoft's keys enforcing Secure Boot: the ISO's
+        /// ESP starts shim, which starts Debian's signed GRUB, and the
+        /// deploy kernel is the signed arm64 Image
+        /// (`deploy.kernel.signed`); else the same ESP, the gzipped kernel.
+        secure_boot: bool,
+    },
     /// Ironic's `pxe` boot interface: GRUB and the ramdisk over TFTP from
     /// Ironic's `tftp_root`.
     Pxe {
@@ -56,7 +62,7 @@ impl ArmBoot {
     /// The loader dnsmasq hands the Arm client (`None`: virtual media).
     pub fn loader(self) -> Option<&'static str> {
         match self {
-            Self::VirtualMedia => None,
+            Self::VirtualMedia { .. } => None,
             Self::Pxe { secure_boot: false } => Some(GRUB_LOADER),
             Self::Pxe { secure_boot: true } => Some(SB_LOADER),
         }
@@ -65,7 +71,7 @@ impl ArmBoot {
     /// Ironic's boot interface.
     pub fn interface(self) -> &'static str {
         match self {
-            Self::VirtualMedia => "redfish-virtual-media",
+            Self::VirtualMedia { .. } => "redfish-virtual-media",
             Self::Pxe { .. } => "pxe",
         }
     }
@@ -74,15 +80,18 @@ impl ArmBoot {
     /// signed Image under Secure Boot (shim verifies it), else the gzipped
     /// one.
     pub fn kernel_file(self) -> &'static str {
-        match self {
-            Self::Pxe { secure_boot: true } => "deploy.kernel.signed",
-            _ => "deploy.kernel",
+        if self.secure_boot() {
+            "deploy.kernel.signed"
+        } else {
+            "deploy.kernel"
         }
     }
 
     /// Whether AAVMF enforces Secure Boot with Microsoft's keys.
     pub fn secure_boot(self) -> bool {
-        matches!(self, Self::Pxe { secure_boot: true })
+        match self {
+            Self::VirtualMedia { secure_boot } | Self::Pxe { secure_boot } => secure_boot,
+        }
     }
 }
 
@@ -184,10 +193,16 @@ mod tests {
         let plain = ArmBoot::Pxe { secure_boot: false };
         assert_eq!(sb.loader(), Some(SB_LOADER));
         assert_eq!(plain.loader(), Some(GRUB_LOADER));
-        assert_eq!(ArmBoot::VirtualMedia.loader(), None);
+        let vm_sb = ArmBoot::VirtualMedia { secure_boot: true };
+        let vm = ArmBoot::VirtualMedia { secure_boot: false };
+        assert_eq!(vm.loader(), None);
+        assert_eq!(vm_sb.loader(), None);
         assert_eq!(sb.kernel_file(), "deploy.kernel.signed");
+        assert_eq!(vm_sb.kernel_file(), "deploy.kernel.signed");
         assert_eq!(plain.kernel_file(), "deploy.kernel");
-        assert_eq!(ArmBoot::VirtualMedia.interface(), "redfish-virtual-media");
+        assert_eq!(vm.kernel_file(), "deploy.kernel");
+        assert!(vm_sb.secure_boot() && !vm.secure_boot());
+        assert_eq!(vm.interface(), "redfish-virtual-media");
         assert_eq!(sb.interface(), "pxe");
     }
 

@@ -264,7 +264,7 @@ pub async fn run(
     flow.say(format!(
         "== inspection: {}, agent inspect (2 vCPUs, QEMU TCG, AAVMF{})",
         match bed.boot {
-            ArmBoot::VirtualMedia => "Ironic's ISO by virtual media",
+            ArmBoot::VirtualMedia { .. } => "Ironic's ISO by virtual media",
             ArmBoot::Pxe { .. } => "Ironic's GRUB and ramdisk over TFTP (pxe)",
         },
         if bed.boot.secure_boot() {
@@ -283,7 +283,7 @@ pub async fn run(
     // Ironic inserted its ISO, or wrote the node's GRUB config into its
     // TFTP root, and powered the domain on before `inspect wait`.
     let (iso, tftp) = match bed.boot {
-        ArmBoot::VirtualMedia => (seen_iso(flow, bed, files).await, None),
+        ArmBoot::VirtualMedia { .. } => (seen_iso(flow, bed, files).await, None),
         ArmBoot::Pxe { .. } => (None, seen_tftp(flow, files, &uuid).await),
     };
     let inspected = flow

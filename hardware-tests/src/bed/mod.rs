@@ -50,6 +50,7 @@ pub mod arm_domain;
 pub mod arm_flow;
 pub mod arm_pxe;
 pub mod arm_server;
+pub mod arm_suite;
 pub mod deploy;
 pub mod direct;
 pub mod dirty_disk;
