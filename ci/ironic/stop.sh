@@ -6,6 +6,9 @@
 #
 # usage: ci/ironic/stop.sh STATE_DIR
 set -euo pipefail
+# A stop runs to its end: a SIGINT meant for whoever called it (a Ctrl-C,
+# `timeout` passing one on to its group) must not leave Ironic half-stopped.
+trap '' INT
 
 log() { echo "ironic/stop.sh: $*" >&2; }
 die() { echo "ironic/stop.sh: ERROR: $*" >&2; exit 1; }

@@ -4,7 +4,7 @@
 //! 1.95) for enrolling nodes and moving them through states.
 
 use std::future::Future;
-use std::os::unix::process::CommandExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -693,19 +693,30 @@ impl Ironic {
                 return;
             }
             if Instant::now() > deadline {
-                for h in held {
+                let console = self.console_log_path();
+                let ours = |pid: i32, pgid: Option<i32>| {
+                    let stdout = std::fs::read_link(proc.join(pid.to_string()).join("fd/1"));
+                    (group.is_some() && pgid == group) || stdout.is_ok_and(|p| p == console)
+                };
+                let mut holder_is_ours = false;
+                for h in &held {
                     eprintln!(
                         "warning: after ci/ironic/stop.sh, port {} is still held by {h}",
                         self.launch.port
                     );
-                    let stdout = std::fs::read_link(proc.join(h.pid.to_string()).join("fd/1"));
-                    let console = self.console_log_path();
-                    if (group.is_some() && h.pgid == group) || stdout.is_ok_and(|p| p == console) {
-                        eprintln!("warning: killing pid {} (SIGKILL)", h.pid);
-                        let _ = nix::sys::signal::kill(
-                            nix::unistd::Pid::from_raw(h.pid),
-                            nix::sys::signal::SIGKILL,
-                        );
+                    holder_is_ours |= ours(h.pid, h.pgid);
+                }
+                if holder_is_ours {
+                    // Every process of this Ironic, not only the listener: a
+                    // surviving master would fork a new one.
+                    for pid in crate::listeners::processes(proc) {
+                        if ours(pid, crate::listeners::pgid(proc, pid)) {
+                            eprintln!("warning: killing pid {pid} of this Ironic (SIGKILL)");
+                            let _ = nix::sys::signal::kill(
+                                nix::unistd::Pid::from_raw(pid),
+                                nix::sys::signal::SIGKILL,
+                            );
+                        }
                     }
                 }
                 std::thread::sleep(Duration::from_millis(500));
@@ -724,14 +735,29 @@ impl Drop for Ironic {
         let script = crate::repo_root().join("ci/ironic/stop.sh");
         // A process group of its own: a Ctrl-C on the terminal (or a
         // second SIGINT to the demo's group) while Ironic is being stopped
-        // must not kill stop.sh halfway and leave Ironic running.
-        match Command::new(&script)
-            .arg(self.state.path())
-            .process_group(0)
-            .status()
-        {
-            Ok(s) if s.success() => {}
-            other => eprintln!("warning: {} failed: {other:?}", script.display()),
+        // must not kill stop.sh halfway and leave Ironic running. A signal
+        // can still reach it before it leaves the caller's group: `timeout`
+        // passes a SIGINT on to its whole group right after the demo, which
+        // may by then have forked stop.sh. stop.sh is idempotent, so a run a
+        // signal ended is run again.
+        for attempt in 1..=3 {
+            match Command::new(&script)
+                .arg(self.state.path())
+                .process_group(0)
+                .status()
+            {
+                Ok(s) if s.success() => break,
+                Ok(s) if s.signal().is_some() && attempt < 3 => {
+                    eprintln!(
+                        "warning: {} ended by {s}; running it again",
+                        script.display()
+                    )
+                }
+                other => {
+                    eprintln!("warning: {} failed: {other:?}", script.display());
+                    break;
+                }
+            }
         }
         self.let_go_of_the_port(group);
         if std::thread::panicking() {

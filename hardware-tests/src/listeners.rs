@@ -71,6 +71,25 @@ pub fn listening_on(proc: &Path, port: u16) -> Vec<Holder> {
     found
 }
 
+/// Every PID `proc` lists.
+pub fn processes(proc: &Path) -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir(proc) else {
+        return Vec::new();
+    };
+    let mut pids: Vec<i32> = entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse().ok()))
+        .collect();
+    pids.sort_unstable();
+    pids
+}
+
+/// The process group of `pid`, when `proc/PID/stat` can be read.
+pub fn pgid(proc: &Path, pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(proc.join(pid.to_string()).join("stat")).ok()?;
+    pgid_in_stat(&stat)
+}
+
 /// The socket inodes of the LISTEN (state `0A`) rows for `port` in one
 /// `/proc/net/tcp`-format table.
 fn listen_inodes(table: &str, port: u16) -> Vec<u64> {
@@ -149,6 +168,10 @@ mod tests {
             }]
         );
         assert!(listening_on(proc.path(), 9999).is_empty());
+        std::fs::create_dir_all(proc.path().join("self")).unwrap();
+        assert_eq!(processes(proc.path()), vec![77, 78]);
+        assert_eq!(pgid(proc.path(), 78), Some(70));
+        assert_eq!(pgid(proc.path(), 79), None);
     }
 
     #[test]

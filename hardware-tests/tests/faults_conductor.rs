@@ -336,3 +336,31 @@ fn stopping_ironic_ends_a_process_of_it_that_left_its_group() {
         "Ironic's main process {main} outlived stop.sh: {state}"
     );
 }
+
+/// A SIGINT meant for stop.sh's caller (a Ctrl-C, `timeout` passing one on
+/// to its group) reaches stop.sh's own group while it waits for Ironic to
+/// end: it must still finish, leaving no Ironic behind.
+#[test]
+fn a_sigint_does_not_cut_a_stop_short() {
+    use std::os::unix::process::CommandExt;
+    let ironic = Ironic::start().unwrap();
+    let main = ironic.pid().unwrap();
+    let mut stop =
+        std::process::Command::new(hardware_tests::repo_root().join("ci/ironic/stop.sh"))
+            .arg(ironic.console_log_path().parent().unwrap())
+            .process_group(0)
+            .spawn()
+            .unwrap();
+    // Until stop.sh has sent TERM and waits for Ironic's processes to end.
+    std::thread::sleep(Duration::from_millis(300));
+    let group = nix::unistd::Pid::from_raw(-(stop.id() as i32));
+    let _ = nix::sys::signal::kill(group, nix::sys::signal::SIGINT);
+    let status = stop.wait().unwrap();
+    assert!(status.success(), "stop.sh: {status:?}");
+    let state = std::fs::read_to_string(format!("/proc/{main}/status")).unwrap_or_default();
+    assert!(
+        state.is_empty() || state.contains("State:\tZ"),
+        "Ironic's main process {main} outlived stop.sh: {state}"
+    );
+    drop(ironic);
+}
