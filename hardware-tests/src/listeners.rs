@@ -36,14 +36,9 @@ pub fn listening_on(proc: &Path, port: u16) -> Vec<Holder> {
         return Vec::new();
     }
     let mut found = Vec::new();
-    let Ok(entries) = std::fs::read_dir(proc) else {
-        return found;
-    };
-    for entry in entries.flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse().ok()) else {
-            continue;
-        };
-        let Ok(fds) = std::fs::read_dir(entry.path().join("fd")) else {
+    for pid in processes(proc) {
+        let dir = proc.join(pid.to_string());
+        let Ok(fds) = std::fs::read_dir(dir.join("fd")) else {
             continue;
         };
         let holds = fds.flatten().any(|fd| {
@@ -53,25 +48,23 @@ pub fn listening_on(proc: &Path, port: u16) -> Vec<Holder> {
                 .is_some_and(|i| inodes.contains(&i))
         });
         if holds {
-            let raw = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+            let raw = std::fs::read(dir.join("cmdline")).unwrap_or_default();
             let cmdline = String::from_utf8_lossy(&raw)
                 .split('\0')
                 .filter(|s| !s.is_empty())
                 .collect::<Vec<_>>()
                 .join(" ");
-            let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
             found.push(Holder {
                 pid,
                 cmdline,
-                pgid: pgid_in_stat(&stat),
+                pgid: pgid(proc, pid),
             });
         }
     }
-    found.sort_by_key(|h| h.pid);
     found
 }
 
-/// Every PID `proc` lists.
+/// Every PID `proc` lists, in ascending order.
 pub fn processes(proc: &Path) -> Vec<i32> {
     let Ok(entries) = std::fs::read_dir(proc) else {
         return Vec::new();

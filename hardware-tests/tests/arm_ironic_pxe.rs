@@ -69,12 +69,7 @@ const INSTANCE: &str = "arm-pxe-cd-41c7";
 /// system's boot with its config drive.
 fn check_common(seen: &ArmSeen, loader: &str) {
     let done = &seen.done;
-    let ctx = format!(
-        "\nIronic's log: {}\nconsole: {}\n--- dnsmasq ---\n{}",
-        seen.ironic_log.display(),
-        seen.console.display(),
-        seen.dnsmasq
-    );
+    let ctx = format!("\n{}\n--- dnsmasq ---\n{}", seen.logs(), seen.dnsmasq);
     let tftp = done
         .tftp
         .as_ref()

@@ -329,7 +329,12 @@ fn stopping_ironic_ends_a_process_of_it_that_left_its_group() {
         Some(15),
         "the process outside Ironic's group was not ended by SIGTERM: {status:?}"
     );
-    // Gone, or a zombie its new parent has not reaped yet.
+    assert_ended(main);
+}
+
+/// Ironic's main process `main` is gone, or a zombie its new parent has
+/// not reaped yet.
+fn assert_ended(main: i32) {
     let state = std::fs::read_to_string(format!("/proc/{main}/status")).unwrap_or_default();
     assert!(
         state.is_empty() || state.contains("State:\tZ"),
@@ -357,10 +362,6 @@ fn a_sigint_does_not_cut_a_stop_short() {
     let _ = nix::sys::signal::kill(group, nix::sys::signal::SIGINT);
     let status = stop.wait().unwrap();
     assert!(status.success(), "stop.sh: {status:?}");
-    let state = std::fs::read_to_string(format!("/proc/{main}/status")).unwrap_or_default();
-    assert!(
-        state.is_empty() || state.contains("State:\tZ"),
-        "Ironic's main process {main} outlived stop.sh: {state}"
-    );
+    assert_ended(main);
     drop(ironic);
 }

@@ -401,20 +401,34 @@ pub async fn run(
     })
 }
 
-/// The ISO Ironic inserted into the domain's drive (polled for 10 s), said
-/// on `flow`.
-async fn seen_iso(flow: &mut Flow<'_, '_>, bed: &ArmBed<'_>, files: &ArmFiles) -> Option<ArmIso> {
-    let mut iso = None;
+/// What `read` finds, asked every 500 ms for 10 s (Ironic may still be
+/// writing it).
+async fn within_10s<T>(mut read: impl FnMut() -> Option<T>) -> Option<T> {
     for _ in 0..20 {
-        iso = tokio::task::block_in_place(|| {
-            read_arm_iso(&bed.bmc, &bed.system.name, files.tmp.path())
-        });
-        if iso.is_some() {
-            break;
+        if let Some(v) = read() {
+            return Some(v);
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    let is = |yes: bool| if yes { "is" } else { "is NOT" };
+    None
+}
+
+/// How a flow line says whether a checksum matched.
+fn is(yes: bool) -> &'static str {
+    if yes {
+        "is"
+    } else {
+        "is NOT"
+    }
+}
+
+/// The ISO Ironic inserted into the domain's drive (polled for 10 s), said
+/// on `flow`.
+async fn seen_iso(flow: &mut Flow<'_, '_>, bed: &ArmBed<'_>, files: &ArmFiles) -> Option<ArmIso> {
+    let iso = within_10s(|| {
+        tokio::task::block_in_place(|| read_arm_iso(&bed.bmc, &bed.system.name, files.tmp.path()))
+    })
+    .await;
     if let Some(iso) = &iso {
         flow.say(format!(
             "machine: Ironic inserted its ISO through the BMC: /vmlinuz {} the aarch64 deploy \
@@ -429,15 +443,7 @@ async fn seen_iso(flow: &mut Flow<'_, '_>, bed: &ArmBed<'_>, files: &ArmFiles) -
 /// What Ironic wrote into its TFTP root for node `uuid` (polled for 10 s),
 /// said on `flow`.
 async fn seen_tftp(flow: &mut Flow<'_, '_>, files: &ArmFiles, uuid: &str) -> Option<ArmTftp> {
-    let mut tftp = None;
-    for _ in 0..20 {
-        tftp = read_tftp(&files.tftp_root, uuid, MAC);
-        if tftp.is_some() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-    let is = |yes: bool| if yes { "is" } else { "is NOT" };
+    let tftp = within_10s(|| read_tftp(&files.tftp_root, uuid, MAC)).await;
     if let Some(t) = &tftp {
         flow.say(format!(
             "conductor: Ironic wrote its GRUB config {uuid}/config (linked as grub.cfg-01-<mac> \
