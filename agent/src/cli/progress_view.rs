@@ -4,14 +4,16 @@
 //! counters live in [`crate::image::progress`] or the erase code.
 
 use std::io::IsTerminal;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{channel, RecvTimeoutError, Sender};
 use std::sync::Arc;
 use std::time::Duration;
 
 /// A running progress display; [`ProgressView::finish`] prints the last state.
 #[derive(Debug)]
 pub struct ProgressView {
-    stop: Arc<AtomicBool>,
+    /// Dropping it wakes the display thread at once (no polling interval
+    /// to wait out when the operation ends).
+    stop: Option<Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
     tty: bool,
 }
@@ -29,20 +31,17 @@ impl ProgressView {
         } else {
             Duration::from_secs(5)
         };
-        let stop = Arc::new(AtomicBool::new(false));
-        let s = stop.clone();
+        Self::every(render, tty, every)
+    }
+
+    fn every(render: Render, tty: bool, every: Duration) -> Self {
+        let (stop, stopped) = channel::<()>();
         let thread = std::thread::spawn(move || {
-            let mut waited = Duration::ZERO;
-            while !s.load(Ordering::Relaxed) {
-                std::thread::sleep(Duration::from_millis(50));
-                waited += Duration::from_millis(50);
-                if waited >= every {
-                    waited = Duration::ZERO;
-                    if tty {
-                        eprint!("\r{}\x1b[K", render(true));
-                    } else {
-                        eprintln!("{}", render(false));
-                    }
+            while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(every) {
+                if tty {
+                    eprint!("\r{}\x1b[K", render(true));
+                } else {
+                    eprintln!("{}", render(false));
                 }
             }
             if tty {
@@ -50,7 +49,7 @@ impl ProgressView {
             }
         });
         Self {
-            stop,
+            stop: Some(stop),
             thread: Some(thread),
             tty,
         }
@@ -67,7 +66,7 @@ impl ProgressView {
     }
 
     fn stop_now(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
+        drop(self.stop.take());
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -77,5 +76,54 @@ impl ProgressView {
 impl Drop for ProgressView {
     fn drop(&mut self) {
         self.stop_now();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Instant;
+
+    #[test]
+    fn finishing_wakes_the_display_at_once_instead_of_waiting_out_its_interval() {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let c = calls.clone();
+        let view = ProgressView::every(
+            Arc::new(move |_| {
+                c.fetch_add(1, Ordering::Relaxed);
+                String::new()
+            }),
+            false,
+            Duration::from_secs(600),
+        );
+        let t = Instant::now();
+        view.finish();
+        assert!(t.elapsed() < Duration::from_secs(60), "{:?}", t.elapsed());
+        assert_eq!(
+            calls.load(Ordering::Relaxed),
+            0,
+            "a log line before the interval"
+        );
+    }
+
+    #[test]
+    fn a_log_line_is_printed_each_interval() {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let c = calls.clone();
+        let view = ProgressView::every(
+            Arc::new(move |_| {
+                c.fetch_add(1, Ordering::Relaxed);
+                String::new()
+            }),
+            false,
+            Duration::from_millis(10),
+        );
+        let t = Instant::now();
+        while calls.load(Ordering::Relaxed) < 3 && t.elapsed() < Duration::from_secs(60) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        view.finish();
+        assert!(calls.load(Ordering::Relaxed) >= 3);
     }
 }
