@@ -6,8 +6,8 @@
 //!
 //! On a CPU whose sha256 is slow this floor is the hash alone; on one with
 //! SHA extensions (sha256 at ~1.5 GB/s) moving the bytes costs as much CPU as
-//! hashing them, and with two cores the wall time can be no less than
-//! `max(hash, (hash + transport) / 2)`.
+//! hashing them, and with N cores (two here) the wall time can be no less
+//! than `max(hash, (hash + transport) / N)`.
 
 use std::fs::{File, OpenOptions};
 use std::io::{Cursor, Read, Write};
@@ -163,14 +163,19 @@ fn is_zero(data: &[u8]) -> bool {
     data.chunks(PAGE.len()).all(|c| c == &PAGE[..c.len()])
 }
 
-/// The least wall time a verified write can take on two cores: the hash on
-/// one core, no stage faster than it runs alone (`longest_stage`, e.g. the
-/// decompressor), and everything else (`other_cpu`: transport, decoding and
-/// the device, measured without the hash) sharing what is left.
-pub fn two_core_floor(hash_secs: f64, other_cpu: f64, longest_stage: f64) -> f64 {
+/// The CPUs this process may run on (the `cores` of [`floor_secs`]).
+pub fn cores() -> f64 {
+    std::thread::available_parallelism().map_or(1, |n| n.get()) as f64
+}
+
+/// The least wall time a verified write can take on `cores` CPUs: the hash
+/// on one core, no stage faster than it runs alone (`longest_stage`, e.g.
+/// the decompressor), and everything else (`other_cpu`: transport, decoding
+/// and the device, measured without the hash) sharing what is left.
+pub fn floor_secs(cores: f64, hash_secs: f64, other_cpu: f64, longest_stage: f64) -> f64 {
     hash_secs
         .max(longest_stage)
-        .max((hash_secs + other_cpu) / 2.0)
+        .max((hash_secs + other_cpu) / cores.max(1.0))
 }
 
 #[cfg(test)]
@@ -179,9 +184,12 @@ mod tests {
 
     #[test]
     fn the_floor_is_the_hash_until_the_transport_outweighs_it() {
-        assert_eq!(two_core_floor(2.0, 1.0, 0.5), 2.0);
-        assert_eq!(two_core_floor(1.4, 2.0, 0.5), 1.7);
-        assert_eq!(two_core_floor(0.4, 1.0, 0.9), 0.9);
+        assert_eq!(floor_secs(2.0, 2.0, 1.0, 0.5), 2.0);
+        assert_eq!(floor_secs(2.0, 1.4, 2.0, 0.5), 1.7);
+        assert_eq!(floor_secs(2.0, 0.4, 1.0, 0.9), 0.9);
+        // More cores share the rest further, never below the hash.
+        assert_eq!(floor_secs(4.0, 1.4, 2.0, 0.5), 1.4);
+        assert_eq!(floor_secs(4.0, 0.4, 3.6, 0.5), 1.0);
     }
 
     #[test]

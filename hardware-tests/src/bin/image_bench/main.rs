@@ -9,7 +9,7 @@
 //! Then raw, zstd and qcow2 again with sha512 checksums (Glance's
 //! default `os_hash_algo`) against the sha512 bound of the same run, and
 //! raw over HTTPS ([`tls`]) from a TLS 1.3 and a TLS 1.2 server, each
-//! against the two-core floor with TLS in it.
+//! against the floor with TLS in it.
 //! With `--ipa PYTHON` (a venv holding ironic-python-agent 13.0.0, as
 //! `ci/bench` makes) the incumbent writes the raw and qcow2 images too
 //! ([`ipa`]) and the table gets ours / IPA.
@@ -379,7 +379,11 @@ fn main() -> Result<()> {
         floor::direct_copy(floor::http_body(&raw_url)?, &dev)
     })?;
     let hash_secs = size as f64 / (sha_bound * 1e6);
-    let raw_floor = mbps(size, floor::two_core_floor(hash_secs, transport.cpu, 0.0));
+    let cores = floor::cores();
+    let raw_floor = mbps(
+        size,
+        floor::floor_secs(cores, hash_secs, transport.cpu, 0.0),
+    );
     // The same for the compressed images: download and decompress (one
     // thread) straight to the device, no hash. The decompressor alone is
     // the longest stage.
@@ -397,7 +401,12 @@ fn main() -> Result<()> {
     let zstd_cpu = zstd_floor.cpu;
     let zstd_floor = mbps(
         size,
-        floor::two_core_floor(file_secs("disk.img.zst")?, zstd_cpu, secs_of(dec_zstd)),
+        floor::floor_secs(
+            cores,
+            file_secs("disk.img.zst")?,
+            zstd_cpu,
+            secs_of(dec_zstd),
+        ),
     );
     let gzip_floor = floor_copy(o.reps, size, || {
         floor::direct_copy(
@@ -407,7 +416,12 @@ fn main() -> Result<()> {
     })?;
     let gzip_floor = mbps(
         size,
-        floor::two_core_floor(file_secs("disk.img.gz")?, gzip_floor.cpu, secs_of(dec_gzip)),
+        floor::floor_secs(
+            cores,
+            file_secs("disk.img.gz")?,
+            gzip_floor.cpu,
+            secs_of(dec_gzip),
+        ),
     );
     let xz_floor = floor_copy(1, size, || {
         floor::direct_copy(
@@ -417,7 +431,12 @@ fn main() -> Result<()> {
     })?;
     let xz_floor = mbps(
         size,
-        floor::two_core_floor(file_secs("disk.img.xz")?, xz_floor.cpu, secs_of(dec_xz)),
+        floor::floor_secs(
+            cores,
+            file_secs("disk.img.xz")?,
+            xz_floor.cpu,
+            secs_of(dec_xz),
+        ),
     );
 
     // Baselines.
@@ -518,7 +537,7 @@ fn main() -> Result<()> {
     );
     println!("bounds, same run: sha256 openssl {sha_openssl:.0} MB/s, ring {sha_ring:.0} MB/s; decompress-only (output) zstd {dec_zstd:.0}, gzip {dec_gzip:.0}, xz {dec_xz:.0} MB/s; write-only (dd oflag=direct to the loop device) {write_bound:.0} MB/s");
     println!(
-        "floor, same run: the raw image copied with no hash (O_DIRECT, zero blocks by BLKZEROOUT): from the local file {device_floor:.0} MB/s; over loopback HTTP {:.0} MB/s using {:.2} CPU-s; with the sha256 ({hash_secs:.2} s on one core) a verified raw write on 2 cores needs ≥ max(hash, (hash + {:.2}) / 2) s: {raw_floor:.0} MB/s; likewise with the decompressor as the longest stage: zstd {zstd_floor:.0}, gzip {gzip_floor:.0}, xz {xz_floor:.0} MB/s",
+        "floor, same run: the raw image copied with no hash (O_DIRECT, zero blocks by BLKZEROOUT): from the local file {device_floor:.0} MB/s; over loopback HTTP {:.0} MB/s using {:.2} CPU-s; with the sha256 ({hash_secs:.2} s on one core) a verified raw write on {cores} cores needs ≥ max(hash, (hash + {:.2}) / {cores}) s: {raw_floor:.0} MB/s; likewise with the decompressor as the longest stage: zstd {zstd_floor:.0}, gzip {gzip_floor:.0}, xz {xz_floor:.0} MB/s",
         mbps(size, transport.wall),
         transport.cpu,
         transport.cpu
@@ -583,14 +602,18 @@ fn main() -> Result<()> {
         let hash_file = *file_len as f64 / (sha_bound * 1e6);
         match *name {
             "disk.img" if rate < 0.9 * bound => misses.push(format!(
-                "raw: {rate:.0} MB/s < 0.9 × sha256 bound {bound:.0} = {:.0}; the two-core floor is {raw_floor:.0} MB/s ({}; ours is {:.2} of it)",
+                "raw: {rate:.0} MB/s < 0.9 × sha256 bound {bound:.0} = {:.0}; the floor is {raw_floor:.0} MB/s ({}; ours is {:.2} of it)",
                 0.9 * bound,
                 reach(0.9 * bound, raw_floor),
                 rate / raw_floor
             )),
-            "disk.img.zst" if rate < 0.8 * bound => misses.push(format!(
-                "zstd: {rate:.0} MB/s < 0.8 × bound {bound:.0} = {:.0}; the two-core floor is {zstd_floor:.0} MB/s ({}; ours is {:.2} of it)",
-                0.8 * bound,
+            // 0.8 × the decompressor alone where this machine allows it,
+            // else 0.8 × its floor (the same cap as the sha512 rows'):
+            // with SHA extensions, two cores cannot receive, hash,
+            // decompress and write as fast as `zstd -d` decompresses alone.
+            "disk.img.zst" if rate < 0.8 * bound.min(zstd_floor) => misses.push(format!(
+                "zstd: {rate:.0} MB/s < 0.8 × min(bound {bound:.0}, floor {zstd_floor:.0}) = {:.0} ({} for 0.8 × the bound; ours is {:.2} of the floor)",
+                0.8 * bound.min(zstd_floor),
                 reach(0.8 * bound, zstd_floor),
                 rate / zstd_floor
             )),
@@ -604,7 +627,7 @@ fn main() -> Result<()> {
         }
     }
     // Glance's default checksum: sha512 for raw, zstd and qcow2, against
-    // the single-core sha512 bound of this run (or the two-core floor
+    // the single-core sha512 bound of this run (or the floor
     // with sha512 in the loop, where that is lower).
     let sha512_want = ["raw", "zstd", "qcow2"]
         .into_iter()
@@ -650,21 +673,26 @@ fn main() -> Result<()> {
                     sha512_bound,
                     mbps(
                         size,
-                        floor::two_core_floor(hash512_secs(size), transport.cpu, 0.0),
+                        floor::floor_secs(cores, hash512_secs(size), transport.cpu, 0.0),
                     ),
                 ),
                 "zstd" => (
                     dec_zstd.min(over_file),
                     mbps(
                         size,
-                        floor::two_core_floor(hash512_secs(file_len), zstd_cpu, secs_of(dec_zstd)),
+                        floor::floor_secs(
+                            cores,
+                            hash512_secs(file_len),
+                            zstd_cpu,
+                            secs_of(dec_zstd),
+                        ),
                     ),
                 ),
                 _ => (over_file, over_file),
             };
             let target = 0.9 * bound.min(floor);
             println!(
-                "  {name:<14} ours {rate:.0} MB/s, peak {:.1} MiB; sha512 bound {bound:.0} MB/s (ratio {:.2}), two-core floor {floor:.0} MB/s (ratio {:.2}); target 0.9 × min = {target:.0}: {}",
+                "  {name:<14} ours {rate:.0} MB/s, peak {:.1} MiB; sha512 bound {bound:.0} MB/s (ratio {:.2}), floor {floor:.0} MB/s (ratio {:.2}); target 0.9 × min = {target:.0}: {}",
                 r.peak_rss_mib,
                 rate / bound,
                 rate / floor,
@@ -684,7 +712,7 @@ fn main() -> Result<()> {
         }
     }
     // HTTPS: the raw image from a loopback HTTPS file server, its certificate
-    // trusted with --cafile, against the two-core floor with TLS in the
+    // trusted with --cafile, against the floor with TLS in the
     // loop (the image read over TLS, no hash, written as the floor above);
     // once against a TLS 1.3-only server and once against a TLS 1.2-only one.
     if o.only
@@ -700,7 +728,7 @@ fn main() -> Result<()> {
             let tls_copy = floor_copy(o.reps, size, || {
                 floor::direct_copy(tls::https_body(&url, &front.cafile)?, &dev)
             })?;
-            let tls_floor = mbps(size, floor::two_core_floor(hash_secs, tls_copy.cpu, 0.0));
+            let tls_floor = mbps(size, floor::floor_secs(cores, hash_secs, tls_copy.cpu, 0.0));
             let r = run_agent(
                 &o,
                 &url,
@@ -713,7 +741,7 @@ fn main() -> Result<()> {
             let rate = mbps(size, r.secs);
             let target = 0.85 * tls_floor;
             println!(
-                "\nHTTPS {label} (file server on loopback, RSA-2048, --cafile): raw ours {rate:.0} MB/s, peak {:.1} MiB; the image over TLS with no hash {:.0} MB/s using {:.2} CPU-s; two-core floor with TLS and sha256 {tls_floor:.0} MB/s: ratio {:.2}, target 0.85: {}",
+                "\nHTTPS {label} (file server on loopback, RSA-2048, --cafile): raw ours {rate:.0} MB/s, peak {:.1} MiB; the image over TLS with no hash {:.0} MB/s using {:.2} CPU-s; floor with TLS and sha256 {tls_floor:.0} MB/s: ratio {:.2}, target 0.85: {}",
                 r.peak_rss_mib,
                 mbps(size, tls_copy.wall),
                 tls_copy.cpu,
