@@ -85,18 +85,20 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::Instant;
 
-    #[test]
-    fn finishing_wakes_the_display_at_once_instead_of_waiting_out_its_interval() {
+    /// A view logging every `every`, and how many lines it printed.
+    fn counting(every: Duration) -> (ProgressView, Arc<AtomicUsize>) {
         let calls = Arc::new(AtomicUsize::new(0));
         let c = calls.clone();
-        let view = ProgressView::every(
-            Arc::new(move |_| {
-                c.fetch_add(1, Ordering::Relaxed);
-                String::new()
-            }),
-            false,
-            Duration::from_secs(600),
-        );
+        let render: Render = Arc::new(move |_| {
+            c.fetch_add(1, Ordering::Relaxed);
+            String::new()
+        });
+        (ProgressView::every(render, false, every), calls)
+    }
+
+    #[test]
+    fn finishing_wakes_the_display_at_once_instead_of_waiting_out_its_interval() {
+        let (view, calls) = counting(Duration::from_secs(600));
         let t = Instant::now();
         view.finish();
         assert!(t.elapsed() < Duration::from_secs(60), "{:?}", t.elapsed());
@@ -109,16 +111,7 @@ mod tests {
 
     #[test]
     fn a_log_line_is_printed_each_interval() {
-        let calls = Arc::new(AtomicUsize::new(0));
-        let c = calls.clone();
-        let view = ProgressView::every(
-            Arc::new(move |_| {
-                c.fetch_add(1, Ordering::Relaxed);
-                String::new()
-            }),
-            false,
-            Duration::from_millis(10),
-        );
+        let (view, calls) = counting(Duration::from_millis(10));
         let t = Instant::now();
         while calls.load(Ordering::Relaxed) < 3 && t.elapsed() < Duration::from_secs(60) {
             std::thread::sleep(Duration::from_millis(5));
