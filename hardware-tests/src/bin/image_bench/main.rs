@@ -380,10 +380,14 @@ fn main() -> Result<()> {
     })?;
     let hash_secs = size as f64 / (sha_bound * 1e6);
     let cores = floor::cores();
-    let raw_floor = mbps(
-        size,
-        floor::floor_secs(cores, hash_secs, transport.cpu, 0.0),
-    );
+    // The floor as a rate of disk bytes (see floor::floor_secs).
+    let floor_rate = |hash: f64, other_cpu: f64, longest_stage: f64| {
+        mbps(
+            size,
+            floor::floor_secs(cores, hash, other_cpu, longest_stage),
+        )
+    };
+    let raw_floor = floor_rate(hash_secs, transport.cpu, 0.0);
     // The same for the compressed images: download and decompress (one
     // thread) straight to the device, no hash. The decompressor alone is
     // the longest stage.
@@ -399,45 +403,21 @@ fn main() -> Result<()> {
         )
     })?;
     let zstd_cpu = zstd_floor.cpu;
-    let zstd_floor = mbps(
-        size,
-        floor::floor_secs(
-            cores,
-            file_secs("disk.img.zst")?,
-            zstd_cpu,
-            secs_of(dec_zstd),
-        ),
-    );
+    let zstd_floor = floor_rate(file_secs("disk.img.zst")?, zstd_cpu, secs_of(dec_zstd));
     let gzip_floor = floor_copy(o.reps, size, || {
         floor::direct_copy(
             flate2::read::MultiGzDecoder::new(body("disk.img.gz")?),
             &dev,
         )
     })?;
-    let gzip_floor = mbps(
-        size,
-        floor::floor_secs(
-            cores,
-            file_secs("disk.img.gz")?,
-            gzip_floor.cpu,
-            secs_of(dec_gzip),
-        ),
-    );
+    let gzip_floor = floor_rate(file_secs("disk.img.gz")?, gzip_floor.cpu, secs_of(dec_gzip));
     let xz_floor = floor_copy(1, size, || {
         floor::direct_copy(
             liblzma::read::XzDecoder::new_multi_decoder(body("disk.img.xz")?),
             &dev,
         )
     })?;
-    let xz_floor = mbps(
-        size,
-        floor::floor_secs(
-            cores,
-            file_secs("disk.img.xz")?,
-            xz_floor.cpu,
-            secs_of(dec_xz),
-        ),
-    );
+    let xz_floor = floor_rate(file_secs("disk.img.xz")?, xz_floor.cpu, secs_of(dec_xz));
 
     // Baselines.
     let curl = |name: &str, filter: &str| -> Result<f64> {
@@ -671,22 +651,11 @@ fn main() -> Result<()> {
             let (bound, floor) = match kind {
                 "raw" => (
                     sha512_bound,
-                    mbps(
-                        size,
-                        floor::floor_secs(cores, hash512_secs(size), transport.cpu, 0.0),
-                    ),
+                    floor_rate(hash512_secs(size), transport.cpu, 0.0),
                 ),
                 "zstd" => (
                     dec_zstd.min(over_file),
-                    mbps(
-                        size,
-                        floor::floor_secs(
-                            cores,
-                            hash512_secs(file_len),
-                            zstd_cpu,
-                            secs_of(dec_zstd),
-                        ),
-                    ),
+                    floor_rate(hash512_secs(file_len), zstd_cpu, secs_of(dec_zstd)),
                 ),
                 _ => (over_file, over_file),
             };
@@ -728,7 +697,7 @@ fn main() -> Result<()> {
             let tls_copy = floor_copy(o.reps, size, || {
                 floor::direct_copy(tls::https_body(&url, &front.cafile)?, &dev)
             })?;
-            let tls_floor = mbps(size, floor::floor_secs(cores, hash_secs, tls_copy.cpu, 0.0));
+            let tls_floor = floor_rate(hash_secs, tls_copy.cpu, 0.0);
             let r = run_agent(
                 &o,
                 &url,
