@@ -10,7 +10,7 @@
 use std::io;
 use std::ops::Range;
 
-use super::digests::BlockDigests;
+use super::digests::{BlockDigests, Kept};
 use super::error::Qcow2Error;
 use super::pending::{Item, Kind};
 use super::source::Reread;
@@ -110,9 +110,20 @@ impl<S: Sink + ?Sized> Engine<'_, S> {
                     let (buf, filled, start) =
                         block.get_or_insert_with(|| (window.take_buffer(), 0, window.end()));
                     let index = (*start / block_size) as usize;
-                    let want = digests
-                        .block_len(index)
-                        .ok_or_else(|| source_error(DeliveryError::PastDownload(*start)))?;
+                    let want = match digests.kept(index) {
+                        Kept::Digest(len) => len,
+                        Kept::Unknown => {
+                            return Err(source_error(DeliveryError::PastDownload(*start)))
+                        }
+                        Kept::Used(len) => {
+                            return Err(Qcow2Error::InvalidMetadata {
+                                detail: format!(
+                                    "host bytes {start}..{} are needed again after the first stream had used every one of them: two mappings share host bytes",
+                                    *start + len as u64
+                                ),
+                            })
+                        }
+                    };
                     let n = (want - *filled).min(rest.len());
                     buf[*filled..*filled + n].copy_from_slice(&rest[..n]);
                     *filled += n;

@@ -5,6 +5,7 @@
 //! known are deferred and read again afterwards ([`super::reread`]); the
 //! zero ranges are emitted at the end.
 
+use std::collections::BTreeMap;
 use std::io::Read;
 
 use super::decompress::{ClusterDecompressor, DecompressError};
@@ -51,21 +52,34 @@ pub(crate) fn run<R: Read, S: Sink + ?Sized>(
         })?;
 
     let mut engine = Engine::new(header, sink, limits.max_ranges);
+    engine.used = Some(BTreeMap::new());
     engine.schedule_l1(&window)?;
+    let bs = block_size as u64;
     loop {
         engine.process(&window)?;
         if window.at_eof() {
             break;
         }
-        window.evict();
+        // A block leaving the window keeps a digest unless all of it was
+        // used ([`super::digests`]).
+        window.evict_each(|at, bytes| {
+            if engine.take_used(at / bs) < bytes.len() as u64 {
+                digests.keep((at / bs) as usize, bytes);
+            }
+        });
         read(&mut window, &mut input, &mut digests)?;
     }
     engine.end_of_stream(&window)?;
+    // What the window still holds may be read again whatever was used.
+    for (at, bytes) in window.held() {
+        digests.keep((at / bs) as usize, bytes);
+    }
+    engine.used = None;
     engine.read_deferred(again, &mut window, &digests)?;
     engine.finish()
 }
 
-/// Reads the next block and records its digest, blaming the reader for errors.
+/// Reads the next block and records its length, blaming the reader for errors.
 fn read<R: Read>(
     window: &mut Window,
     input: &mut R,
@@ -79,7 +93,7 @@ fn read<R: Read>(
         })?;
     if n > 0 {
         if let Some((at, bytes)) = window.last_block() {
-            digests.record((at / window.block_size() as u64) as usize, bytes);
+            digests.record_len((at / window.block_size() as u64) as usize, bytes.len());
         }
     }
     Ok(n)
@@ -146,6 +160,9 @@ pub(super) struct Engine<'a, S: ?Sized> {
     pub(super) eof: u64,
     /// [`Limits::max_ranges`].
     max_ranges: usize,
+    /// During the first stream: bytes of each block (by index) fed to a
+    /// table or to the disk so far.
+    pub(super) used: Option<BTreeMap<u64, u64>>,
 }
 
 impl<'a, S: Sink + ?Sized> Engine<'a, S> {
@@ -169,7 +186,16 @@ impl<'a, S: Sink + ?Sized> Engine<'a, S> {
             reread_rounds: 0,
             eof: 0,
             max_ranges,
+            used: None,
         }
+    }
+
+    /// Bytes of block `index` used so far in the first stream; forgets it.
+    fn take_used(&mut self, index: u64) -> u64 {
+        self.used
+            .as_mut()
+            .and_then(|u| u.remove(&index))
+            .unwrap_or(0)
     }
 
     /// Queues the used part of the active L1 table.
@@ -210,8 +236,12 @@ impl<'a, S: Sink + ?Sized> Engine<'a, S> {
             return Ok(());
         }
         let to = item.end.min(window.end());
+        let bs = window.block_size() as u64;
         for (at, bytes) in window.pieces(item.done, to) {
             self.feed(&mut item, at, bytes)?;
+            if let Some(used) = self.used.as_mut() {
+                *used.entry(at / bs).or_default() += bytes.len() as u64;
+            }
         }
         if item.done < item.end {
             self.pending.push(item);

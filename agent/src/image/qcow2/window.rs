@@ -138,12 +138,29 @@ impl Window {
     /// Drops the oldest blocks while more than `keep` bytes are held, always
     /// keeping the newest block.
     pub fn evict(&mut self) {
+        self.evict_each(|_, _| {});
+    }
+
+    /// Like [`Self::evict`], showing each block dropped (host offset, bytes)
+    /// to `dropped` first.
+    pub fn evict_each(&mut self, mut dropped: impl FnMut(u64, &[u8])) {
         while self.blocks.len() > 1 && self.end - self.first > self.keep {
             if let Some((buf, len)) = self.blocks.pop_front() {
+                dropped(self.first, &buf[..len]);
                 self.first += len as u64;
                 self.spare.push(buf);
             }
         }
+    }
+
+    /// The blocks held, oldest first: host offset and bytes.
+    pub fn held(&self) -> impl Iterator<Item = (u64, &[u8])> {
+        let mut at = self.first;
+        self.blocks.iter().map(move |(buf, len)| {
+            let start = at;
+            at += *len as u64;
+            (start, &buf[..*len])
+        })
     }
 
     /// The held bytes of `[from, to)` as consecutive `(host offset, bytes)`
