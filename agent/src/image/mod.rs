@@ -229,7 +229,7 @@ fn run_pipeline(
                 let mut h = Hasher::new(algo);
                 let mut n = 0u64;
                 for b in hash_rx {
-                    if n == 0 && hash_is_the_longest_stage(&b) {
+                    if n == 0 && hash_is_the_longest_stage(algo, &b) {
                         favour_this_thread();
                     }
                     h.update(&b);
@@ -304,23 +304,33 @@ fn run_pipeline(
 }
 
 /// Whether the hash, which sees every downloaded byte, is the stage that
-/// bounds the write: for raw and qcow2 images it is; a compressed image's
-/// decompressor has about three times the bytes to produce.
-fn hash_is_the_longest_stage(first: &[u8]) -> bool {
+/// bounds the write. For raw and qcow2 images it is. For a compressed image
+/// it hashes about a third of the bytes the decompressor produces: with
+/// SHA-256 (at about 1.5 GB/s with the CPU's SHA instructions) that takes
+/// as long as zstd's decompression and less than gzip's or xz's; SHA-384
+/// and SHA-512 (about 0.75 GB/s, no such instructions) take twice as long
+/// as zstd, still less than gzip or xz. Measured on this project's bench
+/// machine (agent/docs/image-writing.md), not at run time.
+fn hash_is_the_longest_stage(algo: checksum::Algo, first: &[u8]) -> bool {
     let head = &first[..first.len().min(format::DETECT_BYTES)];
-    !format::detect(head).is_ok_and(Format::is_compressed)
+    match format::detect(head) {
+        Ok(Format::Zstd) => matches!(algo, checksum::Algo::Sha384 | checksum::Algo::Sha512),
+        Ok(f) => !f.is_compressed(),
+        Err(_) => true,
+    }
 }
 
 /// The hash is the one stage that cannot be split across cores, so where it
 /// bounds the write it should be the last to wait when the CPUs are busy:
-/// the calling thread gets a higher scheduling weight (nice -5). Not for
-/// compressed images: the load balancer counts that weight as about three
+/// the calling thread gets a higher scheduling weight (nice -5). Not where
+/// another stage is as long: the load balancer counts that weight as about three
 /// threads, so it keeps the decompressor, the writer and the device's
 /// worker off the hash's core while the hash waits for data, and that core
 /// idles (`perf sched`: a third of a 1 GiB zstd write's second half idle
 /// there, with the other core's run queue backed up; interleaved runs were
-/// 4–6% faster for zstd and gzip without it, 3–4% slower for raw and qcow2).
-/// Without the privilege the thread stays as it is.
+/// 4–6% faster for zstd and gzip with SHA-256 without it, 3–4% slower for
+/// raw and qcow2, and `ci/bench`'s zstd with SHA-512 went from 0.89–0.92 of
+/// its floor to 0.87–0.89). Without the privilege the thread stays as it is.
 #[allow(unsafe_code)]
 fn favour_this_thread() {
     // SAFETY: plain syscall; who = 0 is the calling thread on Linux.
@@ -330,5 +340,29 @@ fn favour_this_thread() {
             "could not raise the hash thread's priority: {}",
             std::io::Error::last_os_error()
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Which images give the hash thread the higher weight.
+
+    use super::checksum::Algo;
+    use super::hash_is_the_longest_stage as favoured;
+
+    #[test]
+    fn the_hash_is_favoured_where_it_bounds_the_write() {
+        let raw = [0u8; 512];
+        let qcow2 = *b"QFI\xfb\0\0\0\x03";
+        let zstd = [0x28, 0xb5, 0x2f, 0xfd, 0x04, 0x58];
+        let gzip = [0x1f, 0x8b, 0x08, 0, 0, 0, 0, 0];
+        for algo in [Algo::Sha256, Algo::Sha512] {
+            assert!(favoured(algo, &raw), "raw, {algo:?}");
+            assert!(favoured(algo, &qcow2), "qcow2, {algo:?}");
+            assert!(!favoured(algo, &gzip), "gzip, {algo:?}");
+        }
+        assert!(!favoured(Algo::Sha256, &zstd));
+        assert!(favoured(Algo::Sha512, &zstd));
+        assert!(favoured(Algo::Sha384, &zstd));
     }
 }
