@@ -26,9 +26,10 @@
 //! ([`digests`]), so the checksum of the first stream vouches for every byte
 //! written. Blocks used up entirely before they left the window keep no
 //! digest: only a second mapping of the same bytes (an invalid image) could
-//! ask for them again, and that fails. Besides the window, memory grows with the number of mapped host
-//! ranges still to come, the runs of allocated guest clusters and one digest
-//! per 1 MiB block, never with the image's data.
+//! ask for them again, and that fails. Besides the window, memory grows
+//! with the number of mapped host ranges still to come, the runs of
+//! allocated guest clusters and one digest per 1 MiB block, never with the
+//! image's data.
 
 mod decompress;
 mod digests;

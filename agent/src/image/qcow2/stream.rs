@@ -52,7 +52,6 @@ pub(crate) fn run<R: Read, S: Sink + ?Sized>(
         })?;
 
     let mut engine = Engine::new(header, sink, limits.max_ranges);
-    engine.used = Some(BTreeMap::new());
     engine.schedule_l1(&window)?;
     let bs = block_size as u64;
     loop {
@@ -162,7 +161,7 @@ pub(super) struct Engine<'a, S: ?Sized> {
     max_ranges: usize,
     /// During the first stream: bytes of each block (by index) fed to a
     /// table or to the disk so far.
-    pub(super) used: Option<BTreeMap<u64, u64>>,
+    used: Option<BTreeMap<u64, u64>>,
 }
 
 impl<'a, S: Sink + ?Sized> Engine<'a, S> {
@@ -186,7 +185,7 @@ impl<'a, S: Sink + ?Sized> Engine<'a, S> {
             reread_rounds: 0,
             eof: 0,
             max_ranges,
-            used: None,
+            used: Some(BTreeMap::new()),
         }
     }
 

@@ -329,14 +329,15 @@ fn a_cluster_mapped_again_after_its_block_was_used_up_is_refused() {
     assert_same(&disk, &qemu_reference(&img, "as built"), "as built");
 
     let mut img = img;
-    let be64 = |img: &[u8], at: u64| {
-        u64::from_be_bytes(img[at as usize..][..8].try_into().expect("8 bytes"))
+    let entries = test_image::l2_entries(&img);
+    let entry = |guest_cluster: u64| {
+        *entries
+            .iter()
+            .find(|e| e.guest == guest_cluster * cs as u64)
+            .expect("a mapped cluster")
     };
-    let l1 = be64(&img, 40);
-    let table = |img: &[u8], i: u64| be64(img, l1 + 8 * i) & 0x00ff_ffff_ffff_fe00;
-    let (l2_0, l2_1) = (table(&img, 0), table(&img, 1));
-    let first = be64(&img, l2_0);
-    img[(l2_1 + 8 * 50) as usize..][..8].copy_from_slice(&first.to_be_bytes());
+    let (first, later) = (entry(0), entry(562));
+    test_image::put64(&mut img, later.at as usize, first.raw);
     let err = convert_tight(&img, cs).map(|(s, _)| s).unwrap_err();
     assert!(matches!(err, Qcow2Error::InvalidMetadata { .. }), "{err:?}");
     assert!(
