@@ -13,8 +13,12 @@
 # is the aarch64 standard library rustup's toolchains here lack), linked by
 # aarch64-linux-gnu-gcc against the arm64 multiarch libblkid.a and
 # libcrypto.a (ci/install-aarch64 installs all of it).
+# The compiler is rustc itself: a RUSTC_WORKSPACE_WRAPPER (ci/test lints
+# its debug build through clippy-driver) would change the binary's symbol
+# hashes, and with them the ramdisk's bytes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+unset RUSTC_WORKSPACE_WRAPPER
 arch=x86_64
 if [ "${1:-}" = --arch ]; then arch=${2:?--arch needs x86_64 or aarch64}; fi
 flags='-C target-feature=+crt-static -C relocation-model=static'

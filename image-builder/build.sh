@@ -23,8 +23,10 @@
 # shared libraries of every dynamic executable in it, from this machine
 # (stage-managers.sh; x86_64 only). managers-initrd.sh makes the same
 # files an initrd to append at boot instead.
+# Built by rustc itself, as build-agent.sh says (no RUSTC_WORKSPACE_WRAPPER).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+unset RUSTC_WORKSPACE_WRAPPER
 arch=x86_64
 if [ "${1:-}" = --arch ]; then
     arch=${2:?--arch needs x86_64 or aarch64}
