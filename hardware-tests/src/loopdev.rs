@@ -114,7 +114,6 @@ impl LoopDevice {
     /// any discard changes it. The device's buffers are flushed first, so
     /// the file holds every write made through the device.
     pub fn fingerprint(&self) -> Result<Vec<(u64, u64, String)>> {
-        use nix::unistd::{lseek, Whence};
         use std::io::{Read, Seek, SeekFrom};
         nix::unistd::sync();
         run(Command::new("blockdev").arg("--flushbufs").arg(&self.path))?;
@@ -129,17 +128,11 @@ impl LoopDevice {
             nix::fcntl::PosixFadviseAdvice::POSIX_FADV_DONTNEED,
         )
         .context("dropping the backing file's cache")?;
-        let len = f.metadata()?.len();
         let mut out = Vec::new();
-        let mut at: i64 = 0;
-        while (at as u64) < len {
-            let Ok(start) = lseek(&f, at, Whence::SeekData) else {
-                break; // ENXIO: no data after `at`
-            };
-            let end = lseek(&f, start, Whence::SeekHole).context("SEEK_HOLE")?;
-            f.seek(SeekFrom::Start(start as u64))?;
+        for (start, end) in crate::sparse::data_extents(&f)? {
+            f.seek(SeekFrom::Start(start))?;
             let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
-            let mut left = (end - start) as u64;
+            let mut left = end - start;
             let mut buf = vec![0u8; 1 << 20];
             while left > 0 {
                 let n = left.min(buf.len() as u64) as usize;
@@ -147,14 +140,7 @@ impl LoopDevice {
                 ctx.update(&buf[..n]);
                 left -= n as u64;
             }
-            let hex: String = ctx
-                .finish()
-                .as_ref()
-                .iter()
-                .map(|b| format!("{b:02x}"))
-                .collect();
-            out.push((start as u64, (end - start) as u64, hex));
-            at = end;
+            out.push((start, end - start, crate::hex(ctx.finish().as_ref())));
         }
         Ok(out)
     }

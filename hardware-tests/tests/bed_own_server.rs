@@ -38,6 +38,7 @@ use hardware_tests::bed::{Bus, Disk, Firmware, Net, NetOptions, Nic, VmSpec};
 use hardware_tests::netns::NetNs;
 use hardware_tests::own_server::bmc::{BmcClient, Snapshot};
 use hardware_tests::own_server::options::Options;
+use hardware_tests::sparse::content_sha256;
 use hardware_tests::{require_root, run, testimage};
 use serde_json::json;
 
@@ -122,15 +123,6 @@ fn must_say(output: &str, wants: &[&str], what: &str) {
 /// A self-signed certificate for the BMC's address.
 fn bmc_cert(dir: &Path) -> (PathBuf, PathBuf) {
     hardware_tests::bed::vmedia_disc::openssl_cert_for(dir, "bmc", BMC_IP).unwrap()
-}
-
-fn file_sha256(path: &Path) -> String {
-    run(Command::new("sha256sum").arg(path))
-        .unwrap()
-        .split_whitespace()
-        .next()
-        .unwrap_or_default()
-        .to_string()
 }
 
 /// What the demo must leave as it found it.
@@ -256,7 +248,7 @@ fn own_server_demo_checks_inspects_confirms_deploys_and_leaves_the_bmc_clean() {
         .arg("printf 'label: gpt\nname=operator-data\n' | sfdisk --quiet \"$0\"")
         .arg(&spec.disks[1].path))
     .unwrap();
-    let kept = file_sha256(&spec.disks[1].path);
+    let kept = content_sha256(&spec.disks[1].path).unwrap();
     spec.nics = vec![Nic { mac: MAC.into() }];
     let sys = bmc.define(&spec).unwrap();
     let (cert, key) = bmc_cert(tmp.path());
@@ -622,7 +614,7 @@ fn own_server_demo_checks_inspects_confirms_deploys_and_leaves_the_bmc_clean() {
         std::thread::sleep(Duration::from_secs(1));
     }
     assert_eq!(
-        file_sha256(&spec.disks[1].path),
+        content_sha256(&spec.disks[1].path).unwrap(),
         kept,
         "the protected disk {SERIAL_B} changed"
     );

@@ -78,6 +78,7 @@ use hardware_tests::bed::{
     self, Bus, Disk, Firmware, MultipathDisk, Net, NetOptions, Nic, VmSpec, BRIDGE_IP,
 };
 use hardware_tests::ironic::Ironic;
+use hardware_tests::sparse::content_sha256;
 use hardware_tests::{require_root, run, testimage};
 use serde_json::{json, Value};
 
@@ -247,7 +248,7 @@ fn metal3_profile_inspects_cleans_and_deploys_in_one_ramdisk_boot() {
         .arg("printf 'label: gpt\nname=tenant-data\n' | sfdisk --quiet \"$0\"")
         .arg(&spec.disks[1].path))
     .unwrap();
-    let kept = file_sha256(&spec.disks[1].path);
+    let kept = content_sha256(&spec.disks[1].path).unwrap();
     spec.multipath_disks.push(MultipathDisk {
         path: tmp.path().join("lun.img"),
         size: LUN_GIB << 30,
@@ -537,7 +538,7 @@ fn metal3_profile_inspects_cleans_and_deploys_in_one_ramdisk_boot() {
     // The protected disk went through inspection, cleaning and the deploy
     // untouched.
     assert_eq!(
-        file_sha256(&spec.disks[1].path),
+        content_sha256(&spec.disks[1].path).unwrap(),
         kept,
         "the disk protected by skip_block_devices changed"
     );
@@ -640,14 +641,4 @@ fn metal3_profile_inspects_cleans_and_deploys_in_one_ramdisk_boot() {
         secs(t0),
         secs(total)
     );
-}
-
-/// The whole file's sha256, by `sha256sum` (sparse holes read fast).
-fn file_sha256(path: &Path) -> String {
-    run(Command::new("sha256sum").arg(path))
-        .unwrap()
-        .split_whitespace()
-        .next()
-        .unwrap_or_default()
-        .to_string()
 }
