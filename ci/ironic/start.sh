@@ -171,7 +171,16 @@ CONF_ARGS=(--config-file "$HERE/ironic.conf" --config-file "$STATE/paths.conf")
 [ -n "$EXTRA_CONF" ] && CONF_ARGS+=(--config-file "$EXTRA_CONF")
 
 # --- database (first run only) ----------------------------------------------
-if [ ! -s "$DB" ]; then
+# The schema is the same for every state directory of one venv: the first
+# start creates it with ironic-dbsync (some 5 CPU-seconds of Python), leaves
+# a copy in the venv (replaced as a whole, so concurrent starts never see
+# half of it) and later starts copy that. install.sh rebuilding the venv
+# for another Ironic takes the copy with it.
+SCHEMA="$VENV/ironic-schema.sqlite"
+if [ ! -s "$DB" ] && [ -s "$SCHEMA" ]; then
+    log "copying the database schema from $SCHEMA"
+    cp "$SCHEMA" "$DB"
+elif [ ! -s "$DB" ]; then
     log "creating database schema in $DB"
     if ! "$VENV/bin/ironic-dbsync" "${CONF_ARGS[@]}" create_schema \
             > "$STATE/dbsync.log" 2>&1; then
@@ -179,6 +188,7 @@ if [ ! -s "$DB" ]; then
         rm -f "$DB"
         die "ironic-dbsync create_schema failed (see $STATE/dbsync.log)"
     fi
+    cp "$DB" "$SCHEMA.$$" && mv -f "$SCHEMA.$$" "$SCHEMA"
 fi
 
 # --- start ------------------------------------------------------------------
