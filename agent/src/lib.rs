@@ -89,7 +89,9 @@ pub mod selection;
 pub mod server;
 pub mod startup;
 pub mod state;
-#[cfg(feature = "test-conductor")]
+// Also in the unit tests, without the feature: ci/test-aarch64-unit builds
+// them alone (see Cargo.toml, dev-dependencies).
+#[cfg(any(test, feature = "test-conductor"))]
 pub mod testconductor;
 pub mod timesync;
 pub mod tls;
