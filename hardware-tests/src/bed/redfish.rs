@@ -25,10 +25,11 @@
 //!
 //! Everything is removed on drop, also when a test fails: domains destroyed
 //! and undefined (their NVRAM kept, like [`super::Vm`]'s), sushy-emulator
-//! and libvirtd killed by PID, then any QEMU left by the PID in libvirt's
-//! pid file, the taps deleted and the state directory removed. The logs
+//! and libvirtd killed by PID, then any QEMU left by the PID in its pid
+//! file (the domains' and libvirtd's capability probes'), the taps deleted and the state directory removed. The logs
 //! (libvirtd, sushy-emulator, each domain's QEMU log and serial console)
-//! stay in the bed's log directory.
+//! stay in the bed's log directory. Every `virsh` call is bounded in time,
+//! and libvirtd is started a second time if it does not answer at first.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -206,7 +207,35 @@ impl<'n> Bmc<'n> {
         &self.systems
     }
 
+    /// Starts libvirtd and waits until it answers, twice at most. Once
+    /// here (stop 44's ci/test) libvirtd never answered: its QEMU
+    /// capability probe (a `qemu-system-i386 -machine none` it starts)
+    /// and libvirtd waited on each other for 20 minutes. The second start
+    /// follows killing both.
     fn start_libvirtd(&mut self) -> Result<()> {
+        self.prepare_libvirtd()?;
+        let mut attempt = 1;
+        loop {
+            match self.spawn_libvirtd() {
+                Ok(()) => break,
+                Err(e) if attempt < 2 => {
+                    eprintln!("warning: {e:#}; starting libvirtd again");
+                    self.stop_libvirtd();
+                    attempt += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        // sushy-tools uploads virtual media into the pool `default`.
+        let pool = self.state.path().join("pool").display().to_string();
+        self.virsh(&["pool-define-as", "default", "dir", "--target", &pool])?;
+        self.virsh(&["pool-start", "default"])?;
+        Ok(())
+    }
+
+    /// The private configuration, passwd, group and directories libvirtd
+    /// runs with (bind-mounted over the machine's by [`Self::spawn_libvirtd`]).
+    fn prepare_libvirtd(&mut self) -> Result<()> {
         let s = self.state.path();
         for d in [
             "etc",
@@ -254,7 +283,13 @@ impl<'n> Bmc<'n> {
         }
         std::fs::write(s.join("passwd"), passwd)?;
         std::fs::write(s.join("group"), group)?;
+        Ok(())
+    }
 
+    /// Starts libvirtd in the bed's namespace and waits (90 s at most)
+    /// until it answers `virsh version`.
+    fn spawn_libvirtd(&mut self) -> Result<()> {
+        let s = self.state.path();
         let q = |p: &str| shell_quote(&s.join(p));
         let script = format!(
             "set -e\n\
@@ -287,7 +322,7 @@ impl<'n> Bmc<'n> {
             .context("starting libvirtd (ci/redfish/install.sh installs libvirt-daemon)")?;
         self.libvirtd = Some(Proc::new(child, "libvirtd"));
 
-        let deadline = Instant::now() + Duration::from_secs(60);
+        let deadline = Instant::now() + Duration::from_secs(90);
         loop {
             if let Some(p) = self.libvirtd.as_mut() {
                 if let Some(status) = p.child().try_wait()? {
@@ -297,36 +332,84 @@ impl<'n> Bmc<'n> {
                     );
                 }
             }
-            if s.join("run/libvirt/libvirt-sock").exists() && self.virsh(&["version"]).is_ok() {
-                break;
+            if s.join("run/libvirt/libvirt-sock").exists()
+                && self
+                    .virsh_within(Duration::from_secs(15), &["version"])
+                    .is_ok()
+            {
+                return Ok(());
             }
             if Instant::now() >= deadline {
                 bail!(
-                    "libvirtd did not answer within 60 s; its log: {}",
+                    "libvirtd did not answer within 90 s; its log: {}",
                     log.display()
                 );
             }
             std::thread::sleep(Duration::from_millis(200));
         }
-        // sushy-tools uploads virtual media into the pool `default`.
-        self.virsh(&[
-            "pool-define-as",
-            "default",
-            "dir",
-            "--target",
-            &s.join("pool").display().to_string(),
-        ])?;
-        self.virsh(&["pool-start", "default"])?;
-        Ok(())
+    }
+
+    /// Kills libvirtd by PID, then what it leaves: each QEMU by the PID in
+    /// its pid file, the domains' (`run/libvirt/qemu/*.pid`) and the
+    /// capability probes' (`var/lib/libvirt/qemu/qmp-*/qmp.pid`), which
+    /// daemonize out of libvirtd's process tree.
+    fn stop_libvirtd(&mut self) {
+        self.libvirtd = None;
+        let s = self.state.path();
+        let mut pidfiles = Vec::new();
+        let files = |dir: &Path| -> Vec<PathBuf> {
+            std::fs::read_dir(dir)
+                .map(|d| d.flatten().map(|e| e.path()).collect())
+                .unwrap_or_default()
+        };
+        for p in files(&s.join("run/libvirt/qemu")) {
+            if p.extension().is_some_and(|x| x == "pid") {
+                pidfiles.push(p);
+            }
+        }
+        for d in files(&s.join("var/lib/libvirt/qemu")) {
+            if d.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("qmp-"))
+            {
+                pidfiles.push(d.join("qmp.pid"));
+            }
+        }
+        for p in pidfiles {
+            if let Some(pid) = std::fs::read_to_string(&p)
+                .ok()
+                .and_then(|s| s.trim().parse::<i32>().ok())
+            {
+                let pid = nix::unistd::Pid::from_raw(pid);
+                if nix::sys::signal::kill(pid, None).is_ok() {
+                    eprintln!(
+                        "warning: killing QEMU {pid} left by libvirtd ({})",
+                        p.display()
+                    );
+                    let _ = nix::sys::signal::kill(pid, nix::sys::signal::SIGKILL);
+                }
+            }
+        }
     }
 
     /// Runs `virsh -c <uri> <args>` and returns its output.
+    /// Bounded (120 s): a libvirtd that stopped answering fails the call,
+    /// it does not hang the test.
     pub fn virsh(&self, args: &[&str]) -> Result<String> {
-        run(Command::new("virsh")
+        self.virsh_within(Duration::from_secs(120), args)
+    }
+
+    /// `virsh` bounded by `limit` (coreutils' `timeout`, then SIGKILL 5 s
+    /// later).
+    fn virsh_within(&self, limit: Duration, args: &[&str]) -> Result<String> {
+        run(Command::new("timeout")
+            .arg("--kill-after=5")
+            .arg(limit.as_secs().to_string())
+            .arg("virsh")
             .arg("-q")
             .arg("-c")
             .arg(self.libvirt_uri())
             .args(args))
+        .with_context(|| format!("virsh {} (bounded by {limit:?})", args.join(" ")))
     }
 
     /// The domain's XML as libvirt has it (`--inactive`: the persistent
@@ -564,25 +647,7 @@ impl<'n> Bmc<'n> {
             );
         }
         self.sushy = None;
-        self.libvirtd = None;
-        // A QEMU libvirt started outlives libvirtd: kill any left by PID.
-        if let Ok(dir) = std::fs::read_dir(self.state.path().join("run/libvirt/qemu")) {
-            for e in dir.flatten() {
-                let p = e.path();
-                if p.extension().is_some_and(|x| x == "pid") {
-                    if let Some(pid) = std::fs::read_to_string(&p)
-                        .ok()
-                        .and_then(|s| s.trim().parse::<i32>().ok())
-                    {
-                        let pid = nix::unistd::Pid::from_raw(pid);
-                        if nix::sys::signal::kill(pid, None).is_ok() {
-                            eprintln!("warning: killing QEMU {pid} left by libvirtd");
-                            let _ = nix::sys::signal::kill(pid, nix::sys::signal::SIGKILL);
-                        }
-                    }
-                }
-            }
-        }
+        self.stop_libvirtd();
         for tap in self.taps.drain(..) {
             self.net.del_tap(&tap);
         }
