@@ -26,10 +26,11 @@
 //! Everything is removed on drop, also when a test fails: domains destroyed
 //! and undefined (their NVRAM kept, like [`super::Vm`]'s), sushy-emulator
 //! and libvirtd killed by PID, then any QEMU left by the PID in its pid
-//! file (the domains' and libvirtd's capability probes'), the taps deleted and the state directory removed. The logs
-//! (libvirtd, sushy-emulator, each domain's QEMU log and serial console)
-//! stay in the bed's log directory. Every `virsh` call is bounded in time,
-//! and libvirtd is started a second time if it does not answer at first.
+//! file (the domains' and libvirtd's capability probes'), the taps deleted
+//! and the state directory removed. The logs (libvirtd, sushy-emulator,
+//! each domain's QEMU log and serial console) stay in the bed's log
+//! directory. Every `virsh` call is bounded in time, and libvirtd is
+//! started a second time if it does not answer at first.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -207,8 +208,8 @@ impl<'n> Bmc<'n> {
         &self.systems
     }
 
-    /// Starts libvirtd and waits until it answers, twice at most. Once
-    /// here (stop 44's ci/test) libvirtd never answered: its QEMU
+    /// Starts libvirtd and waits until it answers, twice at most. Once in
+    /// a full ci/test run libvirtd never answered: its QEMU
     /// capability probe (a `qemu-system-i386 -machine none` it starts)
     /// and libvirtd waited on each other for 20 minutes. The second start
     /// follows killing both.
@@ -379,6 +380,11 @@ impl<'n> Bmc<'n> {
                 .ok()
                 .and_then(|s| s.trim().parse::<i32>().ok())
             {
+                // Still that QEMU, not a process that got its PID since.
+                let comm = std::fs::read_to_string(format!("/proc/{pid}/comm"));
+                if !comm.is_ok_and(|c| c.starts_with("qemu")) {
+                    continue;
+                }
                 let pid = nix::unistd::Pid::from_raw(pid);
                 if nix::sys::signal::kill(pid, None).is_ok() {
                     eprintln!(
