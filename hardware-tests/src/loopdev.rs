@@ -114,10 +114,9 @@ impl LoopDevice {
     /// any discard changes it. The device's buffers are flushed first, so
     /// the file holds every write made through the device.
     pub fn fingerprint(&self) -> Result<Vec<(u64, u64, String)>> {
-        use std::io::{Read, Seek, SeekFrom};
         nix::unistd::sync();
         run(Command::new("blockdev").arg("--flushbufs").arg(&self.path))?;
-        let mut f = std::fs::File::open(self.backing_file())?;
+        let f = std::fs::File::open(self.backing_file())?;
         // Extents allocated unwritten (a zeroing through the loop device)
         // count as data while their pages are cached: drop the file's
         // cache so a read through the device changes nothing here.
@@ -128,19 +127,11 @@ impl LoopDevice {
             nix::fcntl::PosixFadviseAdvice::POSIX_FADV_DONTNEED,
         )
         .context("dropping the backing file's cache")?;
+        let file = self.backing_file();
         let mut out = Vec::new();
         for (start, end) in crate::sparse::data_extents(&f)? {
-            f.seek(SeekFrom::Start(start))?;
-            let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
-            let mut left = end - start;
-            let mut buf = vec![0u8; 1 << 20];
-            while left > 0 {
-                let n = left.min(buf.len() as u64) as usize;
-                f.read_exact(&mut buf[..n])?;
-                ctx.update(&buf[..n]);
-                left -= n as u64;
-            }
-            out.push((start, end - start, crate::hex(ctx.finish().as_ref())));
+            let digest = crate::sha256_range(&file, start, end - start)?;
+            out.push((start, end - start, digest));
         }
         Ok(out)
     }
