@@ -28,6 +28,26 @@ pub struct Cost {
     pub cpu: f64,
 }
 
+impl Cost {
+    /// The shorter wall time and the lesser CPU time of two runs.
+    pub fn best(self, other: Cost) -> Cost {
+        Cost {
+            wall: self.wall.min(other.wall),
+            cpu: self.cpu.min(other.cpu),
+        }
+    }
+}
+
+/// One measured floor copy (`f` returns the bytes it moved), checked to
+/// have moved `size` bytes.
+pub fn copy_once(size: u64, f: &mut dyn FnMut() -> Result<u64>) -> Result<Cost> {
+    let (c, n) = measure(f)?;
+    if n != size {
+        bail!("the floor copy moved {n} bytes, expected {size}");
+    }
+    Ok(c)
+}
+
 /// Busy CPU seconds of the whole machine so far (`/proc/stat`: user, nice,
 /// system, irq, softirq and steal), so kernel threads such as the loop
 /// device's worker and the in-process HTTP server are counted too.

@@ -14,11 +14,12 @@
 //! `ci/bench` makes) the incumbent writes the raw and qcow2 images too
 //! ([`ipa`]) and the table gets ours / IPA.
 //!
-//! Usage (root): `image-bench [--size-mib 2048] [--reps 2] [--agent PATH]
+//! Usage (root): `image-bench [--size-mib 2048] [--reps 3] [--agent PATH]
 //! [--ipa PYTHON] [--only raw,zstd,gzip,xz,qcow2,qcow2c] [--check-targets]`
 
 mod floor;
 mod ipa;
+mod runs;
 mod tls;
 
 use std::path::{Path, PathBuf};
@@ -42,7 +43,7 @@ struct Opts {
 fn parse_args() -> Result<Opts> {
     let mut o = Opts {
         size_mib: 2048,
-        reps: 2,
+        reps: 3,
         agent: hardware_tests::repo_root().join("target/release/agent"),
         check: false,
         only: None,
@@ -189,91 +190,10 @@ fn decompress_rate(kind: &str, data: &[u8], out_bytes: u64, reps: usize) -> Resu
 fn floor_copy(reps: usize, size: u64, mut f: impl FnMut() -> Result<u64>) -> Result<floor::Cost> {
     let mut out: Option<floor::Cost> = None;
     for _ in 0..reps {
-        let (c, n) = floor::measure(&mut f)?;
-        if n != size {
-            bail!("the floor copy moved {n} bytes, expected {size}");
-        }
-        out = Some(match out {
-            None => c,
-            Some(b) => floor::Cost {
-                wall: b.wall.min(c.wall),
-                cpu: b.cpu.min(c.cpu),
-            },
-        });
+        let c = floor::copy_once(size, &mut f)?;
+        out = Some(out.map_or(c, |b| b.best(c)));
     }
     Ok(out.expect("reps ≥ 1"))
-}
-
-struct Ours {
-    secs: f64,
-    /// Machine-wide CPU seconds of the fastest run.
-    cpu: f64,
-    peak_rss_mib: f64,
-}
-
-fn run_agent(
-    o: &Opts,
-    url: &str,
-    checksum: &str,
-    dev: &Path,
-    image_sha: &str,
-    size: u64,
-    cafile: Option<&Path>,
-) -> Result<Ours> {
-    let mut best_run: Option<(floor::Cost, String)> = None;
-    for _ in 0..o.reps {
-        // Start from a device holding something else, as a real disk does.
-        sh(&format!(
-            "dd if=/dev/zero of={} bs=4M count=4 oflag=direct status=none",
-            dev.display()
-        ))?;
-        let (cost, out) = floor::measure(|| {
-            hardware_tests::run(
-                Command::new(&o.agent)
-                    .args([
-                        "write-image",
-                        "--image",
-                        url,
-                        "--checksum",
-                        checksum,
-                        "--device",
-                    ])
-                    .arg(dev)
-                    .args(
-                        cafile
-                            .iter()
-                            .flat_map(|c| [std::ffi::OsStr::new("--cafile"), c.as_os_str()]),
-                    )
-                    .env("RUST_LOG", "warn"),
-            )
-        })?;
-        eprintln!(
-            "  {:.2} s ({:.2} CPU-s): {}",
-            cost.wall,
-            cost.cpu,
-            out.trim()
-        );
-        // Checked outside the timed part.
-        let got = sha256_prefix(dev, size)?;
-        if got != image_sha {
-            bail!("{url}: the device does not hold the image afterwards ({got})");
-        }
-        if best_run.as_ref().is_none_or(|(b, _)| cost.wall < b.wall) {
-            best_run = Some((cost, out));
-        }
-    }
-    let (cost, out) = best_run.expect("reps >= 1");
-    let peak = out
-        .split("peak memory ")
-        .nth(1)
-        .and_then(|r| r.split_whitespace().next())
-        .and_then(|v| v.parse::<f64>().ok())
-        .with_context(|| format!("no peak memory in the agent's output: {out}"))?;
-    Ok(Ours {
-        secs: cost.wall,
-        cpu: cost.cpu,
-        peak_rss_mib: peak,
-    })
 }
 
 fn main() -> Result<()> {
@@ -374,10 +294,6 @@ fn main() -> Result<()> {
         floor::direct_copy(std::fs::File::open(&img)?, &dev)
     })?;
     let device_floor = mbps(size, local_copy.wall);
-    let raw_url = server.url("/disk.img");
-    let transport = floor_copy(o.reps, size, || {
-        floor::direct_copy(floor::http_body(&raw_url)?, &dev)
-    })?;
     let hash_secs = size as f64 / (sha_bound * 1e6);
     let cores = floor::cores();
     // The floor as a rate of disk bytes (see floor::floor_secs).
@@ -387,37 +303,35 @@ fn main() -> Result<()> {
             floor::floor_secs(cores, hash, other_cpu, longest_stage),
         )
     };
-    let raw_floor = floor_rate(hash_secs, transport.cpu, 0.0);
-    // The same for the compressed images: download and decompress (one
-    // thread) straight to the device, no hash. The decompressor alone is
-    // the longest stage.
-    let file_secs = |name: &str| -> Result<f64> {
-        Ok(std::fs::metadata(d.join(name))?.len() as f64 / (sha_bound * 1e6))
-    };
     let secs_of = |rate: f64| size as f64 / (rate * 1e6);
+    // Each row's floor copy: the same image downloaded over loopback HTTP
+    // (and decompressed, in one thread) straight to the device with no
+    // hash, run right before each of the row's writes (runs.rs). For a
+    // compressed image the decompressor alone is the longest stage.
     let body = |name: &str| floor::http_body(&server.url(&format!("/{name}")));
-    let zstd_floor = floor_copy(o.reps, size, || {
-        floor::direct_copy(
-            zstd::stream::read::Decoder::new(body("disk.img.zst")?)?,
-            &dev,
-        )
-    })?;
-    let zstd_cpu = zstd_floor.cpu;
-    let zstd_floor = floor_rate(file_secs("disk.img.zst")?, zstd_cpu, secs_of(dec_zstd));
-    let gzip_floor = floor_copy(o.reps, size, || {
-        floor::direct_copy(
-            flate2::read::MultiGzDecoder::new(body("disk.img.gz")?),
-            &dev,
-        )
-    })?;
-    let gzip_floor = floor_rate(file_secs("disk.img.gz")?, gzip_floor.cpu, secs_of(dec_gzip));
-    let xz_floor = floor_copy(1, size, || {
-        floor::direct_copy(
-            liblzma::read::XzDecoder::new_multi_decoder(body("disk.img.xz")?),
-            &dev,
-        )
-    })?;
-    let xz_floor = floor_rate(file_secs("disk.img.xz")?, xz_floor.cpu, secs_of(dec_xz));
+    let floor_copy_of = |name: &str| -> Result<u64> {
+        let src = body(name)?;
+        match name {
+            "disk.img" => floor::direct_copy(src, &dev),
+            "disk.img.zst" => floor::direct_copy(zstd::stream::read::Decoder::new(src)?, &dev),
+            "disk.img.gz" => floor::direct_copy(flate2::read::MultiGzDecoder::new(src), &dev),
+            "disk.img.xz" => {
+                floor::direct_copy(liblzma::read::XzDecoder::new_multi_decoder(src), &dev)
+            }
+            _ => bail!("{name} has no floor copy"),
+        }
+    };
+    let longest_stage = |name: &str| match name {
+        "disk.img.zst" => secs_of(dec_zstd),
+        "disk.img.gz" => secs_of(dec_gzip),
+        "disk.img.xz" => secs_of(dec_xz),
+        _ => 0.0,
+    };
+    let device = runs::Device {
+        path: &dev,
+        image_sha: &image_sha,
+        size,
+    };
 
     // Baselines.
     let curl = |name: &str, filter: &str| -> Result<f64> {
@@ -471,16 +385,27 @@ fn main() -> Result<()> {
         {
             continue;
         }
-        let r = run_agent(
+        let url = server.url(&format!("/{v}"));
+        let checksum = format!("sha256:{}", digests[i]);
+        let write = runs::Write {
+            url: &url,
+            checksum: &checksum,
+            cafile: None,
+        };
+        let floored = matches!(
+            *v,
+            "disk.img" | "disk.img.zst" | "disk.img.gz" | "disk.img.xz"
+        );
+        let mut copy = || floor_copy_of(v);
+        let (r, fc) = runs::run_agent(
             &o,
-            &server.url(&format!("/{v}")),
-            &format!("sha256:{}", digests[i]),
-            &dev,
-            &image_sha,
-            size,
-            None,
+            &write,
+            &device,
+            floored.then_some(&mut copy as runs::FloorCopy),
         )?;
         let file_len = std::fs::metadata(d.join(v))?.len();
+        let hash = file_len as f64 / (sha_bound * 1e6);
+        let floor = fc.map(|c| (c, floor_rate(hash, c.cpu, longest_stage(v))));
         // The incumbent, for the formats it takes.
         let ipa_format = match short[i] {
             "raw" => Some("raw"),
@@ -508,7 +433,7 @@ fn main() -> Result<()> {
             )?),
             _ => None,
         };
-        rows.push((*v, file_len, r, ipa_secs));
+        rows.push((*v, file_len, r, ipa_secs, floor));
     }
 
     println!(
@@ -516,11 +441,22 @@ fn main() -> Result<()> {
         o.size_mib
     );
     println!("bounds, same run: sha256 openssl {sha_openssl:.0} MB/s, ring {sha_ring:.0} MB/s; decompress-only (output) zstd {dec_zstd:.0}, gzip {dec_gzip:.0}, xz {dec_xz:.0} MB/s; write-only (dd oflag=direct to the loop device) {write_bound:.0} MB/s");
+    let floor_of = |name: &str| rows.iter().find(|r| r.0 == name).and_then(|r| r.4);
+    let shown = |name: &str| floor_of(name).map_or("-".into(), |(_, f)| format!("{f:.0}"));
+    let raw_part = match floor_of("disk.img") {
+        Some((c, f)) => format!(
+            "over loopback HTTP {:.0} MB/s using {:.2} CPU-s; with the sha256 ({hash_secs:.2} s on one core) a verified raw write on {cores} cores needs ≥ max(hash, (hash + {:.2}) / {cores}) s: {f:.0} MB/s",
+            mbps(size, c.wall),
+            c.cpu,
+            c.cpu
+        ),
+        None => "raw not run".into(),
+    };
     println!(
-        "floor, same run: the raw image copied with no hash (O_DIRECT, zero blocks by BLKZEROOUT): from the local file {device_floor:.0} MB/s; over loopback HTTP {:.0} MB/s using {:.2} CPU-s; with the sha256 ({hash_secs:.2} s on one core) a verified raw write on {cores} cores needs ≥ max(hash, (hash + {:.2}) / {cores}) s: {raw_floor:.0} MB/s; likewise with the decompressor as the longest stage: zstd {zstd_floor:.0}, gzip {gzip_floor:.0}, xz {xz_floor:.0} MB/s",
-        mbps(size, transport.wall),
-        transport.cpu,
-        transport.cpu
+        "floor, same run, measured before each write it is held against: the raw image copied with no hash (O_DIRECT, zero blocks by BLKZEROOUT): from the local file {device_floor:.0} MB/s; {raw_part}; likewise with the decompressor as the longest stage: zstd {}, gzip {}, xz {} MB/s",
+        shown("disk.img.zst"),
+        shown("disk.img.gz"),
+        shown("disk.img.xz")
     );
     println!("baselines: curl|sha256sum|dd raw {base_raw:.0} MB/s, with zstd -dc {base_zstd:.0} MB/s; qemu-img convert -O raw (local) {qemu_plain:.0} MB/s plain, {qemu_comp:.0} MB/s compressed qcow2 (default cache: no flush); plain with -t none -W (O_DIRECT, flushed) {qemu_direct:.0} MB/s\n");
     println!(
@@ -539,7 +475,7 @@ fn main() -> Result<()> {
     );
     let mut misses = Vec::new();
     let mut vs_ipa = Vec::new();
-    for (name, file_len, r, ipa_secs) in &rows {
+    for (name, file_len, r, ipa_secs, floor) in &rows {
         if let Some(ipa) = ipa_secs {
             vs_ipa.push(format!(
                 "{name}: ours {:.0} MB/s, IPA 13.0.0 {:.0} MB/s: ours / IPA = {:.2}",
@@ -550,13 +486,14 @@ fn main() -> Result<()> {
         }
         let rate = mbps(size, r.secs);
         let sha_over_file = sha_bound * size as f64 / *file_len as f64;
-        let (bound, base, floor) = match *name {
-            "disk.img" => (sha_bound, base_raw, Some(raw_floor)),
-            "disk.img.zst" => (dec_zstd.min(sha_over_file), base_zstd, Some(zstd_floor)),
-            "disk.img.gz" => (dec_gzip.min(sha_over_file), base_raw, Some(gzip_floor)),
-            "disk.img.xz" => (dec_xz.min(sha_over_file), base_raw, Some(xz_floor)),
-            "disk.qcow2" => (sha_over_file, qemu_plain, None),
-            _ => (sha_over_file, qemu_comp, None),
+        let floor = floor.map(|(_, f)| f);
+        let (bound, base) = match *name {
+            "disk.img" => (sha_bound, base_raw),
+            "disk.img.zst" => (dec_zstd.min(sha_over_file), base_zstd),
+            "disk.img.gz" => (dec_gzip.min(sha_over_file), base_raw),
+            "disk.img.xz" => (dec_xz.min(sha_over_file), base_raw),
+            "disk.qcow2" => (sha_over_file, qemu_plain),
+            _ => (sha_over_file, qemu_comp),
         };
         println!(
             "{:<14} {:>10.0} {:>10.0} {:>7.2} {:>9.1} {:>10.0} {:>7.2} {:>10} {:>7} {:>10.0} {:>7.2}",
@@ -580,8 +517,8 @@ fn main() -> Result<()> {
         }
         // Each missed target says whether this machine allows it at all.
         let hash_file = *file_len as f64 / (sha_bound * 1e6);
-        match *name {
-            "disk.img" if rate < 0.9 * bound => misses.push(format!(
+        match (*name, floor) {
+            ("disk.img", Some(raw_floor)) if rate < 0.9 * bound => misses.push(format!(
                 "raw: {rate:.0} MB/s < 0.9 × sha256 bound {bound:.0} = {:.0}; the floor is {raw_floor:.0} MB/s ({}; ours is {:.2} of it)",
                 0.9 * bound,
                 reach(0.9 * bound, raw_floor),
@@ -591,13 +528,13 @@ fn main() -> Result<()> {
             // else 0.8 × its floor (the same cap as the sha512 rows'):
             // with SHA extensions, two cores cannot receive, hash,
             // decompress and write as fast as `zstd -d` decompresses alone.
-            "disk.img.zst" if rate < 0.8 * bound.min(zstd_floor) => misses.push(format!(
+            ("disk.img.zst", Some(zstd_floor)) if rate < 0.8 * bound.min(zstd_floor) => misses.push(format!(
                 "zstd: {rate:.0} MB/s < 0.8 × min(bound {bound:.0}, floor {zstd_floor:.0}) = {:.0} ({} for 0.8 × the bound; ours is {:.2} of the floor)",
                 0.8 * bound.min(zstd_floor),
                 reach(0.8 * bound, zstd_floor),
                 rate / zstd_floor
             )),
-            "disk.qcow2" | "disk-c.qcow2" if rate <= base => misses.push(format!(
+            ("disk.qcow2" | "disk-c.qcow2", _) if rate <= base => misses.push(format!(
                 "{name}: {rate:.0} MB/s not faster than qemu-img {base:.0}; hashing the {:.0} MiB download alone takes {hash_file:.2} s, qemu-img's whole run {:.2} s ({})",
                 *file_len as f64 / MIB as f64,
                 size as f64 / (base * 1e6),
@@ -637,25 +574,28 @@ fn main() -> Result<()> {
             };
             let file_len = std::fs::metadata(d.join(name))?.len();
             let digest = sha512_file(&d.join(name))?;
-            let r = run_agent(
+            let url = server.url(&format!("/{name}"));
+            let checksum = format!("sha512:{digest}");
+            let write = runs::Write {
+                url: &url,
+                checksum: &checksum,
+                cafile: None,
+            };
+            let mut copy = || floor_copy_of(name);
+            let (r, fc) = runs::run_agent(
                 &o,
-                &server.url(&format!("/{name}")),
-                &format!("sha512:{digest}"),
-                &dev,
-                &image_sha,
-                size,
-                None,
+                &write,
+                &device,
+                (kind != "qcow2").then_some(&mut copy as runs::FloorCopy),
             )?;
             let rate = mbps(size, r.secs);
             let over_file = sha512_bound * size as f64 / file_len as f64;
+            let other_cpu = fc.map_or(0.0, |c| c.cpu);
             let (bound, floor) = match kind {
-                "raw" => (
-                    sha512_bound,
-                    floor_rate(hash512_secs(size), transport.cpu, 0.0),
-                ),
+                "raw" => (sha512_bound, floor_rate(hash512_secs(size), other_cpu, 0.0)),
                 "zstd" => (
                     dec_zstd.min(over_file),
-                    floor_rate(hash512_secs(file_len), zstd_cpu, secs_of(dec_zstd)),
+                    floor_rate(hash512_secs(file_len), other_cpu, secs_of(dec_zstd)),
                 ),
                 _ => (over_file, over_file),
             };
@@ -694,19 +634,16 @@ fn main() -> Result<()> {
         ] {
             let front = tls::start(d, version, tag)?;
             let url = format!("{}/disk.img", front.base);
-            let tls_copy = floor_copy(o.reps, size, || {
-                floor::direct_copy(tls::https_body(&url, &front.cafile)?, &dev)
-            })?;
+            let checksum = format!("sha256:{}", digests[0]);
+            let write = runs::Write {
+                url: &url,
+                checksum: &checksum,
+                cafile: Some(&front.cafile),
+            };
+            let mut copy = || floor::direct_copy(tls::https_body(&url, &front.cafile)?, &dev);
+            let (r, tls_copy) = runs::run_agent(&o, &write, &device, Some(&mut copy))?;
+            let tls_copy = tls_copy.context("the TLS floor copy did not run")?;
             let tls_floor = floor_rate(hash_secs, tls_copy.cpu, 0.0);
-            let r = run_agent(
-                &o,
-                &url,
-                &format!("sha256:{}", digests[0]),
-                &dev,
-                &image_sha,
-                size,
-                Some(&front.cafile),
-            )?;
             let rate = mbps(size, r.secs);
             let target = 0.85 * tls_floor;
             println!(
