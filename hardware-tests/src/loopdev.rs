@@ -116,7 +116,8 @@ impl LoopDevice {
     pub fn fingerprint(&self) -> Result<Vec<(u64, u64, String)>> {
         nix::unistd::sync();
         run(Command::new("blockdev").arg("--flushbufs").arg(&self.path))?;
-        let f = std::fs::File::open(self.backing_file())?;
+        let file = self.backing_file();
+        let f = std::fs::File::open(&file)?;
         // Extents allocated unwritten (a zeroing through the loop device)
         // count as data while their pages are cached: drop the file's
         // cache so a read through the device changes nothing here.
@@ -127,7 +128,6 @@ impl LoopDevice {
             nix::fcntl::PosixFadviseAdvice::POSIX_FADV_DONTNEED,
         )
         .context("dropping the backing file's cache")?;
-        let file = self.backing_file();
         let mut out = Vec::new();
         for (start, end) in crate::sparse::data_extents(&f)? {
             let digest = crate::sha256_range(&file, start, end - start)?;

@@ -309,6 +309,12 @@ fn main() -> Result<()> {
     // hash, run right before each of the row's writes (runs.rs). For a
     // compressed image the decompressor alone is the longest stage.
     let body = |name: &str| floor::http_body(&server.url(&format!("/{name}")));
+    let has_floor = |name: &str| {
+        matches!(
+            name,
+            "disk.img" | "disk.img.zst" | "disk.img.gz" | "disk.img.xz"
+        )
+    };
     let floor_copy_of = |name: &str| -> Result<u64> {
         let src = body(name)?;
         match name {
@@ -392,16 +398,12 @@ fn main() -> Result<()> {
             checksum: &checksum,
             cafile: None,
         };
-        let floored = matches!(
-            *v,
-            "disk.img" | "disk.img.zst" | "disk.img.gz" | "disk.img.xz"
-        );
         let mut copy = || floor_copy_of(v);
         let (r, fc) = runs::run_agent(
             &o,
             &write,
             &device,
-            floored.then_some(&mut copy as runs::FloorCopy),
+            has_floor(v).then_some(&mut copy as runs::FloorCopy),
         )?;
         let file_len = std::fs::metadata(d.join(v))?.len();
         let hash = file_len as f64 / (sha_bound * 1e6);
@@ -586,7 +588,7 @@ fn main() -> Result<()> {
                 &o,
                 &write,
                 &device,
-                (kind != "qcow2").then_some(&mut copy as runs::FloorCopy),
+                has_floor(name).then_some(&mut copy as runs::FloorCopy),
             )?;
             let rate = mbps(size, r.secs);
             let over_file = sha512_bound * size as f64 / file_len as f64;
