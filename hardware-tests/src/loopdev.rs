@@ -66,41 +66,55 @@ impl LoopDevice {
         if !child.wait()?.success() {
             bail!("sfdisk failed on {}", self.path.display());
         }
-        run(Command::new("partx").args(["--update"]).arg(&self.path)).ok();
-        let p1 = self.partition(1);
-        // A udev running beside the tests re-reads the table when sfdisk
-        // closes the disk (the partition nodes go and come back) and probes
-        // the new partition (mkfs's exclusive open fails meanwhile): wait
-        // for the node and retry for up to 15 s, as `udevadm settle` would
-        // wait. On a loaded machine (ci/test runs two jobs at once) the
-        // node was once gone for more than 2 s, and once for good: while it
-        // is missing the kernel is asked again each second.
+        let p1 = self.wait_partition(1)?;
+        // A udev running beside the tests may also be probing the new
+        // partition (mkfs's exclusive open fails meanwhile), or re-read the
+        // table once more: retry for up to 15 s, waiting for the node again.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
-        let mut next_update = std::time::Instant::now() + std::time::Duration::from_secs(1);
         loop {
-            if !p1.exists() && std::time::Instant::now() >= next_update {
-                // The re-read can end with the partitions dropped (a
-                // partition still open when udev asked): ask the kernel
-                // again for the table's partitions.
-                run(Command::new("partx").args(["--update"]).arg(&self.path)).ok();
-                next_update = std::time::Instant::now() + std::time::Duration::from_secs(1);
-            }
-            let result = if p1.exists() {
-                run(Command::new("mkfs.ext4")
-                    .args(["-q", "-F", "-L", "testfs"])
-                    .arg(&p1))
-                .map(drop)
-            } else {
-                Err(anyhow::anyhow!("{} does not exist", p1.display()))
-            };
+            let result = run(Command::new("mkfs.ext4")
+                .args(["-q", "-F", "-L", "testfs"])
+                .arg(&p1))
+            .map(drop);
             match result {
                 Ok(()) => return Ok(()),
                 Err(e) if std::time::Instant::now() >= deadline => {
                     return Err(e.context(format!("making ext4 on {} for 15 s", p1.display())))
                 }
-                Err(_) => std::thread::sleep(std::time::Duration::from_millis(100)),
+                Err(_) => {
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                    self.wait_partition(1)?;
+                }
             }
         }
+    }
+
+    /// `/dev/loopNpK` once the kernel has it, after a change to the table:
+    /// the kernel is asked for the table's partitions first. A udev running
+    /// beside the tests re-reads the table when a writer closes the disk
+    /// (the partition nodes go and come back); on a loaded machine (ci/test
+    /// runs two jobs at once) a node was once gone for more than 2 s, and
+    /// sometimes for good (a partition still open when udev asked). So the
+    /// kernel is asked again each second the node is missing, for up to
+    /// 15 s, as `udevadm settle` would wait.
+    pub fn wait_partition(&self, k: u32) -> Result<PathBuf> {
+        let part = self.partition(k);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+        let update = || run(Command::new("partx").args(["--update"]).arg(&self.path)).ok();
+        update();
+        let mut next_update = std::time::Instant::now() + std::time::Duration::from_secs(1);
+        while !part.exists() {
+            let now = std::time::Instant::now();
+            if now >= deadline {
+                bail!("{} did not appear within 15 s", part.display());
+            }
+            if now >= next_update {
+                update();
+                next_update = now + std::time::Duration::from_secs(1);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        Ok(part)
     }
 
     /// The file behind the device.

@@ -77,14 +77,7 @@ fn a_512_byte_vfat_config_drive_is_rebuilt_for_a_4kn_disk() {
     let placed = agent::configdrive::write(&disk.path, &cd).unwrap();
     assert!(!placed.reused);
     assert_eq!(placed.label.as_deref(), Some("CONFIG-2"));
-    run(Command::new("partx").arg("--update").arg(&disk.path)).ok();
-    let part = disk.partition(placed.part.number);
-    for _ in 0..50 {
-        if part.exists() {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
+    let part = disk.wait_partition(placed.part.number).unwrap();
     assert_eq!(bytes_per_sector(&part), 4096);
     run(Command::new("fsck.fat").arg("-n").arg(&part)).expect("fsck.fat finds no error");
     let label = run(Command::new("blkid")

@@ -54,14 +54,10 @@ fn config_drive(dir: &Path) -> String {
 /// The kernel's view of partition `k`, after asking it to re-read the table
 /// (this host's loop driver does not scan by itself).
 fn kernel_label(disk: &LoopDevice, k: u32) -> String {
-    hardware_tests::run(Command::new("partx").arg("--update").arg(&disk.path)).ok();
-    let p = disk.partition(k);
-    for _ in 0..50 {
-        if p.exists() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let p = match disk.wait_partition(k) {
+        Ok(p) => p,
+        Err(e) => return format!("<{e:#}>"),
+    };
     hardware_tests::run(
         Command::new("blkid")
             .args(["-p", "-o", "value", "-s", "LABEL"])
