@@ -2,8 +2,8 @@
 //! compressible and zero regions in a tmpfs, serves it and its zstd, gzip,
 //! xz and qcow2 variants from a loopback HTTP server, and writes each with
 //! `agent write-image` to a tmpfs-backed loop device, checking the result.
-//! In the same run it measures the bounds (sha256 alone, each decompressor
-//! alone) and the baselines (`curl | sha256sum | dd oflag=direct`,
+//! In the same run it measures the bounds (the hash alone, right before each
+//! write held against it; each decompressor alone) and the baselines (`curl | sha256sum | dd oflag=direct`,
 //! `qemu-img convert -O raw` from a local file) and prints ratios.
 //!
 //! Then raw, zstd and qcow2 again with sha512 checksums (Glance's
@@ -268,7 +268,15 @@ fn main() -> Result<()> {
     let sha_openssl = mbps(size, s);
     let (s, _) = best(o.reps, || sha256_file(&img))?;
     let sha_ring = mbps(size, s);
-    let sha_bound = sha_openssl.max(sha_ring);
+    // Each row's own bound: its file hashed by the faster of the two right
+    // before each of its writes (runs.rs).
+    let sha256_alone = |name: &str| -> Result<()> {
+        if sha_openssl > sha_ring {
+            sh(&format!("openssl dgst -sha256 {}", p(name))).map(drop)
+        } else {
+            sha256_file(&d.join(name)).map(drop)
+        }
+    };
     let read = |n: &str| std::fs::read(d.join(n));
     let zst = read("disk.img.zst")?;
     let gz = read("disk.img.gz")?;
@@ -294,7 +302,6 @@ fn main() -> Result<()> {
         floor::direct_copy(std::fs::File::open(&img)?, &dev)
     })?;
     let device_floor = mbps(size, local_copy.wall);
-    let hash_secs = size as f64 / (sha_bound * 1e6);
     let cores = floor::cores();
     // The floor as a rate of disk bytes (see floor::floor_secs).
     let floor_rate = |hash: f64, other_cpu: f64, longest_stage: f64| {
@@ -399,15 +406,18 @@ fn main() -> Result<()> {
             cafile: None,
         };
         let mut copy = || floor_copy_of(v);
-        let (r, fc) = runs::run_agent(
+        let row = runs::run_agent(
             &o,
             &write,
             &device,
+            &mut || sha256_alone(v),
             has_floor(v).then_some(&mut copy as runs::FloorCopy),
         )?;
+        let (r, hash) = (row.ours, row.hash_secs);
         let file_len = std::fs::metadata(d.join(v))?.len();
-        let hash = file_len as f64 / (sha_bound * 1e6);
-        let floor = fc.map(|c| (c, floor_rate(hash, c.cpu, longest_stage(v))));
+        let floor = row
+            .floor
+            .map(|c| (c, floor_rate(hash, c.cpu, longest_stage(v))));
         // The incumbent, for the formats it takes.
         let ipa_format = match short[i] {
             "raw" => Some("raw"),
@@ -435,18 +445,19 @@ fn main() -> Result<()> {
             )?),
             _ => None,
         };
-        rows.push((*v, file_len, r, ipa_secs, floor));
+        rows.push((*v, file_len, r, ipa_secs, floor, hash));
     }
 
     println!(
         "\nimage: {} MiB GPT disk (per 64 MiB: 20 random, 20 text, 24 zeros), loop device on tmpfs",
         o.size_mib
     );
-    println!("bounds, same run: sha256 openssl {sha_openssl:.0} MB/s, ring {sha_ring:.0} MB/s; decompress-only (output) zstd {dec_zstd:.0}, gzip {dec_gzip:.0}, xz {dec_xz:.0} MB/s; write-only (dd oflag=direct to the loop device) {write_bound:.0} MB/s");
-    let floor_of = |name: &str| rows.iter().find(|r| r.0 == name).and_then(|r| r.4);
+    println!("bounds, same run: sha256 openssl {sha_openssl:.0} MB/s, ring {sha_ring:.0} MB/s (each row's bound: its file hashed by the faster right before each of its writes); decompress-only (output) zstd {dec_zstd:.0}, gzip {dec_gzip:.0}, xz {dec_xz:.0} MB/s; write-only (dd oflag=direct to the loop device) {write_bound:.0} MB/s");
+    let row_of = |name: &str| rows.iter().find(|r| r.0 == name);
+    let floor_of = |name: &str| row_of(name).and_then(|r| r.4);
     let shown = |name: &str| floor_of(name).map_or("-".into(), |(_, f)| format!("{f:.0}"));
-    let raw_part = match floor_of("disk.img") {
-        Some((c, f)) => format!(
+    let raw_part = match row_of("disk.img").and_then(|r| Some((r.4?, r.5))) {
+        Some(((c, f), hash_secs)) => format!(
             "over loopback HTTP {:.0} MB/s using {:.2} CPU-s; with the sha256 ({hash_secs:.2} s on one core) a verified raw write on {cores} cores needs ≥ max(hash, (hash + {:.2}) / {cores}) s: {f:.0} MB/s",
             mbps(size, c.wall),
             c.cpu,
@@ -477,7 +488,7 @@ fn main() -> Result<()> {
     );
     let mut misses = Vec::new();
     let mut vs_ipa = Vec::new();
-    for (name, file_len, r, ipa_secs, floor) in &rows {
+    for (name, file_len, r, ipa_secs, floor, hash_file) in &rows {
         if let Some(ipa) = ipa_secs {
             vs_ipa.push(format!(
                 "{name}: ours {:.0} MB/s, IPA 13.0.0 {:.0} MB/s: ours / IPA = {:.2}",
@@ -487,10 +498,11 @@ fn main() -> Result<()> {
             ));
         }
         let rate = mbps(size, r.secs);
-        let sha_over_file = sha_bound * size as f64 / *file_len as f64;
+        // The row's hash bound as a rate of disk bytes.
+        let sha_over_file = mbps(size, *hash_file);
         let floor = floor.map(|(_, f)| f);
         let (bound, base) = match *name {
-            "disk.img" => (sha_bound, base_raw),
+            "disk.img" => (sha_over_file, base_raw),
             "disk.img.zst" => (dec_zstd.min(sha_over_file), base_zstd),
             "disk.img.gz" => (dec_gzip.min(sha_over_file), base_raw),
             "disk.img.xz" => (dec_xz.min(sha_over_file), base_raw),
@@ -518,7 +530,6 @@ fn main() -> Result<()> {
             ));
         }
         // Each missed target says whether this machine allows it at all.
-        let hash_file = *file_len as f64 / (sha_bound * 1e6);
         match (*name, floor) {
             ("disk.img", Some(raw_floor)) if rate < 0.9 * bound => misses.push(format!(
                 "raw: {rate:.0} MB/s < 0.9 × sha256 bound {bound:.0} = {:.0}; the floor is {raw_floor:.0} MB/s ({}; ours is {:.2} of it)",
@@ -540,14 +551,14 @@ fn main() -> Result<()> {
                 "{name}: {rate:.0} MB/s not faster than qemu-img {base:.0}; hashing the {:.0} MiB download alone takes {hash_file:.2} s, qemu-img's whole run {:.2} s ({})",
                 *file_len as f64 / MIB as f64,
                 size as f64 / (base * 1e6),
-                reach(base, mbps(size, hash_file))
+                reach(base, sha_over_file)
             )),
             _ => {}
         }
     }
     // Glance's default checksum: sha512 for raw, zstd and qcow2, against
-    // the single-core sha512 bound of this run (or the floor
-    // with sha512 in the loop, where that is lower).
+    // the row's single-core sha512 bound (or the floor with sha512 in the
+    // loop, where that is lower).
     let sha512_want = ["raw", "zstd", "qcow2"]
         .into_iter()
         .filter(|k| {
@@ -563,10 +574,15 @@ fn main() -> Result<()> {
             sh(&format!("openssl dgst -sha512 {}", p("disk.img")))
         })?;
         let sha512_openssl = mbps(size, s);
-        let sha512_bound = sha512_ring.max(sha512_openssl);
-        let hash512_secs = |bytes: u64| bytes as f64 / (sha512_bound * 1e6);
+        let sha512_alone = |name: &str| -> Result<()> {
+            if sha512_openssl > sha512_ring {
+                sh(&format!("openssl dgst -sha512 {}", p(name))).map(drop)
+            } else {
+                sha512_file(&d.join(name)).map(drop)
+            }
+        };
         println!(
-            "\nsha512 (Glance's default), bound same run: openssl {sha512_openssl:.0} MB/s, ring {sha512_ring:.0} MB/s"
+            "\nsha512 (Glance's default), bound same run: openssl {sha512_openssl:.0} MB/s, ring {sha512_ring:.0} MB/s; each row's bound: its file hashed by the faster right before each of its writes"
         );
         for kind in sha512_want {
             let name = match kind {
@@ -574,7 +590,6 @@ fn main() -> Result<()> {
                 "zstd" => "disk.img.zst",
                 _ => "disk.qcow2",
             };
-            let file_len = std::fs::metadata(d.join(name))?.len();
             let digest = sha512_file(&d.join(name))?;
             let url = server.url(&format!("/{name}"));
             let checksum = format!("sha512:{digest}");
@@ -584,20 +599,22 @@ fn main() -> Result<()> {
                 cafile: None,
             };
             let mut copy = || floor_copy_of(name);
-            let (r, fc) = runs::run_agent(
+            let row = runs::run_agent(
                 &o,
                 &write,
                 &device,
+                &mut || sha512_alone(name),
                 has_floor(name).then_some(&mut copy as runs::FloorCopy),
             )?;
+            let (r, hash) = (row.ours, row.hash_secs);
             let rate = mbps(size, r.secs);
-            let over_file = sha512_bound * size as f64 / file_len as f64;
-            let other_cpu = fc.map_or(0.0, |c| c.cpu);
+            let over_file = mbps(size, hash);
+            let other_cpu = row.floor.map_or(0.0, |c| c.cpu);
             let (bound, floor) = match kind {
-                "raw" => (sha512_bound, floor_rate(hash512_secs(size), other_cpu, 0.0)),
+                "raw" => (over_file, floor_rate(hash, other_cpu, 0.0)),
                 "zstd" => (
                     dec_zstd.min(over_file),
-                    floor_rate(hash512_secs(file_len), other_cpu, secs_of(dec_zstd)),
+                    floor_rate(hash, other_cpu, secs_of(dec_zstd)),
                 ),
                 _ => (over_file, over_file),
             };
@@ -643,9 +660,16 @@ fn main() -> Result<()> {
                 cafile: Some(&front.cafile),
             };
             let mut copy = || floor::direct_copy(tls::https_body(&url, &front.cafile)?, &dev);
-            let (r, tls_copy) = runs::run_agent(&o, &write, &device, Some(&mut copy))?;
-            let tls_copy = tls_copy.context("the TLS floor copy did not run")?;
-            let tls_floor = floor_rate(hash_secs, tls_copy.cpu, 0.0);
+            let row = runs::run_agent(
+                &o,
+                &write,
+                &device,
+                &mut || sha256_alone("disk.img"),
+                Some(&mut copy),
+            )?;
+            let r = row.ours;
+            let tls_copy = row.floor.context("the TLS floor copy did not run")?;
+            let tls_floor = floor_rate(row.hash_secs, tls_copy.cpu, 0.0);
             let rate = mbps(size, r.secs);
             let target = 0.85 * tls_floor;
             println!(

@@ -1,13 +1,16 @@
 //! The agent's own writes: `agent write-image` run `--reps` times against
 //! the loop device, the device checked after each, and the fastest kept.
-//! A row with a floor (floor.rs) runs its floor copy right before each of
-//! its writes, so that a write and the floor it is held against see the
-//! machine in the same state: on this shared machine the CPU time of the
-//! same write varies by half from one run to the next, and drifts over
-//! minutes (agent/docs/image-writing.md).
+//! Right before each write the row's hash bound is measured (the row's file
+//! hashed alone), and its floor copy runs if it has one (floor.rs), so that
+//! a write and the bound and floor it is held against see the machine in
+//! the same state: on this shared machine the CPU time of the same write
+//! varies by half from one run to the next, and drifts over minutes; the
+//! single-core hash rate moves too, by an eighth between runs
+//! (agent/docs/image-writing.md).
 
 use std::path::Path;
 use std::process::Command;
+use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 
@@ -40,21 +43,39 @@ pub struct Ours {
 /// A floor copy of the same image: returns the bytes it moved.
 pub type FloorCopy<'f> = &'f mut dyn FnMut() -> Result<u64>;
 
-/// `o.reps` writes, each after one run of `floor` if there is one; the
-/// fastest write, and the floor's shortest wall and least CPU time.
+/// The row's file hashed alone, on one core, by the faster implementation
+/// of this run: the row's hash bound.
+pub type HashRun<'f> = &'f mut dyn FnMut() -> Result<()>;
+
+/// A row's figures: its fastest write, and from the runs right before each
+/// write the hash's shortest time and the floor's shortest wall and least
+/// CPU time.
+pub struct Row {
+    pub ours: Ours,
+    pub hash_secs: f64,
+    pub floor: Option<floor::Cost>,
+}
+
+/// `o.reps` writes, each right after one run of `hash` and of `floor` if
+/// there is one.
 pub fn run_agent(
     o: &Opts,
     w: &Write,
     dev: &Device,
+    hash: HashRun,
     mut floor: Option<FloorCopy>,
-) -> Result<(Ours, Option<floor::Cost>)> {
+) -> Result<Row> {
     let mut best_run: Option<(floor::Cost, String)> = None;
     let mut floor_best: Option<floor::Cost> = None;
+    let mut hash_best = f64::INFINITY;
     for _ in 0..o.reps {
         if let Some(f) = floor.as_mut() {
             let c = floor::copy_once(dev.size, f)?;
             floor_best = Some(floor_best.map_or(c, |b| b.best(c)));
         }
+        let t = Instant::now();
+        hash()?;
+        hash_best = hash_best.min(t.elapsed().as_secs_f64());
         let (cost, out) = write_once(o, w, dev)?;
         if best_run.as_ref().is_none_or(|(b, _)| cost.wall < b.wall) {
             best_run = Some((cost, out));
@@ -67,12 +88,15 @@ pub fn run_agent(
         .and_then(|r| r.split_whitespace().next())
         .and_then(|v| v.parse::<f64>().ok())
         .with_context(|| format!("no peak memory in the agent's output: {out}"))?;
-    let ours = Ours {
-        secs: cost.wall,
-        cpu: cost.cpu,
-        peak_rss_mib: peak,
-    };
-    Ok((ours, floor_best))
+    Ok(Row {
+        ours: Ours {
+            secs: cost.wall,
+            cpu: cost.cpu,
+            peak_rss_mib: peak,
+        },
+        hash_secs: hash_best,
+        floor: floor_best,
+    })
 }
 
 /// One write, timed, and the device checked afterwards (outside the
