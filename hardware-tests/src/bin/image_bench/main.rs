@@ -3,8 +3,9 @@
 //! xz and qcow2 variants from a loopback HTTP server, and writes each with
 //! `agent write-image` to a tmpfs-backed loop device, checking the result.
 //! In the same run it measures the bounds (the hash alone, right before each
-//! write held against it; each decompressor alone) and the baselines (`curl | sha256sum | dd oflag=direct`,
-//! `qemu-img convert -O raw` from a local file) and prints ratios.
+//! write held against it; each decompressor alone) and the baselines
+//! (`curl | sha256sum | dd oflag=direct`, `qemu-img convert -O raw` from a
+//! local file) and prints ratios.
 //!
 //! Then raw, zstd and qcow2 again with sha512 checksums (Glance's
 //! default `os_hash_algo`) against the sha512 bound of the same run, and
