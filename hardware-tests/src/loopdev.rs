@@ -69,7 +69,8 @@ impl LoopDevice {
         let p1 = self.wait_partition(1)?;
         // A udev running beside the tests may also be probing the new
         // partition (mkfs's exclusive open fails meanwhile), or re-read the
-        // table once more: retry for up to 15 s, waiting for the node again.
+        // table once more: retry for up to 15 s, waiting for the node again
+        // if it went.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
         loop {
             let result = run(Command::new("mkfs.ext4")
@@ -83,7 +84,9 @@ impl LoopDevice {
                 }
                 Err(_) => {
                     std::thread::sleep(std::time::Duration::from_millis(100));
-                    self.wait_partition(1)?;
+                    if !p1.exists() {
+                        self.wait_partition(1)?;
+                    }
                 }
             }
         }
