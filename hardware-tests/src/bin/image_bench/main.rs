@@ -159,6 +159,35 @@ fn sha512_file(path: &Path) -> Result<String> {
         .collect())
 }
 
+/// The implementations a hash bound is measured with.
+#[derive(Clone, Copy)]
+enum Hasher {
+    Openssl,
+    Ring,
+}
+
+impl Hasher {
+    /// The faster of the two, by their rates in MB/s.
+    fn faster(openssl: f64, ring: f64) -> Self {
+        if openssl > ring {
+            Self::Openssl
+        } else {
+            Self::Ring
+        }
+    }
+}
+
+/// `path` hashed alone, on one core, with `algo` (`sha256` or `sha512`)
+/// by `by`: what a hash bound times.
+fn hash_alone(algo: &str, by: Hasher, path: &Path) -> Result<()> {
+    match (by, algo) {
+        (Hasher::Openssl, _) => sh(&format!("openssl dgst -{algo} {}", path.display())).map(drop),
+        (Hasher::Ring, "sha256") => sha256_file(path).map(drop),
+        (Hasher::Ring, "sha512") => sha512_file(path).map(drop),
+        _ => bail!("no bound for {algo}"),
+    }
+}
+
 fn sha256_file(path: &Path) -> Result<String> {
     sha256_prefix(path, u64::MAX)
 }
@@ -195,6 +224,18 @@ fn floor_copy(reps: usize, size: u64, mut f: impl FnMut() -> Result<u64>) -> Res
         out = Some(out.map_or(c, |b| b.best(c)));
     }
     Ok(out.expect("reps ≥ 1"))
+}
+
+/// One row of the main table: an image variant written with sha256.
+struct Measured {
+    name: &'static str,
+    file_len: u64,
+    ours: runs::Ours,
+    ipa_secs: Option<f64>,
+    /// The floor copy's cost and the floor it gives, if the row has one.
+    floor: Option<(floor::Cost, f64)>,
+    /// The row's file hashed alone, shortest time.
+    hash_secs: f64,
 }
 
 fn main() -> Result<()> {
@@ -263,21 +304,14 @@ fn main() -> Result<()> {
     let dev = loopdev.path.clone();
 
     // Bounds.
-    let (s, _) = best(o.reps, || {
-        sh(&format!("openssl dgst -sha256 {}", p("disk.img")))
-    })?;
+    let (s, _) = best(o.reps, || hash_alone("sha256", Hasher::Openssl, &img))?;
     let sha_openssl = mbps(size, s);
-    let (s, _) = best(o.reps, || sha256_file(&img))?;
+    let (s, _) = best(o.reps, || hash_alone("sha256", Hasher::Ring, &img))?;
     let sha_ring = mbps(size, s);
     // Each row's own bound: its file hashed by the faster of the two right
     // before each of its writes (runs.rs).
-    let sha256_alone = |name: &str| -> Result<()> {
-        if sha_openssl > sha_ring {
-            sh(&format!("openssl dgst -sha256 {}", p(name))).map(drop)
-        } else {
-            sha256_file(&d.join(name)).map(drop)
-        }
-    };
+    let sha256_by = Hasher::faster(sha_openssl, sha_ring);
+    let sha256_alone = |name: &str| hash_alone("sha256", sha256_by, &d.join(name));
     let read = |n: &str| std::fs::read(d.join(n));
     let zst = read("disk.img.zst")?;
     let gz = read("disk.img.gz")?;
@@ -446,7 +480,14 @@ fn main() -> Result<()> {
             )?),
             _ => None,
         };
-        rows.push((*v, file_len, r, ipa_secs, floor, hash));
+        rows.push(Measured {
+            name: v,
+            file_len,
+            ours: r,
+            ipa_secs,
+            floor,
+            hash_secs: hash,
+        });
     }
 
     println!(
@@ -454,10 +495,10 @@ fn main() -> Result<()> {
         o.size_mib
     );
     println!("bounds, same run: sha256 openssl {sha_openssl:.0} MB/s, ring {sha_ring:.0} MB/s (each row's bound: its file hashed by the faster right before each of its writes); decompress-only (output) zstd {dec_zstd:.0}, gzip {dec_gzip:.0}, xz {dec_xz:.0} MB/s; write-only (dd oflag=direct to the loop device) {write_bound:.0} MB/s");
-    let row_of = |name: &str| rows.iter().find(|r| r.0 == name);
-    let floor_of = |name: &str| row_of(name).and_then(|r| r.4);
+    let row_of = |name: &str| rows.iter().find(|r| r.name == name);
+    let floor_of = |name: &str| row_of(name).and_then(|r| r.floor);
     let shown = |name: &str| floor_of(name).map_or("-".into(), |(_, f)| format!("{f:.0}"));
-    let raw_part = match row_of("disk.img").and_then(|r| Some((r.4?, r.5))) {
+    let raw_part = match row_of("disk.img").and_then(|r| Some((r.floor?, r.hash_secs))) {
         Some(((c, f), hash_secs)) => format!(
             "over loopback HTTP {:.0} MB/s using {:.2} CPU-s; with the sha256 ({hash_secs:.2} s on one core) a verified raw write on {cores} cores needs ≥ max(hash, (hash + {:.2}) / {cores}) s: {f:.0} MB/s",
             mbps(size, c.wall),
@@ -489,7 +530,15 @@ fn main() -> Result<()> {
     );
     let mut misses = Vec::new();
     let mut vs_ipa = Vec::new();
-    for (name, file_len, r, ipa_secs, floor, hash_file) in &rows {
+    for Measured {
+        name,
+        file_len,
+        ours: r,
+        ipa_secs,
+        floor,
+        hash_secs: hash_file,
+    } in &rows
+    {
         if let Some(ipa) = ipa_secs {
             vs_ipa.push(format!(
                 "{name}: ours {:.0} MB/s, IPA 13.0.0 {:.0} MB/s: ours / IPA = {:.2}",
@@ -569,19 +618,12 @@ fn main() -> Result<()> {
         })
         .collect::<Vec<_>>();
     if !sha512_want.is_empty() {
-        let (s, _) = best(o.reps, || sha512_file(&img))?;
+        let (s, _) = best(o.reps, || hash_alone("sha512", Hasher::Ring, &img))?;
         let sha512_ring = mbps(size, s);
-        let (s, _) = best(o.reps, || {
-            sh(&format!("openssl dgst -sha512 {}", p("disk.img")))
-        })?;
+        let (s, _) = best(o.reps, || hash_alone("sha512", Hasher::Openssl, &img))?;
         let sha512_openssl = mbps(size, s);
-        let sha512_alone = |name: &str| -> Result<()> {
-            if sha512_openssl > sha512_ring {
-                sh(&format!("openssl dgst -sha512 {}", p(name))).map(drop)
-            } else {
-                sha512_file(&d.join(name)).map(drop)
-            }
-        };
+        let sha512_by = Hasher::faster(sha512_openssl, sha512_ring);
+        let sha512_alone = |name: &str| hash_alone("sha512", sha512_by, &d.join(name));
         println!(
             "\nsha512 (Glance's default), bound same run: openssl {sha512_openssl:.0} MB/s, ring {sha512_ring:.0} MB/s; each row's bound: its file hashed by the faster right before each of its writes"
         );
