@@ -1,11 +1,16 @@
 //! The OCI runtime bundle's `config.json` for one container step, built
 //! with `oci-spec` from the image's config (Entrypoint, Cmd, Env,
 //! WorkingDir, User) and the step's [`RunOptions`], with podman's meaning:
-//! podman's default capability set; `--network=host` keeps the host's
-//! network namespace (else a new one with only loopback); `--privileged`
-//! gives every capability, the host's `/dev`, and no masked or read-only
-//! paths; `--device` creates that node in the container's `/dev` and
-//! allows it; `--volume` bind-mounts; `--env` sets variables last.
+//! podman's default capability set and `no_new_privileges`; podman's
+//! default seccomp profile ([`super::seccomp`]) for those capabilities;
+//! a cgroup of its own (`/ID`) whose device rules deny every device but
+//! the ones crun allows every container podman runs ([`DEFAULT_DEVICES`])
+//! and each `--device` with its permissions; `--network=host` keeps the
+//! host's network namespace (else a new one with only loopback);
+//! `--privileged` gives every capability, the host's `/dev` with every
+//! device allowed, no seccomp filter and no masked or read-only paths;
+//! `--device` creates that node in the container's `/dev`; `--volume`
+//! bind-mounts; `--env` sets variables last.
 
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::Path;
@@ -13,12 +18,13 @@ use std::path::Path;
 use anyhow::{bail, Context, Result};
 use oci_spec::image::ImageConfiguration;
 use oci_spec::runtime::{
-    Capabilities, Capability, LinuxCapabilitiesBuilder, LinuxDeviceBuilder,
+    Capabilities, Capability, LinuxCapabilitiesBuilder, LinuxDeviceBuilder, LinuxDeviceCgroup,
     LinuxDeviceCgroupBuilder, LinuxDeviceType, LinuxNamespaceType, Mount, MountBuilder, Spec,
     UserBuilder,
 };
 
 use super::options::RunOptions;
+use super::seccomp::{Profile, Target};
 
 /// podman's default capabilities (containers.conf `default_capabilities`).
 const PODMAN_CAPS: [&str; 11] = [
@@ -180,32 +186,83 @@ fn bind(source: &Path, destination: &Path, read_only: bool) -> Result<Mount> {
         .context("a bind mount")
 }
 
-/// The bundle's runtime spec: root filesystem `rootfs` beside it.
-/// The bundle's `config.json` for `image` run with `run`; the process gets
-/// only capabilities in `bounding` (the agent's own bounding set,
-/// [`bounding_set`]).
-pub fn spec(
-    image: &ImageConfiguration,
-    run: &RunOptions,
-    hostname: &str,
-    bounding: u64,
-) -> Result<Spec> {
+/// The devices crun allows every container podman runs (crun's default
+/// device rules; podman adds its `--device`s after them): mknod of any
+/// node, and null, zero, full, random, urandom, tty, console, ptmx, the
+/// pseudo-terminals and tun. Listed here so the rules are the same on any
+/// runtime and on cgroup v1 and v2.
+const DEFAULT_DEVICES: [(LinuxDeviceType, Option<i64>, Option<i64>, &str); 12] = [
+    (LinuxDeviceType::C, None, None, "m"),
+    (LinuxDeviceType::B, None, None, "m"),
+    (LinuxDeviceType::C, Some(1), Some(3), "rwm"),
+    (LinuxDeviceType::C, Some(1), Some(5), "rwm"),
+    (LinuxDeviceType::C, Some(1), Some(7), "rwm"),
+    (LinuxDeviceType::C, Some(1), Some(8), "rwm"),
+    (LinuxDeviceType::C, Some(1), Some(9), "rwm"),
+    (LinuxDeviceType::C, Some(5), Some(0), "rwm"),
+    (LinuxDeviceType::C, Some(5), Some(1), "rwm"),
+    (LinuxDeviceType::C, Some(5), Some(2), "rwm"),
+    (LinuxDeviceType::C, Some(136), None, "rwm"),
+    (LinuxDeviceType::C, Some(10), Some(200), "rwm"),
+];
+
+/// A device cgroup rule.
+fn rule(
+    allow: bool,
+    typ: LinuxDeviceType,
+    major: Option<i64>,
+    minor: Option<i64>,
+    access: &str,
+) -> Result<LinuxDeviceCgroup> {
+    let mut b = LinuxDeviceCgroupBuilder::default()
+        .allow(allow)
+        .typ(typ)
+        .access(access);
+    if let Some(m) = major {
+        b = b.major(m);
+    }
+    if let Some(m) = minor {
+        b = b.minor(m);
+    }
+    b.build().context("a device rule")
+}
+
+/// What the bundle takes from the agent and the machine.
+#[derive(Debug, Clone, Copy)]
+pub struct Host<'a> {
+    /// The container's id: its cgroup is `/ID` under the hierarchy's root.
+    pub id: &'a str,
+    /// The container's hostname.
+    pub hostname: &'a str,
+    /// The agent's bounding set ([`bounding_set`]): the process gets only
+    /// capabilities in it.
+    pub bounding: u64,
+    /// podman's seccomp profile; required unless the run is privileged.
+    pub seccomp: Option<&'a Profile>,
+    /// The running kernel's (major, minor), for the profile's `minKernel`.
+    pub kernel: Option<(u32, u32)>,
+}
+
+/// The bundle's `config.json` for `image` run with `run` on `host`; its
+/// root filesystem is `rootfs` beside it.
+pub fn spec(image: &ImageConfiguration, run: &RunOptions, host: &Host<'_>) -> Result<Spec> {
     let mut spec = Spec::default();
-    spec.set_hostname(Some(hostname.to_string()));
+    spec.set_hostname(Some(host.hostname.to_string()));
     let (uid, gid) = user(image)?;
     let cfg = image.config().as_ref();
     let cwd = cfg
         .and_then(|c| c.working_dir().clone())
         .filter(|w| !w.is_empty())
         .unwrap_or_else(|| "/".into());
-    let caps = caps(&within(
+    let cap_names = within(
         if run.privileged {
             &ALL_CAPS
         } else {
             &PODMAN_CAPS
         },
-        bounding,
-    ))?;
+        host.bounding,
+    );
+    let caps = caps(&cap_names)?;
     let process = spec.process_mut().as_mut().context("the default process")?;
     process.set_args(Some(args(image)?));
     process.set_env(Some(env(image, run)));
@@ -233,8 +290,7 @@ pub fn spec(
         root.set_readonly(Some(false));
     }
 
-    // No cgroup mount: the runtime runs without a cgroup manager (the
-    // ramdisk has no cgroup hierarchy mounted).
+    // No cgroup mount: the container does not see the hierarchy.
     let mut mounts: Vec<Mount> = spec.mounts().clone().unwrap_or_default();
     mounts.retain(|m| m.destination() != Path::new("/sys/fs/cgroup"));
     if run.privileged {
@@ -261,19 +317,33 @@ pub fn spec(
             ns.retain(|n| n.typ() != LinuxNamespaceType::Network);
         }
     }
+    linux.set_cgroups_path(Some(format!("/{}", host.id).into()));
+    if run.privileged {
+        // podman: a privileged container is unconfined.
+        linux.set_seccomp(None);
+    } else {
+        let profile = host
+            .seccomp
+            .context("no seccomp profile for a container that is not --privileged")?;
+        let names: Vec<String> = cap_names.iter().map(|c| format!("CAP_{c}")).collect();
+        let target = Target {
+            arch: super::seccomp::native_arch(),
+            kernel: host.kernel,
+            caps: &names,
+        };
+        linux.set_seccomp(Some(profile.for_container(&target)?));
+    }
     let mut nodes = Vec::new();
-    let mut rules = Vec::new();
+    // Deny all, then what may be used (a later rule wins).
+    let mut rules = vec![rule(false, LinuxDeviceType::A, None, None, "rwm")?];
     if run.privileged {
         linux.set_masked_paths(Some(Vec::new()));
         linux.set_readonly_paths(Some(Vec::new()));
-        rules.push(
-            LinuxDeviceCgroupBuilder::default()
-                .allow(true)
-                .typ(LinuxDeviceType::A)
-                .access("rwm")
-                .build()
-                .context("a device rule")?,
-        );
+        rules.push(rule(true, LinuxDeviceType::A, None, None, "rwm")?);
+    } else {
+        for (typ, major, minor, access) in DEFAULT_DEVICES {
+            rules.push(rule(true, typ, major, minor, access)?);
+        }
     }
     for d in &run.devices {
         let meta =
@@ -301,16 +371,7 @@ pub fn spec(
                     .context("a device")?,
             );
         }
-        rules.push(
-            LinuxDeviceCgroupBuilder::default()
-                .allow(true)
-                .typ(typ)
-                .major(major)
-                .minor(minor)
-                .access(d.permissions.clone())
-                .build()
-                .context("a device rule")?,
-        );
+        rules.push(rule(true, typ, Some(major), Some(minor), &d.permissions)?);
     }
     linux.set_devices(Some(nodes));
     if let Some(res) = linux.resources_mut().as_mut() {

@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::container_steps::options::{parse_run, Device};
+use crate::container_steps::seccomp::Profile;
 use oci_spec::runtime::LinuxNamespaceType;
 
 fn image(json: serde_json::Value) -> ImageConfiguration {
@@ -17,6 +18,31 @@ fn base() -> ImageConfiguration {
     }))
 }
 
+/// A small profile: every syscall but `mount` allowed; `mount` only with
+/// CAP_SYS_ADMIN.
+fn profile() -> &'static Profile {
+    static P: std::sync::OnceLock<Profile> = std::sync::OnceLock::new();
+    P.get_or_init(|| {
+        Profile::parse(
+            r#"{"defaultAction": "SCMP_ACT_ERRNO", "defaultErrnoRet": 38,
+                "archMap": [{"architecture": "SCMP_ARCH_X86_64"}, {"architecture": "SCMP_ARCH_AARCH64"}],
+                "syscalls": [{"names": ["read"], "action": "SCMP_ACT_ALLOW"},
+                  {"names": ["mount"], "action": "SCMP_ACT_ALLOW", "includes": {"caps": ["CAP_SYS_ADMIN"]}}]}"#,
+        )
+        .unwrap()
+    })
+}
+
+fn host(bounding: u64) -> Host<'static> {
+    Host {
+        id: "ipa-step-1",
+        hostname: "step",
+        bounding,
+        seccomp: Some(profile()),
+        kernel: Some((6, 1)),
+    }
+}
+
 fn words(s: &str) -> Vec<String> {
     s.split_whitespace().map(String::from).collect()
 }
@@ -29,7 +55,7 @@ fn has_netns(spec: &Spec) -> bool {
 #[test]
 fn the_image_config_becomes_the_process() {
     let run = parse_run(&words("--env A=run --env B=2")).unwrap();
-    let spec = spec(&base(), &run, "step", u64::MAX).unwrap();
+    let spec = spec(&base(), &run, &host(u64::MAX)).unwrap();
     let p = spec.process().as_ref().unwrap();
     assert_eq!(
         p.args().clone().unwrap(),
@@ -69,7 +95,7 @@ fn host_network_privileged_volumes_and_devices() {
         container: "/dev/target".into(),
         permissions: "rw".into(),
     });
-    let s = spec(&base(), &run, "step", u64::MAX).unwrap();
+    let s = spec(&base(), &run, &host(u64::MAX)).unwrap();
     assert!(!has_netns(&s));
     let linux = s.linux().as_ref().unwrap();
     let dev = &linux.devices().clone().unwrap()[0];
@@ -85,7 +111,7 @@ fn host_network_privileged_volumes_and_devices() {
         .devices()
         .clone()
         .unwrap();
-    assert_eq!(rules[0].access().as_deref(), Some("rw"));
+    assert_eq!(rules.last().unwrap().access().as_deref(), Some("rw"));
     let mounts = s.mounts().clone().unwrap();
     let data = mounts
         .iter()
@@ -95,7 +121,7 @@ fn host_network_privileged_volumes_and_devices() {
     assert!(data.options().clone().unwrap().contains(&"ro".to_string()));
 
     let run = parse_run(&words("--privileged")).unwrap();
-    let s = spec(&base(), &run, "step", u64::MAX).unwrap();
+    let s = spec(&base(), &run, &host(u64::MAX)).unwrap();
     let p = s.process().as_ref().unwrap();
     let caps = p
         .capabilities()
@@ -127,14 +153,14 @@ fn unusable_images_are_refused() {
         "architecture": "amd64", "os": "linux", "config": {},
         "rootfs": {"type": "layers", "diff_ids": []}
     }));
-    let e = spec(&none, &RunOptions::default(), "s", u64::MAX).unwrap_err();
+    let e = spec(&none, &RunOptions::default(), &host(u64::MAX)).unwrap_err();
     assert!(format!("{e:#}").contains("neither an entrypoint nor a command"));
     let named = image(serde_json::json!({
         "architecture": "amd64", "os": "linux",
         "config": {"Cmd": ["x"], "User": "nobody"},
         "rootfs": {"type": "layers", "diff_ids": []}
     }));
-    let e = spec(&named, &RunOptions::default(), "s", u64::MAX).unwrap_err();
+    let e = spec(&named, &RunOptions::default(), &host(u64::MAX)).unwrap_err();
     assert!(format!("{e:#}").contains("only numeric users"));
     let mut run = RunOptions::default();
     run.devices.push(Device {
@@ -142,7 +168,7 @@ fn unusable_images_are_refused() {
         container: "/dev/x".into(),
         permissions: "rwm".into(),
     });
-    assert!(spec(&base(), &run, "s", u64::MAX).is_err());
+    assert!(spec(&base(), &run, &host(u64::MAX)).is_err());
 }
 
 #[test]
@@ -154,7 +180,7 @@ fn privileged_gets_only_the_capabilities_the_agent_has() {
         privileged: true,
         ..RunOptions::default()
     };
-    let s = spec(&base(), &run, "s", bounding).unwrap();
+    let s = spec(&base(), &run, &host(bounding)).unwrap();
     let caps = s
         .process()
         .as_ref()
@@ -166,4 +192,94 @@ fn privileged_gets_only_the_capabilities_the_agent_has() {
     assert!(!text.contains("CAP_SYS_RESOURCE"), "{text}");
     assert!(text.contains("CAP_SYS_ADMIN"), "{text}");
     assert_eq!(bounding_set("no such line"), u64::MAX);
+}
+
+#[test]
+fn cgroup_device_rules_and_seccomp_are_podmans() {
+    let mut run = RunOptions::default();
+    run.devices.push(Device {
+        host: "/dev/null".into(),
+        container: "/dev/ro".into(),
+        permissions: "r".into(),
+    });
+    let s = spec(&base(), &run, &host(u64::MAX)).unwrap();
+    let linux = s.linux().as_ref().unwrap();
+    assert_eq!(
+        linux.cgroups_path().as_deref(),
+        Some(Path::new("/ipa-step-1"))
+    );
+    let rules = linux
+        .resources()
+        .as_ref()
+        .unwrap()
+        .devices()
+        .clone()
+        .unwrap();
+    let text: Vec<String> = rules
+        .iter()
+        .map(|r| {
+            let n = |v: Option<i64>| v.map_or("*".to_string(), |v| v.to_string());
+            format!(
+                "{} {:?} {}:{} {}",
+                if r.allow() { "allow" } else { "deny" },
+                r.typ().unwrap(),
+                n(r.major()),
+                n(r.minor()),
+                r.access().clone().unwrap()
+            )
+        })
+        .collect();
+    assert_eq!(text[0], "deny A *:* rwm", "deny all first: {text:?}");
+    for allowed in [
+        "C 1:3 rwm",
+        "C 1:9 rwm",
+        "C 5:2 rwm",
+        "C 136:* rwm",
+        "B *:* m",
+    ] {
+        assert!(text.contains(&format!("allow {allowed}")), "{text:?}");
+    }
+    assert_eq!(text.last().unwrap(), "allow C 1:3 r", "the grant last");
+    assert!(!text.iter().any(|t| t.starts_with("allow A")), "{text:?}");
+    // Seccomp from the profile, without the CAP_SYS_ADMIN rule.
+    let sc = linux.seccomp().as_ref().expect("a seccomp filter");
+    let names: Vec<&String> = sc
+        .syscalls()
+        .iter()
+        .flatten()
+        .flat_map(|r| r.names())
+        .collect();
+    assert_eq!(names, ["read"]);
+    assert_eq!(
+        s.process().as_ref().unwrap().no_new_privileges(),
+        Some(true)
+    );
+
+    // Privileged: no filter, every device, no profile needed.
+    let run = RunOptions {
+        privileged: true,
+        ..RunOptions::default()
+    };
+    let mut h = host(u64::MAX);
+    h.seccomp = None;
+    let s = spec(&base(), &run, &h).unwrap();
+    let linux = s.linux().as_ref().unwrap();
+    assert!(linux.seccomp().is_none());
+    let rules = linux
+        .resources()
+        .as_ref()
+        .unwrap()
+        .devices()
+        .clone()
+        .unwrap();
+    let last = rules.last().unwrap();
+    assert!(last.allow() && last.typ() == Some(LinuxDeviceType::A));
+    assert_eq!(last.access().as_deref(), Some("rwm"));
+    assert_eq!(
+        s.process().as_ref().unwrap().no_new_privileges(),
+        Some(false)
+    );
+    // Not privileged and no profile: refused, never unconfined.
+    let e = spec(&base(), &RunOptions::default(), &h).unwrap_err();
+    assert!(format!("{e:#}").contains("no seccomp profile"), "{e:#}");
 }

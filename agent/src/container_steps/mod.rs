@@ -5,7 +5,8 @@
 //! podman's option syntax translated to typed options ([`options`]), the
 //! allowlist applied before anything is pulled ([`policy`]), the registry
 //! pull ([`pull`]) with safe layer unpacking ([`unpack`]), and the run with
-//! crun ([`bundle`], [`runtime`]).
+//! crun ([`bundle`], [`runtime`]) confined as podman confines a container
+//! (capabilities, device cgroup, [`seccomp`]).
 //!
 //! This is the lower layer: it knows nothing of commands or the agent's
 //! state; the command layer's adapter maps [`ContainerError`] to IPA's
@@ -16,6 +17,7 @@ pub mod options;
 pub mod policy;
 pub mod pull;
 pub mod runtime;
+pub mod seccomp;
 pub mod settings;
 pub mod steps_file;
 pub mod unpack;

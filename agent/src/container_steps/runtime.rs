@@ -1,10 +1,14 @@
 //! Running a pulled image with crun, the OCI runtime the ramdisk carries:
 //! the bundle ([`super::bundle`]) written into the work directory, then
-//! `crun run` with its state kept there too, no cgroup manager (and
-//! `--no-pivot` where `/` is the initramfs, which pivot_root cannot move), its
-//! output logged line by line. crun reads the cgroup layout even so and
-//! wants a cgroup v2 filesystem at `/sys/fs/cgroup`: where nothing is
-//! mounted there (the ramdisk), one is mounted first.
+//! `crun run` with its state kept there too, crun's cgroupfs manager
+//! making the container's own cgroup (`/ID`; its device rules, a BPF
+//! device program on cgroup v2) and removing it when the container is
+//! deleted (and `--no-pivot` where `/` is the initramfs, which pivot_root
+//! cannot move), its output logged line by line. Where nothing is mounted
+//! at `/sys/fs/cgroup` (the ramdisk), cgroup v2 is mounted there first.
+//! Unless the step is `--privileged`, podman's default seccomp profile
+//! ([`super::seccomp::DEFAULT_PROFILE`]) must be there: without it the
+//! step fails, it never runs unconfined.
 //! A non-zero exit is an error naming the image, the status and the last
 //! lines of output; an abort kills the container (`crun kill ID KILL`,
 //! then `crun delete --force ID`). The work directory is removed after.
@@ -88,6 +92,21 @@ async fn run_in(
         image: reference.to_string(),
         source,
     };
+    let run_err = |source: anyhow::Error| ContainerError::Run {
+        image: reference.to_string(),
+        source,
+    };
+    // Before anything is pulled: a step that is not --privileged never
+    // runs unconfined.
+    let profile = if run.privileged {
+        None
+    } else {
+        let path = Path::new(super::seccomp::DEFAULT_PROFILE);
+        let p = super::seccomp::Profile::load(path)
+            .context("podman's default seccomp profile")
+            .map_err(run_err)?;
+        Some(p)
+    };
     tokio::fs::create_dir_all(dir)
         .await
         .with_context(|| format!("creating {}", dir.display()))
@@ -99,32 +118,23 @@ async fn run_in(
         return Err(ContainerError::Aborted(reference.to_string()));
     }
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let bounding = super::bundle::bounding_set(&status);
-    let spec =
-        super::bundle::spec(&image.config, run, "container-step", bounding).map_err(|source| {
-            ContainerError::Run {
-                image: reference.to_string(),
-                source,
-            }
-        })?;
+    let host = super::bundle::Host {
+        id,
+        hostname: "container-step",
+        bounding: super::bundle::bounding_set(&status),
+        seccomp: profile.as_ref(),
+        kernel: super::seccomp::running_kernel(),
+    };
+    let spec = super::bundle::spec(&image.config, run, &host).map_err(run_err)?;
     let config = dir.join("config.json");
     let text = serde_json::to_vec_pretty(&spec)
         .context("serialising config.json")
-        .map_err(|source| ContainerError::Run {
-            image: reference.to_string(),
-            source,
-        })?;
+        .map_err(run_err)?;
     tokio::fs::write(&config, text)
         .await
         .with_context(|| format!("writing {}", config.display()))
-        .map_err(|source| ContainerError::Run {
-            image: reference.to_string(),
-            source,
-        })?;
-    ensure_cgroup2().map_err(|source| ContainerError::Run {
-        image: reference.to_string(),
-        source,
-    })?;
+        .map_err(run_err)?;
+    ensure_cgroup2().map_err(run_err)?;
     tracing::info!(
         image = reference,
         digest = image.digest,
@@ -174,7 +184,7 @@ fn crun(dir: &Path) -> Command {
     let mut c = Command::new(CRUN);
     c.arg("--root")
         .arg(dir.join("state"))
-        .arg("--cgroup-manager=disabled");
+        .arg("--cgroup-manager=cgroupfs");
     c.stdin(Stdio::null()).kill_on_drop(true);
     c
 }
