@@ -199,6 +199,7 @@ pub async fn start(mut config: Config) -> Result<RunningAgent> {
     let scheme = if server_tls_used { "https" } else { "http" };
     let callback_url = net::callback_url(scheme, advertise, port);
     tracing::info!(%callback_url, listen = %server.local_addr, "command API listening");
+    let local_key = write_local_key(&state, server.local_addr.port());
 
     let session_loop = Session {
         client,
@@ -209,6 +210,7 @@ pub async fn start(mut config: Config) -> Result<RunningAgent> {
         verify_ca: cert.map(|c| c.pem),
         lookup: session,
         server: Some(server),
+        _local_key: local_key,
     };
     state.update_session(|s| s.callback_url = Some(callback_url.clone()));
     let task = tokio::spawn(session_loop.heartbeat_loop(events));
@@ -217,6 +219,26 @@ pub async fn start(mut config: Config) -> Result<RunningAgent> {
         callback_url,
         task,
     })
+}
+
+/// Writes the local status key for `agent status` (root only); without
+/// it the agent serves on, and `agent status` cannot read its state.
+fn write_local_key(state: &AgentState, port: u16) -> Option<api::local_key::KeyFile> {
+    let Some(key) = state.local_key() else {
+        tracing::warn!("no local status key (the random source failed): `agent status` is refused");
+        return None;
+    };
+    let dir = std::path::Path::new(api::local_key::DIR);
+    match api::local_key::write(dir, port, key) {
+        Ok(f) => {
+            tracing::debug!(file = %f.path().display(), "local status key written");
+            Some(f)
+        }
+        Err(e) => {
+            tracing::warn!("{e:#}: `agent status` cannot read this agent's state");
+            None
+        }
+    }
 }
 
 /// Browses mDNS for the conductor until found or the lookup budget ends.
@@ -433,6 +455,8 @@ struct Session<C> {
     lookup: LookupResult,
     /// The command API (none in unit tests of the session).
     server: Option<server::Server>,
+    /// The local status key's file, removed with the session.
+    _local_key: Option<api::local_key::KeyFile>,
 }
 
 impl<C: Conductor> Session<C> {

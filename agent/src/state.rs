@@ -70,6 +70,10 @@ pub struct AgentState {
     /// HMAC-SHA256 under it (ring's `hmac::verify`, constant time), so
     /// neither the token's bytes nor its length show in timing.
     token_key: ring::hmac::Key,
+    /// The key of `GET /v1/local/status` (random per start, hex; `None`
+    /// when the system's random source failed: then nobody is served).
+    /// [`crate::api::local_key`] writes it to a root-only file.
+    local_key: Option<String>,
     node: RwLock<Option<Node>>,
     partition_uuids: RwLock<Option<Value>>,
     lookup_config: RwLock<Option<LookupConfig>>,
@@ -95,6 +99,7 @@ impl AgentState {
                 .unwrap_or_default(),
             token: RwLock::new(token),
             token_key: token_key(),
+            local_key: random_hex(32),
             node: RwLock::new(None),
             partition_uuids: RwLock::new(None),
             lookup_config: RwLock::new(None),
@@ -143,6 +148,22 @@ impl AgentState {
     /// Sets or clears the token.
     pub fn set_token(&self, token: Option<String>) {
         *self.token.write().unwrap_or_else(|p| p.into_inner()) = token;
+    }
+
+    /// The local status endpoint's key.
+    pub fn local_key(&self) -> Option<&str> {
+        self.local_key.as_deref()
+    }
+
+    /// Checks a key presented to the local status endpoint in constant time.
+    pub fn local_key_matches(&self, presented: Option<&str>) -> bool {
+        match (&self.local_key, presented) {
+            (Some(ours), Some(theirs)) => {
+                let tag = ring::hmac::sign(&self.token_key, ours.as_bytes());
+                ring::hmac::verify(&self.token_key, theirs.as_bytes(), tag.as_ref()).is_ok()
+            }
+            _ => false,
+        }
     }
 
     /// Checks a token presented on the command API in constant time.
@@ -259,6 +280,15 @@ impl AgentState {
         *self.node.write().unwrap_or_else(|p| p.into_inner()) = None;
         self.set_partition_uuids(None);
     }
+}
+
+/// `bytes` from the system's random source, hex (`None` if it fails: no
+/// predictable stand-in).
+fn random_hex(bytes: usize) -> Option<String> {
+    use ring::rand::SecureRandom;
+    let mut buf = vec![0u8; bytes];
+    ring::rand::SystemRandom::new().fill(&mut buf).ok()?;
+    Some(buf.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 /// A fresh HMAC-SHA256 key from the system's random source.

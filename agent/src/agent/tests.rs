@@ -135,6 +135,7 @@ fn session(
         verify_ca: None,
         lookup: found("node-1", timeout, &token('a')),
         server: None,
+        _local_key: None,
     }
 }
 

@@ -7,6 +7,7 @@
 //! trailing slash), with and without the `/v1` prefix as IPA does.
 
 pub mod error;
+pub mod local_key;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -177,16 +178,24 @@ pub struct PeerAddr(pub std::net::SocketAddr);
 /// `GET /v1/local/status` (ours, for `agent status` in the debug shell):
 /// the conductor session and the command list with progress. Served only
 /// to clients on the loopback interface (root on the console, or the host
-/// in host mode); read-only, so it needs no agent token. Any other peer,
-/// or a request without a known peer, gets 404 as for an unknown route.
+/// in host mode) that send this start's key ([`local_key`]: a root-only
+/// file) in its header; read-only, so it needs no agent token. Any other
+/// peer, or a request without a known peer, gets 404 as for an unknown
+/// route; a loopback peer without the key (a container step sharing the
+/// host's network) gets 401.
 async fn local_status(
     State(state): State<Arc<AgentState>>,
     peer: Option<axum::Extension<PeerAddr>>,
+    headers: axum::http::HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
     let local =
         peer.is_some_and(|axum::Extension(PeerAddr(p))| p.ip().to_canonical().is_loopback());
     if !local {
         return Err(ApiError::NotFound("no resource at /v1/local/status".into()));
+    }
+    let key = headers.get(local_key::HEADER).and_then(|v| v.to_str().ok());
+    if !state.local_key_matches(key) {
+        return Err(ApiError::InvalidToken);
     }
     let s = state.session();
     let heartbeat = s.last_heartbeat.as_ref().map(|(at, problem)| {

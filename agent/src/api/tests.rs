@@ -443,26 +443,41 @@ async fn a_refused_device_fails_the_step_with_a_precise_error() {
 }
 
 #[tokio::test]
-async fn local_status_is_served_to_loopback_peers_only() {
+async fn local_status_is_served_to_loopback_peers_with_the_key_only() {
     let s = state();
+    let key = s.local_key().expect("a key").to_string();
+    assert_eq!(key.len(), 64);
     // Through oneshot there is no connection, so no known peer: refused.
     let (st, _) = call(&s, Method::GET, "/v1/local/status", None).await;
     assert_eq!(st, StatusCode::NOT_FOUND);
-    let peer = |ip: &str| {
-        let req = Request::builder()
-            .uri("/v1/local/status")
-            .body(Body::empty())
-            .unwrap();
+    let peer = |ip: &str, key: Option<&str>| {
+        let mut req = Request::builder().uri("/v1/local/status");
+        if let Some(k) = key {
+            req = req.header(super::local_key::HEADER, k);
+        }
+        let req = req.body(Body::empty()).unwrap();
         let addr: std::net::SocketAddr = format!("{ip}:4000").parse().unwrap();
         router(s.clone())
             .layer(axum::Extension(super::PeerAddr(addr)))
             .oneshot(req)
     };
+    // Another host, even with the key: as if there were no such route.
     assert_eq!(
-        peer("192.0.2.7").await.unwrap().status(),
+        peer("192.0.2.7", Some(&key)).await.unwrap().status(),
         StatusCode::NOT_FOUND
     );
-    let resp = peer("[::ffff:127.0.0.1]").await.unwrap();
+    // Loopback without the key, or with another: 401 (a container step
+    // with --network=host).
+    assert_eq!(
+        peer("127.0.0.1", None).await.unwrap().status(),
+        StatusCode::UNAUTHORIZED
+    );
+    let wrong = "0".repeat(64);
+    assert_eq!(
+        peer("127.0.0.1", Some(&wrong)).await.unwrap().status(),
+        StatusCode::UNAUTHORIZED
+    );
+    let resp = peer("[::ffff:127.0.0.1]", Some(&key)).await.unwrap();
     assert_eq!(resp.status(), StatusCode::OK);
     let body = axum::body::to_bytes(resp.into_body(), 1 << 20)
         .await
@@ -471,6 +486,9 @@ async fn local_status_is_served_to_loopback_peers_only() {
     assert_eq!(v["lookup"], "not started");
     assert!(v["commands"].is_array());
     assert!(v.get("token").is_none() && v["has_token"] == true);
+    assert!(!String::from_utf8_lossy(&body).contains(&key));
+    // Another start has another key.
+    assert_ne!(state().local_key(), s.local_key());
 }
 
 /// A body that sends `first` bytes, tells `sent`, then never ends.

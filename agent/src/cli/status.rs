@@ -1,7 +1,8 @@
 //! `agent status`: what the running agent is doing, read from its command
 //! API on the loopback interface (`GET /v1/local/status`, see
-//! [`crate::api`]): lookup state, conductor, node, heartbeat age, and the
-//! command list with the running command's progress.
+//! [`crate::api`], with the key the agent wrote for root,
+//! [`crate::api::local_key`]): lookup state, conductor, node, heartbeat
+//! age, and the command list with the running command's progress.
 
 use std::time::Duration;
 
@@ -9,6 +10,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 use serde_json::Value;
 
+use crate::api::local_key;
 use crate::image::progress::{bar_cells, human_bytes};
 
 /// Flags of `agent status`.
@@ -53,8 +55,14 @@ pub async fn run(args: &StatusArgs) -> Result<()> {
 
 async fn fetch(http: &reqwest::Client, base: &str) -> Result<Value> {
     let url = format!("{base}/v1/local/status");
+    let port = reqwest::Url::parse(&url)
+        .with_context(|| format!("the URL {url}"))?
+        .port_or_known_default()
+        .with_context(|| format!("the URL {url} has no port"))?;
+    let key = local_key::read(std::path::Path::new(local_key::DIR), port)?;
     let resp = http
         .get(&url)
+        .header(local_key::HEADER, key)
         .send()
         .await
         .with_context(|| format!("GET {url}"))?;
