@@ -186,26 +186,43 @@ fn busybox_binary(root: &Path) -> Result<PathBuf> {
 /// The variable that marks the run inside the private mount namespace.
 const INNER: &str = "HARDWARE_TESTS_CGROUP2_NS";
 
-/// crun wants a cgroup v2 filesystem at `/sys/fs/cgroup` (the ramdisk's
-/// agent mounts one where there is none). Where this machine has another
-/// layout (hybrid or v1, as in some CI containers), the test `name` of
-/// the current test binary is run again in a private mount namespace
-/// (util-linux's `unshare`) with cgroup2 mounted over `/sys/fs/cgroup`
-/// there only; the machine's own mounts are untouched. Returns whether
-/// the caller should run the test's body in this process (false: it ran,
-/// and passed, in the child).
-pub fn in_cgroup2_namespace(name: &str) -> bool {
-    let cgroup2 = || {
-        nix::sys::statfs::statfs("/sys/fs/cgroup")
-            .is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::CGROUP2_SUPER_MAGIC)
-    };
-    if cgroup2() {
+/// Whether `path` is a filesystem of type `magic`.
+fn fs_is(path: &str, magic: nix::sys::statfs::FsType) -> bool {
+    nix::sys::statfs::statfs(path).is_ok_and(|s| s.filesystem_type() == magic)
+}
+
+/// crun's cgroupfs manager makes each container's cgroup and enforces its
+/// device rules on cgroup v2 (a BPF program; the ramdisk's layout) or on
+/// cgroup v1 (the `devices` controller), but refuses a hybrid layout (v1
+/// controllers with cgroup2 at `/sys/fs/cgroup/unified`, as on this kind
+/// of CI machine, whose root also lacks the CAP_SYS_RESOURCE that Debian
+/// 12's crun needs to raise RLIMIT_MEMLOCK before it loads a BPF
+/// program). So where `/sys/fs/cgroup` is neither pure v2 nor pure v1,
+/// the test `name` of the current test binary is run again in a private
+/// mount namespace (util-linux's `unshare`) where it is: the hybrid
+/// layout's `unified` mount is unmounted there (v1, as crun supports it),
+/// or, with nothing mounted, cgroup2 is mounted over `/sys/fs/cgroup`; the
+/// machine's own mounts are untouched. Returns whether the caller should
+/// run the test's body in this process (false: it ran, and passed, in the
+/// child).
+pub fn with_crun_cgroups(name: &str) -> bool {
+    use nix::sys::statfs::{CGROUP2_SUPER_MAGIC, CGROUP_SUPER_MAGIC};
+    let v2 = || fs_is("/sys/fs/cgroup", CGROUP2_SUPER_MAGIC);
+    let v1 = || fs_is("/sys/fs/cgroup/devices", CGROUP_SUPER_MAGIC);
+    let unified = || fs_is("/sys/fs/cgroup/unified", CGROUP2_SUPER_MAGIC);
+    if v2() || (v1() && !unified()) {
         return true;
     }
     if std::env::var_os(INNER).is_some() {
-        run(Command::new("mount").args(["-t", "cgroup2", "cgroup2", "/sys/fs/cgroup"]))
-            .expect("mounting cgroup2 in the private mount namespace");
-        assert!(cgroup2());
+        if v1() {
+            run(Command::new("umount").arg("/sys/fs/cgroup/unified"))
+                .expect("unmounting cgroup2 in the private mount namespace");
+            assert!(!unified());
+        } else {
+            run(Command::new("mount").args(["-t", "cgroup2", "cgroup2", "/sys/fs/cgroup"]))
+                .expect("mounting cgroup2 in the private mount namespace");
+            assert!(v2());
+        }
         return true;
     }
     let exe = std::env::current_exe().expect("the test binary");
@@ -218,4 +235,37 @@ pub fn in_cgroup2_namespace(name: &str) -> bool {
         .expect("running unshare");
     assert!(status.success(), "{name} in its mount namespace: {status}");
     false
+}
+
+/// Commands for busybox sh that probe a container step's isolation and
+/// print one line per check, `NAME rc=STATUS OUTPUT` (output on one line):
+/// `status` (Seccomp, NoNewPrivs, CapEff of /proc/self/status), `ro-read`
+/// and `ro-write` (a sector of `/dev/ro`), `ungranted` (reading
+/// `/dev/other`), `personality` (`linux64 -R`: personality(2) with
+/// ADDR_NO_RANDOMIZE, which anyone may set but podman's profile does not
+/// list), `local` (GET `status_url` with busybox wget) and `keyfile`
+/// (reading `key_file`).
+pub fn isolation_probe(status_url: &str, key_file: &str) -> String {
+    format!(
+        "B=/bin/busybox; \
+         c() {{ n=$1; shift; o=$(\"$@\" 2>&1); r=$?; echo \"$n rc=$r\" $o; }}; \
+         c status $B grep -E '^(Seccomp|NoNewPrivs|CapEff):' /proc/self/status; \
+         c ro-read $B dd if=/dev/ro of=/dev/null bs=512 count=1; \
+         c ro-write $B dd if=/dev/zero of=/dev/ro bs=512 count=1 conv=notrunc,fsync; \
+         c ungranted $B dd if=/dev/other of=/dev/null bs=8192 count=1; \
+         c personality $B linux64 -R $B true; \
+         c local $B wget -q -T 10 --no-check-certificate -O - {status_url}; \
+         c keyfile $B cat {key_file}"
+    )
+}
+
+/// [`isolation_probe`]'s report: each check's (exit status, output).
+pub fn probe_report(text: &str) -> std::collections::HashMap<String, (i32, String)> {
+    text.lines()
+        .filter_map(|l| {
+            let (name, rest) = l.split_once(" rc=")?;
+            let (rc, out) = rest.split_once(' ').unwrap_or((rest, ""));
+            Some((name.to_string(), (rc.parse().ok()?, out.to_string())))
+        })
+        .collect()
 }

@@ -6,17 +6,26 @@
 //! passed in with `--device`; the container writes a marker on it.
 //! Also: an image not allowed is refused before any request reaches the
 //! registry; the registry's certificate is refused without its CA unless
-//! `--tls-verify=false`.
+//! `--tls-verify=false`; the container is confined as podman confines it
+//! (its cgroup's device rules keep a read-only `--device` read-only and an
+//! ungranted device unreachable, podman's seccomp profile and capabilities,
+//! the agent's loopback `/v1/local/status` refuses it), `--privileged`
+//! lifts that as in podman.
 
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
+use agent::api::{self, local_key};
+use agent::config::{Config, TlsCurve};
 use agent::container_steps::policy::{apply, Origin};
 use agent::container_steps::settings::ContainerSettings;
 use agent::container_steps::{run_container, runtime_available, ContainerError};
+use agent::server::Server;
+use agent::state::AgentState;
+use agent::tls;
 use hardware_tests::loopdev::LoopDevice;
-use hardware_tests::registry::{in_cgroup2_namespace, Registry};
+use hardware_tests::registry::{isolation_probe, probe_report, with_crun_cgroups, Registry};
 
 const MARKER: &[u8] = b"CONTAINER-STEP-MARKER";
 
@@ -38,7 +47,7 @@ fn zero_sector_one(dev: &std::path::Path) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn container_step_pulls_over_tls_and_writes_the_device() {
     hardware_tests::require_root("container_registry_loop");
-    if !in_cgroup2_namespace("container_step_pulls_over_tls_and_writes_the_device") {
+    if !with_crun_cgroups("container_step_pulls_over_tls_and_writes_the_device") {
         return;
     }
     assert!(
@@ -131,7 +140,7 @@ async fn container_step_pulls_over_tls_and_writes_the_device() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_container_names_its_status_and_output_and_abort_kills() {
     hardware_tests::require_root("container_registry_loop");
-    if !in_cgroup2_namespace("a_failing_container_names_its_status_and_output_and_abort_kills") {
+    if !with_crun_cgroups("a_failing_container_names_its_status_and_output_and_abort_kills") {
         return;
     }
     let registry = Registry::start().unwrap();
@@ -185,7 +194,7 @@ async fn a_failing_container_names_its_status_and_output_and_abort_kills() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn registry_credentials_from_creds_or_an_authfile() {
     hardware_tests::require_root("container_registry_loop");
-    if !in_cgroup2_namespace("registry_credentials_from_creds_or_an_authfile") {
+    if !with_crun_cgroups("registry_credentials_from_creds_or_an_authfile") {
         return;
     }
     let registry = Registry::start_with_user(("deployer", "s3cret")).unwrap();
@@ -277,7 +286,7 @@ fn has_sys_admin(caps: &str) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn env_volume_privileged_and_the_network_take_effect() {
     hardware_tests::require_root("container_registry_loop");
-    if !in_cgroup2_namespace("env_volume_privileged_and_the_network_take_effect") {
+    if !with_crun_cgroups("env_volume_privileged_and_the_network_take_effect") {
         return;
     }
     let registry = Registry::start().unwrap();
@@ -328,4 +337,208 @@ async fn env_volume_privileged_and_the_network_take_effect() {
         host.lines().count(),
         "host network: {netdev} vs {host}"
     );
+}
+
+/// Runs the probe image allowed with `run_options`; its report.
+async fn probe(
+    registry: &Registry,
+    image: &str,
+    run_options: Vec<String>,
+    out: &std::path::Path,
+) -> std::collections::HashMap<String, (i32, String)> {
+    let work = tempfile::tempdir().unwrap();
+    let settings = ContainerSettings {
+        allowed_containers: vec![image.to_string()],
+        run_options,
+        ..ContainerSettings::default()
+    };
+    let p = apply(&settings, image, &[], &[], Origin::Arguments).unwrap();
+    run_container(
+        &p,
+        Some(&registry.ca_file()),
+        work.path(),
+        Arc::new(AtomicBool::new(false)),
+    )
+    .await
+    .unwrap();
+    let text = std::fs::read_to_string(out.join("report")).unwrap();
+    println!("{text}");
+    probe_report(&text)
+}
+
+/// The container cgroups left under the hierarchy's root.
+fn step_cgroups() -> Vec<String> {
+    std::fs::read_dir("/sys/fs/cgroup")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.starts_with("ipa-step-"))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn isolation_is_podmans_device_rules_seccomp_and_no_local_status() {
+    hardware_tests::require_root("container_registry_loop");
+    if !with_crun_cgroups("isolation_is_podmans_device_rules_seccomp_and_no_local_status") {
+        return;
+    }
+    // The agent's API as the ramdisk serves it (TLS, self-signed), on
+    // loopback, with its local status key written where the agent writes it.
+    let state = Arc::new(AgentState::new(Config::default(), None));
+    let cert = tls::generate_certificate(
+        std::net::Ipv4Addr::LOCALHOST.into(),
+        "localhost",
+        TlsCurve::P256,
+    )
+    .unwrap();
+    let server = Server::start(
+        "127.0.0.1:0".parse().unwrap(),
+        api::router(state.clone()),
+        Some(tls::server_config(&cert, None, None).unwrap()),
+    )
+    .await
+    .unwrap();
+    let port = server.local_addr.port();
+    let key = local_key::write(
+        std::path::Path::new(local_key::DIR),
+        port,
+        state.local_key().unwrap(),
+    )
+    .unwrap();
+    let url = format!("https://127.0.0.1:{port}/v1/local/status");
+    // The key opens it (as `agent status` sends it); nothing else does.
+    let http = tls::http_client(true, None, std::time::Duration::from_secs(10)).unwrap();
+    let with = http
+        .get(&url)
+        .header(local_key::HEADER, state.local_key().unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(with.status(), 200);
+    assert_eq!(http.get(&url).send().await.unwrap().status(), 401);
+
+    let registry = Registry::start().unwrap();
+    let script = format!(
+        "{{ {}; }} > /out/report",
+        isolation_probe(&url, &key.path().display().to_string())
+    );
+    let image = registry
+        .push_busybox_image("probe:1", &["/bin/busybox", "sh", "-c", &script])
+        .unwrap();
+    let image = image.trim_start_matches("docker://").to_string();
+    let ro = LoopDevice::new(1 << 20).unwrap();
+    let other = LoopDevice::new(1 << 20).unwrap();
+    {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&ro.path)
+            .unwrap();
+        f.write_all(MARKER).unwrap();
+        f.sync_all().unwrap();
+    }
+
+    // Not privileged: --device ...:r, another device node bind-mounted but
+    // not granted, the host's network.
+    let out = tempfile::tempdir().unwrap();
+    let r = probe(
+        &registry,
+        &image,
+        vec![
+            "--rm --network=host".into(),
+            format!("--volume {}:/out", out.path().display()),
+            format!("--device {}:/dev/ro:r", ro.path.display()),
+            format!("--volume {}:/dev/other", other.path.display()),
+        ],
+        out.path(),
+    )
+    .await;
+    let status = &r["status"].1;
+    assert!(status.contains("Seccomp: 2"), "a seccomp filter: {status}");
+    assert!(status.contains("NoNewPrivs: 1"), "{status}");
+    // podman's 11 capabilities: CHOWN DAC_OVERRIDE FOWNER FSETID KILL
+    // SETGID SETUID SETPCAP NET_BIND_SERVICE SYS_CHROOT SETFCAP.
+    assert!(status.contains("CapEff: 00000000800405fb"), "{status}");
+    assert_eq!(
+        r["ro-read"].0, 0,
+        "the read-only grant reads: {:?}",
+        r["ro-read"]
+    );
+    assert_ne!(
+        r["ro-write"].0, 0,
+        "a write to the read-only grant: {:?}",
+        r["ro-write"]
+    );
+    assert!(
+        r["ro-write"].1.contains("Operation not permitted"),
+        "{:?}",
+        r["ro-write"]
+    );
+    assert_eq!(
+        marker_at(&ro.path, 0),
+        MARKER,
+        "the read-only device was written"
+    );
+    assert_ne!(
+        r["ungranted"].0, 0,
+        "an ungranted device: {:?}",
+        r["ungranted"]
+    );
+    assert!(
+        r["ungranted"].1.contains("Operation not permitted"),
+        "{:?}",
+        r["ungranted"]
+    );
+    // ENOSYS, the profile's default action: seccomp, not capabilities.
+    assert_ne!(r["personality"].0, 0, "{:?}", r["personality"]);
+    assert!(
+        r["personality"].1.contains("Function not implemented"),
+        "{:?}",
+        r["personality"]
+    );
+    assert_ne!(r["local"].0, 0, "{:?}", r["local"]);
+    assert!(
+        r["local"].1.contains("401"),
+        "refused, not unreachable: {:?}",
+        r["local"]
+    );
+    assert!(
+        r["keyfile"].1.contains("No such file"),
+        "{:?}",
+        r["keyfile"]
+    );
+    assert!(
+        step_cgroups().is_empty(),
+        "cgroups left: {:?}",
+        step_cgroups()
+    );
+
+    // --privileged: unconfined, as podman runs it.
+    let out = tempfile::tempdir().unwrap();
+    let r = probe(
+        &registry,
+        &image,
+        vec![
+            "--rm --privileged".into(),
+            format!("--volume {}:/out", out.path().display()),
+        ],
+        out.path(),
+    )
+    .await;
+    let status = &r["status"].1;
+    assert!(status.contains("Seccomp: 0"), "no filter: {status}");
+    assert!(status.contains("NoNewPrivs: 0"), "{status}");
+    assert_eq!(r["personality"].0, 0, "{:?}", r["personality"]);
+    assert!(
+        step_cgroups().is_empty(),
+        "cgroups left: {:?}",
+        step_cgroups()
+    );
+    server.stop();
+}
+
+fn marker_at(dev: &std::path::Path, offset: u64) -> Vec<u8> {
+    let mut f = std::fs::File::open(dev).unwrap();
+    f.seek(SeekFrom::Start(offset)).unwrap();
+    let mut buf = vec![0; MARKER.len()];
+    f.read_exact(&mut buf).unwrap();
+    buf
 }

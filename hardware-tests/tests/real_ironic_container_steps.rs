@@ -23,7 +23,7 @@ use agent::testconductor::image_server::{Fault, ImageServer};
 use hardware_tests::images;
 use hardware_tests::ironic::Ironic;
 use hardware_tests::loopdev::LoopDevice;
-use hardware_tests::registry::{in_cgroup2_namespace, Registry};
+use hardware_tests::registry::{with_crun_cgroups, Registry};
 use serde_json::json;
 
 const MAC: &str = "52:54:00:c1:ea:31";
@@ -45,7 +45,7 @@ fn sector(dev: &std::path::Path, n: u64, want: &[u8]) -> Vec<u8> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn real_ironic_runs_container_steps() {
     hardware_tests::require_root("the real-Ironic container steps test");
-    if !in_cgroup2_namespace("real_ironic_runs_container_steps") {
+    if !with_crun_cgroups("real_ironic_runs_container_steps") {
         return;
     }
     let registry = Registry::start().unwrap();
@@ -178,7 +178,7 @@ fn file_step(name: &str, tool: &str, dev: &str, marker: &str, sector: u64) -> St
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn file_steps_run_from_a_deploy_template_and_a_servicing_request() {
     hardware_tests::require_root("the real-Ironic container deploy/service test");
-    if !in_cgroup2_namespace("file_steps_run_from_a_deploy_template_and_a_servicing_request") {
+    if !with_crun_cgroups("file_steps_run_from_a_deploy_template_and_a_servicing_request") {
         return;
     }
     let registry = Registry::start().unwrap();
