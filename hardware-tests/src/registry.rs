@@ -239,24 +239,33 @@ pub fn with_crun_cgroups(name: &str) -> bool {
 
 /// Commands for busybox sh that probe a container step's isolation and
 /// print one line per check, `NAME rc=STATUS OUTPUT` (output on one line):
-/// `status` (Seccomp, NoNewPrivs, CapEff of /proc/self/status), `ro-read`
-/// and `ro-write` (a sector of `/dev/ro`), `ungranted` (reading
-/// `/dev/other`), `personality` (`linux64 -R`: personality(2) with
-/// ADDR_NO_RANDOMIZE, which anyone may set but podman's profile does not
-/// list), `local` (GET `status_url` with busybox wget) and `keyfile`
-/// (reading `key_file`).
-pub fn isolation_probe(status_url: &str, key_file: &str) -> String {
-    format!(
-        "B=/bin/busybox; \
-         c() {{ n=$1; shift; o=$(\"$@\" 2>&1); r=$?; echo \"$n rc=$r\" $o; }}; \
+/// `status` (Seccomp, NoNewPrivs, CapEff of /proc/self/status) and
+/// `personality` (`linux64 -R`: personality(2) with ADDR_NO_RANDOMIZE,
+/// which anyone may set but podman's profile does not list); with
+/// `devices_and_api` (`client`, `key_file`) also `ro-read` and `ro-write`
+/// (a sector of `/dev/ro`), `ungranted` (reading `/dev/other`), `local`
+/// (`GET /v1/local/status` sent by `client`, a command that connects to
+/// the agent's API and relays its standard input, e.g. `$B nc 127.0.0.1
+/// PORT`: the answer's status line) and `keyfile` (reading `key_file`).
+/// The device checks are for a container with its own `/dev` (not
+/// `--privileged`, whose `/dev` is the host's).
+pub fn isolation_probe(devices_and_api: Option<(&str, &str)>) -> String {
+    let mut s = "B=/bin/busybox; \
+         c() { n=$1; shift; o=$(\"$@\" 2>&1); r=$?; echo \"$n rc=$r\" $o; }; \
          c status $B grep -E '^(Seccomp|NoNewPrivs|CapEff):' /proc/self/status; \
-         c ro-read $B dd if=/dev/ro of=/dev/null bs=512 count=1; \
-         c ro-write $B dd if=/dev/zero of=/dev/ro bs=512 count=1 conv=notrunc,fsync; \
-         c ungranted $B dd if=/dev/other of=/dev/null bs=8192 count=1; \
-         c personality $B linux64 -R $B true; \
-         c local $B wget -q -T 10 --no-check-certificate -O - {status_url}; \
-         c keyfile $B cat {key_file}"
-    )
+         c personality $B linux64 -R $B true"
+        .to_string();
+    if let Some((client, key_file)) = devices_and_api {
+        s.push_str(&format!(
+            "; c ro-read $B dd if=/dev/ro of=/dev/null bs=512 count=1; \
+             c ro-write $B dd if=/dev/zero of=/dev/ro bs=512 count=1 conv=notrunc,fsync; \
+             c ungranted $B dd if=/dev/other of=/dev/null bs=8192 count=1; \
+             get() {{ printf 'GET /v1/local/status HTTP/1.0\\r\\n\\r\\n' | {client} 2>&1 | $B grep -m1 HTTP/; }}; \
+             c local get; \
+             c keyfile $B cat {key_file}"
+        ));
+    }
+    s
 }
 
 /// [`isolation_probe`]'s report: each check's (exit status, output).
