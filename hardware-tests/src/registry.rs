@@ -134,6 +134,17 @@ impl Registry {
     /// with `entrypoint`, and pushes it as `name` (`repo:tag`). Returns
     /// `docker://ADDR/name`.
     pub fn push_busybox_image(&self, name: &str, entrypoint: &[&str]) -> Result<String> {
+        self.push_busybox_image_with(name, entrypoint, None)
+    }
+
+    /// [`Registry::push_busybox_image`] with the files of `extra` (a root
+    /// directory, e.g. [`openssl_root`]) added to the image.
+    pub fn push_busybox_image_with(
+        &self,
+        name: &str,
+        entrypoint: &[&str],
+        extra: Option<&Path>,
+    ) -> Result<String> {
         let busybox = crate::debs::unpacked("busybox-static", &["busybox-static"])?;
         let work = tempfile::tempdir_in(self.dir.path())?;
         let layout = work.path().join("oci");
@@ -152,6 +163,14 @@ impl Registry {
         let bin = bundle.join("rootfs/bin");
         std::fs::create_dir_all(&bin)?;
         std::fs::copy(busybox_binary(&busybox)?, bin.join("busybox"))?;
+        if let Some(extra) = extra {
+            let mut from = extra.as_os_str().to_owned();
+            from.push("/.");
+            run(Command::new("cp")
+                .arg("-a")
+                .arg(from)
+                .arg(bundle.join("rootfs")))?;
+        }
         run(Command::new("umoci")
             .args(["repack", "--image", &image])
             .arg(&bundle))?;
@@ -171,6 +190,26 @@ impl Registry {
         run(copy.arg(format!("oci:{image}")).arg(&dest))?;
         Ok(dest)
     }
+}
+
+/// Debian's `openssl` with its libraries and loader (staged by
+/// `image-builder/stage-dynamic.sh`, nothing installed): a TLS client
+/// for images (`openssl s_client`), since busybox-static's wget cannot
+/// do TLS. Returns the staged root.
+pub fn openssl_root() -> Result<PathBuf> {
+    let dir = crate::repo_root().join("target/debs/openssl-client");
+    let root = dir.join("root");
+    if !root.join("usr/bin/openssl").is_file() {
+        run(
+            Command::new(crate::repo_root().join("image-builder/stage-dynamic.sh"))
+                .arg(&root)
+                .arg(dir.join("debs"))
+                .arg("openssl libssl3 libc6")
+                .arg("usr/bin/openssl=usr/bin/openssl"),
+        )
+        .context("staging openssl")?;
+    }
+    Ok(root)
 }
 
 fn busybox_binary(root: &Path) -> Result<PathBuf> {
@@ -243,10 +282,11 @@ pub fn with_crun_cgroups(name: &str) -> bool {
 /// `personality` (`linux64 -R`: personality(2) with ADDR_NO_RANDOMIZE,
 /// which anyone may set but podman's profile does not list); with
 /// `devices_and_api` (`client`, `key_file`) also `ro-read` and `ro-write`
-/// (a sector of `/dev/ro`), `ungranted` (reading `/dev/other`), `local`
+/// (a sector of `/dev/ro`), `ungranted` (a line written to `/dev/other`:
+/// a write, since opening `/dev/kmsg` to read needs CAP_SYSLOG), `local`
 /// (`GET /v1/local/status` sent by `client`, a command that connects to
 /// the agent's API and relays its standard input, e.g. `$B nc 127.0.0.1
-/// PORT`: the answer's status line) and `keyfile` (reading `key_file`).
+/// PORT`, kept open 2 s for the answer: its status line) and `keyfile` (reading `key_file`).
 /// The device checks are for a container with its own `/dev` (not
 /// `--privileged`, whose `/dev` is the host's).
 pub fn isolation_probe(devices_and_api: Option<(&str, &str)>) -> String {
@@ -259,8 +299,8 @@ pub fn isolation_probe(devices_and_api: Option<(&str, &str)>) -> String {
         s.push_str(&format!(
             "; c ro-read $B dd if=/dev/ro of=/dev/null bs=512 count=1; \
              c ro-write $B dd if=/dev/zero of=/dev/ro bs=512 count=1 conv=notrunc,fsync; \
-             c ungranted $B dd if=/dev/other of=/dev/null bs=8192 count=1; \
-             get() {{ printf 'GET /v1/local/status HTTP/1.0\\r\\n\\r\\n' | {client} 2>&1 | $B grep -m1 HTTP/; }}; \
+             c ungranted $B sh -c 'echo ungranted-device-write > /dev/other'; \
+             get() {{ {{ printf 'GET /v1/local/status HTTP/1.0\\r\\n\\r\\n'; $B sleep 2; }} | {client} 2>&1 | $B grep -m1 HTTP/; }}; \
              c local get; \
              c keyfile $B cat {key_file}"
         ));

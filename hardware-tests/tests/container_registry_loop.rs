@@ -483,6 +483,12 @@ async fn isolation_is_podmans_device_rules_seccomp_and_no_local_status() {
         "an ungranted device: {:?}",
         r["ungranted"]
     );
+    let mut head = vec![0; 22];
+    std::fs::File::open(&other.path)
+        .unwrap()
+        .read_exact(&mut head)
+        .unwrap();
+    assert_eq!(head, vec![0; 22], "the ungranted device was written");
     assert!(
         r["ungranted"].1.contains("Operation not permitted"),
         "{:?}",

@@ -23,7 +23,17 @@
 //!   step (priority 5), as Ironic's log lists them;
 //! * a deploy whose trait selects a deploy template runs the file's deploy
 //!   step after `write_image`, and a servicing request of the `active` node
-//!   (Ironic boots the ramdisk again, then the disk) runs its service step.
+//!   (Ironic boots the ramdisk again, then the disk) runs its service step;
+//! * the container is confined as podman confines it, on the ramdisk's
+//!   cgroup v2: in the automated cleaning a second file step (priority 4)
+//!   probes its isolation (`hardware_tests::registry::isolation_probe`)
+//!   and writes the report to the disk: a second, small disk granted
+//!   read-only (`--device /dev/vdb:/dev/ro:r`) reads but refuses a write,
+//!   `/dev/kmsg` bind-mounted but not granted refuses a write, Seccomp 2
+//!   with personality(ADDR_NO_RANDOMIZE) refused by the profile (ENOSYS),
+//!   podman's capabilities, and the agent's `/v1/local/status` on loopback
+//!   (TLS, through Debian's `openssl s_client` in the image) answers 401
+//!   although the step shares the host's network.
 
 use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
@@ -34,7 +44,7 @@ use hardware_tests::bed::ironic_flow::{self, Flow, Machine, PxeRoot};
 use hardware_tests::bed::redfish::Bmc;
 use hardware_tests::bed::{self, Bus, Disk, Net, NetOptions, Nic, VmSpec, BRIDGE_IP};
 use hardware_tests::ironic::Ironic;
-use hardware_tests::registry::Registry;
+use hardware_tests::registry::{isolation_probe, openssl_root, probe_report, Registry};
 use hardware_tests::{require_root, testimage};
 use image_builder::cpio::{Entry, Writer};
 use serde_json::{json, Value};
@@ -60,6 +70,36 @@ const GENERIC: (&str, u64) = ("GENERIC-STEP", 1);
 const CLEAN: (&str, u64) = ("CLEAN-FILE-STEP", 2);
 const DEPLOY: (&str, u64) = ("DEPLOY-FILE-STEP", 900 * 2048);
 const SERVICE: (&str, u64) = ("SERVICE-FILE-STEP", 900 * 2048 + 2);
+/// The isolation probe's report: its marker line, then the report, at
+/// sector 64 (after the metadata erase, like the clean step's).
+const PROBE: (&str, u64) = ("PROBE-FILE-STEP", 64);
+/// The agent's command API port in the ramdisk (no `ipa-listen-port`).
+const AGENT_PORT: u16 = 9999;
+
+/// The probe image's command: the report after its marker line, written
+/// at `$SECTOR` of `/dev/target`.
+fn probe_script() -> String {
+    let probe = isolation_probe(Some((
+        &format!("/usr/bin/openssl s_client -quiet -connect 127.0.0.1:{AGENT_PORT}"),
+        &format!("/run/ironic-agent/local-status-{AGENT_PORT}.key"),
+    )));
+    format!(
+        "{{ printf '%s\\n' \"$MARKER\"; {probe}; }} | \
+         /bin/busybox dd of=/dev/target bs=512 seek=\"$SECTOR\" conv=notrunc,fsync"
+    )
+}
+
+/// The steps-file step that runs the probe (cleaning, after the clean
+/// step's priority 5).
+fn probe_step(probe: &str) -> String {
+    format!(
+        "  - name: probe_isolation\n    image: {probe}\n    priority: 4\n    interface: deploy\n    \
+         reboot_requested: false\n    abortable: true\n    \
+         run_options: --rm --network=host --device /dev/vda:/dev/target --device /dev/vdb:/dev/ro:r \
+         --volume /dev/kmsg:/dev/other --env MARKER={} --env SECTOR={}\n",
+        PROBE.0, PROBE.1
+    )
+}
 
 /// A steps-file step writing `marker` at `sector` of the machine's disk.
 fn file_step(name: &str, tool: &str, priority: u32, (marker, sector): (&str, u64)) -> String {
@@ -146,7 +186,8 @@ fn ironic_runs_container_steps_in_the_ramdisk() {
     // The images' busybox, fetched before entering the namespace (which
     // has no route out).
     hardware_tests::debs::unpacked("busybox-static", &["busybox-static"]).unwrap();
-    let (registry, tool, forbidden, images) = net
+    let openssl = openssl_root().unwrap();
+    let (registry, tool, forbidden, probe, images) = net
         .ns
         .enter(|| {
             let registry = Registry::start_on(BRIDGE_IP)?;
@@ -154,15 +195,21 @@ fn ironic_runs_container_steps_in_the_ramdisk() {
                 registry.push_busybox_image("tool:1", &["/bin/busybox", "sh", "-c", SCRIPT])?;
             let forbidden =
                 registry.push_busybox_image("forbidden:1", &["/bin/busybox", "true"])?;
+            let probe = registry.push_busybox_image_with(
+                "probe:1",
+                &["/bin/busybox", "sh", "-c", &probe_script()],
+                Some(&openssl),
+            )?;
             let images = ImageServer::start_on(format!("{BRIDGE_IP}:0").parse()?)?;
-            anyhow::Ok((registry, tool, forbidden, images))
+            anyhow::Ok((registry, tool, forbidden, probe, images))
         })
         .unwrap()
         .unwrap();
     images.route("/disk.raw", &image.raw, &[], Fault::None);
     let steps = format!(
-        "steps:\n{}{}{}",
+        "steps:\n{}{}{}{}",
         file_step("write_clean_marker", &tool, 5, CLEAN),
+        probe_step(&probe),
         file_step("write_deploy_marker", &tool, 0, DEPLOY),
         file_step("write_service_marker", &tool, 0, SERVICE),
     );
@@ -170,13 +217,23 @@ fn ironic_runs_container_steps_in_the_ramdisk() {
 
     let mut bmc = Bmc::start(&net).unwrap();
     let spec = VmSpec {
-        disks: vec![Disk {
-            path: work.path().join("disk0.img"),
-            size: 5 << 30,
-            bus: Bus::Virtio,
-            serial: "ironiccont-disk0".into(),
-            model: None,
-        }],
+        disks: vec![
+            Disk {
+                path: work.path().join("disk0.img"),
+                size: 5 << 30,
+                bus: Bus::Virtio,
+                serial: "ironiccont-disk0".into(),
+                model: None,
+            },
+            Disk {
+                // The probe's read-only grant (vdb; too small for a root device).
+                path: work.path().join("disk1.img"),
+                size: 16 << 20,
+                bus: Bus::Virtio,
+                serial: "ironiccont-disk1".into(),
+                model: None,
+            },
+        ],
         nics: vec![Nic { mac: MAC.into() }],
         ..VmSpec::new("node")
     };
@@ -321,6 +378,46 @@ async fn automated(flow: &mut Flow<'_, '_>) {
         "{}",
         lines_with(&log, "ContainerHardwareManager")
     );
+    confined(flow.machine.disk());
+}
+
+/// The isolation probe's report, written to the disk in the automated
+/// cleaning: podman's confinement on the ramdisk's cgroup v2.
+fn confined(disk: &Path) {
+    let mut f = std::fs::File::open(disk).unwrap();
+    f.seek(SeekFrom::Start(PROBE.1 * 512)).unwrap();
+    let mut buf = vec![0; 4096];
+    f.read_exact(&mut buf).unwrap();
+    let text = String::from_utf8_lossy(&buf);
+    let text = text.trim_end_matches('\0');
+    println!("isolation probe:\n{text}");
+    assert!(text.starts_with(PROBE.0), "no probe report: {text:?}");
+    let r = probe_report(text);
+    let check = |name: &str| {
+        r.get(name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {name}: {text}"))
+    };
+    let status = check("status").1;
+    assert!(status.contains("Seccomp: 2"), "{status}");
+    assert!(status.contains("NoNewPrivs: 1"), "{status}");
+    assert!(status.contains("CapEff: 00000000800405fb"), "{status}");
+    let p = check("personality");
+    assert!(
+        p.0 != 0 && p.1.contains("Function not implemented"),
+        "{p:?}"
+    );
+    assert_eq!(check("ro-read").0, 0, "{text}");
+    let w = check("ro-write");
+    assert!(w.0 != 0 && w.1.contains("Operation not permitted"), "{w:?}");
+    let u = check("ungranted");
+    assert!(u.0 != 0 && u.1.contains("Operation not permitted"), "{u:?}");
+    let l = check("local").1;
+    assert!(
+        l.contains(" 401 Unauthorized"),
+        "refused, not unreachable: {l:?}"
+    );
+    assert!(check("keyfile").1.contains("No such file"), "{text}");
 }
 
 /// Flow 4: a deploy of the test image whose trait selects a deploy template
