@@ -228,8 +228,7 @@ fn write_local_key(state: &AgentState, port: u16) -> Option<api::local_key::KeyF
         tracing::warn!("no local status key (the random source failed): `agent status` is refused");
         return None;
     };
-    let dir = std::path::Path::new(api::local_key::DIR);
-    match api::local_key::write(dir, port, key) {
+    match api::local_key::write(&api::local_key::dir(), port, key) {
         Ok(f) => {
             tracing::debug!(file = %f.path().display(), "local status key written");
             Some(f)

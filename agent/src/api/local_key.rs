@@ -1,14 +1,14 @@
 //! The key of `GET /v1/local/status`: a random secret of this start
 //! ([`crate::state::AgentState::local_key`]) that the agent writes, once
 //! its API listens, into a file only root reads ([`path`]: under
-//! `/run/ironic-agent`, named by the API's port, mode 0600), and that
+//! `/run/ironic-agent` ([`dir`]), named by the API's port, mode 0600), and that
 //! `agent status` reads and sends in the [`HEADER`] header. A loopback
 //! peer without it is refused: a container step with `--network=host`
 //! shares the loopback interface but not `/run` (its own mount namespace),
 //! so it cannot read the agent's state although the port answers it.
 
 use std::io::Write;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
@@ -16,8 +16,22 @@ use anyhow::{Context, Result};
 /// The request header that carries the key.
 pub const HEADER: &str = "x-agent-local-key";
 
-/// The directory of the key files.
+/// The directory of root's key files (the ramdisk's, a host's as root).
 pub const DIR: &str = "/run/ironic-agent";
+
+/// The directory of this user's key files: [`DIR`] for root; for another
+/// user (host mode, tests) `$XDG_RUNTIME_DIR/ironic-agent`, else
+/// `ironic-agent-UID` in the temporary directory.
+pub fn dir() -> PathBuf {
+    let uid = nix::unistd::geteuid();
+    if uid.is_root() {
+        return PathBuf::from(DIR);
+    }
+    match std::env::var_os("XDG_RUNTIME_DIR") {
+        Some(d) if !d.is_empty() => PathBuf::from(d).join("ironic-agent"),
+        _ => std::env::temp_dir().join(format!("ironic-agent-{uid}")),
+    }
+}
 
 /// The key file of the API listening on `port`, under `dir`.
 pub fn path(dir: &Path, port: u16) -> PathBuf {
@@ -46,6 +60,17 @@ impl Drop for KeyFile {
 /// (replacing any file there, whatever its mode).
 pub fn write(dir: &Path, port: u16, key: &str) -> Result<KeyFile> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    // A directory someone else made (a shared temporary directory) is
+    // not ours to put the key in.
+    let owner = std::fs::metadata(dir)
+        .with_context(|| format!("reading {}", dir.display()))?
+        .uid();
+    let me = nix::unistd::geteuid().as_raw();
+    anyhow::ensure!(
+        owner == me,
+        "{} belongs to uid {owner}, not {me}",
+        dir.display()
+    );
     let file = path(dir, port);
     let tmp = dir.join(format!(".local-status-{port}.key.tmp"));
     let _ = std::fs::remove_file(&tmp);
@@ -79,7 +104,6 @@ pub fn read(dir: &Path, port: u16) -> Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::MetadataExt;
 
     #[test]
     fn the_key_file_is_owner_only_and_replaced() {

@@ -59,7 +59,7 @@ async fn fetch(http: &reqwest::Client, base: &str) -> Result<Value> {
         .with_context(|| format!("the URL {url}"))?
         .port_or_known_default()
         .with_context(|| format!("the URL {url} has no port"))?;
-    let key = local_key::read(std::path::Path::new(local_key::DIR), port)?;
+    let key = local_key::read(&local_key::dir(), port)?;
     let resp = http
         .get(&url)
         .header(local_key::HEADER, key)
