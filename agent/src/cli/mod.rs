@@ -1,10 +1,12 @@
 //! Command-line interface: `agent serve` (host mode daemon), `agent demo`
 //! (the agent driven by the built-in test conductor), and the console tools
 //! of the debug shell: `agent write-image`, `agent erase`, `agent status`,
-//! `agent lookup`, `agent inventory`, `agent root-disk`. Flags override the
+//! `agent lookup`, `agent inventory`, `agent root-disk`, and `agent json-get`
+//! for executable steps' scripts. Flags override the
 //! kernel command line, which is read from `/proc/cmdline` or `--cmdline-file`.
 
 pub mod erase;
+pub mod json_get;
 pub mod lookup;
 pub mod progress_view;
 pub mod status;
@@ -54,6 +56,8 @@ pub enum Command {
     Inventory(InventoryArgs),
     /// Print the disk the image would be written to, and why the others were not.
     RootDisk(RootDiskArgs),
+    /// Print values of the JSON document on stdin (for executable steps' scripts).
+    JsonGet(json_get::JsonGetArgs),
     /// The agent service inside the deploy ramdisk (started by PID 1).
     #[command(hide = true)]
     Ramdisk(RamdiskArgs),
@@ -225,6 +229,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Lookup(args) => lookup::run(&args).await,
         Command::Inventory(args) => print_inventory(&args).await,
         Command::RootDisk(args) => print_root_disk(&args),
+        Command::JsonGet(args) => json_get::run(&args),
         Command::Ramdisk(args) => {
             let config = ramdisk_config(&args, cli.debug)?;
             crate::agent::run(config).await

@@ -238,6 +238,10 @@ async fn wait(child: &mut Child, timeout: Duration, abort: &AtomicBool) -> End {
     }
 }
 
+/// The environment variable naming the agent's own executable, set for
+/// every hook.
+pub const AGENT_EXE: &str = "AGENT_EXE";
+
 /// Runs `hook` with `input` as JSON on its stdin (closed after it), its
 /// output lines logged under `label`. Its result is the last non-empty line
 /// of its stdout if that is JSON, else `null`. Its whole process group is
@@ -250,6 +254,11 @@ pub async fn run(
     abort: Arc<AtomicBool>,
 ) -> Result<Value, RunError> {
     let mut cmd = Command::new(&hook.executable);
+    // For `"$AGENT_EXE" json-get args.device` in the hook's scripts
+    // (agent/docs/own-steps.md), wherever the agent's binary lives.
+    if let Ok(exe) = std::env::current_exe() {
+        cmd.env(AGENT_EXE, exe);
+    }
     cmd.args(&hook.args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
