@@ -33,6 +33,13 @@ fn script(dir: &Path, name: &str, body: &str) {
     std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
 }
 
+/// The agent runs inside this test binary: its hooks' scripts get the
+/// built `agent` as `$AGENT_EXE` (exec_steps::run), not this binary.
+fn agent_exe_for_scripts() {
+    let agent = hardware_tests::agentproc::agent_binary().expect("the agent binary");
+    std::env::set_var(agent::exec_steps::run::AGENT_EXE, agent);
+}
+
 /// A value of the JSON on stdin (`$input`) by its path, for scripts
 /// (agent/docs/own-steps.md).
 const FIELD: &str = r#"field() { printf '%s' "$input" | "$AGENT_EXE" json-get "$1"; }"#;
@@ -181,6 +188,7 @@ async fn failing_clean(ironic: &Ironic, uuid: &str, steps: Value) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn real_ironic_runs_executable_managers() {
     hardware_tests::require_root("the real-Ironic executable managers test");
+    agent_exe_for_scripts();
     let dir = tempfile::tempdir().unwrap();
     let mdir = dir.path().join("managers");
     std::fs::create_dir(&mdir).unwrap();
@@ -385,6 +393,7 @@ fn make_image(path: &Path) -> (Vec<u8>, String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn real_ironic_runs_an_executable_step_from_a_deploy_template() {
     hardware_tests::require_root("the real-Ironic executable deploy step test");
+    agent_exe_for_scripts();
     let dir = tempfile::tempdir().unwrap();
     let mdir = dir.path().join("managers");
     std::fs::create_dir(&mdir).unwrap();

@@ -238,8 +238,8 @@ async fn wait(child: &mut Child, timeout: Duration, abort: &AtomicBool) -> End {
     }
 }
 
-/// The environment variable naming the agent's own executable, set for
-/// every hook.
+/// The environment variable naming the agent's binary in every hook's
+/// environment.
 pub const AGENT_EXE: &str = "AGENT_EXE";
 
 /// Runs `hook` with `input` as JSON on its stdin (closed after it), its
@@ -255,9 +255,14 @@ pub async fn run(
 ) -> Result<Value, RunError> {
     let mut cmd = Command::new(&hook.executable);
     // For `"$AGENT_EXE" json-get args.device` in the hook's scripts
-    // (agent/docs/own-steps.md), wherever the agent's binary lives.
-    if let Ok(exe) = std::env::current_exe() {
-        cmd.env(AGENT_EXE, exe);
+    // (agent/docs/own-steps.md): the agent's own binary, unless its own
+    // environment names it (the ramdisk's PID 1 sets `/bin/agent`, since
+    // `/init` is taken for PID 1's code; tests running the agent inside
+    // their own binary name the built `agent`).
+    if std::env::var_os(AGENT_EXE).is_none() {
+        if let Ok(exe) = std::env::current_exe() {
+            cmd.env(AGENT_EXE, exe);
+        }
     }
     cmd.args(&hook.args)
         .stdin(Stdio::piped())

@@ -57,6 +57,9 @@ pub fn main() -> ! {
         say(&format!("mount failed: {failure}"));
     }
     std::env::set_var("PATH", "/bin:/sbin:/usr/bin:/usr/sbin");
+    // The agent's binary for executable steps' scripts (`"$AGENT_EXE"
+    // json-get`): `/init` itself would be taken for PID 1's code.
+    std::env::set_var(crate::exec_steps::run::AGENT_EXE, "/bin/agent");
     say("phase mounts done");
     // /run is mounted now: the phases go to the file the agent reads.
     bootphases::record_at("init", started);
