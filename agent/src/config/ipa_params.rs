@@ -4,7 +4,8 @@
 //! (why). The parameter table of `agent/docs/ipa-parameters.md` is this
 //! table; a test (`tests/ipa_params.rs`) keeps the two equal and proves
 //! each supported option is parsed. Configuration files ([`super::files`])
-//! take supported options by their option name.
+//! take supported options by their option name. One row is this agent's
+//! own option, not IPA's (`container.require_tls_verify`).
 
 /// What the agent does with one IPA option.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
