@@ -9,7 +9,7 @@ out=$PWD/corpus
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 rm -rf "$out"
-mkdir -p "$out"/{qcow2,decode,partition_table,gpt_relocate,iso9660,vfat,floppy,lldp,dhcp,cmdline,fetch_text,lookup,hints,exec_manifest,api_router,tls_read,container_steps_file,oci_layer_unpack,mdns_txt,metrics_config,pinned_cert}
+mkdir -p "$out"/{qcow2,decode,partition_table,gpt_relocate,iso9660,vfat,floppy,lldp,dhcp,cmdline,fetch_text,lookup,hints,exec_manifest,api_router,tls_read,container_steps_file,oci_layer_unpack,mdns_txt,metrics_config,pinned_cert,container_options,registry_auth_file}
 
 # qcow2: a 1 MiB disk with a little data, several layouts.
 python3 -c "
@@ -340,3 +340,16 @@ openssl x509 -req -in "$tmp/srv.csr" -CA "$tmp/ca.pem" -CAkey "$tmp/ca.key" -CAc
 now=$(( $(date +%s) - 946684800 ))
 { python3 -c "import struct,sys; sys.stdout.buffer.write(struct.pack('>I', $now))"; cat "$tmp/self.pem"; } > "$out/pinned_cert/self-signed"
 { python3 -c "import struct,sys; sys.stdout.buffer.write(struct.pack('>I', $now))"; cat "$tmp/ca.pem" "$tmp/srv.pem"; } > "$out/pinned_cert/ca-and-server"
+
+# container_options: podman's words, one a line (pull and run options).
+co=$out/container_options
+printf -- '--tls-verify=false\n--creds\nu:p' > "$co/pull-creds"
+printf -- '--authfile\n/etc/auth.json\n--tls-verify' > "$co/pull-authfile"
+printf -- '--rm\n--network=host\n--device\n/dev/sda:/dev/target:rw\n-v\n/a:/b:ro\n-e\nK=V\n--privileged=false' > "$co/run-all"
+printf -- '--volume=/a:../b\n--pid=host' > "$co/run-refused"
+
+# registry_auth_file: registry, repository, then containers-auth.json.
+ra=$out/registry_auth_file
+printf 'r.example:5000\nteam/tool\n{"auths": {"r.example:5000": {"auth": "cmVnOjE="}, "https://r.example:5000/team": {"auth": "dGVhbTpwdw=="}}}' > "$ra/namespace"
+printf 'r.example\ntool\n{"auths": {"r.example": {"identitytoken": "t"}}}' > "$ra/token-only"
+printf 'r.example\ntool\n{"auths": {"r.example": {"auth": "!!"}}}' > "$ra/bad-base64"
