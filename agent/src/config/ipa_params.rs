@@ -147,7 +147,7 @@ pub const PARAMS: &[Param] = &[
     p("container.runner", None, Ignored("images always run with the ramdisk's crun; podman and docker are accepted as IPA's choices, another value is noted (container_steps/settings.rs)"), "docker"),
     p("container.pull_options", None, Supported(CONTAINER_OPTIONS), "--tls-verify=false"),
     p("container.run_options", None, Supported(CONTAINER_OPTIONS), "--privileged"),
-    p("debug", Some("ipa-debug"), Supported("debug logging; in the ramdisk PID 1 starts the agent with --debug (init/access.rs); no console shell, which only agent.shell=1 opens"), "true"),
+    p("debug", Some("ipa-debug"), Supported("the agent's debug logging, its libraries at info as IPA's oslo.log defaults leave them (cli/mod.rs); in the ramdisk PID 1 starts the agent with --debug (init/access.rs); no console shell, which only agent.shell=1 opens"), "true"),
     p("log_file", None, Ignored(OWN_LOGS), "/var/log/ipa.log"),
     p("use_stderr", None, Ignored(OWN_LOGS), "false"),
     p("inspection_benchmarks", Some("ipa-inspection-benchmarks"), Ignored("no benchmark collectors: burn-in steps measure the hardware instead"), "cpu"),

@@ -226,7 +226,8 @@ pub fn main() -> ! {
         shell: access.shell,
         ssh,
         logins,
-        rootpwd_after_rescue: access.rootpwd_after_rescue,
+        // Only a rootpwd= password can be kept.
+        rootpwd_after_rescue: access.rootpwd_after_rescue && logins,
     };
     supervise::run(&services)
 }
