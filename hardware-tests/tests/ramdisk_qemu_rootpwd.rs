@@ -37,7 +37,9 @@ fn rootpwd_gives_a_root_login_on_the_console() {
         &ramdisk,
         MAC,
         &[],
-        &format!("agent.dhcp-timeout=4 ipa-debug=1 rootpwd=\"{hash}\""),
+        // One disk-wait attempt: no disk here, and the agent's first
+        // debug lines come once it stops waiting.
+        &format!("agent.dhcp-timeout=4 ipa-disk-wait-attempts=1 ipa-debug=1 rootpwd=\"{hash}\""),
     );
     let (login, console) = net
         .block_on(async {
@@ -59,6 +61,8 @@ fn rootpwd_gives_a_root_login_on_the_console() {
                 std::thread::sleep(Duration::from_secs(2));
                 vm.type_line("echo rootpwd-login-ok-$(id -u)-$((6*7))")?;
                 vm.wait_console_n("rootpwd-login-ok-0-42", 1, Duration::from_secs(30))?;
+                // The agent's own debug lines (`[   4.321] DEBUG …`).
+                vm.wait_console("] DEBUG ", Duration::from_secs(60))?;
                 Ok(())
             });
             println!("rootpwd: done after {:?} (QEMU wall time)", vm.elapsed());
@@ -79,7 +83,6 @@ fn rootpwd_gives_a_root_login_on_the_console() {
         console.contains("ipa-debug: the agent logs at debug level"),
         "{console}"
     );
-    // The agent's own debug lines (`[   4.321] DEBUG …`) reach the console.
     assert!(
         console.lines().any(|l| l.contains("] DEBUG ")),
         "no debug-level log line with ipa-debug=1:\n{console}"
