@@ -1,6 +1,6 @@
 //! Who may get a root prompt in the ramdisk, decided once by PID 1 from the
-//! kernel parameters (merged with the virtual media's and the configuration
-//! files' as the agent reads them).
+//! kernel parameters (merged with the virtual floppy's and, for `ipa-debug`,
+//! IPA's configuration files' `debug`, as the agent reads them).
 //!
 //! Design: every way in is its own explicit option, and none of them is
 //! one that Ironic adds by itself. Ironic appends `ipa-debug=1` whenever its
