@@ -149,7 +149,7 @@ pub const PARAMS: &[Param] = &[
     p("container.pull_options", None, Supported(CONTAINER_OPTIONS), "--tls-verify=false"),
     p("container.run_options", None, Supported(CONTAINER_OPTIONS), "--privileged"),
     p("container.require_tls_verify", Some("ipa-container-require-tls-verify"), Supported("this agent's option and kernel parameter, not IPA's: a container pull with --tls-verify=false fails the step naming the image and the option, before any connection; the file, the kernel parameter or the lookup can turn it on, none can turn it off (container_steps/policy.rs)"), "true"),
-    p("debug", Some("ipa-debug"), Supported("debug logging (cli/mod.rs)"), "true"),
+    p("debug", Some("ipa-debug"), Supported("the agent's debug logging, its libraries at info as IPA's oslo.log defaults leave them (cli/mod.rs); in the ramdisk PID 1 starts the agent with --debug (init/access.rs); no console shell, which only agent.shell=1 opens"), "true"),
     p("log_file", None, Ignored(OWN_LOGS), "/var/log/ipa.log"),
     p("use_stderr", None, Ignored(OWN_LOGS), "false"),
     p("inspection_benchmarks", Some("ipa-inspection-benchmarks"), Ignored("no benchmark collectors: burn-in steps measure the hardware instead"), "cpu"),
