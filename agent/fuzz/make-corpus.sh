@@ -9,7 +9,7 @@ out=$PWD/corpus
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 rm -rf "$out"
-mkdir -p "$out"/{qcow2,decode,partition_table,gpt_relocate,iso9660,vfat,floppy,lldp,dhcp,cmdline,fetch_text,lookup,hints,exec_manifest,api_router,tls_read,container_steps_file,oci_layer_unpack}
+mkdir -p "$out"/{qcow2,decode,partition_table,gpt_relocate,iso9660,vfat,floppy,lldp,dhcp,cmdline,fetch_text,lookup,hints,exec_manifest,api_router,tls_read,container_steps_file,oci_layer_unpack,mdns_txt,metrics_config,pinned_cert,container_options,registry_auth_file}
 
 # qcow2: a 1 MiB disk with a little data, several layouts.
 python3 -c "
@@ -304,3 +304,52 @@ layer('hardlink-out.tar', [('h', 'h', '/etc/shadow')])
 PY
 zstd -q -c "$out/oci_layer_unpack/plain.tar" > "$out/oci_layer_unpack/plain.tar.zst"
 
+
+# mdns_txt: [port u16][n addresses][kind, address]...[host\0][k=v\0]...
+python3 - "$out/mdns_txt" <<'PY'
+import struct, sys, ipaddress
+d = sys.argv[1]
+def advert(name, port, addrs, host, txt):
+    b = struct.pack('>HB', port, len(addrs))
+    for a in addrs:
+        ip = ipaddress.ip_address(a)
+        b += bytes([0 if ip.version == 4 else 1]) + ip.packed
+    b += '\0'.join([host] + [f'{k}={v}' for k, v in txt]).encode()
+    open(f'{d}/{name}', 'wb').write(b)
+advert('local', 6385, ['127.0.0.1', '192.0.2.5', 'fd00::5'], 'conductor.local.',
+       [('protocol', 'http'), ('path', '/baremetal'), ('ipa_ntp_server', '192.0.2.1'),
+        ('ipa_inspection_callback_url', 'http://192.0.2.5:5050/v1/continue'), ('ipa_debug', '1')])
+advert('named', 443, [], 'ironic.example.com.', [('path', '')])
+PY
+
+# metrics_config: INI \0 lookup config JSON \0 hostname
+printf '[metrics]\nbackend = statsd\nprepend_host = true\nglobal_prefix = ipa\n[metrics_statsd]\nstatsd_host = 192.0.2.7\nstatsd_port = 8125\n\0{"metrics": {"backend": "statsd", "prepend_host_reverse": false}, "metrics_statsd": {"statsd_port": "9125"}}\0node1.rack.example' > "$out/metrics_config/file-and-lookup"
+printf '[metrics]\nbackend = noop\n\0{"metrics": {"backend": "statsd"}, "metrics_statsd": {"statsd_host": "::1"}}\0h' > "$out/metrics_config/lookup-wins"
+
+# pinned_cert: [now u32 since 2000][PEM]: a self-signed CA:TRUE certificate
+# as Ironic's documentation makes one, and a chain of a CA and a server's.
+openssl req -x509 -newkey rsa:2048 -nodes -keyout "$tmp/k.pem" -out "$tmp/self.pem" \
+    -days 3650 -subj /CN=ironic.example 2>/dev/null
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$tmp/ca.key" \
+    -out "$tmp/ca.pem" -days 3650 -subj /CN=test-ca 2>/dev/null
+openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$tmp/srv.key" \
+    -out "$tmp/srv.csr" -subj /CN=ironic.example 2>/dev/null
+printf 'subjectAltName=DNS:ironic.example,IP:192.0.2.1\n' > "$tmp/ext"
+openssl x509 -req -in "$tmp/srv.csr" -CA "$tmp/ca.pem" -CAkey "$tmp/ca.key" -CAcreateserial \
+    -days 365 -extfile "$tmp/ext" -out "$tmp/srv.pem" 2>/dev/null
+now=$(( $(date +%s) - 946684800 ))
+{ python3 -c "import struct,sys; sys.stdout.buffer.write(struct.pack('>I', $now))"; cat "$tmp/self.pem"; } > "$out/pinned_cert/self-signed"
+{ python3 -c "import struct,sys; sys.stdout.buffer.write(struct.pack('>I', $now))"; cat "$tmp/ca.pem" "$tmp/srv.pem"; } > "$out/pinned_cert/ca-and-server"
+
+# container_options: podman's words, one a line (pull and run options).
+co=$out/container_options
+printf -- '--tls-verify=false\n--creds\nu:p' > "$co/pull-creds"
+printf -- '--authfile\n/etc/auth.json\n--tls-verify' > "$co/pull-authfile"
+printf -- '--rm\n--network=host\n--device\n/dev/sda:/dev/target:rw\n-v\n/a:/b:ro\n-e\nK=V\n--privileged=false' > "$co/run-all"
+printf -- '--volume=/a:../b\n--pid=host' > "$co/run-refused"
+
+# registry_auth_file: registry, repository, then containers-auth.json.
+ra=$out/registry_auth_file
+printf 'r.example:5000\nteam/tool\n{"auths": {"r.example:5000": {"auth": "cmVnOjE="}, "https://r.example:5000/team": {"auth": "dGVhbTpwdw=="}}}' > "$ra/namespace"
+printf 'r.example\ntool\n{"auths": {"r.example": {"identitytoken": "t"}}}' > "$ra/token-only"
+printf 'r.example\ntool\n{"auths": {"r.example": {"auth": "!!"}}}' > "$ra/bad-base64"

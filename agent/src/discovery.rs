@@ -35,13 +35,30 @@ pub struct Advert {
 }
 
 /// The base URL an advertisement names (IPA's rules, PROTOCOL.md §3.2).
+/// TXT `protocol` must be `http` or `https`, `path` empty or an absolute
+/// path without spaces or control characters, and the SRV host (when its
+/// address is not used) a host name: mDNS is not authenticated, and IPA
+/// would build whatever URL they spell.
 pub fn url_of(a: &Advert) -> Result<String> {
-    let protocol = a
-        .txt
-        .get("protocol")
-        .cloned()
-        .unwrap_or_else(|| if a.port == 80 { "http" } else { "https" }.into());
+    let protocol = match a.txt.get("protocol").map(String::as_str) {
+        None | Some("") => if a.port == 80 { "http" } else { "https" }.to_string(),
+        Some(p) if p.eq_ignore_ascii_case("http") || p.eq_ignore_ascii_case("https") => {
+            p.to_ascii_lowercase()
+        }
+        Some(p) => bail!(
+            "the advertisement of {}: TXT protocol {p:?} is not http or https",
+            a.host
+        ),
+    };
     let path = a.txt.get("path").map(String::as_str).unwrap_or("");
+    if !(path.is_empty()
+        || (path.starts_with('/') && !path.chars().any(|c| c.is_whitespace() || c.is_control())))
+    {
+        bail!(
+            "the advertisement of {}: TXT path {path:?} is not an absolute URL path",
+            a.host
+        );
+    }
     let host = if a.host.ends_with(".local.") || a.host.ends_with(".local") {
         let mut addrs: Vec<IpAddr> = a
             .addresses
@@ -56,7 +73,18 @@ pub fn url_of(a: &Advert) -> Result<String> {
             None => bail!("the advertisement of {} has no usable address", a.host),
         }
     } else {
-        a.host.trim_end_matches('.').to_string()
+        let name = a.host.trim_end_matches('.');
+        if name.is_empty()
+            || !name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_'))
+        {
+            bail!(
+                "the advertisement's SRV host {:?} is not a host name",
+                a.host
+            );
+        }
+        name.to_string()
     };
     Ok(format!("{protocol}://{host}:{}{path}", a.port))
 }
@@ -190,6 +218,36 @@ mod tests {
         assert_eq!(url_of(&v6).unwrap(), "http://[fd00::5]:6385");
         v6.addresses = vec!["127.0.0.1".parse().unwrap()];
         assert!(url_of(&v6).is_err());
+    }
+
+    #[test]
+    fn txt_protocol_and_path_must_make_an_http_url() {
+        // An empty protocol is IPA's "not given".
+        assert_eq!(
+            url_of(&advert("c.local.", 80, &[("protocol", "")])).unwrap(),
+            "http://192.0.2.5:80"
+        );
+        assert_eq!(
+            url_of(&advert("c.local.", 6385, &[("protocol", "HTTPS")])).unwrap(),
+            "https://192.0.2.5:6385"
+        );
+        for (k, v) in [
+            ("protocol", "file"),
+            ("protocol", "http://evil/"),
+            ("path", "baremetal"),
+            ("path", "/a b"),
+            ("path", "/a\nHost: x"),
+        ] {
+            let e = url_of(&advert("c.local.", 6385, &[(k, v)])).unwrap_err();
+            assert!(
+                e.to_string().contains(&format!("TXT {k}")),
+                "{k}={v:?}: {e}"
+            );
+        }
+        for host in ["evil.example/x@", "a b.example.", "."] {
+            let e = url_of(&advert(host, 6385, &[])).unwrap_err();
+            assert!(e.to_string().contains("SRV host"), "{host}: {e}");
+        }
     }
 
     #[test]

@@ -5,10 +5,12 @@
 //! when `prepend_host_reverse` — sent as `NAME:MILLISECONDS|ms` in one UDP
 //! datagram to `metrics_statsd.statsd_host:statsd_port`. Ironic passes
 //! these from its `[metrics] agent_*` and `[metrics_statsd] agent_*`
-//! options. Sending never blocks and never fails a request; a send error
-//! is logged at debug level.
+//! options. The statsd host is resolved once, when the settings arrive
+//! (each lookup), never per request: a name that does not resolve then
+//! means no metrics until the next lookup, with a warning. Sending never
+//! blocks and never fails a request; a send error is logged at debug level.
 
-use std::net::UdpSocket;
+use std::net::{SocketAddr, ToSocketAddrs, UdpSocket};
 use std::time::Instant;
 
 use serde_json::Value;
@@ -27,18 +29,20 @@ pub enum MetricsError {
     Port(String),
 }
 
-/// A statsd sink for the command API's timers.
-#[derive(Debug)]
-pub struct Metrics {
-    prefix: String,
-    target: String,
-    socket: Option<UdpSocket>,
+/// What the settings ask for, before anything is resolved or bound
+/// ([`Settings::parse`] is pure: it reads no network and no file).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settings {
+    /// The timers' name prefix (without the timer's own name).
+    pub prefix: String,
+    /// `host:port` of the statsd server, an IPv6 host in brackets.
+    pub target: String,
 }
 
-impl Metrics {
+impl Settings {
     /// From the lookup's `config` (`metrics`, `metrics_statsd`); `None` when
     /// the backend sends nothing (`noop`, or IPA's in-memory `collector`).
-    pub fn from_lookup(config: &Value, hostname: &str) -> Result<Option<Self>, MetricsError> {
+    pub fn parse(config: &Value, hostname: &str) -> Result<Option<Self>, MetricsError> {
         let m = &config["metrics"];
         match m["backend"].as_str().unwrap_or("noop") {
             "statsd" => {}
@@ -74,20 +78,47 @@ impl Metrics {
         } else {
             format!("{host}:{port}")
         };
-        let bind = if target.starts_with('[') {
-            "[::]:0"
-        } else {
-            "0.0.0.0:0"
-        };
-        let socket = UdpSocket::bind(bind)
-            .and_then(|s| s.set_nonblocking(true).map(|()| s))
-            .map_err(|e| tracing::warn!("metrics: no UDP socket: {e}"))
-            .ok();
-        tracing::info!(%target, prefix = %parts.join("."), "sending statsd metrics");
-        Ok(Some(Self {
+        Ok(Some(Settings {
             prefix: parts.join("."),
             target,
-            socket,
+        }))
+    }
+}
+
+/// A statsd sink for the command API's timers.
+#[derive(Debug)]
+pub struct Metrics {
+    prefix: String,
+    /// `host:port` as configured, for the log.
+    target: String,
+    /// The resolved address and a socket of its family; `None` when the
+    /// host did not resolve or no socket could be had.
+    sink: Option<(UdpSocket, SocketAddr)>,
+}
+
+impl Metrics {
+    /// From the lookup's `config` ([`Settings::parse`]), the statsd host
+    /// resolved here, once.
+    pub fn from_lookup(config: &Value, hostname: &str) -> Result<Option<Self>, MetricsError> {
+        let Some(Settings { prefix, target }) = Settings::parse(config, hostname)? else {
+            return Ok(None);
+        };
+        let sink = resolve(&target).and_then(|addr| {
+            let bind = if addr.is_ipv6() {
+                "[::]:0"
+            } else {
+                "0.0.0.0:0"
+            };
+            UdpSocket::bind(bind)
+                .and_then(|s| s.set_nonblocking(true).map(|()| (s, addr)))
+                .map_err(|e| tracing::warn!("metrics: no UDP socket: {e}"))
+                .ok()
+        });
+        tracing::info!(%target, %prefix, "sending statsd metrics");
+        Ok(Some(Self {
+            prefix,
+            target,
+            sink,
         }))
     }
 
@@ -99,8 +130,8 @@ impl Metrics {
     /// Sends timer `name` of `ms` milliseconds.
     pub fn timer(&self, name: &str, ms: f64) {
         let line = format!("{}:{ms:.3}|ms", self.name(name));
-        if let Some(s) = &self.socket {
-            if let Err(e) = s.send_to(line.as_bytes(), &self.target) {
+        if let Some((s, addr)) = &self.sink {
+            if let Err(e) = s.send_to(line.as_bytes(), addr) {
                 tracing::debug!(target = %self.target, "metrics: {e}");
             }
         }
@@ -112,6 +143,22 @@ impl Metrics {
             metrics: self.clone(),
             name,
             started: Instant::now(),
+        }
+    }
+}
+
+/// The first address `target` (`host:port`) resolves to, once; `None`
+/// (with a warning) when it does not resolve.
+fn resolve(target: &str) -> Option<SocketAddr> {
+    match target.to_socket_addrs().map(|mut a| a.next()) {
+        Ok(Some(addr)) => Some(addr),
+        Ok(None) => {
+            tracing::warn!(%target, "metrics: the statsd host has no address; no metrics are sent until the next lookup");
+            None
+        }
+        Err(e) => {
+            tracing::warn!(%target, "metrics: resolving the statsd host: {e}; no metrics are sent until the next lookup");
+            None
         }
     }
 }
@@ -163,6 +210,30 @@ mod tests {
         let m = Metrics::from_lookup(&plain, "h").unwrap().unwrap();
         assert_eq!(m.name("x"), "ironic_python_agent.api.app.x");
         assert_eq!(m.target, "localhost:8125");
+    }
+
+    #[test]
+    fn the_host_is_resolved_once_when_the_settings_arrive() {
+        // The address is kept, not the name: a send resolves nothing.
+        let cfg = |host: &str| {
+            json!({"metrics": {"backend": "statsd"},
+                   "metrics_statsd": {"statsd_host": host, "statsd_port": 8125}})
+        };
+        for (host, want) in [
+            ("127.0.0.1", "127.0.0.1:8125"),
+            ("::1", "[::1]:8125"),
+            ("[::1]", "[::1]:8125"),
+        ] {
+            let m = Metrics::from_lookup(&cfg(host), "h").unwrap().unwrap();
+            let (sock, addr) = m.sink.as_ref().expect("a resolved sink");
+            assert_eq!(addr.to_string(), want, "{host}");
+            assert_eq!(sock.local_addr().unwrap().is_ipv6(), addr.is_ipv6());
+        }
+        // /etc/hosts answers for localhost: no DNS query leaves the machine.
+        let m = Metrics::from_lookup(&cfg("localhost"), "h")
+            .unwrap()
+            .unwrap();
+        assert!(m.sink.as_ref().unwrap().1.ip().is_loopback());
     }
 
     #[test]

@@ -51,12 +51,14 @@ pub const PACKAGES: &[&str] = &[
     "mdadm",
 ];
 
-/// `/etc/default/grub`: no menu wait, the kernel's console on ttyS0.
+/// `/etc/default/grub`: no menu wait, the kernel's console on ttyS0, no
+/// IO-APIC timer check (it can fail under TCG on a loaded machine:
+/// testimage/disk.rs).
 const DEFAULT_GRUB: &str = "GRUB_DEFAULT=0\n\
 GRUB_TIMEOUT=0\n\
 GRUB_DISTRIBUTOR=Debian\n\
 GRUB_CMDLINE_LINUX_DEFAULT=\"\"\n\
-GRUB_CMDLINE_LINUX=\"console=ttyS0 panic=-1\"\n\
+GRUB_CMDLINE_LINUX=\"console=ttyS0 panic=-1 no_timer_check\"\n\
 GRUB_TERMINAL=console\n\
 GRUB_DISABLE_RECOVERY=true\n";
 

@@ -19,6 +19,7 @@ pub mod netns;
 pub mod own_server;
 pub mod partimage;
 pub mod registry;
+pub mod slow_proxy;
 pub mod sparse;
 pub mod testimage;
 pub mod udevd;

@@ -6,26 +6,34 @@
 //! passed in with `--device`; the container writes a marker on it.
 //! Also: an image not allowed is refused before any request reaches the
 //! registry; the registry's certificate is refused without its CA unless
-//! `--tls-verify=false`; the container is confined as podman confines it
-//! (its cgroup's device rules keep a read-only `--device` read-only and an
-//! ungranted device unreachable, podman's seccomp profile and capabilities,
-//! the agent's loopback `/v1/local/status` refuses it), `--privileged`
-//! lifts that as in podman.
+//! `--tls-verify=false`. Registry input is bounded: each limit (manifest,
+//! config, layer, unpacked bytes, entries) refuses by name; a pull through
+//! a slow relay meets the time limit, and an abort stops it as it goes;
+//! credentials never go to an unverified registry. The container is
+//! confined as podman confines it (its cgroup's device rules keep a
+//! read-only `--device` read-only and an ungranted device unreachable,
+//! podman's seccomp profile and capabilities, the agent's loopback
+//! `/v1/local/status` refuses it), `--privileged` lifts that as in podman.
 
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use agent::api::{self, local_key};
 use agent::config::Config;
+use agent::container_steps::limits::Limits;
 use agent::container_steps::policy::{apply, Origin};
 use agent::container_steps::settings::ContainerSettings;
-use agent::container_steps::{run_container, runtime_available, ContainerError};
+use agent::container_steps::{
+    run_container, run_container_within, runtime_available, ContainerError,
+};
 use agent::server::Server;
 use agent::state::AgentState;
 use agent::tls;
 use hardware_tests::loopdev::LoopDevice;
 use hardware_tests::registry::{isolation_probe, probe_report, with_crun_cgroups, Registry};
+use hardware_tests::slow_proxy::SlowProxy;
 
 const MARKER: &[u8] = b"CONTAINER-STEP-MARKER";
 
@@ -246,6 +254,206 @@ async fn registry_credentials_from_creds_or_an_authfile() {
         .unwrap();
     let log = registry.log();
     assert!(log.contains("deployer"), "the registry saw the user: {log}");
+}
+
+/// The error of running `p` within `limits` (it must fail), with the work
+/// directory checked empty after.
+async fn refused_within(
+    p: &agent::container_steps::policy::Permitted,
+    ca: &std::path::Path,
+    limits: &Limits,
+) -> ContainerError {
+    let work = tempfile::tempdir().unwrap();
+    let abort = Arc::new(AtomicBool::new(false));
+    let e = run_container_within(p, Some(ca), work.path(), abort, limits)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        std::fs::read_dir(work.path()).unwrap().count(),
+        0,
+        "work dir left behind after: {e}"
+    );
+    e
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_registry_bound_refuses_by_name() {
+    hardware_tests::require_root("container_registry_loop");
+    if !with_crun_cgroups("each_registry_bound_refuses_by_name") {
+        return;
+    }
+    let registry = Registry::start().unwrap();
+    let image = registry
+        .push_busybox_image("bounded:1", &["/bin/busybox", "true"])
+        .unwrap();
+    let settings = ContainerSettings {
+        allow_arbitrary_containers: true,
+        ..ContainerSettings::default()
+    };
+    let p = apply(&settings, &image, &[], &[], Origin::Arguments).unwrap();
+    let ca = registry.ca_file();
+    let cases = [
+        (
+            Limits {
+                manifest_bytes: 100,
+                ..Limits::default()
+            },
+            "larger than 100 bytes (the manifest-size limit)",
+        ),
+        (
+            Limits {
+                config_bytes: 16,
+                ..Limits::default()
+            },
+            "over the 16-byte config-size limit",
+        ),
+        (
+            Limits {
+                blob_bytes: 64 << 10,
+                ..Limits::default()
+            },
+            "over the 65536-byte layer-size limit",
+        ),
+        (
+            Limits {
+                unpacked_bytes: 256 << 10,
+                ..Limits::default()
+            },
+            "the image's layers unpack to more than 262144 bytes (the unpacked-size limit)",
+        ),
+        (
+            Limits {
+                entries: 2,
+                ..Limits::default()
+            },
+            "the image's layers hold more than 2 tar entries (the entry limit)",
+        ),
+    ];
+    for (limits, expected) in cases {
+        let e = refused_within(&p, &ca, &limits).await;
+        assert!(matches!(e, ContainerError::Pull { .. }), "{e}");
+        let msg = e.to_string();
+        assert!(msg.contains(expected) && msg.contains("bounded:1"), "{msg}");
+    }
+    // Within the default bounds the same image runs.
+    let work = tempfile::tempdir().unwrap();
+    run_container_within(
+        &p,
+        Some(&ca),
+        work.path(),
+        Arc::new(AtomicBool::new(false)),
+        &Limits::default(),
+    )
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_pull_meets_the_time_limit_and_an_abort_stops_it() {
+    hardware_tests::require_root("container_registry_loop");
+    if !with_crun_cgroups("a_slow_pull_meets_the_time_limit_and_an_abort_stops_it") {
+        return;
+    }
+    let registry = Registry::start().unwrap();
+    let direct = registry
+        .push_busybox_image("slow:1", &["/bin/busybox", "true"])
+        .unwrap();
+    // The same registry through a relay answering at 64 KiB/s: busybox's
+    // layer (about 1 MiB) takes some 15 s.
+    let proxy = SlowProxy::start(&registry.addr, 64 << 10).unwrap();
+    let slow = direct.replace(&registry.addr, &proxy.addr);
+    let settings = ContainerSettings {
+        allow_arbitrary_containers: true,
+        ..ContainerSettings::default()
+    };
+    let p = apply(&settings, &slow, &[], &[], Origin::Arguments).unwrap();
+    let ca = registry.ca_file();
+
+    let limits = Limits {
+        pull_time: Duration::from_secs(2),
+        ..Limits::default()
+    };
+    let started = Instant::now();
+    let e = refused_within(&p, &ca, &limits).await;
+    let took = started.elapsed();
+    assert!(matches!(e, ContainerError::Pull { .. }), "{e}");
+    assert!(
+        e.to_string()
+            .contains("the pull took longer than 2 s (the pull time limit)"),
+        "{e}"
+    );
+    assert!(took < Duration::from_secs(6), "stopped after {took:?}");
+
+    // Ironic's abort during the pull: stopped within a second or so, the
+    // work directory gone.
+    let work = tempfile::tempdir().unwrap();
+    let abort = Arc::new(AtomicBool::new(false));
+    let flag = abort.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        flag.store(true, std::sync::atomic::Ordering::SeqCst);
+    });
+    let started = Instant::now();
+    let e = run_container_within(&p, Some(&ca), work.path(), abort, &Limits::default())
+        .await
+        .unwrap_err();
+    let took = started.elapsed();
+    assert!(matches!(e, ContainerError::Aborted(_)), "{e}");
+    assert!(took < Duration::from_secs(5), "stopped after {took:?}");
+    assert_eq!(std::fs::read_dir(work.path()).unwrap().count(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credentials_never_go_to_an_unverified_registry() {
+    hardware_tests::require_root("container_registry_loop");
+    if !with_crun_cgroups("credentials_never_go_to_an_unverified_registry") {
+        return;
+    }
+    let registry = Registry::start_with_user(("deployer", "s3cret")).unwrap();
+    let image = registry
+        .push_busybox_image("private:1", &["/bin/busybox", "true"])
+        .unwrap();
+    let settings = ContainerSettings {
+        allowed_containers: vec![image.clone()],
+        pull_options: vec!["--tls-verify=false --creds deployer:s3cret".into()],
+        ..ContainerSettings::default()
+    };
+    let p = apply(&settings, &image, &[], &[], Origin::Arguments).unwrap();
+    let before = registry
+        .log()
+        .lines()
+        .filter(|l| l.contains("oci-client"))
+        .count();
+    let e = refused_within(&p, &registry.ca_file(), &Limits::default()).await;
+    assert!(matches!(e, ContainerError::Pull { .. }), "{e}");
+    assert!(
+        e.to_string().contains("refusing to send credentials"),
+        "{e}"
+    );
+    let after = registry
+        .log()
+        .lines()
+        .filter(|l| l.contains("oci-client"))
+        .count();
+    assert_eq!(
+        before,
+        after,
+        "the registry was contacted: {}",
+        registry.log()
+    );
+
+    // [container] require_tls_verify refuses the pull itself, by name,
+    // before anything is asked of the registry.
+    let strict = ContainerSettings {
+        require_tls_verify: true,
+        pull_options: vec!["--tls-verify=false".into()],
+        ..settings
+    };
+    let e = apply(&strict, &image, &[], &[], Origin::Arguments).unwrap_err();
+    assert!(
+        e.to_string().contains("[container] require_tls_verify"),
+        "{e}"
+    );
 }
 
 /// Runs `image` with `run_options` (allowed, so the configured options

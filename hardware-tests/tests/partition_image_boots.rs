@@ -51,7 +51,7 @@ fn image(dir: &Path) -> PathBuf {
         &cfg,
         format!(
             "search --no-floppy --fs-uuid {ROOT_UUID} --set=root\n\
-             linux /vmlinuz console=ttyS0 panic=-1\ninitrd /initrd.img\nboot\n"
+             linux /vmlinuz console=ttyS0 panic=-1 no_timer_check\ninitrd /initrd.img\nboot\n"
         ),
     )
     .unwrap();

@@ -57,11 +57,11 @@ fn managers(dir: &Path) {
     script(
         dir,
         "zero.sh",
-        r#"field() { printf '%s' "$input" | sed -n "s/.*\"$1\":\"\([^\"]*\)\".*/\1/p"; }
+        r#"field() { printf '%s' "$input" | "$AGENT_EXE" json-get "$1"; }
 input=$(cat)
-dev=$(field device); first=$(field first_block); count=$(field block_count)
+dev=$(field args.device); first=$(field args.first_block); count=$(field args.block_count)
 nvme=${0%/*}/bin/nvme
-sn=$("$nvme" id-ctrl "$dev" -o json | tr -d '\n' | sed -n 's/.*"sn" *: *"\([^"]*\)".*/\1/p' | sed 's/ *$//')
+sn=$("$nvme" id-ctrl "$dev" -o json | "$AGENT_EXE" json-get sn | sed 's/ *$//')
 [ -n "$sn" ] || { echo "nvme id-ctrl gave no serial" >&2; exit 1; }
 echo "zeroing $count blocks from $first on $dev (serial $sn)"
 "$nvme" write-zeroes "$dev" --start-block="$first" --block-count="$((count - 1))"
@@ -72,8 +72,7 @@ echo "{\"serial\": \"$sn\", \"device\": \"$dev\"}""#,
         "erase.sh",
         &format!(
             r#"input=$(cat)
-# block_device comes first (keys are sorted); the first /dev/ name is its.
-dev=$(printf '%s' "$input" | grep -o '"name":"/dev/[^"]*"' | head -n 1 | sed 's/.*:"\(.*\)"/\1/')
+dev=$(printf '%s' "$input" | "$AGENT_EXE" json-get block_device.name)
 case "$dev" in
     /dev/nvme*) ;;
     *) echo '{{"claimed": false}}'; exit 0 ;;

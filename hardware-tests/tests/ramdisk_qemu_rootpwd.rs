@@ -1,11 +1,14 @@
 //! Console login with `rootpwd=` (#34 item 10), as IPA's ramdisks built by
-//! diskimage-builder's `dynamic-login` element take it: the deploy ramdisk
-//! boots in QEMU on the test bed (direct kernel boot) with a SHA-512 crypt
-//! hash on its kernel command line and no debug shell; PID 1 opens a login
-//! prompt on the serial console; a wrong password is refused and the right
-//! one gives a root shell.
+//! diskimage-builder's `dynamic-login` element take it, next to
+//! `ipa-debug=1` as Ironic appends it when its conductor logs at debug
+//! level (#46 finding 2): the deploy ramdisk boots in QEMU on the test bed
+//! (direct kernel boot) with a SHA-512 crypt hash and `ipa-debug=1` on its
+//! kernel command line. No passwordless shell opens (that takes
+//! `agent.shell=1`), the agent logs at debug level, and PID 1 opens a
+//! login prompt on the serial console; a wrong password is refused and the
+//! right one gives a root shell.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use agent::rescue::crypt;
 use hardware_tests::bed::{self, direct, Net, NetOptions, Vm};
@@ -14,19 +17,6 @@ use hardware_tests::require_root;
 const MAC: &str = "52:54:00:30:00:0a";
 const GUEST: &str = "10.99.0.70";
 const PASSWORD: &str = "Console-root-7";
-
-/// Waits until `needle` has appeared `n` times on the console (the console
-/// is read whole, so a second prompt is its second occurrence).
-fn wait_nth(vm: &mut Vm, needle: &str, n: usize, timeout: Duration) -> anyhow::Result<()> {
-    let deadline = Instant::now() + timeout;
-    while vm.console().matches(needle).count() < n {
-        if Instant::now() >= deadline {
-            anyhow::bail!("{needle:?} did not appear {n} times within {timeout:?}");
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    Ok(())
-}
 
 #[test]
 fn rootpwd_gives_a_root_login_on_the_console() {
@@ -47,7 +37,9 @@ fn rootpwd_gives_a_root_login_on_the_console() {
         &ramdisk,
         MAC,
         &[],
-        &format!("agent.dhcp-timeout=4 rootpwd=\"{hash}\""),
+        // One disk-wait attempt: no disk here, and the agent's first
+        // debug lines come once it stops waiting.
+        &format!("agent.dhcp-timeout=4 ipa-disk-wait-attempts=1 ipa-debug=1 rootpwd=\"{hash}\""),
     );
     let (login, console) = net
         .block_on(async {
@@ -57,18 +49,21 @@ fn rootpwd_gives_a_root_login_on_the_console() {
                     "root login on the console (password from rootpwd=)",
                     Duration::from_secs(120),
                 )?;
-                wait_nth(&mut vm, "login:", 1, Duration::from_secs(60))?;
+                vm.wait_console_n("login:", 1, Duration::from_secs(60))?;
                 vm.type_line("root")?;
-                wait_nth(&mut vm, "Password:", 1, Duration::from_secs(30))?;
+                vm.wait_console_n("Password:", 1, Duration::from_secs(30))?;
                 vm.type_line("not-the-password")?;
-                wait_nth(&mut vm, "Login incorrect", 1, Duration::from_secs(30))?;
-                wait_nth(&mut vm, "login:", 2, Duration::from_secs(30))?;
+                vm.wait_console_n("Login incorrect", 1, Duration::from_secs(30))?;
+                vm.wait_console_n("login:", 2, Duration::from_secs(30))?;
                 vm.type_line("root")?;
-                wait_nth(&mut vm, "Password:", 2, Duration::from_secs(30))?;
+                vm.wait_console_n("Password:", 2, Duration::from_secs(30))?;
                 vm.type_line(PASSWORD)?;
                 std::thread::sleep(Duration::from_secs(2));
                 vm.type_line("echo rootpwd-login-ok-$(id -u)-$((6*7))")?;
-                wait_nth(&mut vm, "rootpwd-login-ok-0-42", 1, Duration::from_secs(30))
+                vm.wait_console_n("rootpwd-login-ok-0-42", 1, Duration::from_secs(30))?;
+                // The agent's own debug lines (`[   4.321] DEBUG …`).
+                vm.wait_console("] DEBUG ", Duration::from_secs(60))?;
+                Ok(())
             });
             println!("rootpwd: done after {:?} (QEMU wall time)", vm.elapsed());
             (login, vm.console())
@@ -81,7 +76,15 @@ fn rootpwd_gives_a_root_login_on_the_console() {
         )
     });
     assert!(
-        !console.contains("agent.shell"),
-        "no debug shell was asked for"
+        !console.contains("debug shell on the console"),
+        "ipa-debug=1 opened the passwordless shell:\n{console}"
+    );
+    assert!(
+        console.contains("ipa-debug: the agent logs at debug level"),
+        "{console}"
+    );
+    assert!(
+        console.lines().any(|l| l.contains("] DEBUG ")),
+        "no debug-level log line with ipa-debug=1:\n{console}"
     );
 }

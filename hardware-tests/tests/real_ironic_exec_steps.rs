@@ -33,9 +33,16 @@ fn script(dir: &Path, name: &str, body: &str) {
     std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
 }
 
-/// A field of the compact JSON on stdin (`$input`), for scripts.
-const FIELD: &str =
-    r#"field() { printf '%s' "$input" | sed -n "s/.*\"$1\":\"\([^\"]*\)\".*/\1/p"; }"#;
+/// The agent runs inside this test binary: its hooks' scripts get the
+/// built `agent` as `$AGENT_EXE` (exec_steps::run), not this binary.
+fn agent_exe_for_scripts() {
+    let agent = hardware_tests::agentproc::agent_binary().expect("the agent binary");
+    std::env::set_var(agent::exec_steps::run::AGENT_EXE, agent);
+}
+
+/// A value of the JSON on stdin (`$input`) by its path, for scripts
+/// (agent/docs/own-steps.md).
+const FIELD: &str = r#"field() { printf '%s' "$input" | "$AGENT_EXE" json-get "$1"; }"#;
 
 /// The manifest directory: manager `loopkit` with its steps, manager
 /// `wiper` with an erase hook that claims `claimed` only.
@@ -47,7 +54,7 @@ fn managers(dir: &Path, claimed: &Path, pids: &Path) {
             r#"{FIELD}
 input=$(cat)
 printf '%s' "$input" > {seen}
-dev=$(field device); label=$(field label)
+dev=$(field args.device); label=$(field args.label)
 echo "labelling $dev as $label in phase $(field phase)"
 sgdisk --clear --new=1:2048:+8M --change-name=1:"$label" "$dev"
 echo "{{\"device\": \"$dev\", \"label\": \"$label\"}}""#,
@@ -60,7 +67,7 @@ echo "{{\"device\": \"$dev\", \"label\": \"$label\"}}""#,
         &format!(
             r#"{FIELD}
 input=$(cat)
-sgdisk --change-name=1:"$(field label)" "$(field device)""#
+sgdisk --change-name=1:"$(field args.label)" "$(field args.device)""#
         ),
     );
     script(
@@ -82,7 +89,7 @@ sgdisk --change-name=1:"$(field label)" "$(field device)""#
         &format!(
             r#"input=$(cat)
 # The disk's name, from the block_device object (the node has a name too).
-dev=$(printf '%s' "$input" | sed -n 's/^{{"block_device":{{[^}}]*"name":"\([^"]*\)".*/\1/p')
+dev=$(printf '%s' "$input" | "$AGENT_EXE" json-get block_device.name)
 if [ "$dev" != "{claimed}" ]; then echo '{{"claimed": false}}'; exit 0; fi
 sgdisk --zap-all "$dev" >/dev/null
 sgdisk --new=1:2048:+4M --change-name=1:claimed-by-hook "$dev"
@@ -181,6 +188,7 @@ async fn failing_clean(ironic: &Ironic, uuid: &str, steps: Value) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn real_ironic_runs_executable_managers() {
     hardware_tests::require_root("the real-Ironic executable managers test");
+    agent_exe_for_scripts();
     let dir = tempfile::tempdir().unwrap();
     let mdir = dir.path().join("managers");
     std::fs::create_dir(&mdir).unwrap();
@@ -197,6 +205,18 @@ async fn real_ironic_runs_executable_managers() {
     config.exec_managers_dir = Some(mdir.clone());
     let agent = agent::agent::start_detached(config);
 
+    // The node's owner can write `extra`: a `device` there must not win
+    // over the step's argument (the scripts parse their input,
+    // agent/docs/own-steps.md).
+    ironic
+        .patch(
+            &uuid,
+            json!([{"op": "add", "path": "/extra/device", "value": d2.path},
+                   {"op": "add", "path": "/extra/label", "value": "from-extra"}]),
+        )
+        .await
+        .unwrap();
+
     // (a) A manual clean runs `label_disk`: sgdisk's GPT on d1.
     let t = Instant::now();
     ironic
@@ -210,6 +230,10 @@ async fn real_ironic_runs_executable_managers() {
         .unwrap_or_else(|e| panic!("clean with label_disk: {e:#}"));
     println!("label_disk clean: {:.1} s", t.elapsed().as_secs_f64());
     assert_eq!(gpt_names(&d1.path), ["cleaned-by-step"]);
+    assert!(
+        gpt_names(&d2.path).is_empty(),
+        "the node's extra.device was written"
+    );
     // What the step read on stdin: Ironic's node, ports and arguments, the
     // phase, and the allowed loop devices as the inventory lists them.
     let seen: Value =
@@ -217,6 +241,7 @@ async fn real_ironic_runs_executable_managers() {
     assert_eq!(seen["step"], "label_disk");
     assert_eq!(seen["phase"], "clean");
     assert_eq!(seen["node"]["uuid"], uuid.as_str());
+    assert_eq!(seen["node"]["extra"]["device"], d2.path.to_str().unwrap());
     assert_eq!(seen["args"]["label"], "cleaned-by-step");
     assert_eq!(seen["ports"][0]["address"], mac);
     let disks: Vec<(&str, u64)> = seen["disks"]
@@ -368,6 +393,7 @@ fn make_image(path: &Path) -> (Vec<u8>, String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn real_ironic_runs_an_executable_step_from_a_deploy_template() {
     hardware_tests::require_root("the real-Ironic executable deploy step test");
+    agent_exe_for_scripts();
     let dir = tempfile::tempdir().unwrap();
     let mdir = dir.path().join("managers");
     std::fs::create_dir(&mdir).unwrap();

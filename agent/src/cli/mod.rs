@@ -1,10 +1,12 @@
 //! Command-line interface: `agent serve` (host mode daemon), `agent demo`
 //! (the agent driven by the built-in test conductor), and the console tools
 //! of the debug shell: `agent write-image`, `agent erase`, `agent status`,
-//! `agent lookup`, `agent inventory`, `agent root-disk`. Flags override the
+//! `agent lookup`, `agent inventory`, `agent root-disk`, and `agent json-get`
+//! for executable steps' scripts. Flags override the
 //! kernel command line, which is read from `/proc/cmdline` or `--cmdline-file`.
 
 pub mod erase;
+pub mod json_get;
 pub mod lookup;
 pub mod progress_view;
 pub mod status;
@@ -54,6 +56,8 @@ pub enum Command {
     Inventory(InventoryArgs),
     /// Print the disk the image would be written to, and why the others were not.
     RootDisk(RootDiskArgs),
+    /// Print values of the JSON document on stdin (for executable steps' scripts).
+    JsonGet(json_get::JsonGetArgs),
     /// The agent service inside the deploy ramdisk (started by PID 1).
     #[command(hide = true)]
     Ramdisk(RamdiskArgs),
@@ -195,10 +199,16 @@ pub struct DemoArgs {
     pub workdir: Option<PathBuf>,
 }
 
+/// The log filter of `--debug` (`ipa-debug=1`): the agent's own debug
+/// lines, its libraries' at info, as IPA's debug flag leaves urllib3 and
+/// the other libraries at oslo.log's default levels (a library's debug
+/// lines, per connection or packet, would flood a serial console).
+pub const DEBUG_FILTER: &str = "info,agent=debug";
+
 /// Sets up logging to stderr and to the in-memory log that
 /// `log.collect_system_logs` returns; `RUST_LOG` overrides the level.
 pub fn init_tracing(debug: bool) {
-    let default = if debug { "debug" } else { "info" };
+    let default = if debug { DEBUG_FILTER } else { "info" };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let _ = tracing_subscriber::fmt()
@@ -225,6 +235,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Lookup(args) => lookup::run(&args).await,
         Command::Inventory(args) => print_inventory(&args).await,
         Command::RootDisk(args) => print_root_disk(&args),
+        Command::JsonGet(args) => json_get::run(&args),
         Command::Ramdisk(args) => {
             let config = ramdisk_config(&args, cli.debug)?;
             crate::agent::run(config).await
@@ -327,7 +338,7 @@ pub fn init_ramdisk_tracing(debug: bool) {
             write!(w, "[{:8.3}]", crate::init::clock::since_boot())
         }
     }
-    let default = if debug { "debug" } else { "info" };
+    let default = if debug { DEBUG_FILTER } else { "info" };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let _ = tracing_subscriber::fmt()
@@ -440,6 +451,20 @@ mod tests {
         );
         assert_eq!(c.exec_managers_dir, None, "no managers unless asked for");
         assert_eq!(c.lookup_timeout, Duration::from_secs(7));
+    }
+
+    #[test]
+    fn debug_logging_is_the_agents_own() {
+        let f = tracing_subscriber::EnvFilter::try_new(super::DEBUG_FILTER).unwrap();
+        assert_eq!(
+            f.max_level_hint(),
+            Some(tracing::level_filters::LevelFilter::DEBUG)
+        );
+        let text = f.to_string();
+        assert!(
+            text.contains("agent=debug") && text.contains("info"),
+            "{text}"
+        );
     }
 
     #[test]

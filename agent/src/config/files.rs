@@ -92,6 +92,13 @@ pub fn read(root: &Path) -> FileOptions {
     out
 }
 
+/// What one file's text says (`source` names it in the notes).
+pub fn parse(text: &str, source: &str) -> FileOptions {
+    let mut out = FileOptions::default();
+    parse_into(text, source, &mut out);
+    out
+}
+
 /// Parses one INI text: `[DEFAULT]`, and the groups of
 /// [`super::groups::READ`].
 fn parse_into(text: &str, source: &str, out: &mut FileOptions) {

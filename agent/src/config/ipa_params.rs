@@ -4,7 +4,8 @@
 //! (why). The parameter table of `agent/docs/ipa-parameters.md` is this
 //! table; a test (`tests/ipa_params.rs`) keeps the two equal and proves
 //! each supported option is parsed. Configuration files ([`super::files`])
-//! take supported options by their option name.
+//! take supported options by their option name. One row is this agent's
+//! own option, not IPA's (`container.require_tls_verify`).
 
 /// What the agent does with one IPA option.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -147,7 +148,8 @@ pub const PARAMS: &[Param] = &[
     p("container.runner", None, Ignored("images always run with the ramdisk's crun; podman and docker are accepted as IPA's choices, another value is noted (container_steps/settings.rs)"), "docker"),
     p("container.pull_options", None, Supported(CONTAINER_OPTIONS), "--tls-verify=false"),
     p("container.run_options", None, Supported(CONTAINER_OPTIONS), "--privileged"),
-    p("debug", Some("ipa-debug"), Supported("debug logging (cli/mod.rs)"), "true"),
+    p("container.require_tls_verify", Some("ipa-container-require-tls-verify"), Supported("this agent's option and kernel parameter, not IPA's: a container pull with --tls-verify=false fails the step naming the image and the option, before any connection; the file, the kernel parameter or the lookup can turn it on, none can turn it off (container_steps/policy.rs)"), "true"),
+    p("debug", Some("ipa-debug"), Supported("the agent's debug logging, its libraries at info as IPA's oslo.log defaults leave them (cli/mod.rs); in the ramdisk PID 1 starts the agent with --debug (init/access.rs); no console shell, which only agent.shell=1 opens"), "true"),
     p("log_file", None, Ignored(OWN_LOGS), "/var/log/ipa.log"),
     p("use_stderr", None, Ignored(OWN_LOGS), "false"),
     p("inspection_benchmarks", Some("ipa-inspection-benchmarks"), Ignored("no benchmark collectors: burn-in steps measure the hardware instead"), "cpu"),

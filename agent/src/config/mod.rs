@@ -143,6 +143,10 @@ pub struct Config {
     /// value), read into typed settings by the container steps module,
     /// where the lookup answer's `agent_containers` overlays it.
     pub container_group: std::collections::BTreeMap<String, String>,
+    /// Refuse container pulls without TLS verification
+    /// (`ipa-container-require-tls-verify`, this agent's; the same as
+    /// `[container] require_tls_verify`, either turns it on).
+    pub container_require_tls_verify: bool,
     /// Pause before the hardware is read, for slow controllers
     /// (`ipa-hardware-initialization-delay`).
     pub hardware_initialization_delay: Duration,
@@ -261,6 +265,7 @@ impl Default for Config {
             mdns: groups::MdnsOptions::default(),
             metrics_defaults: serde_json::Value::Null,
             container_group: std::collections::BTreeMap::new(),
+            container_require_tls_verify: false,
             hardware_initialization_delay: Duration::ZERO,
             disk_wait_attempts: 10,
             disk_wait_delay: Duration::from_secs(3),
@@ -473,6 +478,9 @@ fn more_params(p: &KernelParams, c: &mut Config, errors: &mut Vec<ParamError>) {
         }
     }
     c.network_interface = text("ipa-network-interface").map(String::from);
+    if let Some(v) = take(errors, p.bool("ipa-container-require-tls-verify")) {
+        c.container_require_tls_verify = v;
+    }
     if let Some(v) = take(errors, p.number::<u32>("ipa-ip-lookup-attempts")) {
         c.ip_lookup_attempts = v.max(1);
     }

@@ -4,15 +4,18 @@
 //! ([`settings`]), the steps file baked into the ramdisk ([`steps_file`]),
 //! podman's option syntax translated to typed options ([`options`]), the
 //! allowlist applied before anything is pulled ([`policy`]), the registry
-//! pull ([`pull`]) with safe layer unpacking ([`unpack`]), and the run with
-//! crun ([`bundle`], [`runtime`]) confined as podman confines a container
-//! (capabilities, device cgroup, [`seccomp`]).
+//! pull ([`pull`], [`manifest`]) within bounds ([`limits`]) with safe layer
+//! unpacking ([`unpack`]), and the run with crun ([`bundle`], [`runtime`])
+//! confined as podman confines a container (capabilities, device cgroup,
+//! [`seccomp`]).
 //!
 //! This is the lower layer: it knows nothing of commands or the agent's
 //! state; the command layer's adapter maps [`ContainerError`] to IPA's
 //! error classes.
 
 pub mod bundle;
+pub mod limits;
+pub mod manifest;
 pub mod options;
 pub mod policy;
 pub mod pull;
@@ -22,7 +25,7 @@ pub mod settings;
 pub mod steps_file;
 pub mod unpack;
 
-pub use runtime::{run_container, runtime_available};
+pub use runtime::{run_container, run_container_within, runtime_available};
 
 /// What can go wrong with a container step, one variant per IPA error
 /// class the conductor sees.

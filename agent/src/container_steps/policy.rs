@@ -8,6 +8,8 @@
 //! `allow_arbitrary_containers`, its image must be in `allowed_containers`
 //! and only the configured options apply — the caller's are ignored, since
 //! options alone (`--privileged`, `-v /:/host`) defeat an image allowlist.
+//! With `require_tls_verify`, a pull with `--tls-verify=false` is refused
+//! here, before any connection is made.
 
 use super::options::{self, PullOptions, RunOptions};
 use super::settings::{as_options, ContainerSettings};
@@ -120,12 +122,23 @@ pub fn apply(
             "container_url {container_url:?}: only registry references (optionally docker:// or oci://) can be pulled"
         ))
     })?;
+    let pull = options::parse_pull(&pull)?;
+    if settings.require_tls_verify && !pull.tls_verify {
+        return Err(ContainerError::Configuration(format!(
+            "container image {reference}: refusing to pull it without TLS verification \
+             (--tls-verify=false in pull_options): [container] require_tls_verify \
+             (kernel parameter {REQUIRE_TLS_VERIFY_PARAM}) is on"
+        )));
+    }
     Ok(Permitted {
         reference: reference.to_string(),
-        pull: options::parse_pull(&pull)?,
+        pull,
         run: options::parse_run(&run)?,
     })
 }
+
+/// The kernel parameter that turns `[container] require_tls_verify` on.
+pub const REQUIRE_TLS_VERIFY_PARAM: &str = "ipa-container-require-tls-verify";
 
 #[cfg(test)]
 mod tests {
@@ -236,5 +249,36 @@ mod tests {
             e.to_string(),
             r#"unsupported container option "--pid" in run_options"#
         );
+    }
+
+    #[test]
+    fn require_tls_verify_refuses_unverified_pulls_by_name() {
+        let strict = ContainerSettings {
+            require_tls_verify: true,
+            ..settings(&["r.example/tool:1"])
+        };
+        for (origin, own) in [
+            (Origin::Arguments, ""),
+            (Origin::Trusted, "--tls-verify=false"),
+        ] {
+            let e = apply(&strict, "r.example/tool:1", &words(own), &[], origin).unwrap_err();
+            assert!(matches!(e, ContainerError::Configuration(_)), "{e}");
+            assert_eq!(
+                e.to_string(),
+                "container image r.example/tool:1: refusing to pull it without TLS \
+                 verification (--tls-verify=false in pull_options): [container] \
+                 require_tls_verify (kernel parameter ipa-container-require-tls-verify) is on"
+            );
+        }
+        // Verified pulls go ahead.
+        let p = apply(
+            &strict,
+            "r.example/tool:1",
+            &words("--tls-verify=true"),
+            &[],
+            Origin::Trusted,
+        )
+        .unwrap();
+        assert!(p.pull.tls_verify);
     }
 }

@@ -1,24 +1,36 @@
 //! Pulling an image from an OCI registry with `oci-client`: the manifest
-//! (an index resolved to this machine's platform), the image config and
-//! every layer, each blob's digest verified by the client while it
-//! streams, each layer unpacked ([`super::unpack`]) into a root directory
-//! on tmpfs and its blob removed at once.
+//! (an index resolved to this machine's platform; fetched with a size
+//! bound by [`super::manifest`]), the image config and every layer, each
+//! blob's digest verified by the client while it streams and its size held
+//! to its descriptor's and to [`Limits`], each layer unpacked
+//! ([`super::unpack`]) into a root directory on tmpfs within the image's
+//! unpacking [`Budget`] and its blob removed at once. A stop flag (abort,
+//! or the time limit in [`super::runtime`]) ends the pull at its next
+//! chunk.
 //!
 //! TLS is verified by default against the system roots plus the agent's
 //! `cafile`; `--tls-verify=false` turns verification off (the connection
-//! stays HTTPS). Credentials come from `--creds` or an `--authfile` in
+//! stays HTTPS): each such pull is logged as a warning naming the image,
+//! and credentials are then refused rather than sent to a peer nobody
+//! checked. Credentials come from `--creds` or an `--authfile` in
 //! containers-auth.json(5) format.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use base64::Engine;
 use oci_client::client::{Certificate, CertificateEncoding, ClientConfig, ClientProtocol};
+use oci_client::manifest::OciDescriptor;
 use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference};
 use oci_spec::image::ImageConfiguration;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::CertificateDer;
 use serde_json::Value;
 
+use super::limits::{Bounded, Budget, Limits};
 use super::options::{Auth, PullOptions};
 
 /// The layer media types unpacked: OCI's tar, tar+gzip, tar+zstd, and
@@ -41,29 +53,58 @@ pub struct PulledImage {
     pub digest: String,
 }
 
-/// The registry client for `opts`, trusting `cafile`'s certificates in
-/// addition to the system roots.
-fn client(opts: &PullOptions, cafile: Option<&Path>) -> Result<Client> {
+/// The certificates of the agent's `cafile` (a PEM bundle), DER.
+fn extra_roots(cafile: Option<&Path>) -> Result<Vec<Vec<u8>>> {
+    let Some(ca) = cafile else {
+        return Ok(Vec::new());
+    };
+    let data =
+        std::fs::read(ca).with_context(|| format!("reading the CA file {}", ca.display()))?;
+    let certs: Vec<Vec<u8>> = CertificateDer::pem_slice_iter(&data)
+        .map(|c| c.map(|c| c.as_ref().to_vec()))
+        .collect::<Result<_, _>>()
+        .with_context(|| format!("reading the certificates of {}", ca.display()))?;
+    if certs.is_empty() {
+        bail!("the CA file {} holds no certificate", ca.display());
+    }
+    Ok(certs)
+}
+
+/// The registry client for `opts`, and the HTTP client of the manifest
+/// request with the same TLS settings, both trusting `cafile`'s
+/// certificates in addition to the system roots.
+fn clients(opts: &PullOptions, cafile: Option<&Path>) -> Result<(Client, reqwest::Client)> {
     // reqwest is built without a default crypto provider (the workspace
     // has ring only); oci-client builds its own reqwest client, so the
     // process default is ring. An error means one is installed already.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let mut extra = Vec::new();
-    if let Some(ca) = cafile {
-        let data =
-            std::fs::read(ca).with_context(|| format!("reading the CA file {}", ca.display()))?;
-        extra.push(Certificate {
-            encoding: CertificateEncoding::Pem,
-            data,
-        });
-    }
+    let roots = extra_roots(cafile)?;
     let config = ClientConfig {
         protocol: ClientProtocol::Https,
         accept_invalid_certificates: !opts.tls_verify,
-        extra_root_certificates: extra,
+        extra_root_certificates: roots
+            .iter()
+            .map(|der| Certificate {
+                encoding: CertificateEncoding::Der,
+                data: der.clone(),
+            })
+            .collect(),
         ..ClientConfig::default()
     };
-    Client::try_from(config).context("setting up the registry client")
+    let user_agent = config.user_agent;
+    let client = Client::try_from(config).context("setting up the registry client")?;
+    let certs = roots
+        .iter()
+        .map(|der| reqwest::Certificate::from_der(der))
+        .collect::<Result<Vec<_>, _>>()
+        .context("the CA file's certificates")?;
+    let http = reqwest::Client::builder()
+        .danger_accept_invalid_certs(!opts.tls_verify)
+        .tls_certs_merge(certs)
+        .user_agent(user_agent)
+        .build()
+        .context("setting up the manifest client")?;
+    Ok((client, http))
 }
 
 /// The credentials for `registry`/`repository` that `opts` give.
@@ -76,9 +117,9 @@ pub fn registry_auth(opts: &PullOptions, registry: &str, repository: &str) -> Re
         Some(Auth::AuthFile(path)) => {
             let text = std::fs::read_to_string(path)
                 .with_context(|| format!("reading the auth file {}", path.display()))?;
-            let doc: Value = serde_json::from_str(&text)
-                .with_context(|| format!("parsing the auth file {}", path.display()))?;
-            match authfile_entry(&doc, registry, repository)? {
+            let found = authfile_credentials(&text, registry, repository)
+                .with_context(|| format!("the auth file {}", path.display()))?;
+            match found {
                 Some((user, password)) => Ok(RegistryAuth::Basic(user, password)),
                 None => {
                     tracing::info!(
@@ -90,6 +131,17 @@ pub fn registry_auth(opts: &PullOptions, registry: &str, repository: &str) -> Re
             }
         }
     }
+}
+
+/// The user and password that an auth file's `text` (containers-auth.json)
+/// gives for `registry/repository`, if any.
+pub fn authfile_credentials(
+    text: &str,
+    registry: &str,
+    repository: &str,
+) -> Result<Option<(String, String)>> {
+    let doc: Value = serde_json::from_str(text).context("not JSON")?;
+    authfile_entry(&doc, registry, repository)
 }
 
 /// The user and password of containers-auth.json's most specific `auths`
@@ -135,24 +187,47 @@ pub fn authfile_entry(
     Ok(Some((user.to_string(), password.to_string())))
 }
 
-/// Pulls `reference` (no transport) into `dir`: `dir/rootfs` holds the
-/// unpacked layers.
+/// Pulls `reference` (no transport) into `dir` within `limits`:
+/// `dir/rootfs` holds the unpacked layers. Setting `stop` ends the pull
+/// at its next chunk of network data or of unpacking.
 pub async fn pull(
     reference: &str,
     opts: &PullOptions,
     cafile: Option<&Path>,
     dir: &Path,
+    limits: &Limits,
+    stop: &Arc<AtomicBool>,
 ) -> Result<PulledImage> {
     let image = Reference::try_from(reference)
         .with_context(|| format!("{reference:?} is not an image reference"))?;
-    let client = client(opts, cafile)?;
-    let auth = registry_auth(opts, image.resolve_registry(), image.repository())?;
-    let (manifest, digest, config) = client
-        .pull_manifest_and_config(&image, &auth)
+    let registry = image.resolve_registry();
+    let auth = registry_auth(opts, registry, image.repository())?;
+    if !opts.tls_verify {
+        if !matches!(auth, RegistryAuth::Anonymous) {
+            bail!(
+                "refusing to send credentials for {registry} without TLS verification \
+                 (--tls-verify=false in pull_options): give the registry's CA in the \
+                 agent's cafile and verify instead"
+            );
+        }
+        tracing::warn!(
+            image = reference,
+            "pulling the container image {reference} WITHOUT TLS verification \
+             (--tls-verify=false): the registry's certificate is not checked{}",
+            if image.digest().is_some() {
+                "; the content is still checked against the digest the reference pins"
+            } else {
+                ", so anyone on the path can substitute the image"
+            }
+        );
+    }
+    let (client, http) = clients(opts, cafile)?;
+    let (manifest, digest) = super::manifest::fetch(&client, &http, &image, &auth, limits)
         .await
-        .context("fetching the manifest and the image config")?;
+        .context("fetching the manifest")?;
+    let config = fetch_config(&client, &image, &manifest.config, limits, stop).await?;
     let config: ImageConfiguration =
-        serde_json::from_str(&config).context("parsing the image config")?;
+        serde_json::from_slice(&config).context("parsing the image config")?;
     tracing::info!(
         image = reference,
         digest,
@@ -163,6 +238,7 @@ pub async fn pull(
     tokio::fs::create_dir_all(&rootfs)
         .await
         .with_context(|| format!("creating {}", rootfs.display()))?;
+    let mut budget = Budget::new(limits, stop.clone());
     for (n, layer) in manifest.layers.iter().enumerate() {
         if !LAYER_TYPES.contains(&layer.media_type.as_str()) {
             bail!(
@@ -171,33 +247,91 @@ pub async fn pull(
                 layer.media_type
             );
         }
+        let size = declared_size(layer, limits.blob_bytes, "layer", "layer-size")?;
         let blob = dir.join(format!("layer-{n}"));
         let file = tokio::fs::File::create(&blob)
             .await
             .with_context(|| format!("creating {}", blob.display()))?;
-        client
-            .pull_blob(&image, layer, file)
-            .await
+        let mut out = Bounded::new(file, size, stop.clone());
+        let fetched = client.pull_blob(&image, layer, &mut out).await;
+        check_fetched(fetched, &out, size)
             .with_context(|| format!("fetching layer {}", layer.digest))?;
         let (root, path) = (rootfs.clone(), blob.clone());
-        let unpacked = tokio::task::spawn_blocking(move || {
-            let f = std::fs::File::open(&path)
-                .with_context(|| format!("opening {}", path.display()))?;
-            super::unpack::unpack_layer(f, &root)
+        let (unpacked, returned) = tokio::task::spawn_blocking(move || {
+            let result = std::fs::File::open(&path)
+                .with_context(|| format!("opening {}", path.display()))
+                .and_then(|f| super::unpack::unpack_layer(f, &root, &budget));
+            (result, budget)
         })
         .await
-        .context("the unpacking task")?
-        .with_context(|| format!("unpacking layer {}", layer.digest))?;
+        .context("the unpacking task")?;
+        budget = returned;
+        let unpacked = unpacked.with_context(|| format!("unpacking layer {}", layer.digest))?;
         tokio::fs::remove_file(&blob)
             .await
             .with_context(|| format!("removing {}", blob.display()))?;
         tracing::debug!(layer = %layer.digest, ?unpacked, "layer unpacked");
     }
+    let (bytes, entries) = budget.used();
+    tracing::info!(
+        image = reference,
+        bytes,
+        entries,
+        "container image unpacked"
+    );
     Ok(PulledImage {
         rootfs,
         config,
         digest,
     })
+}
+
+/// A descriptor's size, refused when negative or over `max`.
+fn declared_size(d: &OciDescriptor, max: u64, what: &str, limit: &str) -> Result<u64> {
+    let Ok(size) = u64::try_from(d.size) else {
+        bail!("the {what} {} declares the size {}", d.digest, d.size);
+    };
+    if size > max {
+        bail!(
+            "the {what} {} is {size} bytes, over the {max}-byte {limit} limit",
+            d.digest
+        );
+    }
+    Ok(size)
+}
+
+/// The blob pull's outcome with the size checked: exactly `size` bytes.
+fn check_fetched<W>(
+    fetched: oci_client::errors::Result<()>,
+    out: &Bounded<W>,
+    size: u64,
+) -> Result<()> {
+    if out.exceeded() {
+        bail!("the registry sent more than the {size} bytes the manifest declares");
+    }
+    fetched?;
+    if out.written() != size {
+        bail!(
+            "the registry sent {} bytes, not the {size} the manifest declares",
+            out.written()
+        );
+    }
+    Ok(())
+}
+
+/// The image config, at most [`Limits::config_bytes`].
+async fn fetch_config(
+    client: &Client,
+    image: &Reference,
+    config: &OciDescriptor,
+    limits: &Limits,
+    stop: &Arc<AtomicBool>,
+) -> Result<Vec<u8>> {
+    let size = declared_size(config, limits.config_bytes, "image config", "config-size")?;
+    let mut out = Bounded::new(Vec::new(), size, stop.clone());
+    let fetched = client.pull_blob(image, config, &mut out).await;
+    check_fetched(fetched, &out, size).context("fetching the image config")?;
+    Ok(out.into_inner())
 }
 
 #[cfg(test)]

@@ -10,8 +10,11 @@
 //! ([`super::seccomp::DEFAULT_PROFILE`]) must be there: without it the
 //! step fails, it never runs unconfined.
 //! A non-zero exit is an error naming the image, the status and the last
-//! lines of output; an abort kills the container (`crun kill ID KILL`,
-//! then `crun delete --force ID`). The work directory is removed after.
+//! lines of output, each line cut to [`Limits::line_bytes`] (the log's
+//! too); an abort kills the container (`crun kill ID KILL`, then
+//! `crun delete --force ID`). The pull is bounded in time
+//! ([`Limits::pull_time`]) and an abort stops it as it goes, not only
+//! after it. The work directory is removed after.
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -21,10 +24,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, BufReader};
 use tokio::process::Command;
 use tokio::sync::Mutex;
 
+use super::limits::Limits;
 use super::options::{PullOptions, RunOptions};
 use super::policy::Permitted;
 use super::ContainerError;
@@ -37,6 +41,13 @@ const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 
 /// Lines of output kept for an error.
 const TAIL_LINES: usize = 20;
+
+/// How often the abort flag is looked at.
+const ABORT_POLL: Duration = Duration::from_millis(200);
+
+/// How long a stopped pull may take to wind down (an unpacking ends at
+/// its next read; a pull waiting on the network is dropped).
+const STOP_GRACE: Duration = Duration::from_secs(2);
 
 /// Whether crun runs here (`crun --version` succeeds), as IPA asks its
 /// runner for its version rather than only finding it.
@@ -53,12 +64,25 @@ pub fn runtime_available() -> bool {
 /// Pulls the image the policy permitted (its reference, without
 /// transport) with its pull options and runs it to completion with its run
 /// options, in a directory under `work_dir` that is removed after.
-/// `cafile` is the agent's CA bundle for the registry's certificate.
+/// `cafile` is the agent's CA bundle for the registry's certificate. The
+/// bounds are [`Limits::for_this_machine`].
 pub async fn run_container(
     permitted: &Permitted,
     cafile: Option<&Path>,
     work_dir: &Path,
     abort: Arc<AtomicBool>,
+) -> Result<(), ContainerError> {
+    let limits = Limits::for_this_machine();
+    run_container_within(permitted, cafile, work_dir, abort, &limits).await
+}
+
+/// [`run_container`] within `limits`.
+pub async fn run_container_within(
+    permitted: &Permitted,
+    cafile: Option<&Path>,
+    work_dir: &Path,
+    abort: Arc<AtomicBool>,
+    limits: &Limits,
 ) -> Result<(), ContainerError> {
     let id = format!("ipa-step-{}", uuid::Uuid::new_v4().simple());
     let dir = work_dir.join(&id);
@@ -67,7 +91,7 @@ pub async fn run_container(
         pull,
         run,
     } = permitted;
-    let result = run_in(reference, pull, run, cafile, &dir, &id, &abort).await;
+    let result = run_in(reference, pull, run, cafile, &dir, &id, &abort, limits).await;
     if let Err(e) = tokio::fs::remove_dir_all(&dir).await {
         if e.kind() != std::io::ErrorKind::NotFound {
             tracing::warn!(
@@ -79,6 +103,7 @@ pub async fn run_container(
     result
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn run_in(
     reference: &str,
     pull: &PullOptions,
@@ -87,6 +112,7 @@ async fn run_in(
     dir: &Path,
     id: &str,
     abort: &AtomicBool,
+    limits: &Limits,
 ) -> Result<(), ContainerError> {
     let failed = |source: anyhow::Error| ContainerError::Pull {
         image: reference.to_string(),
@@ -111,9 +137,7 @@ async fn run_in(
         .await
         .with_context(|| format!("creating {}", dir.display()))
         .map_err(failed)?;
-    let image = super::pull::pull(reference, pull, cafile, dir)
-        .await
-        .map_err(failed)?;
+    let image = pull_bounded(reference, pull, cafile, dir, abort, limits).await?;
     if abort.load(Ordering::SeqCst) {
         return Err(ContainerError::Aborted(reference.to_string()));
     }
@@ -141,7 +165,55 @@ async fn run_in(
         id,
         "running the container"
     );
-    crun_run(reference, dir, id, abort).await
+    crun_run(reference, dir, id, abort, limits.line_bytes).await
+}
+
+/// The pull, stopped by an abort or at the time limit: the stop flag ends
+/// it at its next chunk of data (an unpacking on its blocking thread
+/// included, so nothing writes into the work directory once this
+/// returns); a pull still waiting on the network after [`STOP_GRACE`] is
+/// dropped.
+async fn pull_bounded(
+    reference: &str,
+    opts: &PullOptions,
+    cafile: Option<&Path>,
+    dir: &Path,
+    abort: &AtomicBool,
+    limits: &Limits,
+) -> Result<super::pull::PulledImage, ContainerError> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let pull = super::pull::pull(reference, opts, cafile, dir, limits, &stop);
+    tokio::pin!(pull);
+    let deadline = tokio::time::sleep(limits.pull_time);
+    tokio::pin!(deadline);
+    let why = loop {
+        tokio::select! {
+            r = &mut pull => {
+                return r.map_err(|source| ContainerError::Pull {
+                    image: reference.to_string(),
+                    source,
+                });
+            }
+            () = &mut deadline => break None,
+            () = tokio::time::sleep(ABORT_POLL) => {
+                if abort.load(Ordering::SeqCst) {
+                    break Some(ContainerError::Aborted(reference.to_string()));
+                }
+            }
+        }
+    };
+    stop.store(true, Ordering::SeqCst);
+    let _ = tokio::time::timeout(STOP_GRACE, &mut pull).await;
+    Err(why.unwrap_or_else(|| {
+        tracing::error!(image = reference, "the pull ran out of time");
+        ContainerError::Pull {
+            image: reference.to_string(),
+            source: anyhow::anyhow!(
+                "the pull took longer than {} s (the pull time limit)",
+                limits.pull_time.as_secs_f64()
+            ),
+        }
+    }))
 }
 
 /// Mounts cgroup v2 at `/sys/fs/cgroup` when nothing is mounted there
@@ -189,15 +261,56 @@ fn crun(dir: &Path) -> Command {
     c
 }
 
-/// Forwards `stream`'s lines to the log and keeps the last ones.
+/// One line of `r` without its line end, at most `max` bytes of it kept
+/// (the rest read and dropped, counted in the text); `None` at the end.
+async fn bounded_line<R: AsyncBufRead + Unpin>(
+    r: &mut R,
+    max: usize,
+) -> std::io::Result<Option<String>> {
+    let mut kept = Vec::new();
+    let mut dropped = 0usize;
+    let mut any = false;
+    loop {
+        let buf = r.fill_buf().await?;
+        if buf.is_empty() {
+            break;
+        }
+        any = true;
+        let end = buf.iter().position(|&b| b == b'\n');
+        let part = &buf[..end.unwrap_or(buf.len())];
+        let take = part.len().min(max.saturating_sub(kept.len()));
+        kept.extend_from_slice(&part[..take]);
+        dropped += part.len() - take;
+        let used = end.map_or(buf.len(), |i| i + 1);
+        r.consume(used);
+        if end.is_some() {
+            break;
+        }
+    }
+    if !any {
+        return Ok(None);
+    }
+    if kept.last() == Some(&b'\r') && dropped == 0 {
+        kept.pop();
+    }
+    let mut line = String::from_utf8_lossy(&kept).into_owned();
+    if dropped > 0 {
+        line.push_str(&format!("… [{dropped} more bytes of this line dropped]"));
+    }
+    Ok(Some(line))
+}
+
+/// Forwards `stream`'s lines, each cut to `max` bytes, to the log and
+/// keeps the last ones.
 fn forward(
     stream: impl tokio::io::AsyncRead + Unpin + Send + 'static,
     tail: Arc<Mutex<VecDeque<String>>>,
     which: &'static str,
+    max: usize,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        let mut lines = BufReader::new(stream).lines();
-        while let Ok(Some(line)) = lines.next_line().await {
+        let mut reader = BufReader::new(stream);
+        while let Ok(Some(line)) = bounded_line(&mut reader, max).await {
             tracing::info!(stream = which, "container: {line}");
             let mut t = tail.lock().await;
             if t.len() == TAIL_LINES {
@@ -213,6 +326,7 @@ async fn crun_run(
     dir: &Path,
     id: &str,
     abort: &AtomicBool,
+    line_bytes: usize,
 ) -> Result<(), ContainerError> {
     let run_err = |source: anyhow::Error| ContainerError::Run {
         image: reference.to_string(),
@@ -237,15 +351,15 @@ async fn crun_run(
     let tail = Arc::new(Mutex::new(VecDeque::new()));
     let mut readers = Vec::new();
     if let Some(out) = child.stdout.take() {
-        readers.push(forward(out, tail.clone(), "stdout"));
+        readers.push(forward(out, tail.clone(), "stdout", line_bytes));
     }
     if let Some(err) = child.stderr.take() {
-        readers.push(forward(err, tail.clone(), "stderr"));
+        readers.push(forward(err, tail.clone(), "stderr", line_bytes));
     }
     let status = loop {
         tokio::select! {
             s = child.wait() => break s.context("waiting for the container").map_err(run_err)?,
-            () = tokio::time::sleep(Duration::from_millis(200)) => {
+            () = tokio::time::sleep(ABORT_POLL) => {
                 if abort.load(Ordering::SeqCst) {
                     tracing::warn!(id, "aborting the container");
                     kill(dir, id).await;
@@ -305,6 +419,38 @@ pub fn default_work_dir() -> PathBuf {
 
 #[cfg(test)]
 mod tests {
+    #[tokio::test]
+    async fn output_lines_are_cut_to_their_bound() {
+        // A 32 MiB line between two short ones, CRLF endings, no final
+        // newline.
+        let mut input = b"first\r\n".to_vec();
+        input.extend(std::iter::repeat_n(b'x', 32 << 20));
+        input.extend_from_slice(b"\nlast");
+        let mut r = tokio::io::BufReader::new(&input[..]);
+        let line = |s: Option<String>| s.unwrap();
+        assert_eq!(line(super::bounded_line(&mut r, 8).await.unwrap()), "first");
+        let long = line(super::bounded_line(&mut r, 8).await.unwrap());
+        assert_eq!(
+            long,
+            format!(
+                "xxxxxxxx… [{} more bytes of this line dropped]",
+                (32 << 20) - 8
+            )
+        );
+        assert_eq!(line(super::bounded_line(&mut r, 8).await.unwrap()), "last");
+        assert_eq!(super::bounded_line(&mut r, 8).await.unwrap(), None);
+        // Invalid UTF-8 is kept, replaced, rather than ending the output.
+        let mut r = tokio::io::BufReader::new(&b"a\xffb\nnext\n"[..]);
+        assert_eq!(
+            line(super::bounded_line(&mut r, 100).await.unwrap()),
+            "a\u{fffd}b"
+        );
+        assert_eq!(
+            line(super::bounded_line(&mut r, 100).await.unwrap()),
+            "next"
+        );
+    }
+
     #[test]
     fn the_initial_root_is_recognised() {
         let initramfs = "1 1 0:2 / / rw shared:1 - rootfs rootfs rw\n\

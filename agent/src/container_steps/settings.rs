@@ -4,7 +4,9 @@
 //! option by option, as `agent.py` does with `set_override`. An option
 //! this agent does not know, or a value that does not convert to the
 //! option's type, is warned about and ignored (IPA's `NoSuchOptError` /
-//! `ValueError` branches), never failing the lookup.
+//! `ValueError` branches), never failing the lookup. One option is this
+//! agent's own: `require_tls_verify`, which refuses unverified pulls
+//! ([`super::policy`]).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -35,6 +37,11 @@ pub struct ContainerSettings {
     pub pull_options: Vec<String>,
     /// `run_options`, likewise.
     pub run_options: Vec<String>,
+    /// Refuse pulls with `--tls-verify=false` (`require_tls_verify`, this
+    /// agent's option, not IPA's; also the kernel parameter
+    /// `ipa-container-require-tls-verify`). Once on, it stays on: the
+    /// lookup's `agent_containers` can turn it on, never off.
+    pub require_tls_verify: bool,
 }
 
 impl Default for ContainerSettings {
@@ -46,6 +53,7 @@ impl Default for ContainerSettings {
             runner: "podman".into(),
             pull_options: Vec::new(),
             run_options: vec!["--rm".into(), "--network=host".into()],
+            require_tls_verify: false,
         }
     }
 }
@@ -96,6 +104,9 @@ impl ContainerSettings {
             "allowed_containers" => self.allowed_containers = list(value)?,
             "pull_options" => self.pull_options = list(value)?,
             "run_options" => self.run_options = list(value)?,
+            // Only ever tightened: a later source cannot undo an earlier
+            // source's demand for verified pulls.
+            "require_tls_verify" => self.require_tls_verify |= boolean(value)?,
             "container_steps_file" => {
                 let path = string(value)?;
                 if path.is_empty() {
@@ -112,7 +123,7 @@ impl ContainerSettings {
                 }
                 self.runner = runner;
             }
-            _ => return Err("not an IPA 13 [container] option".into()),
+            _ => return Err("not an IPA 13 [container] option nor this agent's".into()),
         }
         Ok(())
     }
@@ -209,6 +220,7 @@ mod tests {
             ),
             ("pull_options", "--tls-verify=false --creds u:p"),
             ("runner", "crun"),
+            ("require_tls_verify", "on"),
             ("bogus", "1"),
         ]
         .into_iter()
@@ -223,6 +235,7 @@ mod tests {
         );
         assert_eq!(s.pull_words(), ["--tls-verify=false", "--creds", "u:p"]);
         assert_eq!(s.runner, "podman");
+        assert!(s.require_tls_verify);
         assert_eq!(notes.len(), 2, "{notes:?}");
         assert!(notes.iter().any(|n| n.contains("[container] bogus")));
         assert!(notes.iter().any(|n| n.contains("\"crun\" is not one of")));
@@ -258,6 +271,13 @@ mod tests {
         assert!(notes
             .iter()
             .any(|n| n.contains("\"maybe\" is not a boolean")));
+
+        // require_tls_verify: the lookup may turn it on, never off.
+        let notes = s.overlay(Some(&json!({"require_tls_verify": true})));
+        assert!(notes.is_empty() && s.require_tls_verify, "{notes:?}");
+        s.overlay(Some(&json!({"require_tls_verify": false})));
+        assert!(s.require_tls_verify);
+        s.require_tls_verify = false;
 
         // Not an object, or absent: nothing changes.
         let before = s.clone();

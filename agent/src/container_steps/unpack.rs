@@ -10,6 +10,11 @@
 //!
 //! Ownership, timestamps and extended attributes are not applied: the
 //! container runs as root on a throw-away tree.
+//!
+//! Every byte of the decompressed tar stream and every entry count against
+//! the image's [`Budget`] (the unpacked-size and entry limits), checked as
+//! they are read, so a small compressed layer cannot unpack without bound;
+//! the budget's stop flag ends an unpacking at its next read.
 
 use std::collections::HashSet;
 use std::fs;
@@ -18,6 +23,8 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
+
+use super::limits::{Budget, Counted};
 
 const WHITEOUT: &str = ".wh.";
 const OPAQUE: &str = ".wh..wh..opq";
@@ -34,8 +41,8 @@ pub struct Unpacked {
 }
 
 /// Unpacks the layer read from `input` into `root`, sniffing gzip and
-/// zstd by their magic numbers.
-pub fn unpack_layer(input: impl Read, root: &Path) -> Result<Unpacked> {
+/// zstd by their magic numbers, within `budget`.
+pub fn unpack_layer(input: impl Read, root: &Path, budget: &Budget) -> Result<Unpacked> {
     let mut input = BufReader::new(input);
     let head = input.fill_buf().context("reading the layer")?;
     let reader: Box<dyn Read> = if head.starts_with(&[0x1f, 0x8b]) {
@@ -45,11 +52,24 @@ pub fn unpack_layer(input: impl Read, root: &Path) -> Result<Unpacked> {
     } else {
         Box::new(input)
     };
-    unpack_tar(reader, root)
+    unpack_tar(reader, root, budget)
 }
 
-/// Unpacks an uncompressed tar stream into `root`.
-pub fn unpack_tar(input: impl Read, root: &Path) -> Result<Unpacked> {
+/// Unpacks an uncompressed tar stream into `root`, within `budget`. A
+/// bound hit is the error, whatever the tar reader made of it.
+pub fn unpack_tar(input: impl Read, root: &Path, budget: &Budget) -> Result<Unpacked> {
+    let counted = Counted {
+        inner: input,
+        budget,
+    };
+    let result = unpack_counted(counted, root, budget);
+    match (result, budget.breach()) {
+        (Err(_), Some(breach)) => Err(anyhow::anyhow!(breach)),
+        (r, _) => r,
+    }
+}
+
+fn unpack_counted(input: impl Read, root: &Path, budget: &Budget) -> Result<Unpacked> {
     let meta = fs::symlink_metadata(root).with_context(|| format!("{}", root.display()))?;
     if !meta.is_dir() {
         bail!("{} is not a directory", root.display());
@@ -60,6 +80,7 @@ pub fn unpack_tar(input: impl Read, root: &Path) -> Result<Unpacked> {
     let mut archive = tar::Archive::new(input);
     for entry in archive.entries().context("reading the layer's tar")? {
         let mut entry = entry.context("reading a tar entry")?;
+        budget.take_entry()?;
         let raw = entry.path().context("a tar entry's name")?.into_owned();
         let rel = relative(&raw)?;
         let Some(name) = rel.file_name().and_then(|n| n.to_str()).map(String::from) else {

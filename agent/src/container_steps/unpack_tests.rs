@@ -29,6 +29,85 @@ fn archive(entries: &[E<'_>]) -> Vec<u8> {
 
 use tar::EntryType::{Directory as D, Link as H, Regular as F, Symlink as S};
 
+use crate::container_steps::limits::Limits;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+/// The default budget: not a bound any test here comes near.
+fn budget() -> Budget {
+    Budget::new(&Limits::default(), Arc::new(AtomicBool::new(false)))
+}
+
+fn budget_of(unpacked_bytes: u64, entries: u64) -> Budget {
+    let limits = Limits {
+        unpacked_bytes,
+        entries,
+        ..Limits::default()
+    };
+    Budget::new(&limits, Arc::new(AtomicBool::new(false)))
+}
+
+#[test]
+fn the_entry_bound_counts_every_entry_over_all_layers() {
+    let names: Vec<String> = (0..10).map(|i| format!("f{i}")).collect();
+    let entries: Vec<E<'_>> = names.iter().map(|n| E(n, F, "", b"")).collect();
+    let tar = archive(&entries);
+    let (_t, root) = scratch();
+    let b = budget_of(u64::MAX, 15);
+    unpack_tar(&tar[..], &root, &b).unwrap();
+    assert_eq!(b.used().1, 10);
+    let (_t, root2) = scratch();
+    let e = unpack_tar(&tar[..], &root2, &b).unwrap_err();
+    assert_eq!(
+        format!("{e:#}"),
+        "the image's layers hold more than 15 tar entries (the entry limit)"
+    );
+}
+
+#[test]
+fn the_unpacked_bound_stops_a_compression_bomb() {
+    use std::io::Write;
+    // 16 MiB of zeros in one file: some 16 KiB of gzip.
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    let mut h = tar::Header::new_gnu();
+    h.set_path("zeros").unwrap();
+    h.set_size(16 << 20);
+    h.set_mode(0o644);
+    h.set_cksum();
+    gz.write_all(h.as_bytes()).unwrap();
+    let zeros = vec![0u8; 1 << 20];
+    for _ in 0..16 {
+        gz.write_all(&zeros).unwrap();
+    }
+    gz.write_all(&[0; 1024]).unwrap();
+    let gz = gz.finish().unwrap();
+    assert!(gz.len() < 64 << 10, "{}", gz.len());
+    let (_t, root) = scratch();
+    let b = budget_of(1 << 20, u64::MAX);
+    let e = unpack_layer(&gz[..], &root, &b).unwrap_err();
+    assert_eq!(
+        format!("{e:#}"),
+        "the image's layers unpack to more than 1048576 bytes (the unpacked-size limit)"
+    );
+    let written = fs::metadata(root.join("zeros")).map_or(0, |m| m.len());
+    assert!(written <= 1 << 20, "{written} bytes written");
+    // Within the bound, the same layer unpacks.
+    let (_t, root) = scratch();
+    unpack_layer(&gz[..], &root, &budget_of(17 << 20, 10)).unwrap();
+    assert_eq!(fs::metadata(root.join("zeros")).unwrap().len(), 16 << 20);
+}
+
+#[test]
+fn a_stop_ends_the_unpacking() {
+    let tar = archive(&[E("f", F, "", b"data")]);
+    let stop = Arc::new(AtomicBool::new(true));
+    let b = Budget::new(&Limits::default(), stop);
+    let (_t, root) = scratch();
+    let e = unpack_tar(&tar[..], &root, &b).unwrap_err();
+    assert_eq!(format!("{e:#}"), "the pull was stopped");
+    assert!(!root.join("f").exists());
+}
+
 /// A root inside a scratch dir, with a sentinel file beside it.
 fn scratch() -> (tempfile::TempDir, PathBuf) {
     let t = tempfile::tempdir().unwrap();
@@ -53,7 +132,7 @@ fn an_ordinary_layer_unpacks() {
         E("./bin/ls", H, "./bin/busybox", b""),
         E("deep/er/file", F, "", b"x"),
     ]);
-    let u = unpack_tar(&tar[..], &root).unwrap();
+    let u = unpack_tar(&tar[..], &root, &budget()).unwrap();
     assert_eq!(u.created, 5);
     assert_eq!(fs::read(root.join("bin/busybox")).unwrap(), b"ELF");
     assert_eq!(
@@ -75,7 +154,7 @@ fn compressed_layers_are_sniffed() {
     let zst = zstd::encode_all(&tar[..], 1).unwrap();
     for layer in [gz, zst] {
         let (_t, root) = scratch();
-        unpack_layer(&layer[..], &root).unwrap();
+        unpack_layer(&layer[..], &root, &budget()).unwrap();
         assert_eq!(fs::read(root.join("f")).unwrap(), b"data");
     }
 }
@@ -88,7 +167,8 @@ fn names_leaving_the_root_are_refused() {
         ("/etc/x", "absolute"),
     ] {
         let (t, root) = scratch();
-        let e = unpack_tar(&archive(&[E(name, F, "", b"pwned")])[..], &root).unwrap_err();
+        let e =
+            unpack_tar(&archive(&[E(name, F, "", b"pwned")])[..], &root, &budget()).unwrap_err();
         assert!(format!("{e:#}").contains(needle), "{name}: {e:#}");
         assert!(!t.path().join("x").exists());
         untouched(&t);
@@ -101,7 +181,7 @@ fn a_symlink_in_the_tree_is_never_followed() {
     // a -> the scratch dir (the root's parent), then a file through it.
     let up = t.path().to_str().unwrap();
     let tar = archive(&[E("a", S, up, b""), E("a/outside", F, "", b"pwned")]);
-    let e = unpack_tar(&tar[..], &root).unwrap_err();
+    let e = unpack_tar(&tar[..], &root, &budget()).unwrap_err();
     assert!(
         format!("{e:#}").contains("a symbolic link on the way"),
         "{e:#}"
@@ -111,7 +191,7 @@ fn a_symlink_in_the_tree_is_never_followed() {
     // A link to / and a path through it.
     let (t, root) = scratch();
     let tar = archive(&[E("a", S, "/", b""), E("a/etc/passwd", F, "", b"pwned")]);
-    assert!(unpack_tar(&tar[..], &root).is_err());
+    assert!(unpack_tar(&tar[..], &root, &budget()).is_err());
     untouched(&t);
 
     // A file entry where a link already is replaces the link, never
@@ -122,7 +202,7 @@ fn a_symlink_in_the_tree_is_never_followed() {
         E("l", S, target.to_str().unwrap(), b""),
         E("l", F, "", b"new"),
     ]);
-    unpack_tar(&tar[..], &root).unwrap();
+    unpack_tar(&tar[..], &root, &budget()).unwrap();
     assert_eq!(fs::read(root.join("l")).unwrap(), b"new");
     assert!(!fs::symlink_metadata(root.join("l"))
         .unwrap()
@@ -139,7 +219,7 @@ fn hard_links_stay_inside() {
         ("missing", "hard link target missing"),
     ] {
         let (t, root) = scratch();
-        let e = unpack_tar(&archive(&[E("h", H, link, b"")])[..], &root).unwrap_err();
+        let e = unpack_tar(&archive(&[E("h", H, link, b"")])[..], &root, &budget()).unwrap_err();
         assert!(format!("{e:#}").contains(needle), "{link}: {e:#}");
         assert!(!root.join("h").exists());
         untouched(&t);
@@ -148,9 +228,9 @@ fn hard_links_stay_inside() {
     let (t, root) = scratch();
     let up = t.path().to_str().unwrap();
     let tar = archive(&[E("a", S, up, b""), E("h", H, "a/outside", b"")]);
-    assert!(unpack_tar(&tar[..], &root).is_err());
+    assert!(unpack_tar(&tar[..], &root, &budget()).is_err());
     let tar = archive(&[E("s", S, "/etc/shadow", b""), E("h2", H, "s", b"")]);
-    let e = unpack_tar(&tar[..], &root).unwrap_err();
+    let e = unpack_tar(&tar[..], &root, &budget()).unwrap_err();
     assert!(format!("{e:#}").contains("not a regular file"), "{e:#}");
     untouched(&t);
 }
@@ -163,7 +243,7 @@ fn device_nodes_are_skipped() {
         E("dev/null", tar::EntryType::Char, "", b""),
         E("ok", F, "", b"1"),
     ]);
-    let u = unpack_tar(&tar[..], &root).unwrap();
+    let u = unpack_tar(&tar[..], &root, &budget()).unwrap();
     assert_eq!((u.created, u.skipped), (1, 2));
     assert!(!root.join("dev/sda").exists() && !root.join("dev/null").exists());
 }
@@ -177,19 +257,24 @@ fn whiteouts_remove_lower_layers_only() {
         E("opt/x/y", F, "", b"3"),
         E("keep", F, "", b"4"),
     ]);
-    unpack_tar(&lower[..], &root).unwrap();
+    unpack_tar(&lower[..], &root, &budget()).unwrap();
     let upper = archive(&[
         E("etc/new", F, "", b"5"),
         E("etc/.wh..wh..opq", F, "", b""),
         E("opt/.wh.x", F, "", b""),
     ]);
-    let u = unpack_tar(&upper[..], &root).unwrap();
+    let u = unpack_tar(&upper[..], &root, &budget()).unwrap();
     assert_eq!(u.whiteouts, 3);
     assert!(!root.join("etc/a").exists() && !root.join("etc/b").exists());
     assert_eq!(fs::read(root.join("etc/new")).unwrap(), b"5");
     assert!(!root.join("opt/x").exists());
     assert_eq!(fs::read(root.join("keep")).unwrap(), b"4");
     // A whiteout may not name the parent.
-    let e = unpack_tar(&archive(&[E("opt/.wh...", F, "", b"")])[..], &root).unwrap_err();
+    let e = unpack_tar(
+        &archive(&[E("opt/.wh...", F, "", b"")])[..],
+        &root,
+        &budget(),
+    )
+    .unwrap_err();
     assert!(format!("{e:#}").contains("not a valid whiteout"), "{e:#}");
 }

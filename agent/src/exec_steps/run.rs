@@ -238,6 +238,10 @@ async fn wait(child: &mut Child, timeout: Duration, abort: &AtomicBool) -> End {
     }
 }
 
+/// The environment variable naming the agent's binary in every hook's
+/// environment.
+pub const AGENT_EXE: &str = "AGENT_EXE";
+
 /// Runs `hook` with `input` as JSON on its stdin (closed after it), its
 /// output lines logged under `label`. Its result is the last non-empty line
 /// of its stdout if that is JSON, else `null`. Its whole process group is
@@ -250,6 +254,16 @@ pub async fn run(
     abort: Arc<AtomicBool>,
 ) -> Result<Value, RunError> {
     let mut cmd = Command::new(&hook.executable);
+    // For `"$AGENT_EXE" json-get args.device` in the hook's scripts
+    // (agent/docs/own-steps.md): the agent's own binary, unless its own
+    // environment names it (the ramdisk's PID 1 sets `/bin/agent`, since
+    // `/init` is taken for PID 1's code; tests running the agent inside
+    // their own binary name the built `agent`).
+    if std::env::var_os(AGENT_EXE).is_none() {
+        if let Ok(exe) = std::env::current_exe() {
+            cmd.env(AGENT_EXE, exe);
+        }
+    }
     cmd.args(&hook.args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

@@ -86,6 +86,14 @@ async fn the_result_is_the_last_json_line_of_stdout() {
 }
 
 #[tokio::test]
+async fn the_hook_is_told_where_the_agent_binary_is() {
+    let hook = sh("printf '{\"exe\": \"%s\"}\\n' \"$AGENT_EXE\"", LONG);
+    let v = run(&hook, "step t", &json!({}), never()).await.unwrap();
+    let exe = std::env::current_exe().unwrap();
+    assert_eq!(v["exe"], exe.to_str().unwrap());
+}
+
+#[tokio::test]
 async fn the_input_arrives_on_stdin_and_then_ends() {
     let input =
         json!({"node": {"uuid": "u1"}, "args": {"level": "1"}, "disks": [{"name": "/dev/sda"}]});

@@ -9,11 +9,15 @@
 //! a virtual floppy's parameters, as the agent reads them):
 //! `boot_method=vmedia` (read the virtual media), `BOOTIF` (preferred NIC), `ip=` (static address),
 //! `ipa-enable-vlan-interfaces` (VLANs, explicit or from LLDP within
-//! `ipa-lldp-timeout`), `ipa-debug=1` or
-//! `agent.shell=1` (debug shell), `sshkey=` (SSH access, [`ssh`]), `rootpwd=` (a `$6$` crypt hash:
-//! root logs in on the console), `agent.settle=SECONDS` (coldplug quiet
-//! time, default 1), `agent.dhcp-timeout=SECONDS` (default 30).
+//! `ipa-lldp-timeout`), `ipa-debug=1` (the agent logs at debug level),
+//! `agent.shell=1` (a passwordless root shell on the console), `sshkey=`
+//! (SSH access, [`ssh`]), `rootpwd=` (a `$6$` crypt hash: root logs in on
+//! the console), `agent.rootpwd-after-rescue=1` (root keeps that password
+//! after a rescue; see [`access`] for who gets in how),
+//! `agent.settle=SECONDS` (coldplug quiet time, default 1),
+//! `agent.dhcp-timeout=SECONDS` (default 30).
 
+pub mod access;
 pub mod clock;
 pub mod coldplug;
 pub mod modules;
@@ -57,6 +61,9 @@ pub fn main() -> ! {
         say(&format!("mount failed: {failure}"));
     }
     std::env::set_var("PATH", "/bin:/sbin:/usr/bin:/usr/sbin");
+    // The agent's binary for executable steps' scripts (`"$AGENT_EXE"
+    // json-get`): `/init` itself would be taken for PID 1's code.
+    std::env::set_var(crate::exec_steps::run::AGENT_EXE, "/bin/agent");
     say("phase mounts done");
     // /run is mounted now: the phases go to the file the agent reads.
     bootphases::record_at("init", started);
@@ -178,15 +185,14 @@ pub fn main() -> ! {
     say("phase network done");
     bootphases::record("network");
 
-    let mut agent_args = vec!["ramdisk".to_string()];
+    let access = access::Access::from_params(&params);
+    for note in &access.notes {
+        say(note);
+    }
+    let mut agent_args = access.agent_args();
     if let (Some(ip), None) = (advertise, params.get("ipa-advertise-host")) {
         agent_args.extend(["--advertise-host".to_string(), ip.to_string()]);
     }
-    let flag = |k: &str| {
-        params
-            .get(k)
-            .is_some_and(|v| matches!(v, "1" | "true" | "yes"))
-    };
     let ssh = match ssh::key_from_cmdline(&cmdline).filter(|k| !k.is_empty()) {
         Some(key) => match ssh::authorize(Path::new("/"), &key) {
             Ok(()) if Path::new(ssh::DROPBEAR).exists() => true,
@@ -211,11 +217,20 @@ pub fn main() -> ! {
         },
         None => false,
     };
+    if access.debug_logging {
+        say(if access.shell {
+            "ipa-debug: the agent logs at debug level"
+        } else {
+            "ipa-debug: the agent logs at debug level (a console shell needs agent.shell=1)"
+        });
+    }
     let services = supervise::Services {
         agent_args,
-        shell: flag("ipa-debug") || flag("agent.shell"),
+        shell: access.shell,
         ssh,
         logins,
+        // Only a rootpwd= password can be kept.
+        rootpwd_after_rescue: access.rootpwd_after_rescue && logins,
     };
     supervise::run(&services)
 }

@@ -16,8 +16,11 @@ pub const DROPBEAR: &str = "/usr/sbin/dropbear";
 /// when first needed, no password logins, port 22.
 pub const DROPBEAR_ARGS: &[&str] = &["-F", "-E", "-R", "-s", "-p", "22"];
 
-/// In rescue mode: the same, with password logins (the `rescue` user's;
-/// root's password stays locked).
+/// In rescue mode: the same, with password logins (the `rescue` user's).
+/// PID 1 locks root's password before starting it (`supervise.rs`,
+/// `rescue_root`). Not `-g`/`-w`: dropbear applies them to every uid 0,
+/// and the `rescue` user is uid 0 (no sudo here), so they would lock the
+/// tenant out.
 pub const DROPBEAR_RESCUE_ARGS: &[&str] = &["-F", "-E", "-R", "-p", "22"];
 
 /// The `sshkey` value of a kernel command line. The kernel keeps
@@ -105,6 +108,19 @@ mod tests {
         assert_eq!(key_from_cmdline("xsshkey=ssh-ed25519 AAAA"), None);
         assert_eq!(key_from_cmdline("quiet"), None);
         assert_eq!(key_from_cmdline("sshkey=junk").as_deref(), Some("junk"));
+    }
+
+    #[test]
+    fn passwords_only_in_rescue() {
+        assert!(
+            DROPBEAR_ARGS.contains(&"-s"),
+            "no password logins before rescue"
+        );
+        assert!(!DROPBEAR_RESCUE_ARGS.contains(&"-s"));
+        // The rescue user is uid 0: dropbear's per-uid root switches would refuse it.
+        for a in ["-g", "-w"] {
+            assert!(!DROPBEAR_RESCUE_ARGS.contains(&a), "{a}");
+        }
     }
 
     #[test]

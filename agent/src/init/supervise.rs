@@ -3,7 +3,8 @@
 //! and the SSH server running when asked for. Once the agent has rescued
 //! the ramdisk (`/etc/.rescued`, PROTOCOL.md §1.8(d)) it is not restarted:
 //! PID 1 keeps a login prompt on each console and an SSH server that takes
-//! the `rescue` user's password instead.
+//! the `rescue` user's password instead, having locked root's password
+//! first (unless `agent.rootpwd-after-rescue=1`, [`super::access`]).
 
 use std::path::Path;
 use std::process::Command;
@@ -19,12 +20,14 @@ use super::clock::say;
 pub struct Services {
     /// Arguments of the agent service (run as `/proc/self/exe ARGS`).
     pub agent_args: Vec<String>,
-    /// Open a root shell on the console too.
+    /// Open a passwordless root shell on the console too (`agent.shell=1`).
     pub shell: bool,
     /// Run the SSH server (an authorized key was given).
     pub ssh: bool,
     /// A login prompt on each console (root has a password from `rootpwd=`).
     pub logins: bool,
+    /// Root keeps its password after a rescue (`agent.rootpwd-after-rescue=1`).
+    pub rootpwd_after_rescue: bool,
 }
 
 /// Runs forever.
@@ -34,11 +37,15 @@ pub fn run(services: &Services) -> ! {
     let mut shell = services.shell.then(spawn_shell).flatten();
     let mut ssh = services.ssh.then(spawn_ssh).flatten();
     let mut logins: Vec<(Pid, String)> = Vec::new();
+    // The rescue SSH server's arguments, decided when entering rescue.
+    let mut rescue_ssh = super::ssh::DROPBEAR_RESCUE_ARGS;
     if rescued {
-        enter_rescue(&mut shell, &mut ssh, &mut logins);
+        rescue_ssh = enter_rescue(services, &mut shell, &mut ssh, &mut logins);
     } else if services.logins && shell.is_none() {
         say("root login on the console (password from rootpwd=)");
         open_logins(&mut logins);
+    } else if services.logins {
+        say("rootpwd= given, but agent.shell=1 already gives root a shell on the console: no login prompt");
     }
     let mut restarts = 0u32;
     loop {
@@ -65,7 +72,7 @@ pub fn run(services: &Services) -> ! {
                 ));
                 agent = None;
                 rescued = true;
-                enter_rescue(&mut shell, &mut ssh, &mut logins);
+                rescue_ssh = enter_rescue(services, &mut shell, &mut ssh, &mut logins);
                 continue;
             }
             restarts += 1;
@@ -96,7 +103,7 @@ pub fn run(services: &Services) -> ! {
             say(&format!("the SSH server {reason}; restarting it"));
             std::thread::sleep(Duration::from_secs(1));
             ssh = if rescued {
-                spawn_rescue_ssh()
+                spawn_rescue_ssh(rescue_ssh)
             } else {
                 spawn_ssh()
             };
@@ -111,18 +118,66 @@ pub fn run(services: &Services) -> ! {
 }
 
 /// Rescue mode: the debug shell closed (a login prompt takes the console),
-/// the SSH server restarted to take passwords, a login prompt on every
-/// console.
-fn enter_rescue(shell: &mut Option<Pid>, ssh: &mut Option<Pid>, logins: &mut Vec<(Pid, String)>) {
+/// root's password locked unless the operator kept it, the SSH server
+/// restarted to take passwords, a login prompt on every console. Returns
+/// the SSH server's arguments (for its restarts).
+fn enter_rescue(
+    services: &Services,
+    shell: &mut Option<Pid>,
+    ssh: &mut Option<Pid>,
+    logins: &mut Vec<(Pid, String)>,
+) -> &'static [&'static str] {
     say("rescue mode: log in as `rescue` on the console or over SSH with the rescue password");
     for pid in [shell.take(), ssh.take()].into_iter().flatten() {
         // Our own children, by PID; reaped by the loop.
         let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
         let _ = waitpid(pid, None);
     }
-    *ssh = spawn_rescue_ssh();
+    let (args, note) = rescue_root(services.rootpwd_after_rescue, || {
+        crate::rescue::account::lock_root_password(Path::new("/"))
+    });
+    if let Some(note) = note {
+        say(&note);
+    }
+    *ssh = spawn_rescue_ssh(args);
     if logins.is_empty() {
         open_logins(logins);
+    }
+    args
+}
+
+/// Root's password at rescue, before the SSH server takes passwords: kept
+/// when `keep` (`agent.rootpwd-after-rescue=1`), else locked by `lock`
+/// (which says whether root had one). If it cannot be locked, the SSH
+/// server stays keys-only (the `rescue` login is then on the console only)
+/// rather than take root's password. The server's arguments and what to
+/// say on the console.
+fn rescue_root(
+    keep: bool,
+    lock: impl FnOnce() -> anyhow::Result<bool>,
+) -> (&'static [&'static str], Option<String>) {
+    use super::ssh::{DROPBEAR_ARGS, DROPBEAR_RESCUE_ARGS};
+    if keep {
+        return (
+            DROPBEAR_RESCUE_ARGS,
+            Some(
+                "agent.rootpwd-after-rescue: root keeps its rootpwd= password (console and SSH)"
+                    .into(),
+            ),
+        );
+    }
+    match lock() {
+        Ok(true) => (
+            DROPBEAR_RESCUE_ARGS,
+            Some("root's password (rootpwd=) locked for the rescue: log in as `rescue`".into()),
+        ),
+        Ok(false) => (DROPBEAR_RESCUE_ARGS, None),
+        Err(e) => (
+            DROPBEAR_ARGS,
+            Some(format!(
+                "cannot lock root's password: {e:#}; SSH stays keys-only, the rescue login is on the console"
+            )),
+        ),
     }
 }
 
@@ -177,7 +232,7 @@ fn spawn_login(tty: &str) -> Option<Pid> {
     }
 }
 
-fn spawn_rescue_ssh() -> Option<Pid> {
+fn spawn_rescue_ssh(args: &[&str]) -> Option<Pid> {
     if !Path::new(super::ssh::DROPBEAR).exists() {
         say("this ramdisk has no SSH server: the rescue login is on the console only");
         return None;
@@ -188,12 +243,16 @@ fn spawn_rescue_ssh() -> Option<Pid> {
     }
     // Not `tool::run`: a long-running child that the reaper loop above waits for.
     match Command::new(super::ssh::DROPBEAR)
-        .args(super::ssh::DROPBEAR_RESCUE_ARGS)
+        .args(args)
         .env("PATH", "/bin:/sbin:/usr/bin:/usr/sbin")
         .spawn()
     {
         Ok(c) => {
-            say("SSH server on port 22 (rescue: passwords accepted)");
+            say(if args == super::ssh::DROPBEAR_ARGS {
+                "SSH server on port 22 (rescue: keys only)"
+            } else {
+                "SSH server on port 22 (rescue: passwords accepted)"
+            });
             Some(Pid::from_raw(c.id() as i32))
         }
         Err(e) => {
@@ -221,7 +280,7 @@ fn spawn_agent(services: &Services) -> Option<Pid> {
 }
 
 fn spawn_shell() -> Option<Pid> {
-    say("debug shell on the console (the agent keeps running; try `agent inventory --human`)");
+    say("debug shell on the console (agent.shell=1: whoever reaches the console is root; the agent keeps running; try `agent inventory --human`)");
     // Not `tool::run`: a long-running child that the reaper loop above waits for.
     let res = Command::new("/bin/busybox")
         .args(["cttyhack", "/bin/sh", "-l"])
@@ -262,6 +321,33 @@ fn spawn_ssh() -> Option<Pid> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rescue_locks_root_before_ssh_takes_passwords() {
+        use crate::init::ssh::{DROPBEAR_ARGS, DROPBEAR_RESCUE_ARGS};
+        // Kept on purpose: not locked, passwords on.
+        let (args, note) = rescue_root(true, || panic!("locked although kept"));
+        assert_eq!(args, DROPBEAR_RESCUE_ARGS);
+        assert!(note.unwrap().contains("keeps its rootpwd= password"));
+        // Root had a password: locked, said, then passwords on.
+        let mut called = false;
+        let (args, note) = rescue_root(false, || {
+            called = true;
+            Ok(true)
+        });
+        assert!(called);
+        assert_eq!(args, DROPBEAR_RESCUE_ARGS);
+        assert!(note.unwrap().contains("locked"));
+        // Nothing to lock: quiet.
+        assert_eq!(
+            rescue_root(false, || Ok(false)),
+            (DROPBEAR_RESCUE_ARGS, None)
+        );
+        // Could not lock: no password logins at all.
+        let (args, note) = rescue_root(false, || Err(anyhow::anyhow!("read-only /etc")));
+        assert_eq!(args, DROPBEAR_ARGS);
+        assert!(note.unwrap().contains("read-only /etc"));
+    }
 
     #[test]
     fn login_prompts_go_to_the_consoles_terminals() {

@@ -66,7 +66,7 @@ fn flag_names(name: &str) -> Result<Vec<String>> {
     if returned & mask == 0 {
         bail!("the driver has no private flags");
     }
-    let count = (info[4] as usize).min(MAX_FLAGS);
+    let count = flag_count(info[4])?;
     // ethtool_gstrings: cmd, string_set, len, then len * 32 bytes.
     let mut buf = vec![0u8; 12 + count * ETH_GSTRING_LEN];
     buf[0..4].copy_from_slice(&ETHTOOL_GSTRINGS.to_ne_bytes());
@@ -74,6 +74,17 @@ fn flag_names(name: &str) -> Result<Vec<String>> {
     buf[8..12].copy_from_slice(&(count as u32).to_ne_bytes());
     ioctl(name, buf.as_mut_ptr().cast())?;
     Ok(strings(&buf[12..], count))
+}
+
+/// The number of private flags the driver reports, refused above the
+/// kernel's 32 (one u32 of flag bits): a driver that says more is not
+/// talking about the flags `ETHTOOL_GPFLAGS` returns.
+fn flag_count(reported: u32) -> Result<usize> {
+    let n = usize::try_from(reported).unwrap_or(usize::MAX);
+    if n > MAX_FLAGS {
+        bail!("the driver reports {reported} private flags, more than the kernel's {MAX_FLAGS}");
+    }
+    Ok(n)
 }
 
 /// Sets private flag `flag` of interface `name` to `value`.
@@ -115,5 +126,15 @@ mod tests {
         data[32..45].copy_from_slice(b"link-down-on-");
         assert_eq!(strings(&data, 2), ["disable-fw-lldp", "link-down-on-"]);
         assert_eq!(strings(&data, 5).len(), 2, "never past the buffer");
+    }
+
+    #[test]
+    fn more_than_32_private_flags_are_refused_not_clamped() {
+        assert_eq!(flag_count(0).unwrap(), 0);
+        assert_eq!(flag_count(32).unwrap(), 32);
+        for n in [33, 1000, u32::MAX] {
+            let e = flag_count(n).unwrap_err().to_string();
+            assert!(e.contains(&n.to_string()) && e.contains("32"), "{e}");
+        }
     }
 }

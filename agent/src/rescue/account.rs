@@ -53,8 +53,10 @@ fn today() -> u64 {
 }
 
 /// Creates (or replaces) the `rescue` account under `root` with `hash` (a
-/// `$5$`/`$6$` hash, checked again here), keeps root's password locked,
-/// writes IPA's password file and the rescued marker.
+/// `$5$`/`$6$` hash, checked again here), gives root a locked entry when it
+/// has none, writes IPA's password file and the rescued marker. A
+/// `rootpwd=` password root already has is left to PID 1, which locks it
+/// before its SSH server takes passwords ([`lock_root_password`]).
 pub fn install(root: &Path, hash: &str) -> Result<()> {
     crypt::check_hash(hash).context("the rescue password hash")?;
     let etc = root.join("etc");
@@ -123,6 +125,56 @@ pub fn set_root_password(root: &Path, hash: &str) -> Result<()> {
     edit(&etc.join("shadow"), 0o600, |t| {
         replace_entry(t, "root", &format!("root:{hash}:{day}:0:99999:7:::"))
     })
+}
+
+/// Locks root's password under `root` as `passwd -l` does (a `!` before
+/// the hash: no password matches, the hash is kept): after a rescue, so
+/// that a `rootpwd=` password does not become an SSH password for root
+/// once the rescue SSH server takes passwords. Root without a shadow entry
+/// gets a locked one. Returns whether root had a usable password.
+pub fn lock_root_password(root: &Path) -> Result<bool> {
+    let etc = root.join("etc");
+    fs::create_dir_all(&etc)?;
+    let mut had = false;
+    let day = today();
+    edit(&etc.join("shadow"), 0o600, |t| {
+        let mut found = false;
+        let mut out = String::new();
+        for line in t.lines() {
+            let fields: Vec<&str> = line.split(':').collect();
+            match fields.as_slice() {
+                ["root", hash, rest @ ..] => {
+                    found = true;
+                    if password_locked(hash) {
+                        out.push_str(line);
+                    } else {
+                        had = true;
+                        out.push_str(&format!("root:!{hash}"));
+                        for f in rest {
+                            out.push(':');
+                            out.push_str(f);
+                        }
+                    }
+                }
+                // A root line without a password field: replaced below.
+                ["root"] => continue,
+                _ => out.push_str(line),
+            }
+            out.push('\n');
+        }
+        if !found {
+            out.push_str(&format!("root:*:{day}:0:99999:7:::\n"));
+        }
+        out
+    })?;
+    Ok(had)
+}
+
+/// Whether a shadow password field lets no password in: `!…` (locked, as
+/// `passwd -l` writes it) or `*…` (never set). Anything else, an empty field
+/// included, may match some password.
+fn password_locked(field: &str) -> bool {
+    field.starts_with('!') || field.starts_with('*')
 }
 
 /// Whether the ramdisk under `root` was rescued.
@@ -199,6 +251,69 @@ mod tests {
             "root:x:0:\n"
         );
         assert!(rescued(root));
+    }
+
+    #[test]
+    fn rescue_locks_roots_rootpwd_and_keeps_the_rescue_login() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        set_root_password(root, HASH).unwrap();
+        install(root, HASH).unwrap();
+        assert!(lock_root_password(root).unwrap(), "root had a password");
+        let shadow = fs::read_to_string(root.join("etc/shadow")).unwrap();
+        let fields = |user: &str| -> Vec<String> {
+            let line = shadow
+                .lines()
+                .find(|l| l.starts_with(&format!("{user}:")))
+                .unwrap_or_else(|| panic!("no {user} in {shadow}"));
+            line.split(':').map(String::from).collect()
+        };
+        let root_fields = fields("root");
+        assert_eq!(root_fields[1], format!("!{HASH}"), "{shadow}");
+        assert_eq!(root_fields.len(), 9, "the other fields kept: {shadow}");
+        assert!(
+            !crypt::verify("secret", &root_fields[1]),
+            "root still takes its password"
+        );
+        assert!(
+            crypt::verify("secret", &fields(USER)[1]),
+            "the rescue login broke"
+        );
+        // Again: nothing left to lock, nothing changes.
+        assert!(!lock_root_password(root).unwrap());
+        assert_eq!(fs::read_to_string(root.join("etc/shadow")).unwrap(), shadow);
+        let mode = fs::metadata(root.join("etc/shadow"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+
+    #[test]
+    fn root_without_a_usable_password_is_locked_too() {
+        for (before, had) in [
+            ("", false),
+            ("root:*:1:0:99999:7:::\n", false),
+            ("root::1:0:99999:7:::\n", true),
+            ("root\n", false),
+            ("root:abJnggxhB/yWI:1::::::\n", true),
+        ] {
+            let dir = tempfile::tempdir().unwrap();
+            let root = dir.path();
+            fs::create_dir_all(root.join("etc")).unwrap();
+            fs::write(
+                root.join("etc/shadow"),
+                format!("daemon:*:1::::::\n{before}"),
+            )
+            .unwrap();
+            assert_eq!(lock_root_password(root).unwrap(), had, "{before:?}");
+            let shadow = fs::read_to_string(root.join("etc/shadow")).unwrap();
+            let roots: Vec<&str> = shadow.lines().filter(|l| l.starts_with("root")).collect();
+            assert_eq!(roots.len(), 1, "{before:?} -> {shadow}");
+            let field = roots[0].split(':').nth(1).unwrap_or_default();
+            assert!(password_locked(field), "{before:?} -> {shadow}");
+            assert!(shadow.starts_with("daemon:*:1::::::\n"), "{shadow}");
+        }
     }
 
     #[test]

@@ -291,22 +291,11 @@ fn server_verified(insecure: bool, cafile: Option<&Path>) -> Result<rustls::Clie
     if let Some(path) = cafile {
         let pem =
             std::fs::read(path).with_context(|| format!("reading CA bundle {}", path.display()))?;
-        let certs = pem_certificates(&pem)
-            .with_context(|| format!("loading CA bundle {}", path.display()))?;
-        for c in &certs {
-            roots
-                .add(c.clone())
-                .with_context(|| format!("loading CA bundle {}", path.display()))?;
-        }
-        let webpki = rustls::client::WebPkiServerVerifier::builder_with_provider(
-            Arc::new(roots),
-            provider(),
-        )
-        .build()
-        .with_context(|| format!("using CA bundle {}", path.display()))?;
+        let verifier = ca_file_verifier(&pem)
+            .with_context(|| format!("using CA bundle {}", path.display()))?;
         return Ok(builder
             .dangerous()
-            .with_custom_certificate_verifier(Arc::new(pinned::PinnedOrWebPki::new(webpki, certs)))
+            .with_custom_certificate_verifier(verifier)
             .with_no_client_auth());
     }
     let bundle = SYSTEM_BUNDLES.iter().map(Path::new).find(|p| p.exists());
@@ -317,6 +306,21 @@ fn server_verified(insecure: bool, cafile: Option<&Path>) -> Result<rustls::Clie
             .with_context(|| format!("loading CA bundle {}", path.display()))?;
     }
     Ok(builder.with_root_certificates(roots).with_no_client_auth())
+}
+
+/// The server verifier of a CA file's PEM text (`ipa-cafile`): WebPKI
+/// over its certificates, and exact matches of them ([`pinned`]).
+pub fn ca_file_verifier(pem: &[u8]) -> Result<Arc<pinned::PinnedOrWebPki>> {
+    let certs = pem_certificates(pem)?;
+    let mut roots = rustls::RootCertStore::empty();
+    for c in &certs {
+        roots.add(c.clone()).context("adding a certificate")?;
+    }
+    let webpki =
+        rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider())
+            .build()
+            .context("building the verifier")?;
+    Ok(Arc::new(pinned::PinnedOrWebPki::new(webpki, certs)))
 }
 
 /// Every certificate of a PEM bundle (at least one).

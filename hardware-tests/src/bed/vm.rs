@@ -423,21 +423,32 @@ impl<'n> Vm<'n> {
     /// started. Fails when QEMU exits first or at the timeout, naming the
     /// console file.
     pub fn wait_console(&mut self, needle: &str, timeout: Duration) -> Result<Duration> {
+        self.wait_console_n(needle, 1, timeout)
+    }
+
+    /// [`Vm::wait_console`] until `needle` has appeared `n` times (the
+    /// console is read whole: a second login prompt is the second `login:`).
+    pub fn wait_console_n(
+        &mut self,
+        needle: &str,
+        n: usize,
+        timeout: Duration,
+    ) -> Result<Duration> {
         let deadline = Instant::now() + timeout;
         loop {
-            if self.console().contains(needle) {
+            if self.console().matches(needle).count() >= n {
                 return Ok(self.elapsed());
             }
             if let Some(status) = self.exited()? {
                 bail!(
-                    "{needle:?} never appeared: QEMU exited ({status}){}; console: {}",
+                    "{needle:?} never appeared {n} time(s): QEMU exited ({status}){}; console: {}",
                     self.stderr_note(),
                     self.console.display()
                 );
             }
             if Instant::now() >= deadline {
                 bail!(
-                    "{needle:?} did not appear within {timeout:?}; console: {}",
+                    "{needle:?} did not appear {n} time(s) within {timeout:?}; console: {}",
                     self.console.display()
                 );
             }

@@ -16,7 +16,7 @@
 //! last 33 LBAs backup GPT
 //! ```
 //!
-//! Both loaders start the kernel with `console=ttyS0 panic=-1`.
+//! Both loaders start the kernel with `console=ttyS0 panic=-1 no_timer_check` (x86_64).
 //!
 //! The aarch64 variant (issue 33; [`build_for`] with `Arch::Aarch64`) has
 //! the same layout from Debian's arm64 packages: the arm64 kernel (gzipped,

@@ -71,6 +71,7 @@ impl ContainerManager {
         let mut notes = Vec::new();
         let mut settings =
             ContainerSettings::from_group(&sources.config.container_group, &mut notes);
+        settings.require_tls_verify |= sources.config.container_require_tls_verify;
         let lookup = sources
             .lookup
             .as_ref()
