@@ -456,14 +456,9 @@ async fn credentials_never_go_to_an_unverified_registry() {
     );
 }
 
-/// Runs `image` with `run_options` (allowed, so the configured options
-/// apply) and returns what it wrote to the directory mounted at `/out`.
-async fn run_reporting(
-    registry: &Registry,
-    image: &str,
-    run_options: Vec<String>,
-    out: &std::path::Path,
-) -> (String, String, String) {
+/// Runs `image` to completion, allowed with `run_options` (so the
+/// configured options apply).
+async fn run_allowed(registry: &Registry, image: &str, run_options: Vec<String>) {
     let work = tempfile::tempdir().unwrap();
     let settings = ContainerSettings {
         allowed_containers: vec![image.to_string()],
@@ -479,6 +474,17 @@ async fn run_reporting(
     )
     .await
     .unwrap();
+}
+
+/// Runs `image` with `run_options` ([`run_allowed`]) and returns what it
+/// wrote to the directory mounted at `/out`.
+async fn run_reporting(
+    registry: &Registry,
+    image: &str,
+    run_options: Vec<String>,
+    out: &std::path::Path,
+) -> (String, String, String) {
+    run_allowed(registry, image, run_options).await;
     let read = |f: &str| std::fs::read_to_string(out.join(f)).unwrap_or_default();
     (read("env"), read("caps"), read("netdev"))
 }
@@ -554,21 +560,7 @@ async fn probe(
     run_options: Vec<String>,
     out: &std::path::Path,
 ) -> std::collections::HashMap<String, (i32, String)> {
-    let work = tempfile::tempdir().unwrap();
-    let settings = ContainerSettings {
-        allowed_containers: vec![image.to_string()],
-        run_options,
-        ..ContainerSettings::default()
-    };
-    let p = apply(&settings, image, &[], &[], Origin::Arguments).unwrap();
-    run_container(
-        &p,
-        Some(&registry.ca_file()),
-        work.path(),
-        Arc::new(AtomicBool::new(false)),
-    )
-    .await
-    .unwrap();
+    run_allowed(registry, image, run_options).await;
     let text = std::fs::read_to_string(out.join("report")).unwrap();
     println!("{text}");
     probe_report(&text)

@@ -27,7 +27,7 @@ use super::options::RunOptions;
 use super::seccomp::{Profile, Target};
 
 /// podman's default capabilities (containers.conf `default_capabilities`).
-const PODMAN_CAPS: [&str; 11] = [
+pub const PODMAN_CAPS: [&str; 11] = [
     "CHOWN",
     "DAC_OVERRIDE",
     "FOWNER",

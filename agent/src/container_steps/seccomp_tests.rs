@@ -157,19 +157,7 @@ fn the_real_profile_confines_a_default_container() {
     let p = Profile::load(Path::new(DEFAULT_PROFILE)).unwrap_or_else(|e| {
         panic!("{e:#} (ci/install-deps installs golang-github-containers-common)")
     });
-    let podman = caps(&[
-        "CHOWN",
-        "DAC_OVERRIDE",
-        "FOWNER",
-        "FSETID",
-        "KILL",
-        "NET_BIND_SERVICE",
-        "SETFCAP",
-        "SETGID",
-        "SETPCAP",
-        "SETUID",
-        "SYS_CHROOT",
-    ]);
+    let podman = caps(&crate::container_steps::bundle::PODMAN_CAPS);
     let s = p.for_container(&target(&podman, "amd64")).unwrap();
     assert_eq!(s.default_action(), LinuxSeccompAction::ScmpActErrno);
     assert_eq!(s.default_errno_ret(), Some(38), "ENOSYS for the unlisted");
