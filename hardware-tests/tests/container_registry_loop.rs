@@ -62,6 +62,8 @@ async fn container_step_pulls_over_tls_and_writes_the_device() {
         runtime_available(),
         "crun must run here (ci/install-deps installs it)"
     );
+    // The agent's log in memory, as log.collect_system_logs reads it.
+    agent::cli::init_tracing(false);
     let registry = Registry::start().unwrap();
     let script = format!(
         "/bin/busybox printf {} | /bin/busybox dd of=/dev/target bs=512 seek=1 conv=notrunc,fsync",
@@ -139,10 +141,22 @@ async fn container_step_pulls_over_tls_and_writes_the_device() {
     };
     let p = apply(&insecure, &tool, &[], &[], Origin::Arguments).unwrap();
     assert!(!p.pull.tls_verify);
+    let verified_pulls = String::from_utf8_lossy(&agent::logs::memlog::snapshot()).into_owned();
+    assert!(!verified_pulls.contains("WITHOUT TLS verification"));
     run_container(&p, None, work.path(), abort.clone())
         .await
         .unwrap();
     assert_eq!(marker_at_sector_one(&disk.path), MARKER);
+    // ...and said so, naming the image.
+    let log = String::from_utf8_lossy(&agent::logs::memlog::snapshot()).into_owned();
+    let warning = log
+        .lines()
+        .find(|l| l.contains("WITHOUT TLS verification"))
+        .unwrap_or_else(|| panic!("no warning for the unverified pull in:\n{log}"));
+    assert!(
+        warning.contains("WARN") && warning.contains(&p.reference),
+        "{warning}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
