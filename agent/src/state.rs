@@ -157,18 +157,19 @@ impl AgentState {
 
     /// Checks a key presented to the local status endpoint in constant time.
     pub fn local_key_matches(&self, presented: Option<&str>) -> bool {
-        match (&self.local_key, presented) {
-            (Some(ours), Some(theirs)) => {
-                let tag = ring::hmac::sign(&self.token_key, ours.as_bytes());
-                ring::hmac::verify(&self.token_key, theirs.as_bytes(), tag.as_ref()).is_ok()
-            }
-            _ => false,
-        }
+        self.secret_matches(self.local_key(), presented)
     }
 
     /// Checks a token presented on the command API in constant time.
     pub fn token_matches(&self, presented: Option<&str>) -> bool {
-        match (self.token(), presented) {
+        self.secret_matches(self.token().as_deref(), presented)
+    }
+
+    /// Whether `presented` is `ours`, compared by their HMAC under this
+    /// start's key (constant time, length hidden); nothing matches a
+    /// missing secret.
+    fn secret_matches(&self, ours: Option<&str>, presented: Option<&str>) -> bool {
+        match (ours, presented) {
             (Some(ours), Some(theirs)) => {
                 let tag = ring::hmac::sign(&self.token_key, ours.as_bytes());
                 ring::hmac::verify(&self.token_key, theirs.as_bytes(), tag.as_ref()).is_ok()

@@ -19,6 +19,8 @@ use std::time::Duration;
 
 use tokio::io::AsyncWrite;
 
+use crate::burnin::memory::parse_mem_available;
+
 const MIB: u64 = 1 << 20;
 
 /// The bounds of one pull.
@@ -68,7 +70,7 @@ impl Limits {
     /// unpacked and blob bounds lowered to half of `MemAvailable`.
     pub fn for_this_machine() -> Self {
         let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-        Self::with_mem_available(mem_available(&meminfo))
+        Self::with_mem_available(parse_mem_available(&meminfo))
     }
 
     /// [`Limits::default`] lowered to half of `available` bytes, if known.
@@ -80,14 +82,6 @@ impl Limits {
         }
         l
     }
-}
-
-/// `MemAvailable` of `/proc/meminfo`, in bytes.
-pub fn mem_available(meminfo: &str) -> Option<u64> {
-    let line = meminfo.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    let mut words = line.split_whitespace().skip(1);
-    let kib: u64 = words.next()?.parse().ok()?;
-    (words.next() == Some("kB")).then_some(kib.checked_mul(1024)?)
 }
 
 /// Which bound an unpacking hit.
@@ -282,8 +276,8 @@ mod tests {
     #[test]
     fn the_unpacked_bound_follows_available_memory() {
         let meminfo = "MemTotal:        2000000 kB\nMemAvailable:    1000000 kB\n";
-        assert_eq!(mem_available(meminfo), Some(1_024_000_000));
-        let l = Limits::with_mem_available(mem_available(meminfo));
+        assert_eq!(parse_mem_available(meminfo), Some(1_024_000_000));
+        let l = Limits::with_mem_available(parse_mem_available(meminfo));
         assert_eq!(l.unpacked_bytes, 512_000_000);
         assert_eq!(l.blob_bytes, 512_000_000);
         let big = Limits::with_mem_available(Some(64 << 30));
@@ -292,8 +286,8 @@ mod tests {
             (UNPACKED_CAP, BLOB_CAP)
         );
         assert_eq!(Limits::with_mem_available(None), Limits::default());
-        assert_eq!(mem_available("MemAvailable: x kB"), None);
-        assert_eq!(mem_available(""), None);
+        assert_eq!(parse_mem_available("MemAvailable: x kB"), None);
+        assert_eq!(parse_mem_available(""), None);
     }
 
     #[test]

@@ -26,8 +26,6 @@ use oci_client::manifest::OciDescriptor;
 use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference};
 use oci_spec::image::ImageConfiguration;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::CertificateDer;
 use serde_json::Value;
 
 use super::limits::{Bounded, Budget, Limits};
@@ -60,14 +58,9 @@ fn extra_roots(cafile: Option<&Path>) -> Result<Vec<Vec<u8>>> {
     };
     let data =
         std::fs::read(ca).with_context(|| format!("reading the CA file {}", ca.display()))?;
-    let certs: Vec<Vec<u8>> = CertificateDer::pem_slice_iter(&data)
-        .map(|c| c.map(|c| c.as_ref().to_vec()))
-        .collect::<Result<_, _>>()
+    let certs = crate::tls::pem_certificates(&data)
         .with_context(|| format!("reading the certificates of {}", ca.display()))?;
-    if certs.is_empty() {
-        bail!("the CA file {} holds no certificate", ca.display());
-    }
-    Ok(certs)
+    Ok(certs.iter().map(|c| c.as_ref().to_vec()).collect())
 }
 
 /// The registry client for `opts`, and the HTTP client of the manifest
