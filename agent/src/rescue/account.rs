@@ -138,34 +138,18 @@ pub fn lock_root_password(root: &Path) -> Result<bool> {
     let mut had = false;
     let day = today();
     edit(&etc.join("shadow"), 0o600, |t| {
-        let mut found = false;
-        let mut out = String::new();
-        for line in t.lines() {
-            let fields: Vec<&str> = line.split(':').collect();
-            match fields.as_slice() {
-                ["root", hash, rest @ ..] => {
-                    found = true;
-                    if password_locked(hash) {
-                        out.push_str(line);
-                    } else {
-                        had = true;
-                        out.push_str(&format!("root:!{hash}"));
-                        for f in rest {
-                            out.push(':');
-                            out.push_str(f);
-                        }
-                    }
-                }
-                // A root line without a password field: replaced below.
-                ["root"] => continue,
-                _ => out.push_str(line),
+        let line = match t.lines().find_map(|l| l.strip_prefix("root:")) {
+            Some(rest) if password_locked(rest.split(':').next().unwrap_or_default()) => {
+                format!("root:{rest}")
             }
-            out.push('\n');
-        }
-        if !found {
-            out.push_str(&format!("root:*:{day}:0:99999:7:::\n"));
-        }
-        out
+            Some(rest) => {
+                had = true;
+                format!("root:!{rest}")
+            }
+            // No entry, or one without a password field.
+            None => format!("root:*:{day}:0:99999:7:::"),
+        };
+        replace_entry(t, "root", &line)
     })?;
     Ok(had)
 }
