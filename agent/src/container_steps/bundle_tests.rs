@@ -5,6 +5,17 @@ use crate::container_steps::options::{parse_run, Device};
 use crate::container_steps::seccomp::Profile;
 use oci_spec::runtime::LinuxNamespaceType;
 
+/// The spec's device cgroup rules, in order.
+fn device_rules(linux: &oci_spec::runtime::Linux) -> Vec<LinuxDeviceCgroup> {
+    linux
+        .resources()
+        .as_ref()
+        .unwrap()
+        .devices()
+        .clone()
+        .unwrap()
+}
+
 fn image(json: serde_json::Value) -> ImageConfiguration {
     serde_json::from_value(json).unwrap()
 }
@@ -104,13 +115,7 @@ fn host_network_privileged_volumes_and_devices() {
         (dev.typ(), dev.major(), dev.minor()),
         (LinuxDeviceType::C, 1, 3)
     );
-    let rules = linux
-        .resources()
-        .as_ref()
-        .unwrap()
-        .devices()
-        .clone()
-        .unwrap();
+    let rules = device_rules(linux);
     assert_eq!(rules.last().unwrap().access().as_deref(), Some("rw"));
     let mounts = s.mounts().clone().unwrap();
     let data = mounts
@@ -208,13 +213,7 @@ fn cgroup_device_rules_and_seccomp_are_podmans() {
         linux.cgroups_path().as_deref(),
         Some(Path::new("/ipa-step-1"))
     );
-    let rules = linux
-        .resources()
-        .as_ref()
-        .unwrap()
-        .devices()
-        .clone()
-        .unwrap();
+    let rules = device_rules(linux);
     let text: Vec<String> = rules
         .iter()
         .map(|r| {
@@ -265,13 +264,7 @@ fn cgroup_device_rules_and_seccomp_are_podmans() {
     let s = spec(&base(), &run, &h).unwrap();
     let linux = s.linux().as_ref().unwrap();
     assert!(linux.seccomp().is_none());
-    let rules = linux
-        .resources()
-        .as_ref()
-        .unwrap()
-        .devices()
-        .clone()
-        .unwrap();
+    let rules = device_rules(linux);
     let last = rules.last().unwrap();
     assert!(last.allow() && last.typ() == Some(LinuxDeviceType::A));
     assert_eq!(last.access().as_deref(), Some("rwm"));
