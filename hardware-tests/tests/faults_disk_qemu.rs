@@ -80,6 +80,7 @@ use std::io::Write as _;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::process::Command;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use agent::testconductor::image_server::{Fault, ImageServer};
@@ -181,10 +182,24 @@ fn named_byte(err: &str, what: &str) -> u64 {
 /// The agent as the conductor calls it, from what Ironic stored at its
 /// heartbeat (captured while the step runs: Ironic wipes the token when a
 /// step fails).
+///
+/// Once Ironic has wiped the token, the agent's next heartbeat is refused
+/// and it looks up again with a fresh command list (as a new operation
+/// would start it), so the list the conductor saw may be gone by the time
+/// the test reads it. A watcher therefore reads the list every 200 ms from
+/// the capture on and keeps the last one the agent served.
 struct AgentApi {
     url: String,
-    token: String,
     http: reqwest::Client,
+    token: String,
+    seen: Arc<Mutex<Vec<Value>>>,
+    watcher: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for AgentApi {
+    fn drop(&mut self) {
+        self.watcher.abort();
+    }
 }
 
 impl AgentApi {
@@ -197,15 +212,22 @@ impl AgentApi {
                 info["agent_secret_token"].as_str(),
                 info["agent_verify_ca"].as_str(),
             ) {
+                let http =
+                    agent::tls::http_client(false, Some(Path::new(ca)), Duration::from_secs(10))
+                        .unwrap();
+                let seen = Arc::new(Mutex::new(Vec::new()));
+                let watcher = tokio::spawn(watch_commands(
+                    http.clone(),
+                    url.to_string(),
+                    token.to_string(),
+                    seen.clone(),
+                ));
                 return Self {
                     url: url.to_string(),
+                    http,
                     token: token.to_string(),
-                    http: agent::tls::http_client(
-                        false,
-                        Some(Path::new(ca)),
-                        Duration::from_secs(10),
-                    )
-                    .unwrap(),
+                    seen,
+                    watcher,
                 };
             }
             assert!(
@@ -220,20 +242,17 @@ impl AgentApi {
         }
     }
 
-    /// The agent's command list, as the conductor reads it.
-    async fn commands(&self) -> reqwest::Result<Vec<Value>> {
-        let doc: Value = self
-            .http
-            .get(format!(
-                "{}/v1/commands/?agent_token={}",
-                self.url, self.token
-            ))
-            .send()
-            .await?
-            .error_for_status()?
-            .json()
-            .await?;
-        Ok(doc["commands"].as_array().cloned().unwrap_or_default())
+    /// The agent's command list as the conductor read it: the live list
+    /// while the captured token holds, else the watcher's last copy.
+    async fn commands(&self) -> Vec<Value> {
+        match command_list(&self.http, &self.url, &self.token).await {
+            Ok(list) => list,
+            Err(e) if e.status() == Some(reqwest::StatusCode::UNAUTHORIZED) => {
+                println!("the agent looked up again (token refused): its last list before that");
+                self.seen.lock().unwrap().clone()
+            }
+            Err(e) => panic!("the agent's command list: {e}"),
+        }
     }
 
     /// The agent still serves: `/v1/status` answers, and its command list
@@ -247,7 +266,7 @@ impl AgentApi {
             .await
             .unwrap_or_else(|e| panic!("the agent's API after the fault: {e}"));
         assert!(status.status().is_success(), "{status:?}");
-        let commands = self.commands().await.unwrap();
+        let commands = self.commands().await;
         let failed = commands
             .iter()
             .find(|c| c["command_name"] == json!(command))
@@ -266,6 +285,40 @@ impl AgentApi {
                 && c["command_status"] == json!("SUCCEEDED")
         });
         assert!(logs, "no successful collect_system_logs after the failure");
+    }
+}
+
+/// `GET /v1/commands/` with the conductor's token.
+async fn command_list(
+    http: &reqwest::Client,
+    url: &str,
+    token: &str,
+) -> reqwest::Result<Vec<Value>> {
+    let doc: Value = http
+        .get(format!("{url}/v1/commands/?agent_token={token}"))
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
+    Ok(doc["commands"].as_array().cloned().unwrap_or_default())
+}
+
+/// Copies the agent's command list into `seen` every 200 ms until the
+/// token is refused (the agent looked up again) or the watcher is dropped.
+async fn watch_commands(
+    http: reqwest::Client,
+    url: String,
+    token: String,
+    seen: Arc<Mutex<Vec<Value>>>,
+) {
+    loop {
+        match command_list(&http, &url, &token).await {
+            Ok(list) => *seen.lock().unwrap() = list,
+            Err(e) if e.status() == Some(reqwest::StatusCode::UNAUTHORIZED) => return,
+            Err(_) => {}
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
 
@@ -619,8 +672,7 @@ async fn conductor_killed_while_deploying(
         "{err}"
     );
     // The agent still serves, its write done.
-    let commands = agent
-        .commands()
+    let commands = command_list(&agent.http, &agent.url, &agent.token)
         .await
         .unwrap_or_else(|e| panic!("the agent's API after the conductor restart: {e}"));
     let write = commands
@@ -712,7 +764,9 @@ async fn power_cut(
     let agent = AgentApi::capture(ironic, &uuid).await;
     let progress = loop {
         // A failed read (the agent busy) is tried again.
-        let commands = agent.commands().await.unwrap_or_default();
+        let commands = command_list(&agent.http, &agent.url, &agent.token)
+            .await
+            .unwrap_or_default();
         if let Some(p) = write_progress(&commands) {
             let downloaded = p["bytes_downloaded"].as_u64().unwrap_or(0);
             if p["phase"] == json!("writing") && downloaded >= kill_at {

@@ -132,6 +132,12 @@ pub struct Config {
     pub exec_managers_dir: Option<PathBuf>,
     /// Ramdisk or host mode.
     pub mode: RunMode,
+    /// The host's root filesystem when the agent runs as OpenShift's
+    /// `ironic-agent` container on a live system (`/mnt/coreos`, where the
+    /// unit binds `/`): host tools (`coreos-installer`, `journalctl`,
+    /// `hostnamectl`) run chrooted there. `None` in the ramdisk and in
+    /// plain host mode.
+    pub host_root: Option<PathBuf>,
     /// NTP server the clock is set from before any TLS (`ipa-ntp-server`).
     pub ntp_server: Option<String>,
     /// The configuration files' `[mdns]` group.
@@ -261,6 +267,7 @@ impl Default for Config {
             network_record: None,
             exec_managers_dir: None,
             mode: RunMode::Host,
+            host_root: None,
             ntp_server: None,
             mdns: groups::MdnsOptions::default(),
             metrics_defaults: serde_json::Value::Null,
