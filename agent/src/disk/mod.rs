@@ -310,7 +310,15 @@ pub fn whole_disks(sys_root: &Path) -> Result<Vec<PathBuf>> {
 /// every whole disk in the ramdisk.
 pub fn erasable_disks(policy: &WritePolicy) -> Result<Vec<PathBuf>> {
     match policy.mode {
-        RunMode::Host => Ok(policy.allowed.clone()),
+        RunMode::Host => match &policy.host_root {
+            // The agent's container on a host that is not live: refuse
+            // rather than erase nothing and report success.
+            Some(h) if policy.allowed.is_empty() => anyhow::bail!(
+                "the host is not a CoreOS live system ({} is missing): the agent's container writes no disk there unless one is given with --allow-device",
+                h.join(crate::config::container::LIVE_MARKER).display()
+            ),
+            _ => Ok(policy.allowed.clone()),
+        },
         RunMode::Ramdisk | RunMode::Container => whole_disks(Path::new("/sys")),
     }
 }
@@ -469,6 +477,17 @@ mod tests {
         assert!(
             err.to_string().contains("host/run/ostree-live is missing"),
             "{err}"
+        );
+        // The erase steps refuse too, rather than erase nothing.
+        let e = erasable_disks(&WritePolicy::from_config(&config)).unwrap_err();
+        assert!(e.to_string().contains("not a CoreOS live system"), "{e}");
+        let allowed = Config {
+            allowed_devices: vec![f.clone()],
+            ..config
+        };
+        assert_eq!(
+            erasable_disks(&WritePolicy::from_config(&allowed)).unwrap(),
+            [f]
         );
     }
 
