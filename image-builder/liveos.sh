@@ -82,6 +82,11 @@ mkdir -p "$root/usr/lib/tmpfiles.d" "$root/etc/systemd/network" "$root/etc/modul
 echo 'f /run/ostree-live 0644 root root -' >"$root/usr/lib/tmpfiles.d/ostree-live.conf"
 printf '[Match]\nName=en* eth*\n\n[Network]\nDHCP=yes\nIPv6AcceptRA=yes\n' >"$root/etc/systemd/network/50-dhcp.network"
 printf 'overlay\nloop\n' >"$root/etc/modules-load.d/podman.conf"
+# The journal on the serial console too (the bed keeps the console: what
+# podman and the agent in the container say is there when a flow fails).
+mkdir -p "$root/etc/systemd/journald.conf.d"
+printf '[Journal]\nForwardToConsole=yes\nTTYPath=/dev/ttyS0\nMaxLevelConsole=info\n' \
+    >"$root/etc/systemd/journald.conf.d/console.conf"
 systemctl --root="$root" enable systemd-networkd.service systemd-networkd-wait-online.service >/dev/null 2>&1
 systemctl --root="$root" mask systemd-timesyncd.service apt-daily.timer apt-daily-upgrade.timer \
     >/dev/null 2>&1 || true

@@ -192,6 +192,24 @@ impl Registry {
     }
 }
 
+impl Registry {
+    /// Pushes the image of the OCI layout `layout` (tag `latest`) as
+    /// `name` (`repo:tag`) with skopeo. Returns `docker://ADDR/name`.
+    pub fn push_layout(&self, layout: &Path, name: &str) -> Result<String> {
+        let dest = format!("docker://{}/{name}", self.addr);
+        let mut copy = Command::new("skopeo");
+        copy.args(["copy", "--quiet", "--dest-cert-dir"])
+            .arg(self.dir.path().join("certs.d"));
+        if let Some((name, password)) = &self.user {
+            copy.arg("--dest-creds").arg(format!("{name}:{password}"));
+        }
+        run(copy
+            .arg(format!("oci:{}:latest", layout.display()))
+            .arg(&dest))?;
+        Ok(dest)
+    }
+}
+
 /// Debian's `openssl` with its libraries and loader (staged by
 /// `image-builder/stage-dynamic.sh`, nothing installed): a TLS client
 /// for images (`openssl s_client`), since busybox-static's wget cannot

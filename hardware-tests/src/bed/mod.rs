@@ -59,6 +59,7 @@ pub mod domain;
 pub mod http_root;
 mod ipv4_drop;
 pub mod ironic_flow;
+pub mod liveos;
 pub mod lldp;
 pub mod metal3;
 pub mod net;
