@@ -207,16 +207,23 @@ impl Running<'_> {
     fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
-}
 
-impl Drop for Running<'_> {
-    fn drop(&mut self) {
+    /// `podman stop` (SIGTERM, SIGKILL after 10 s): how long it took.
+    fn stop(&mut self) -> Duration {
+        let t = Instant::now();
         if let Err(e) = self
             .podman
             .podman(&["stop", "--time", "10", "ironic-agent"])
         {
             eprintln!("podman stop: {e:#}");
         }
+        t.elapsed()
+    }
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.stop();
         if let Err(e) = self.podman.podman(&["rm", "--force", "ironic-agent"]) {
             eprintln!("podman rm: {e:#}");
         }
@@ -503,10 +510,26 @@ async fn openshifts_unit_runs_the_image_and_nothing_is_written_off_a_live_system
         "the container stopped after the simulated power off:\n{}",
         running.log()
     );
+    // The agent reads the host's mounts where the unit binds `/`: host PID
+    // 1's table, seen through the container's mount namespace.
+    let pid = running.pids[0];
+    let through = format!("/proc/{pid}/root/mnt/coreos/proc/1/mountinfo");
+    let same = (0..3).any(|_| {
+        std::fs::read_to_string(&through).ok() == std::fs::read_to_string("/proc/1/mountinfo").ok()
+    });
+    assert!(same, "{through} is not this host's PID 1 mount table");
     let log = running.log();
     assert!(
         log.contains("the host is not a CoreOS live system"),
         "{log}"
+    );
+    // The agent, PID 1 of the container, ends on podman's SIGTERM.
+    let took = running.stop();
+    assert!(
+        running.log().contains("SIGTERM: the container is stopping")
+            && took < Duration::from_secs(8),
+        "stopped in {took:?}:\n{}",
+        running.log()
     );
     drop(running);
     assert!(
