@@ -26,7 +26,10 @@
 //! up, heartbeats; since this machine is not a CoreOS live system (no
 //! `/run/ostree-live`), a clean's `erase_devices_metadata` is refused naming
 //! the missing marker and the disks' first sectors are unchanged, and
-//! `standby.power_off` is simulated (this machine stays up: the test goes on).
+//! `standby.power_off` is simulated (this machine stays up: the test goes on);
+//! the container's path to the host's mounts is this host's PID 1 table;
+//! `podman stop` ends the agent by SIGTERM; and the docker-archive, loaded
+//! with `podman load`, is the image the registry served (the same ID).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -538,4 +541,29 @@ async fn openshifts_unit_runs_the_image_and_nothing_is_written_off_a_live_system
             .is_err(),
         "the container was not removed"
     );
+
+    // The docker-archive is the same image (its ID is the config's digest).
+    let pulled = podman
+        .podman(&[
+            "image",
+            "inspect",
+            "--format",
+            "{{.Id}}",
+            &format!("{}/ironic-agent", registry.addr),
+        ])
+        .unwrap();
+    let archive = oci.join("ironic-agent.docker.tar").display().to_string();
+    podman
+        .podman(&["load", "--quiet", "--input", &archive])
+        .unwrap();
+    let loaded = podman
+        .podman(&[
+            "image",
+            "inspect",
+            "--format",
+            "{{.Id}} {{.Config.Entrypoint}}",
+            "localhost/ironic-agent:latest",
+        ])
+        .unwrap();
+    assert_eq!(loaded, format!("{pulled} [/usr/bin/agent container]"));
 }
