@@ -26,7 +26,10 @@
 //! up, heartbeats; since this machine is not a CoreOS live system (no
 //! `/run/ostree-live`), a clean's `erase_devices_metadata` is refused naming
 //! the missing marker and the disks' first sectors are unchanged, and
-//! `standby.power_off` is simulated (this machine stays up: the test goes on).
+//! `standby.power_off` is simulated (this machine stays up: the test goes on);
+//! the container's path to the host's mounts is this host's PID 1 table;
+//! `podman stop` ends the agent by SIGTERM; and the docker-archive, loaded
+//! with `podman load`, is the image the registry served (the same ID).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -207,16 +210,23 @@ impl Running<'_> {
     fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
-}
 
-impl Drop for Running<'_> {
-    fn drop(&mut self) {
+    /// `podman stop` (SIGTERM, SIGKILL after 10 s): how long it took.
+    fn stop(&mut self) -> Duration {
+        let t = Instant::now();
         if let Err(e) = self
             .podman
             .podman(&["stop", "--time", "10", "ironic-agent"])
         {
             eprintln!("podman stop: {e:#}");
         }
+        t.elapsed()
+    }
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.stop();
         if let Err(e) = self.podman.podman(&["rm", "--force", "ironic-agent"]) {
             eprintln!("podman rm: {e:#}");
         }
@@ -503,10 +513,26 @@ async fn openshifts_unit_runs_the_image_and_nothing_is_written_off_a_live_system
         "the container stopped after the simulated power off:\n{}",
         running.log()
     );
+    // The agent reads the host's mounts where the unit binds `/`: host PID
+    // 1's table, seen through the container's mount namespace.
+    let pid = running.pids[0];
+    let through = format!("/proc/{pid}/root/mnt/coreos/proc/1/mountinfo");
+    let same = (0..3).any(|_| {
+        std::fs::read_to_string(&through).ok() == std::fs::read_to_string("/proc/1/mountinfo").ok()
+    });
+    assert!(same, "{through} is not this host's PID 1 mount table");
     let log = running.log();
     assert!(
         log.contains("the host is not a CoreOS live system"),
         "{log}"
+    );
+    // The agent, PID 1 of the container, ends on podman's SIGTERM.
+    let took = running.stop();
+    assert!(
+        running.log().contains("SIGTERM: the container is stopping")
+            && took < Duration::from_secs(8),
+        "stopped in {took:?}:\n{}",
+        running.log()
     );
     drop(running);
     assert!(
@@ -515,4 +541,29 @@ async fn openshifts_unit_runs_the_image_and_nothing_is_written_off_a_live_system
             .is_err(),
         "the container was not removed"
     );
+
+    // The docker-archive is the same image (its ID is the config's digest).
+    let pulled = podman
+        .podman(&[
+            "image",
+            "inspect",
+            "--format",
+            "{{.Id}}",
+            &format!("{}/ironic-agent", registry.addr),
+        ])
+        .unwrap();
+    let archive = oci.join("ironic-agent.docker.tar").display().to_string();
+    podman
+        .podman(&["load", "--quiet", "--input", &archive])
+        .unwrap();
+    let loaded = podman
+        .podman(&[
+            "image",
+            "inspect",
+            "--format",
+            "{{.Id}} {{.Config.Entrypoint}}",
+            "localhost/ironic-agent:latest",
+        ])
+        .unwrap();
+    assert_eq!(loaded, format!("{pulled} [/usr/bin/agent container]"));
 }

@@ -197,15 +197,10 @@ impl WritePolicy {
             return Err(Refusal::Mounted(display, mnt));
         }
         if let Some(host) = &self.host_root {
-            // The container sees the host's mounts made after it started
-            // only through the host's own /proc (bound under the host root;
-            // its PID 1 is the host's init). Unreadable: refused.
-            let path = host.join("proc/1/mountinfo");
-            let host_mounts = fs::read_to_string(&path)
-                .map_err(|e| Refusal::Unreadable(path.display().to_string(), e.to_string()))?;
-            if let Some(mnt) = mounted_at(&host_mounts, &family) {
-                return Err(Refusal::Mounted(display, format!("{mnt} on the host")));
-            }
+            mounted_on_host(host, &family).map_err(|e| match e {
+                Refusal::Mounted(_, at) => Refusal::Mounted(display.clone(), at),
+                other => other,
+            })?;
         }
         let swaps = fs::read_to_string(self.proc_root.join("swaps")).unwrap_or_default();
         for line in swaps.lines().skip(1) {
@@ -262,6 +257,24 @@ impl WritePolicy {
                 })
                 .unwrap_or(false)
         })
+    }
+}
+
+/// Refuses `family` (a device's and its partitions' numbers) when the
+/// host whose root is `host_root` has one of them mounted: the agent's
+/// container sees the host's mounts made after it started only through
+/// the host's own `/proc`, bound under the host root, whose PID 1 is the
+/// host's init. An unreadable mount table is a refusal too.
+fn mounted_on_host(host_root: &Path, family: &[(u64, u64)]) -> Result<(), Refusal> {
+    let path = host_root.join("proc/1/mountinfo");
+    let text = fs::read_to_string(&path)
+        .map_err(|e| Refusal::Unreadable(path.display().to_string(), e.to_string()))?;
+    match mounted_at(&text, family) {
+        Some(mnt) => Err(Refusal::Mounted(
+            String::new(),
+            format!("{mnt} on the host"),
+        )),
+        None => Ok(()),
     }
 }
 
@@ -489,6 +502,31 @@ mod tests {
             erasable_disks(&WritePolicy::from_config(&allowed)).unwrap(),
             [f]
         );
+    }
+
+    #[test]
+    fn a_disk_the_host_has_mounted_is_refused_and_an_unreadable_table_too() {
+        let host = tempfile::tempdir().unwrap();
+        let e = mounted_on_host(host.path(), &[(253, 0)]).unwrap_err();
+        assert!(matches!(e, Refusal::Unreadable(..)), "{e}");
+        fs::create_dir_all(host.path().join("proc/1")).unwrap();
+        // The host's table as CoreOS's live ISO has it: the ISO on sr0,
+        // a disk's partition mounted by the operator.
+        fs::write(
+            host.path().join("proc/1/mountinfo"),
+            "1 0 0:31 / / rw - overlay overlay rw
+             40 1 11:0 / /run/media/iso ro - iso9660 /dev/sr0 ro
+             52 1 253:3 / /var/mnt rw - xfs /dev/vda3 rw
+",
+        )
+        .unwrap();
+        let e = mounted_on_host(host.path(), &[(253, 0), (253, 3)]).unwrap_err();
+        assert!(e.to_string().contains("/var/mnt on the host"), "{e}");
+        assert!(
+            mounted_on_host(host.path(), &[(11, 0)]).is_err(),
+            "the live ISO"
+        );
+        mounted_on_host(host.path(), &[(253, 16), (253, 17)]).unwrap();
     }
 
     #[test]
