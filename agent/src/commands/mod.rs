@@ -9,6 +9,7 @@ pub mod bootloader;
 pub mod burnin;
 pub mod context;
 pub mod coreos;
+pub mod coreos_host;
 pub mod erase;
 pub mod firmware_state;
 pub mod image;
