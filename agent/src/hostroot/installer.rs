@@ -200,7 +200,12 @@ pub fn install(root: &Path, args: &[String]) -> Result<(), InstallError> {
 /// One run, its output (stdout and stderr in one pipe) logged as it comes.
 pub fn run_once(root: &Path, args: &[String]) -> Result<(), InstallError> {
     let mut cmd = super::command(root, "coreos-installer");
-    cmd.args(args).stdin(std::process::Stdio::null());
+    // Its errors are anyhow's: a backtrace the agent's environment asks
+    // for would replace the error as the last line IPA's text quotes.
+    cmd.args(args)
+        .env_remove("RUST_BACKTRACE")
+        .env_remove("RUST_LIB_BACKTRACE")
+        .stdin(std::process::Stdio::null());
     // One pipe for both streams, so lines keep their order (O_CLOEXEC: only
     // the child's dup'ed stdout and stderr stay open across its exec).
     let (reader, writer) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)

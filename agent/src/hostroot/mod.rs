@@ -8,7 +8,9 @@
 //!
 //! The agent's container carries no tools (not even `chroot`), so
 //! [`command`] makes the chroot itself, in the child just before `exec`;
-//! the program is then looked up in the host's `PATH` directories.
+//! the program is then looked up inside the host's root in the agent's
+//! `PATH` (as `chroot` keeps its caller's), or [`HOST_PATH`] when the
+//! agent has none.
 
 pub mod hostname;
 pub mod installer;
@@ -18,18 +20,20 @@ pub mod systemd;
 use std::path::Path;
 use std::process::Command;
 
-/// `PATH` inside the host's root (CoreOS keeps its tools in `/usr/bin` and
-/// `/usr/sbin`).
+/// `PATH` inside the host's root when the agent has none (CoreOS keeps its
+/// tools in `/usr/bin` and `/usr/sbin`).
 pub const HOST_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
-/// `program` to be run chrooted into `root` (cwd `/`, `PATH` of
-/// [`HOST_PATH`]). A `root` that cannot be entered, or a `program` not
-/// found there, fails the spawn (`NotFound` for a missing program).
+/// `program` to be run chrooted into `root` (cwd `/`). A `root` that
+/// cannot be entered, or a `program` not found there, fails the spawn
+/// (`NotFound` for a missing program).
 #[allow(unsafe_code)]
 pub fn command(root: &Path, program: &str) -> Command {
     use std::os::unix::process::CommandExt;
     let mut cmd = Command::new(program);
-    cmd.env("PATH", HOST_PATH);
+    if std::env::var_os("PATH").is_none() {
+        cmd.env("PATH", HOST_PATH);
+    }
     let root = std::ffi::CString::new(root.as_os_str().as_encoded_bytes())
         .unwrap_or_else(|_| c"/nonexistent-host-root".into());
     // SAFETY: runs in the forked child before exec; it only calls chroot(2)
