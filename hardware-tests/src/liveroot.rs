@@ -1,8 +1,8 @@
 //! A stand-in for the CoreOS live system's root as the agent's container
 //! sees it at `/mnt/coreos`, for `install_coreos`'s container form with
 //! the real `coreos-installer`: a directory holding this machine's `/usr`
-//! and `/etc` (Debian's merged-`/usr` links beside them), its `/dev`,
-//! `/sys` and `/proc`, an empty `/tmp`, a `/run` tmpfs that the test's
+//! and `/etc` (Debian's merged-`/usr` links beside them), its `/sys` and
+//! `/proc`, a `/dev` holding only the test's devices ([`LiveRoot::add_device`]), an empty `/tmp`, a `/run` tmpfs that the test's
 //! own systemd-udevd takes as its `/run` ([`crate::udevd::Udevd::start_with_run`]:
 //! coreos-installer refuses to run without a udev socket, and finds
 //! partition labels in its database), and `/opt/tools`
@@ -11,7 +11,7 @@
 //!
 //! `udevadm` there is a shim in front of the unpacked udev package's: it
 //! first has the kernel add the partitions of the scope's loop devices
-//! (`partx --update`), then runs the real one. This machine's kernel does
+//! (`partx --update`) and makes their nodes, then runs the real one. This machine's kernel does
 //! not make a loop device's partitions on `BLKRRPART` (nor at `losetup
 //! --partscan`; only `BLKPG` adds them, see `LoopDevice::wait_partition`),
 //! which a real disk's does, and coreos-installer re-reads the table and
@@ -35,6 +35,46 @@ use crate::run;
 
 /// Inside the root, where the tools are (put first on `PATH`).
 pub const TOOLS: &str = "/opt/tools";
+
+/// The `udevadm` shim: the scope's loop devices get their partitions from
+/// the kernel (`partx --update`) and their nodes in this root's `/dev`,
+/// then the real `udevadm` runs.
+const SHIM: &str = r#"#!/bin/sh
+# hardware-tests/src/liveroot.rs: the kernel rescan this machine skips
+for f in /sys/block/loop*/loop/backing_file; do
+    case "$(cat "$f" 2>/dev/null)" in
+    '@SCOPE@'/*)
+        d=${f#/sys/block/}; d=${d%%/*}
+        [ -e "/dev/$d" ] && partx --update "/dev/$d" 2>/dev/null
+        for p in /sys/block/"$d"/"$d"p*; do
+            [ -e "$p/dev" ] || continue
+            n=${p##*/}; mm=$(cat "$p/dev")
+            [ -e "/dev/$n" ] || mknod "/dev/$n" b "${mm%:*}" "${mm#*:}"
+        done ;;
+    esac
+done
+exec @TOOLS@/udevadm.real "$@"
+"#;
+
+/// A node at `dst` for the device node `src` (same type and numbers).
+fn mknod_like(src: &Path, dst: &Path) -> Result<()> {
+    use nix::sys::stat::{mknod, Mode, SFlag};
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let m = std::fs::metadata(src).with_context(|| format!("reading {}", src.display()))?;
+    let kind = if m.file_type().is_block_device() {
+        SFlag::S_IFBLK
+    } else {
+        anyhow::ensure!(
+            m.file_type().is_char_device(),
+            "{} is no device",
+            src.display()
+        );
+        SFlag::S_IFCHR
+    };
+    mknod(dst, kind, Mode::from_bits_truncate(0o660), m.rdev())
+        .with_context(|| format!("making {}", dst.display()))?;
+    Ok(())
+}
 
 /// The assembled root; unmounted on drop.
 #[derive(Debug)]
@@ -63,10 +103,19 @@ impl LiveRoot {
         bind(&root, &root)?;
         me.mounted = true;
         run(Command::new("mount").arg("--make-private").arg(&root))?;
-        for d in ["usr", "etc", "dev", "sys", "proc"] {
+        for d in ["usr", "etc", "sys", "proc"] {
             let dst = root.join(d);
             std::fs::create_dir(&dst)?;
             bind(&Path::new("/").join(d), &dst)?;
+        }
+        // Only the test's devices: coreos-installer re-reads the table of
+        // every disk it can open (looking for other `boot` filesystems).
+        std::fs::create_dir(root.join("dev"))?;
+        run(Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "mode=0755", "liveroot-dev"])
+            .arg(root.join("dev")))?;
+        for name in ["null", "zero", "full", "random", "urandom"] {
+            mknod_like(&Path::new("/dev").join(name), &root.join("dev").join(name))?;
         }
         for (link, to) in [
             ("bin", "usr/bin"),
@@ -93,16 +142,7 @@ impl LiveRoot {
         );
         std::fs::write(
             tools.join("udevadm"),
-            format!(
-                "#!/bin/sh\n\
-                 # hardware-tests/src/liveroot.rs: the kernel rescan this machine skips\n\
-                 for f in /sys/block/loop*/loop/backing_file; do\n\
-                 \x20   case \"$(cat \"$f\" 2>/dev/null)\" in '{scope}'/*)\n\
-                 \x20       d=${{f#/sys/block/}}; partx --update \"/dev/${{d%%/*}}\" 2>/dev/null ;;\n\
-                 \x20   esac\n\
-                 done\n\
-                 exec {TOOLS}/udevadm.real \"$@\"\n"
-            ),
+            SHIM.replace("@SCOPE@", scope).replace("@TOOLS@", TOOLS),
         )?;
         std::fs::set_permissions(
             tools.join("udevadm"),
@@ -120,6 +160,13 @@ impl LiveRoot {
             bind(&src, &tools.join(name))?;
         }
         Ok(me)
+    }
+
+    /// Makes `dev` (a block device of this machine) visible in the root's
+    /// `/dev` under its name; its partitions follow through the shim.
+    pub fn add_device(&self, dev: &Path) -> Result<()> {
+        let name = dev.file_name().context("a device path")?;
+        mknod_like(dev, &self.path().join("dev").join(name))
     }
 
     /// Its `/run`, for [`crate::udevd::Udevd::start_with_run`].

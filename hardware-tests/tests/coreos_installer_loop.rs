@@ -2,9 +2,9 @@
 //! `coreos-installer` 0.27 that `ci/install-deps` builds into
 //! `target/tools/bin`, onto a loop device, through the command API. The
 //! agent's `host_root` is a stand-in for the live system's root
-//! ([`LiveRoot`]: this machine's `/usr`, `/etc`, `/dev`, `/sys`, `/proc`,
-//! and the test's own systemd-udevd's `/run/udev`, which coreos-installer
-//! needs), so the tool runs chrooted exactly as in OpenShift's container:
+//! ([`LiveRoot`]: this machine's `/usr`, `/etc`, `/sys`, `/proc`, a `/dev`
+//! with only the test's loop device, and the test's own systemd-udevd's
+//! `/run/udev`, which coreos-installer needs), so the tool runs chrooted exactly as in OpenShift's container:
 //! - an image served without a checksum (`--image-url URL --insecure`):
 //!   the Ignition file (the config drive's `user_data` plus the first-boot
 //!   host name), the kernel arguments in the BLS entry, the image's own
@@ -73,6 +73,7 @@ async fn fixture(label: &str, with_tool: bool) -> Fixture {
     let root = LiveRoot::new(with_tool, scope.path()).unwrap();
     let udevd = Udevd::start_with_run(scope.path(), Some(&root.run_dir())).unwrap();
     let disk = LoopDevice::new_in(scope.path(), 128 * MIB).unwrap();
+    root.add_device(&disk.path).unwrap();
     let api = AgentApi::start(Config {
         mode: RunMode::Host,
         allowed_devices: vec![disk.path.clone()],
