@@ -5,7 +5,8 @@
 //! `instance_info.image_source` and verified; the step's Ignition argument
 //! wins over the config drive's `user_data`; the config drive's
 //! `coreos_append_karg` is used when the step gives none; a cloud-init
-//! user data is refused before the disk is touched.
+//! user data is refused before the disk is touched; an image without a
+//! checksum is written unverified; no image is the ramdisk form's error.
 
 use agent::config::{Config, RunMode};
 use agent::ignition::mount::Mounted;
@@ -147,6 +148,38 @@ async fn install_coreos_writes_the_image_ignition_and_kernel_arguments() {
         .await
         .unwrap();
     assert!(uuids["command_result"]["root uuid"].is_string(), "{uuids}");
+
+    // No checksum: written unverified (coreos-installer's --insecure).
+    let r = api
+        .run(
+            "deploy.execute_deploy_step",
+            step(
+                json!({}),
+                json!({"image_source": server.url("/fcos.raw"),
+                       "configdrive": {"user_data": from_user_data}}),
+            ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r["command_status"], "SUCCEEDED", "{r}");
+    assert_eq!(read("ignition/config.ign"), from_user_data);
+    // No image at all (OpenShift's --offline call): the ramdisk form has
+    // no live image to install, and says so.
+    let r = api
+        .run(
+            "deploy.execute_deploy_step",
+            step(
+                json!({}),
+                json!({"configdrive": {"user_data": from_user_data}}),
+            ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r["command_status"], "FAILED", "{r}");
+    assert_eq!(
+        r["command_error"]["details"],
+        agent::commands::coreos::NO_OFFLINE_IMAGE
+    );
 }
 
 /// `coreos_copy_network`: the ramdisk's network (here a record as init
