@@ -7,7 +7,9 @@
 //! kernel properties of disks and NICs (the UEFI boot entries come from the
 //! caller). Ironic only decodes and stores it (on deploy
 //! failure by default). Each part that cannot be read is replaced by a file
-//! saying why, so the bundle is always produced.
+//! saying why, so the bundle is always produced. In OpenShift's container
+//! form the live system's journal is the part `journal` instead of the
+//! agent's own log ([`crate::hostroot::journal`]).
 
 pub mod memlog;
 pub mod native;
