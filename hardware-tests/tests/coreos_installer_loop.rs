@@ -15,7 +15,8 @@
 //! - a failure after the image copy (an image without a `boot`
 //!   filesystem), an unreachable image and a missing `coreos-installer`:
 //!   IPA's error texts, three tries, and no partition table or signature
-//!   left on the disk.
+//!   left on the disk;
+//! - the log bundle with the host's (here empty) journal.
 //!
 //! The tests share `PATH` and the agent's environment variables, so they
 //! run one at a time ([`SERIAL`]). Run as root, beside the udev suites
@@ -292,4 +293,43 @@ async fn an_unreachable_image_and_a_missing_installer_are_ipas_errors() {
     );
     assert_eq!(log.matches("Executing CoreOS installer").count(), 3);
     assert!(f.server.seen().is_empty(), "nothing was downloaded");
+}
+
+/// The log bundle in the container form: the host's journal through the
+/// chrooted `journalctl`. This machine keeps no journal, so it prints only
+/// `-- No entries --`: logged as upstream logs it, the part left out and
+/// the agent's own log kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_without_a_journal_keeps_the_agents_log_in_the_bundle() {
+    use base64::Engine;
+    let _serial = SERIAL.lock().await;
+    let f = fixture("boot", false).await;
+    let r = f
+        .api
+        .run("log.collect_system_logs", json!({}))
+        .await
+        .unwrap();
+    assert_eq!(r["command_status"], "SUCCEEDED", "{r}");
+    let gz = base64::engine::general_purpose::STANDARD
+        .decode(r["command_result"]["system_logs"].as_str().unwrap())
+        .unwrap();
+    let mut tar = Vec::new();
+    std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&gz[..]), &mut tar).unwrap();
+    // ustar: each header's name is its first 100 bytes.
+    let names: Vec<String> = tar
+        .chunks(512)
+        .filter(|h| h.len() == 512 && &h[257..262] == b"ustar")
+        .map(|h| {
+            String::from_utf8_lossy(&h[..100])
+                .trim_end_matches('\0')
+                .to_string()
+        })
+        .collect();
+    assert!(names.contains(&"agent.log".to_string()), "{names:?}");
+    assert!(!names.contains(&"journal".to_string()), "{names:?}");
+    let log = String::from_utf8_lossy(&agent::logs::memlog::snapshot()).into_owned();
+    assert!(
+        log.contains("Abnormally small journalctl output: -- No entries --"),
+        "{log}"
+    );
 }
