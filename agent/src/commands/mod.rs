@@ -5,6 +5,7 @@
 //! and the history that runs it) is [`crate::command`], below the agent's
 //! state; the handlers here take the state.
 
+pub mod assisted;
 pub mod bootloader;
 pub mod burnin;
 pub mod context;

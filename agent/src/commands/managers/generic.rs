@@ -131,7 +131,7 @@ pub static STEPS: &[Step] = &[
         abortable: false,
         reboot_requested: false,
         argsinfo: &[],
-        prepare: |c, _| typed(c, crate::commands::coreos_host::start_assisted_install),
+        prepare: |c, _| typed(c, crate::commands::assisted::start_assisted_install),
     },
     Step {
         name: "erase_devices_metadata",
