@@ -40,9 +40,15 @@ esac
 out=${1:-$default_out}
 shift || true
 mkdir -p "$cache" target/ramdisk-cache
+# Each phase is named on stderr as it starts: a log's last line (ci/demo
+# shows it while it waits) then says what the build is doing, not the last
+# thing a download printed minutes ago.
+phase() { echo "build.sh: $*" >&2; }
+[ -n "${AGENT_BIN:-}" ] || phase "building the static agent (release, $arch)"
 agent=${AGENT_BIN:-$(image-builder/build-agent.sh --arch "$arch")}
 
 export DEB_ARCH=$deb
+phase "fetching Debian's kernel, busybox, ssh, mkfs tools, crun, firmware and boot chain ($deb)"
 fetched=$(image-builder/fetch-kernel.sh "$cache")
 kroot=$(sed -n 1p <<<"$fetched")
 busybox=$(sed -n 2p <<<"$fetched")
@@ -62,6 +68,7 @@ if [ ${#managers[@]} -ne 0 ]; then
     [ "$arch" = x86_64 ] || { echo "build.sh: --managers stages x86_64 libraries only" >&2; exit 1; }
     image-builder/stage-managers.sh "$mdir" "$cache/managers-root"
 fi
+phase "assembling the ramdisk's tree and compressing its initramfs (image-builder)"
 cargo run --release --locked -q -p image-builder -- build --out "$out" --arch "$arch" \
     --kernel-root "$kroot" --agent "$agent" --busybox "$busybox" \
     --extra-root "$ssh" --extra-root "$mkfs" --extra-root "$crun" --firmware-root "$firmware" \

@@ -541,11 +541,20 @@ impl<C: Conductor> Session<C> {
                     next = next.min(earliest);
                 }
                 AgentEvent::Power(action) => {
-                    if self.state.config.mode == RunMode::Ramdisk {
-                        if let Some(server) = &self.server {
-                            server.stop();
+                    match (self.state.config.mode, &self.state.config.host_root) {
+                        (RunMode::Ramdisk, _) => {
+                            if let Some(server) = &self.server {
+                                server.stop();
+                            }
+                            power::act(action);
                         }
-                        power::act(action);
+                        (RunMode::Container, Some(host)) => {
+                            if let Some(server) = &self.server {
+                                server.stop();
+                            }
+                            power::act_from_container(action, host);
+                        }
+                        _ => {}
                     }
                     self.state.reset_as_after_reboot();
                     tracing::info!("agent reset as after a reboot; looking the node up again");
@@ -565,7 +574,7 @@ impl<C: Conductor> Session<C> {
                             tokio::time::sleep(Duration::from_millis(200)).await;
                             std::process::exit(0);
                         }
-                        RunMode::Host => std::future::pending::<()>().await,
+                        RunMode::Host | RunMode::Container => std::future::pending::<()>().await,
                     }
                 }
                 AgentEvent::Lockdown => {

@@ -1,6 +1,8 @@
 //! Powering the machine off or rebooting it — only ever inside the deploy
-//! ramdisk. Outside it (host mode) power actions are simulated by the caller
-//! and this module refuses to act, whatever the configuration says.
+//! ramdisk, or from OpenShift's `ironic-agent` container on a CoreOS live
+//! host ([`act_from_container`]). Elsewhere (host mode) power actions are
+//! simulated by the caller and this module refuses to act, whatever the
+//! configuration says.
 
 use crate::state::PowerAction;
 
@@ -58,5 +60,54 @@ fn freeze_md_sync() {
                 tracing::warn!(device = %e.file_name().to_string_lossy(), "freezing the RAID resync: {err}");
             }
         }
+    }
+}
+
+/// The kernel's magic SysRq trigger: `o` powers off, `b` reboots, at once.
+pub const SYSRQ_TRIGGER: &str = "/proc/sysrq-trigger";
+
+/// Powers the host off or reboots it from OpenShift's `ironic-agent`
+/// container, whose PID 1 is the agent in its own PID namespace (where
+/// reboot(2) only ends the namespace): as IPA 13 does there, after a sync
+/// through the SysRq trigger (`standby._run_shutdown_command` runs
+/// `poweroff`/`reboot`, which fail without systemd in the container, then
+/// writes `o`/`b` to `/proc/sysrq-trigger`). Acts only when the host root
+/// still shows a CoreOS live system; returns only if it did not act.
+pub fn act_from_container(action: PowerAction, host_root: &std::path::Path) {
+    if !crate::config::container::is_live(host_root) {
+        tracing::error!(
+            ?action,
+            host_root = %host_root.display(),
+            marker = crate::config::container::LIVE_MARKER,
+            "refusing to power the host: it is not a CoreOS live system"
+        );
+        return;
+    }
+    freeze_md_sync();
+    nix::unistd::sync();
+    if let Err(e) = std::fs::write(SYSRQ_TRIGGER, sysrq_key(action)) {
+        tracing::error!(?action, "writing {SYSRQ_TRIGGER}: {e}");
+    }
+}
+
+/// The SysRq key of an action.
+pub fn sysrq_key(action: PowerAction) -> &'static str {
+    match action {
+        PowerAction::PowerOff => "o",
+        PowerAction::Reboot => "b",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sysrq_keys_as_ipa_writes_them() {
+        // The refusal on a host that is not live is tested through the
+        // container itself (hardware-tests/tests/container_form.rs), never
+        // by calling the power path in a unit test.
+        assert_eq!(sysrq_key(PowerAction::PowerOff), "o");
+        assert_eq!(sysrq_key(PowerAction::Reboot), "b");
     }
 }

@@ -4,7 +4,8 @@
 //! [`cpio`] writes reproducible newc archives, [`firmware`] picks the
 //! blobs the drivers name, [`assemble`] puts the
 //! deploy initramfs together, [`bootchain`] writes the signed Secure Boot
-//! network boot chain (shim, GRUB, grub.cfg). The `image-builder` binary drives them; the
+//! network boot chain (shim, GRUB, grub.cfg), [`oci`] the agent's OCI
+//! image for OpenShift's `ironic-agent` unit. The `image-builder` binary drives them; the
 //! test disk image in `hardware-tests` reuses `kernel` and `cpio`.
 
 pub mod arch;
@@ -14,3 +15,4 @@ pub mod cpio;
 pub mod firmware;
 pub mod kernel;
 pub mod metal3;
+pub mod oci;

@@ -1,5 +1,7 @@
 //! `image-builder build --out DIR …`: the deploy ramdisk (kernel, initramfs
-//! with the static agent as PID 1, iPXE script), reproducibly.
+//! with the static agent as PID 1, iPXE script), reproducibly; and
+//! `image-builder oci --out DIR --agent BIN`: the agent's OCI image for
+//! OpenShift's `ironic-agent` unit ([`image_builder::oci`]).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -23,6 +25,26 @@ enum Cmd {
     /// the same under Metal3's names (ironic-python-agent.kernel,
     /// .initramfs, .tar, .tar.gz; ironic-python-agent_aarch64.* for aarch64).
     Build(BuildArgs),
+    /// Write DIR/oci (an OCI image layout, tag `latest`),
+    /// DIR/ironic-agent.oci.tar and DIR/ironic-agent.docker.tar: the agent as
+    /// OpenShift's `ironic-agent` container (entrypoint `agent container`).
+    Oci(OciArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct OciArgs {
+    /// Output directory.
+    #[arg(long)]
+    out: PathBuf,
+    /// The static x86_64 agent (image-builder/build-agent.sh).
+    #[arg(long)]
+    agent: PathBuf,
+    /// The static aarch64 agent: both under one image index.
+    #[arg(long)]
+    agent_aarch64: Option<PathBuf>,
+    /// CA bundle to include (default: the build host's, if any).
+    #[arg(long)]
+    ca_bundle: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -88,7 +110,10 @@ fn main() -> std::process::ExitCode {
 }
 
 fn run(cli: Cli) -> Result<()> {
-    let Cmd::Build(args) = cli.command;
+    let args = match cli.command {
+        Cmd::Build(args) => args,
+        Cmd::Oci(args) => return oci(&args),
+    };
     std::fs::create_dir_all(&args.out)?;
     let root = match (&args.kernel_root, &args.kernel_package) {
         (Some(r), _) => r.clone(),
@@ -290,6 +315,49 @@ pub fn elf_is_dynamic(path: &Path) -> Result<bool> {
         }
     }
     Ok(false)
+}
+
+fn oci(args: &OciArgs) -> Result<()> {
+    let mut inputs = vec![image_builder::oci::Input {
+        arch: Arch::X86_64,
+        agent: args.agent.clone(),
+    }];
+    if let Some(a) = &args.agent_aarch64 {
+        inputs.push(image_builder::oci::Input {
+            arch: Arch::Aarch64,
+            agent: a.clone(),
+        });
+    }
+    for i in &inputs {
+        if elf_is_dynamic(&i.agent)? {
+            bail!(
+                "{} is dynamically linked; build it with image-builder/build-agent.sh",
+                i.agent.display()
+            );
+        }
+    }
+    let ca = args.ca_bundle.clone().or_else(|| {
+        let p = PathBuf::from("/etc/ssl/certs/ca-certificates.crt");
+        p.exists().then_some(p)
+    });
+    std::fs::create_dir_all(&args.out)?;
+    let r = image_builder::oci::write(&args.out, &inputs, ca.as_deref())?;
+    let mib = |b: u64| b as f64 / (1 << 20) as f64;
+    for (arch, digest, layer) in &r.images {
+        println!(
+            "image {arch} {digest} layer {layer} ({:.1} MiB compressed)",
+            mib(*layer)
+        );
+    }
+    println!("tag {} -> {}", image_builder::oci::TAG, r.tag_digest);
+    println!(
+        "size oci-archive {} ({:.1} MiB), docker-archive {} ({:.1} MiB)",
+        r.oci_archive_bytes,
+        mib(r.oci_archive_bytes),
+        r.docker_archive_bytes,
+        mib(r.docker_archive_bytes)
+    );
+    Ok(())
 }
 
 #[cfg(test)]

@@ -1,10 +1,12 @@
-//! Command-line interface: `agent serve` (host mode daemon), `agent demo`
+//! Command-line interface: `agent serve` (host mode daemon), `agent
+//! container` (OpenShift's `ironic-agent` container), `agent demo`
 //! (the agent driven by the built-in test conductor), and the console tools
 //! of the debug shell: `agent write-image`, `agent erase`, `agent status`,
 //! `agent lookup`, `agent inventory`, `agent root-disk`, and `agent json-get`
 //! for executable steps' scripts. Flags override the
 //! kernel command line, which is read from `/proc/cmdline` or `--cmdline-file`.
 
+pub mod container;
 pub mod erase;
 pub mod json_get;
 pub mod lookup;
@@ -38,6 +40,10 @@ pub enum Command {
     /// Run the agent on an ordinary machine (host mode): only devices given
     /// with --allow-device are written; power actions are simulated.
     Serve(ServeArgs),
+    /// Run as OpenShift's `ironic-agent` container on a CoreOS live system
+    /// (the OCI image's entrypoint): IPA's configuration files, the host's
+    /// root at /mnt/coreos; on a host that is not live, as `serve`.
+    Container(container::ContainerArgs),
     /// Show the agent being driven by the built-in test conductor: a manual
     /// clean with erase_devices_metadata on a scratch disk image (only in
     /// builds with the `test-conductor` feature, never in the ramdisk).
@@ -225,6 +231,7 @@ pub async fn run(cli: Cli) -> Result<()> {
             let config = host_config(&args, cli.debug)?;
             crate::agent::run(config).await
         }
+        Command::Container(args) => container::run(&args, cli.debug).await,
         #[cfg(feature = "test-conductor")]
         Command::Demo(args) => crate::testconductor::demo::run(args.workdir).await,
         Command::WriteImage(args) => write_image::run(args).await,

@@ -69,7 +69,7 @@ fn finish<R: Serialize>(state: &AgentState, node: &Value, key: &str, report: &R)
     tracing::info!(result = %v, "burn-in report");
     if let Some(path) = knob(node, key).and_then(Value::as_str) {
         match state.config.mode {
-            RunMode::Ramdisk => {
+            RunMode::Ramdisk | RunMode::Container => {
                 if let Err(e) = std::fs::write(path, format!("{v:#}\n")) {
                     tracing::warn!(%key, path, "cannot write the burn-in report: {e}");
                 }
@@ -118,7 +118,7 @@ fn memory_bytes(node: &Value, mode: RunMode, available: u64) -> Result<u64, Burn
         None => knobs::bytes(key, &Value::from("98%"), available)?,
     };
     let limit = match mode {
-        RunMode::Ramdisk => available.saturating_sub(MEMORY_RESERVE),
+        RunMode::Ramdisk | RunMode::Container => available.saturating_sub(MEMORY_RESERVE),
         RunMode::Host => (available as f64 * HOST_MEMORY_SHARE) as u64,
     };
     if asked > limit {

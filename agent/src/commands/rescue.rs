@@ -87,6 +87,14 @@ pub async fn finalize_rescue(state: Arc<AgentState>, p: FinalizeRescue) -> Outco
                 }
             }
         }
+        RunMode::Container => {
+            // The container's accounts are not the host's, and the host's
+            // are CoreOS's (Ignition's): nothing to log in to.
+            return Outcome::Failed(CommandError::new(
+                ErrorKind::CommandExecution,
+                "Rescue is not supported by the agent's container form (OpenShift's ironic-agent): it has no login of its own and does not change the host's accounts".to_string(),
+            ));
+        }
         RunMode::Host => tracing::warn!(
             user = account::USER,
             scheme,

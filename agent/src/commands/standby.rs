@@ -109,6 +109,10 @@ async fn power(state: Arc<AgentState>, action: PowerAction) -> Outcome {
             );
         }
         RunMode::Ramdisk => tracing::info!(?action, "powering the machine"),
+        RunMode::Container => tracing::info!(
+            ?action,
+            "powering the host through /proc/sysrq-trigger (as IPA 13 in its container)"
+        ),
     }
     let s = state.clone();
     tokio::spawn(async move {

@@ -48,6 +48,9 @@ pub async fn lock_down_and_idle(mode: RunMode) -> ! {
         RunMode::Host => tracing::warn!(
             "host mode: this machine's network interfaces are left up; the agent idles"
         ),
+        RunMode::Container => tracing::warn!(
+            "container: the host's network interfaces are left up (the image carries no `ip`); the agent idles"
+        ),
     }
     std::future::pending::<()>().await;
     unreachable!("pending never completes")

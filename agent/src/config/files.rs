@@ -8,7 +8,10 @@
 //! Read, later overriding earlier: `/etc/ironic-python-agent.conf`,
 //! `/etc/ironic-python-agent/ironic-python-agent.conf`, then every `*.conf`
 //! in `/etc/ironic-python-agent.d/` in name order (oslo.config's
-//! `--config-dir`, which IPA's service uses).
+//! `--config-dir`, which IPA's service uses). In OpenShift's container
+//! ([`read_in_container`]) also every `*.conf` in `/etc/ironic-python-agent/`
+//! first: that image's entrypoint is `ironic-python-agent --config-dir
+//! /etc/ironic-python-agent`, where the unit mounts `ignition.conf`.
 
 use std::path::{Path, PathBuf};
 
@@ -22,6 +25,10 @@ pub const FILES: [&str; 2] = [
 
 /// The configuration directory, relative to the root.
 pub const DIR: &str = "etc/ironic-python-agent.d";
+
+/// The configuration directory of OpenShift's `ironic-agent` image,
+/// relative to the root (its entrypoint's `--config-dir`).
+pub const CONTAINER_DIR: &str = "etc/ironic-python-agent";
 
 /// Largest configuration file read.
 const MAX_FILE_BYTES: u64 = 1 << 20;
@@ -51,23 +58,43 @@ impl FileOptions {
 
 /// The files under `root` that are read, in order.
 pub fn paths(root: &Path) -> Vec<PathBuf> {
+    paths_with(root, &[DIR])
+}
+
+/// [`FILES`] under `root`, then every `*.conf` of each of `dirs` in name
+/// order (a file already listed is not read twice).
+fn paths_with(root: &Path, dirs: &[&str]) -> Vec<PathBuf> {
     let mut out: Vec<PathBuf> = FILES.iter().map(|f| root.join(f)).collect();
-    let mut dir: Vec<PathBuf> = std::fs::read_dir(root.join(DIR))
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|e| e == "conf"))
-        .collect();
-    dir.sort();
-    out.extend(dir);
+    for d in dirs {
+        let mut dir: Vec<PathBuf> = std::fs::read_dir(root.join(d))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|e| e == "conf"))
+            .filter(|p| !out.contains(p))
+            .collect();
+        dir.sort();
+        out.extend(dir);
+    }
     out
 }
 
 /// Reads the configuration files under `root` (`/` in the ramdisk).
 pub fn read(root: &Path) -> FileOptions {
+    read_paths(paths(root))
+}
+
+/// Reads them as the agent in OpenShift's container does: [`FILES`], every
+/// `*.conf` in [`CONTAINER_DIR`] (IPA's `00-defaults.conf`, the unit's
+/// `ignition.conf`), then [`DIR`], later files overriding earlier ones.
+pub fn read_in_container(root: &Path) -> FileOptions {
+    read_paths(paths_with(root, &[CONTAINER_DIR, DIR]))
+}
+
+fn read_paths(paths: Vec<PathBuf>) -> FileOptions {
     let mut out = FileOptions::default();
-    for path in paths(root) {
+    for path in paths {
         let text = match std::fs::metadata(&path) {
             Err(_) => continue,
             Ok(m) if !m.is_file() || m.len() > MAX_FILE_BYTES => {
@@ -209,6 +236,61 @@ mod tests {
         assert_eq!(p.get("ipa-api-url"), Some("https://10.0.0.1:6385"));
         assert_eq!(p.get("ipa-insecure"), Some("false"));
         assert_eq!(p.get("ipa-debug"), Some("1"));
+    }
+
+    #[test]
+    fn the_container_reads_its_config_dir_in_name_order_before_the_d_dir() {
+        let root = tempfile::tempdir().unwrap();
+        let c = root.path().join(CONTAINER_DIR);
+        std::fs::create_dir_all(&c).unwrap();
+        std::fs::create_dir_all(root.path().join(DIR)).unwrap();
+        // As OpenShift's unit mounts it, beside IPA's image defaults.
+        std::fs::write(
+            c.join("ignition.conf"),
+            "[DEFAULT]\napi_url = http://10.0.0.1:6385\ninsecure = True\n",
+        )
+        .unwrap();
+        std::fs::write(
+            c.join("00-defaults.conf"),
+            "[DEFAULT]\napi_url = http://defaults:6385\nlisten_port = 9998\n",
+        )
+        .unwrap();
+        std::fs::write(c.join("ironic.crt"), "not a conf file").unwrap();
+        std::fs::write(
+            c.join(FILES[1].rsplit('/').next().unwrap()),
+            "[DEFAULT]\ndebug = 1\n",
+        )
+        .unwrap();
+        std::fs::write(
+            root.path().join(DIR).join("late.conf"),
+            "[DEFAULT]\nlisten_port = 9997\n",
+        )
+        .unwrap();
+        let o = read_in_container(root.path());
+        let done: Vec<&str> = o
+            .notes
+            .iter()
+            .filter(|n| n.ends_with(": read"))
+            .map(String::as_str)
+            .collect();
+        assert_eq!(done.len(), 4, "each file once: {done:?}");
+        let mut p = KernelParams::parse("ipa-api-url=http://kernel:6385");
+        o.apply_to(&mut p);
+        assert_eq!(
+            p.get("ipa-api-url"),
+            Some("http://10.0.0.1:6385"),
+            "ignition.conf after 00-defaults.conf"
+        );
+        assert_eq!(
+            p.get("ipa-listen-port"),
+            Some("9997"),
+            "the .d directory last"
+        );
+        assert_eq!(p.get("ipa-insecure"), Some("True"));
+        // The ramdisk's reading is unchanged: not the container directory.
+        let mut p = KernelParams::parse("");
+        read(root.path()).apply_to(&mut p);
+        assert_eq!(p.get("ipa-api-url"), None);
     }
 
     #[test]

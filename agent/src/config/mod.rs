@@ -7,6 +7,7 @@
 //! value is logged once and the default kept.
 
 pub mod cmdline;
+pub mod container;
 pub mod files;
 pub mod groups;
 pub mod ipa_params;
@@ -57,6 +58,12 @@ pub enum RunMode {
     /// Running on an ordinary machine: only `--allow-device` devices may be
     /// written; power actions are simulated.
     Host,
+    /// OpenShift's `ironic-agent` container on a CoreOS live system (the
+    /// host root, [`Config::host_root`], carries [`container::LIVE_MARKER`]):
+    /// may write any disk the host has not mounted, powers the host off or
+    /// reboots it as IPA 13 does in that container (`agent/docs/container-form.md`).
+    /// A container on any other host runs in [`RunMode::Host`].
+    Container,
 }
 
 /// Everything the agent needs to know at start.
@@ -568,12 +575,21 @@ pub const VMEDIA_PARAMS: &str = "etc/ironic-python-agent/vmedia-parameters.txt";
 /// floppy (they win over the kernel's, as in IPA), then IPA's configuration
 /// files ([`files`]), which win over both.
 pub fn merge_local(params: &mut KernelParams, root: &std::path::Path) -> files::FileOptions {
+    merge_local_with(params, root, files::read)
+}
+
+/// [`merge_local`] with the files `read_files` reads under `root`.
+fn merge_local_with(
+    params: &mut KernelParams,
+    root: &std::path::Path,
+    read_files: fn(&std::path::Path) -> files::FileOptions,
+) -> files::FileOptions {
     if let Ok(text) = std::fs::read_to_string(root.join(VMEDIA_PARAMS)) {
         for (k, v) in KernelParams::parse(&text).iter() {
             params.set(k, v);
         }
     }
-    let f = files::read(root);
+    let f = read_files(root);
     f.apply_to(params);
     f
 }
@@ -587,8 +603,17 @@ pub fn load(
     cmdline: Option<&std::path::Path>,
     root: Option<&std::path::Path>,
 ) -> anyhow::Result<Config> {
+    load_with(cmdline, root, files::read)
+}
+
+/// [`load`] with the configuration files `read_files` reads under `root`.
+fn load_with(
+    cmdline: Option<&std::path::Path>,
+    root: Option<&std::path::Path>,
+    read_files: fn(&std::path::Path) -> files::FileOptions,
+) -> anyhow::Result<Config> {
     let mut params = read_kernel_params(cmdline)?;
-    let files = root.map(|r| merge_local(&mut params, r));
+    let files = root.map(|r| merge_local_with(&mut params, r, read_files));
     let (mut config, errors) = Config::from_kernel_params(&params);
     for e in errors {
         tracing::warn!("{e}");

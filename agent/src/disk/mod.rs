@@ -40,6 +40,10 @@ pub enum Refusal {
     /// Host mode and the device was not allowed explicitly.
     #[error("{0} was not given with --allow-device; outside the deploy ramdisk only allowed devices are written")]
     NotAllowed(String),
+    /// The agent's container on a host that is not a CoreOS live system,
+    /// and the device was not allowed explicitly.
+    #[error("{0} was not given with --allow-device, and the host is not a CoreOS live system ({1} is missing): the container writes only allowed devices there")]
+    NotLive(String, String),
     /// Mounted (itself or a partition).
     #[error("{0} is mounted at {1}")]
     Mounted(String, String),
@@ -126,6 +130,10 @@ pub struct WritePolicy {
     mode: RunMode,
     allowed: Vec<PathBuf>,
     proc_root: PathBuf,
+    /// In the agent's container, the host's root: its mounts (those of the
+    /// host's PID 1, `proc/1/mountinfo` under it) are checked as well as
+    /// the container's own, and its live marker named in refusals.
+    host_root: Option<PathBuf>,
 }
 
 /// The kernel names (`loop3`) of the allowed devices that exist: in host
@@ -150,6 +158,7 @@ impl WritePolicy {
                 .map(|p| fs::canonicalize(p).unwrap_or_else(|_| p.clone()))
                 .collect(),
             proc_root: PathBuf::from("/proc"),
+            host_root: config.host_root.clone(),
         }
     }
 
@@ -162,7 +171,15 @@ impl WritePolicy {
     pub fn check(&self, dev: &Device) -> Result<(), Refusal> {
         let display = dev.path.display().to_string();
         if self.mode == RunMode::Host && !self.is_allowed(dev) {
-            return Err(Refusal::NotAllowed(display));
+            return Err(match &self.host_root {
+                Some(h) => Refusal::NotLive(
+                    display,
+                    h.join(crate::config::container::LIVE_MARKER)
+                        .display()
+                        .to_string(),
+                ),
+                None => Refusal::NotAllowed(display),
+            });
         }
         let Some(devno) = dev.devno else {
             // Regular files stand in for disks only in host mode tests.
@@ -178,6 +195,17 @@ impl WritePolicy {
             .map_err(|e| Refusal::Unreadable("/proc/self/mountinfo".into(), e.to_string()))?;
         if let Some(mnt) = mounted_at(&mountinfo, &family) {
             return Err(Refusal::Mounted(display, mnt));
+        }
+        if let Some(host) = &self.host_root {
+            // The container sees the host's mounts made after it started
+            // only through the host's own /proc (bound under the host root;
+            // its PID 1 is the host's init). Unreadable: refused.
+            let path = host.join("proc/1/mountinfo");
+            let host_mounts = fs::read_to_string(&path)
+                .map_err(|e| Refusal::Unreadable(path.display().to_string(), e.to_string()))?;
+            if let Some(mnt) = mounted_at(&host_mounts, &family) {
+                return Err(Refusal::Mounted(display, format!("{mnt} on the host")));
+            }
         }
         let swaps = fs::read_to_string(self.proc_root.join("swaps")).unwrap_or_default();
         for line in swaps.lines().skip(1) {
@@ -282,8 +310,16 @@ pub fn whole_disks(sys_root: &Path) -> Result<Vec<PathBuf>> {
 /// every whole disk in the ramdisk.
 pub fn erasable_disks(policy: &WritePolicy) -> Result<Vec<PathBuf>> {
     match policy.mode {
-        RunMode::Host => Ok(policy.allowed.clone()),
-        RunMode::Ramdisk => whole_disks(Path::new("/sys")),
+        RunMode::Host => match &policy.host_root {
+            // The agent's container on a host that is not live: refuse
+            // rather than erase nothing and report success.
+            Some(h) if policy.allowed.is_empty() => anyhow::bail!(
+                "the host is not a CoreOS live system ({} is missing): the agent's container writes no disk there unless one is given with --allow-device",
+                h.join(crate::config::container::LIVE_MARKER).display()
+            ),
+            _ => Ok(policy.allowed.clone()),
+        },
+        RunMode::Ramdisk | RunMode::Container => whole_disks(Path::new("/sys")),
     }
 }
 
@@ -317,7 +353,7 @@ pub fn md_devices(sys_root: &Path) -> Vec<PathBuf> {
 /// mode only the allowed devices.
 pub fn erasable_devices(policy: &WritePolicy) -> Result<Vec<PathBuf>> {
     let mut out = erasable_disks(policy)?;
-    if policy.mode == RunMode::Ramdisk {
+    if matches!(policy.mode, RunMode::Ramdisk | RunMode::Container) {
         out.extend(md_devices(Path::new("/sys")));
     }
     Ok(out)
@@ -423,6 +459,36 @@ mod tests {
         assert!(err.to_string().contains("--allow-device"));
         config.allowed_devices = vec![f.clone()];
         WritePolicy::from_config(&config).check(&dev).unwrap();
+    }
+
+    #[test]
+    fn the_container_on_a_host_that_is_not_live_names_the_missing_marker() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("disk.img");
+        fs::write(&f, [0u8; 4096]).unwrap();
+        let config = Config {
+            host_root: Some(dir.path().join("host")),
+            ..Config::default()
+        };
+        let err = WritePolicy::from_config(&config)
+            .check(&Device::open(&f).unwrap())
+            .unwrap_err();
+        assert!(matches!(err, Refusal::NotLive(..)), "{err}");
+        assert!(
+            err.to_string().contains("host/run/ostree-live is missing"),
+            "{err}"
+        );
+        // The erase steps refuse too, rather than erase nothing.
+        let e = erasable_disks(&WritePolicy::from_config(&config)).unwrap_err();
+        assert!(e.to_string().contains("not a CoreOS live system"), "{e}");
+        let allowed = Config {
+            allowed_devices: vec![f.clone()],
+            ..config
+        };
+        assert_eq!(
+            erasable_disks(&WritePolicy::from_config(&allowed)).unwrap(),
+            [f]
+        );
     }
 
     #[test]

@@ -389,6 +389,18 @@ impl TestConductor {
             .map(Some)
     }
 
+    /// Sends one command to the node's agent as Ironic does (token and
+    /// certificate from the last heartbeat) and waits for its answer, e.g.
+    /// `standby.power_off` as Ironic sends it at a deploy's end.
+    pub async fn agent_command(&self, uuid: &str, name: &str, params: Value) -> Result<Value> {
+        let Some(node) = self.node(uuid) else {
+            bail!("no node {uuid}");
+        };
+        agent_client::AgentClient::new(&node)?
+            .run(&self.inner, name, params, true)
+            .await
+    }
+
     /// Starts a rescue (Ironic's `agent` rescue interface): the node powers
     /// on into the ramdisk and waits (`rescue wait`); the agent's first
     /// heartbeat brings `rescue.finalize_rescue` with `password_hash` (a
