@@ -42,6 +42,7 @@ pub const LAYERS: &[(&str, &[&str])] = &[
             "collectors",
             "disk",
             "hints",
+            "hostroot",
             "inventory",
             "lldp",
             "lockdown",

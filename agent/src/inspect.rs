@@ -114,6 +114,7 @@ pub fn managers(config: &Config) -> Value {
 pub fn live_options(config: &Config) -> Options {
     let mut o = Options::live(config.bootif.clone());
     o.extra_disks = crate::disk::allowed_kernel_names(config);
+    o.filter_usb_nics = config.host_root.is_some();
     o
 }
 
@@ -228,8 +229,13 @@ pub async fn collect(config: &Config, opts: &Options) -> Value {
     // Last, as IPA asks of its `logs` collector, so the bundle holds the
     // log lines of everything above. Its failures are only logged (IPA).
     if wants("logs") {
-        match tokio::task::spawn_blocking(|| {
-            crate::logs::bundle(false, &crate::uefi::efivars::log_part())
+        let host_root = config.host_root.clone();
+        match tokio::task::spawn_blocking(move || {
+            crate::logs::bundle(
+                false,
+                host_root.as_deref(),
+                &crate::uefi::efivars::log_part(),
+            )
         })
         .await
         {

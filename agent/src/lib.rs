@@ -14,7 +14,9 @@
 //!    [`rtc`] (the hardware clock), [`metrics`] (statsd timers),
 //!    [`bootphases`] (the seconds since boot of each start-up phase).
 //! 2. Hardware and devices: [`inventory`] (what the machine is) with its
-//!    [`collectors`], [`hints`] (which disk is the root device), [`lldp`]
+//!    [`collectors`], [`hints`] (which disk is the root device),
+//!    [`hostroot`] (the live system's root when the agent is OpenShift's
+//!    container: its tools run chrooted), [`lldp`]
 //!    (which switch port each NIC sees), [`disk`] (device policy, partition
 //!    tables, erasing), [`logs`] (the agent's log and the system log
 //!    bundle), [`netconf`] (NICs up by DHCP in the ramdisk, or as
@@ -66,6 +68,7 @@ pub mod errfmt;
 pub mod exec_steps;
 pub mod grub;
 pub mod hints;
+pub mod hostroot;
 pub mod ignition;
 pub mod image;
 pub mod init;

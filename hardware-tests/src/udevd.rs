@@ -90,7 +90,11 @@ exec mount --bind "/run/realdev/$k" "/dev/$k"
 
 const SETUP: &str = r#"set -eu
 rules=$1 bin=$2
-mount -t tmpfs -o mode=0755 agent-test-run /run
+if [ -n "${AGENT_TEST_RUN:-}" ]; then
+    mount --bind "$AGENT_TEST_RUN" /run
+else
+    mount -t tmpfs -o mode=0755 agent-test-run /run
+fi
 mkdir -p /run/realdev /run/udev/rules.d
 mount --bind /dev /run/realdev
 mount -t tmpfs -o mode=0755 agent-test-dev /dev
@@ -106,6 +110,14 @@ impl Udevd {
     /// Starts systemd-udevd for the loop devices whose backing files lie
     /// under `scope` (an absolute path without symbolic links).
     pub fn start(scope: &Path) -> Result<Self> {
+        Self::start_with_run(scope, None)
+    }
+
+    /// [`Udevd::start`], with `run` (a private tmpfs mount of the caller's)
+    /// as its `/run` instead of a fresh tmpfs: its control socket and
+    /// database are then also seen there, by tools chrooted into a root
+    /// holding `run` (hardware-tests/src/liveroot.rs).
+    pub fn start_with_run(scope: &Path, run: Option<&Path>) -> Result<Self> {
         let bin = binary()
             .context("no systemd-udevd: run ci/udev/install.sh (or set AGENT_TEST_UDEVD)")?;
         let scope = scope
@@ -135,6 +147,10 @@ impl Udevd {
             ])
             .arg(&rules_file)
             .arg(&bin)
+            .env(
+                "AGENT_TEST_RUN",
+                run.map(Path::as_os_str).unwrap_or_default(),
+            )
             .env("SYSTEMD_LOG_LEVEL", "debug")
             .env("SYSTEMD_LOG_TARGET", "console")
             .stdin(Stdio::null())

@@ -5,22 +5,18 @@
 //! `instance_info.image_source` and verified; the step's Ignition argument
 //! wins over the config drive's `user_data`; the config drive's
 //! `coreos_append_karg` is used when the step gives none; a cloud-init
-//! user data is refused before the disk is touched.
-
-use std::path::Path;
-use std::process::Command;
+//! user data is refused before the disk is touched; an image without a
+//! checksum is written unverified; no image is the ramdisk form's error.
 
 use agent::config::{Config, RunMode};
 use agent::ignition::mount::Mounted;
 use agent::testconductor::image_server::{Fault, ImageServer};
 use hardware_tests::agentapi::AgentApi;
+use hardware_tests::coreosimage::{coreos_image, BLS, STAMP};
 use hardware_tests::loopdev::LoopDevice;
-use hardware_tests::run;
 use serde_json::{json, Value};
 
 const MIB: u64 = 1 << 20;
-const STAMP: &str = "set ignition_network_kcmdline='ip=dhcp'\n";
-const BLS: &str = "title Fedora CoreOS 42\nversion 1\nlinux /ostree/fedora-coreos/vmlinuz\ninitrd /ostree/fedora-coreos/initramfs.img\noptions $ignition_firstboot root=UUID=abc rw ostree=/ostree/boot.1/fedora-coreos/0\n";
 
 /// The CoreOS-like image served at `/fcos.raw`, and a loop device for it.
 struct Fixture {
@@ -34,7 +30,7 @@ struct Fixture {
 fn fixture() -> Fixture {
     hardware_tests::require_root("the install_coreos loop-device test");
     let dir = tempfile::tempdir().unwrap();
-    let (img, sha) = coreos_image(dir.path());
+    let (img, sha) = coreos_image(dir.path(), "boot");
     let server = ImageServer::start().unwrap();
     server.route("/fcos.raw", &img, &[], Fault::None);
     let disk = LoopDevice::new(128 * MIB).unwrap();
@@ -45,38 +41,6 @@ fn fixture() -> Fixture {
         server,
         disk,
     }
-}
-
-/// A 96 MiB CoreOS-like disk image and its sha256.
-fn coreos_image(dir: &Path) -> (std::path::PathBuf, String) {
-    let tree = dir.join("bootfs");
-    std::fs::create_dir_all(tree.join("loader/entries")).unwrap();
-    std::fs::write(tree.join("loader/entries/ostree-1.conf"), BLS).unwrap();
-    std::fs::write(tree.join("ignition.firstboot"), STAMP).unwrap();
-    let img = dir.join("fcos.raw");
-    std::fs::File::create(&img)
-        .unwrap()
-        .set_len(96 * MIB)
-        .unwrap();
-    run(Command::new("bash").args([
-        "-c",
-        &format!(
-            "printf 'label: gpt\\nsize=32MiB, name=boot\\nsize=32MiB, name=root\\n' | sfdisk --quiet --no-reread --no-tell-kernel {}",
-            img.display()
-        ),
-    ]))
-    .unwrap();
-    run(Command::new("mkfs.ext4")
-        .args(["-q", "-F", "-L", "boot", "-E", "offset=1048576", "-d"])
-        .arg(&tree)
-        .arg(&img)
-        .arg("32M"))
-    .unwrap();
-    let sha = ring::digest::digest(&ring::digest::SHA256, &std::fs::read(&img).unwrap());
-    (
-        img,
-        sha.as_ref().iter().map(|b| format!("{b:02x}")).collect(),
-    )
 }
 
 fn step(args: Value, instance_info: Value) -> Value {
@@ -184,6 +148,38 @@ async fn install_coreos_writes_the_image_ignition_and_kernel_arguments() {
         .await
         .unwrap();
     assert!(uuids["command_result"]["root uuid"].is_string(), "{uuids}");
+
+    // No checksum: written unverified (coreos-installer's --insecure).
+    let r = api
+        .run(
+            "deploy.execute_deploy_step",
+            step(
+                json!({}),
+                json!({"image_source": server.url("/fcos.raw"),
+                       "configdrive": {"user_data": from_user_data}}),
+            ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r["command_status"], "SUCCEEDED", "{r}");
+    assert_eq!(read("ignition/config.ign"), from_user_data);
+    // No image at all (OpenShift's --offline call): the ramdisk form has
+    // no live image to install, and says so.
+    let r = api
+        .run(
+            "deploy.execute_deploy_step",
+            step(
+                json!({}),
+                json!({"configdrive": {"user_data": from_user_data}}),
+            ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r["command_status"], "FAILED", "{r}");
+    assert_eq!(
+        r["command_error"]["details"],
+        agent::commands::coreos::NO_OFFLINE_IMAGE
+    );
 }
 
 /// `coreos_copy_network`: the ramdisk's network (here a record as init

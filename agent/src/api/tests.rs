@@ -179,6 +179,20 @@ async fn get_clean_steps_returns_five_keys_and_ipa_steps() {
     for arg in ["image_info", "ignition", "append_karg"] {
         assert_eq!(coreos["argsinfo"][arg]["required"], false, "{arg}");
     }
+    // OpenShift's manager lists its second step beside it.
+    let assisted = steps
+        .iter()
+        .find(|x| x["step"] == "start_assisted_install")
+        .expect("start_assisted_install is offered");
+    assert_eq!(assisted["interface"], "deploy");
+    assert_eq!(assisted["priority"], 0);
+    assert_eq!(assisted["reboot_requested"], false);
+    assert!(
+        assisted["argsinfo"]
+            .as_object()
+            .is_none_or(|m| m.is_empty()),
+        "no arguments: {assisted}"
+    );
 }
 
 #[tokio::test]

@@ -1,16 +1,23 @@
-//! The `install_coreos` custom deploy step of Metal3/OpenShift (PROTOCOL.md §6.3):
-//! what `openshift/ironic-agent-image`'s hardware manager does by running
-//! `coreos-installer install` in a chroot, done natively on top of the
-//! whole-disk pipeline: write the CoreOS image to the root device, then put
-//! the Ignition config, the first-boot stamp and extra kernel arguments into
-//! the image's `boot` filesystem ([`crate::ignition`] describes the layout).
+//! The `install_coreos` custom deploy step of Metal3/OpenShift (PROTOCOL.md §6.3).
+//! Two forms:
+//! * **container** (`Config::host_root` set: the agent is OpenShift's
+//!   `ironic-agent` container on a CoreOS live system): the live system's
+//!   `coreos-installer` run as OpenShift's hardware manager runs it
+//!   ([`super::coreos_host`]);
+//! * **ramdisk** (and host mode): done natively on top of the whole-disk
+//!   pipeline: write the CoreOS image to the root device, then put the
+//!   Ignition config, the first-boot stamp and extra kernel arguments into
+//!   the image's `boot` filesystem ([`crate::ignition`] describes the
+//!   layout). This module.
 //!
-//! Inputs, first found wins:
+//! Inputs of the ramdisk form, first found wins:
 //! * image: step argument `image_info` (as for `write_image`), else built
 //!   from the node's `instance_info` (`image_url`/`image_source`, with
-//!   `image_os_hash_algo`+`image_os_hash_value` or `image_checksum`). Unlike
-//!   `coreos-installer --insecure`, a checksum is required (fail closed);
-//!   there is no `--offline` image in this ramdisk, so no image is an error;
+//!   `image_os_hash_algo`+`image_os_hash_value` or `image_checksum`). An
+//!   image without any checksum is written unverified, as
+//!   `coreos-installer --insecure` does, with a warning naming it. There is
+//!   no `--offline` image in the ramdisk (that is the live system's own), so
+//!   no image is an error saying so;
 //! * Ignition: step argument `ignition` (a JSON object or its text), else
 //!   `user_data` of the node's `instance_info.configdrive` when it is a dict
 //!   (what OpenShift reads), else the `openstack/latest/user_data` of a
@@ -37,10 +44,12 @@ use std::sync::Arc;
 
 use serde_json::{json, Value};
 
-use super::image::{parse_image_info, write_whole_disk};
-use super::params::{IgnitionText, InstallCoreosArgs, KernelArgs};
+use super::coreos_host::{kernel_args, meta_copy_network};
+use super::image::{parse_image_info, parse_image_info_unverified, write_whole_disk};
+use super::params::{IgnitionText, InstallCoreosArgs};
 use super::step_call::StepCall;
 use super::{CommandError, ErrorKind};
+use crate::image::checksum::ChecksumSource;
 use crate::netconf::nm_keyfile::{self, Keyfile};
 use crate::netconf::record::NetRecord;
 use crate::node::{ConfigDrive, InstanceInfo};
@@ -59,17 +68,29 @@ pub async fn install_coreos_step(
     state: Arc<AgentState>,
     call: StepCall<InstallCoreosArgs>,
 ) -> Result<Value, CommandError> {
+    if let Some(root) = state.config.host_root.clone() {
+        return super::coreos_host::install_coreos(state, call, root).await;
+    }
     let instance_info = call
         .node
         .as_ref()
         .map(|n| n.instance_info().clone())
         .unwrap_or_default();
     let args = call.args;
-    let image_info = match args.image_info {
-        Some(v) => v,
-        None => image_info_from_instance(&instance_info)?,
+    let parsed = match args.image_info {
+        Some(v) => parse_image_info(&state, &v)?,
+        None => {
+            let info = image_info_from_instance(&instance_info)?;
+            let parsed = parse_image_info_unverified(&state, &info)?;
+            if parsed.request.checksum.source == ChecksumSource::Unverified {
+                tracing::warn!(
+                    image = %info["urls"][0].as_str().unwrap_or_default(),
+                    "install_coreos: the node's image has no checksum; it is written unverified, as coreos-installer --insecure does"
+                );
+            }
+            parsed
+        }
     };
-    let parsed = parse_image_info(&state, &image_info)?;
     let kargs = kernel_args(args.append_karg, &instance_info)?;
     let ignition = ignition_config(&state, args.ignition, &instance_info).await?;
     let network = match copy_network(args.copy_network, &instance_info)? {
@@ -120,12 +141,15 @@ fn finish(
         .map_err(|e| deploy_error(format!("Ignition: {e}")))
 }
 
+/// The ramdisk form without an image (OpenShift's `--offline` call).
+pub const NO_OFFLINE_IMAGE: &str = "install_coreos: the node has no instance_info.image_source and the step no image_info; without an image OpenShift installs with coreos-installer --offline, which writes the live system's own CoreOS image, and the ramdisk form has none: boot OpenShift's CoreOS live system, where the agent runs as its ironic-agent container, or give an image";
+
 /// `image_info` from the node's `instance_info`, as Ironic would send it
 /// for `write_image`.
 fn image_info_from_instance(ii: &InstanceInfo) -> Result<Value, CommandError> {
-    let url = ii.image_location().ok_or_else(|| {
-            invalid("install_coreos needs an image: no image_info argument and no instance_info.image_source (this agent carries no image of its own)")
-        })?;
+    let url = ii
+        .image_location()
+        .ok_or_else(|| invalid(NO_OFFLINE_IMAGE))?;
     if !(url.starts_with("http://") || url.starts_with("https://")) {
         return Err(invalid(format!(
             "install_coreos: instance_info.image_source {url:?} is not an http(s) URL; pass image_info"
@@ -155,26 +179,9 @@ fn image_info_from_instance(ii: &InstanceInfo) -> Result<Value, CommandError> {
 /// the config drive dict's `meta_data.coreos_copy_network` (a boolean, or
 /// its usual string forms).
 fn copy_network(arg: Option<bool>, ii: &InstanceInfo) -> Result<bool, CommandError> {
-    if let Some(b) = arg {
-        return Ok(b);
-    }
-    let v = ii
-        .configdrive
-        .as_ref()
-        .and_then(|c| c.meta_data("coreos_copy_network"));
-    match v {
-        None | Some(Value::Null) => Ok(false),
-        Some(Value::Bool(b)) => Ok(*b),
-        Some(Value::String(s)) => match s.trim().to_ascii_lowercase().as_str() {
-            "true" | "yes" | "1" | "on" => Ok(true),
-            "false" | "no" | "0" | "off" | "" => Ok(false),
-            _ => Err(invalid(format!(
-                "meta_data.coreos_copy_network {s:?} is not a boolean"
-            ))),
-        },
-        Some(other) => Err(invalid(format!(
-            "meta_data.coreos_copy_network {other} is not a boolean"
-        ))),
+    match arg {
+        Some(b) => Ok(b),
+        None => Ok(meta_copy_network(ii)?.unwrap_or(false)),
     }
 }
 
@@ -198,24 +205,6 @@ fn network_keyfiles(path: Option<&Path>) -> Result<Vec<Keyfile>, CommandError> {
         )));
     }
     Ok(nm_keyfile::render(&record))
-}
-
-/// The kernel arguments to append: the step argument (already checked),
-/// else the config drive dict's `meta_data.coreos_append_karg`.
-fn kernel_args(arg: Option<KernelArgs>, ii: &InstanceInfo) -> Result<Vec<String>, CommandError> {
-    if let Some(KernelArgs(list)) = arg {
-        return Ok(list);
-    }
-    let from_meta = ii
-        .configdrive
-        .as_ref()
-        .and_then(|c| c.meta_data("coreos_append_karg"));
-    match from_meta {
-        Some(v) => KernelArgs::from_value(v)
-            .map(|k| k.0)
-            .map_err(|e| invalid(format!("meta_data.coreos_append_karg: {e}"))),
-        None => Ok(Vec::new()),
-    }
 }
 
 /// The Ignition config, as bytes, checked to be Ignition.
@@ -292,7 +281,12 @@ mod tests {
                 "os_hash_algo": "sha256", "os_hash_value": "ab"})
         );
         let e = image_info_from_instance(&info(json!({}))).unwrap_err();
-        assert!(e.details.contains("needs an image"), "{}", e.details);
+        assert_eq!(e.details, NO_OFFLINE_IMAGE);
+        // No checksum: the image_info has none (written unverified).
+        assert_eq!(
+            image_info_from_instance(&info(json!({"image_source": "http://h/fcos.raw"}))).unwrap(),
+            json!({"id": "fcos.raw", "urls": ["http://h/fcos.raw"]})
+        );
         let e =
             image_info_from_instance(&info(json!({"image_source": "5f1c-glance"}))).unwrap_err();
         assert!(e.details.contains("not an http(s) URL"), "{}", e.details);

@@ -170,6 +170,16 @@ pub(crate) fn parse_image_info(
     info::parse(image_info, http_options(state), md5_allowed(state)).map_err(image_error)
 }
 
+/// [`parse_image_info`], an image without checksum accepted (unverified;
+/// `install_coreos` only, as coreos-installer's `--insecure`).
+pub(crate) fn parse_image_info_unverified(
+    state: &AgentState,
+    image_info: &Value,
+) -> Result<info::ImageInfo, CommandError> {
+    info::parse_allowing_unverified(image_info, http_options(state), md5_allowed(state))
+        .map_err(image_error)
+}
+
 /// Writes the whole-disk image `parsed` to the chosen device with progress
 /// in the command list, runs `finish` on the device after the verified
 /// write (partition check, config drive, Ignition), and records the

@@ -14,8 +14,15 @@ use crate::state::AgentState;
 pub async fn collect_system_logs(state: Arc<AgentState>) -> Outcome {
     // The conductor's `agent_skip_bmc_detect`: its BMC is known out of band.
     let skip_bmc = state.lookup_config().is_some_and(|c| c.skip_bmc_detect);
-    match tokio::task::spawn_blocking(move || bundle(skip_bmc, &crate::uefi::efivars::log_part()))
-        .await
+    let host_root = state.config.host_root.clone();
+    match tokio::task::spawn_blocking(move || {
+        bundle(
+            skip_bmc,
+            host_root.as_deref(),
+            &crate::uefi::efivars::log_part(),
+        )
+    })
+    .await
     {
         Ok(Ok(b64)) => Outcome::Done(json!({ "system_logs": b64 })),
         Ok(Err(e)) => Outcome::Failed(CommandError::new(

@@ -5,10 +5,12 @@
 //! and the history that runs it) is [`crate::command`], below the agent's
 //! state; the handlers here take the state.
 
+pub mod assisted;
 pub mod bootloader;
 pub mod burnin;
 pub mod context;
 pub mod coreos;
+pub mod coreos_host;
 pub mod erase;
 pub mod firmware_state;
 pub mod image;

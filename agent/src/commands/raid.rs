@@ -151,6 +151,12 @@ pub async fn delete_configuration_step(
     blocking(kind, move || delete(&state, call.node_document(), kind)).await
 }
 
+/// `delete_configuration` for `install_coreos` (container form), which
+/// deletes any software RAID before coreos-installer runs.
+pub(crate) fn delete_all(state: &AgentState, node: &Value) -> Result<(), CommandError> {
+    delete(state, node, ErrorKind::SoftwareRaid).map(|_| ())
+}
+
 fn delete(state: &AgentState, node: &Value, kind: ErrorKind) -> Result<Value, CommandError> {
     let policy = WritePolicy::from_config(&state.config);
     let disks = crate::disk::erasable_disks(&policy)

@@ -85,6 +85,9 @@ pub enum ChecksumSource {
     Literal(String),
     /// A checksum file to fetch.
     Url(String),
+    /// None: the image is written unverified (coreos-installer's
+    /// `--insecure`, for `install_coreos` only; see `info::parse_allowing_unverified`).
+    Unverified,
 }
 
 /// What the caller asked for.
@@ -170,6 +173,21 @@ impl Expected {
             )));
         }
         Ok(Self { algo, hex })
+    }
+
+    /// No digest to match: the image's SHA-256 is computed and reported,
+    /// never compared ([`ChecksumSource::Unverified`]).
+    pub fn unverified() -> Self {
+        Self {
+            algo: Algo::Sha256,
+            hex: String::new(),
+        }
+    }
+
+    /// Whether this is [`Expected::unverified`] ([`Expected::new`] never
+    /// makes an empty digest).
+    pub fn is_unverified(&self) -> bool {
+        self.hex.is_empty()
     }
 }
 

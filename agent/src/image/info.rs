@@ -43,10 +43,26 @@ fn is_remote(url: &str) -> bool {
 
 /// Validates `image_info`. `http` carries the agent's TLS settings;
 /// `md5_allowed` the conductor's `agent_md5_checksum_enable`.
-pub fn parse(
+pub fn parse(info: &Value, http: HttpOptions, md5_allowed: bool) -> Result<ImageInfo, ImageError> {
+    parse_with(info, http, md5_allowed, false)
+}
+
+/// [`parse`], but an image without any checksum is accepted and written
+/// unverified ([`ChecksumSource::Unverified`], coreos-installer's
+/// `--insecure`); only `install_coreos` asks for this, and logs it.
+pub fn parse_allowing_unverified(
+    info: &Value,
+    http: HttpOptions,
+    md5_allowed: bool,
+) -> Result<ImageInfo, ImageError> {
+    parse_with(info, http, md5_allowed, true)
+}
+
+fn parse_with(
     info: &Value,
     mut http: HttpOptions,
     md5_allowed: bool,
+    allow_unverified: bool,
 ) -> Result<ImageInfo, ImageError> {
     if !info.is_object() {
         return Err(invalid("image_info must be an object"));
@@ -115,6 +131,10 @@ pub fn parse(
         (_, _, Some(c)) => ChecksumSpec {
             algo: None,
             source: source(c),
+        },
+        (None, _, None) if allow_unverified => ChecksumSpec {
+            algo: None,
+            source: ChecksumSource::Unverified,
         },
         (None, _, None) => {
             return Err(invalid(

@@ -72,6 +72,10 @@ pub struct Options {
     pub extra_disks: Vec<String>,
     /// Skip IPMI detection (`agent_skip_bmc_detect`).
     pub skip_bmc: bool,
+    /// Leave out USB network devices (`cdc_ether`, `cdc_ncm`): in the
+    /// container form, as OpenShift's manager filters them (a BMC's USB NIC
+    /// shares its MAC across hosts).
+    pub filter_usb_nics: bool,
 }
 
 impl Options {
@@ -83,6 +87,7 @@ impl Options {
             addresses: Addresses::live(),
             extra_disks: Vec::new(),
             skip_bmc: false,
+            filter_usb_nics: false,
         }
     }
 
@@ -101,6 +106,7 @@ impl Options {
             addresses: Addresses::from_file(&root.join("ifaddrs")),
             extra_disks: Vec::new(),
             skip_bmc: false,
+            filter_usb_nics: false,
         }
     }
 }
@@ -112,7 +118,10 @@ pub fn collect(opts: &Options) -> Result<Inventory> {
     let cpu = cpu::read(root).context("reading the CPUs")?;
     let memory = memory::read(root).context("reading the memory size")?;
     let disks = disks::read(root, &opts.extra_disks).context("listing disks")?;
-    let interfaces = nics::read(root, &opts.addresses);
+    let mut interfaces = nics::read(root, &opts.addresses);
+    if opts.filter_usb_nics {
+        interfaces.retain(|i| !nics::is_usb_network_device(i));
+    }
     let system_vendor = system::vendor(root);
     let bmc = bmc::read(root, opts.skip_bmc);
     Ok(Inventory {

@@ -180,6 +180,27 @@ pub fn read(root: &Path, addrs: &Addresses) -> Vec<Interface> {
         .collect()
 }
 
+/// USB network drivers OpenShift's manager filters out (`filter_device`).
+pub const USB_NETWORK_DRIVERS: [&str; 2] = ["cdc_ether", "cdc_ncm"];
+
+/// Whether `i` is a USB network device to leave out of the container
+/// form's inventory (logged as upstream logs it).
+pub fn is_usb_network_device(i: &Interface) -> bool {
+    let usb = i
+        .driver
+        .as_deref()
+        .is_some_and(|d| USB_NETWORK_DRIVERS.contains(&d));
+    if usb {
+        tracing::warn!(
+            "Filtering out USB network device {} ({}, driver {})",
+            i.name,
+            i.mac_address,
+            i.driver.as_deref().unwrap_or_default()
+        );
+    }
+    usb
+}
+
 /// `/sys/class/net/*/type` of an InfiniBand port (ARPHRD_INFINIBAND).
 const ARPHRD_INFINIBAND: &str = "32";
 
@@ -278,6 +299,30 @@ mod tests {
                 ("eth1".to_string(), "52:54:00:3a:11:02".to_string()),
             ]
         );
+    }
+
+    #[test]
+    fn usb_network_devices_are_recognised_by_driver() {
+        let root = tempfile::tempdir().unwrap();
+        let drivers = root.path().join("sys/bus/drivers");
+        for (name, mac, driver) in [
+            ("enp1s0", "52:54:00:3a:11:01\n", "e1000e"),
+            ("usb0", "52:54:00:3a:11:02\n", "cdc_ether"),
+            ("usb1", "52:54:00:3a:11:03\n", "cdc_ncm"),
+            ("enx0", "52:54:00:3a:11:04\n", "r8152"),
+        ] {
+            let d = root.path().join("sys/class/net").join(name);
+            std::fs::create_dir_all(d.join("device")).unwrap();
+            std::fs::write(d.join("address"), mac).unwrap();
+            std::fs::create_dir_all(drivers.join(driver)).unwrap();
+            std::os::unix::fs::symlink(drivers.join(driver), d.join("device/driver")).unwrap();
+        }
+        let kept: Vec<String> = read(root.path(), &Addresses::default())
+            .into_iter()
+            .filter(|i| !is_usb_network_device(i))
+            .map(|i| i.name)
+            .collect();
+        assert_eq!(kept, ["enp1s0", "enx0"]);
     }
 
     #[test]

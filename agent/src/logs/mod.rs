@@ -7,7 +7,9 @@
 //! kernel properties of disks and NICs (the UEFI boot entries come from the
 //! caller). Ironic only decodes and stores it (on deploy
 //! failure by default). Each part that cannot be read is replaced by a file
-//! saying why, so the bundle is always produced.
+//! saying why, so the bundle is always produced. In OpenShift's container
+//! form the live system's journal is the part `journal` instead of the
+//! agent's own log ([`crate::hostroot::journal`]).
 
 pub mod memlog;
 pub mod native;
@@ -40,13 +42,31 @@ const FILES: &[(&str, &str)] = &[
 ];
 
 /// Builds the base64 tar.gz, with the parts `extra` the layers above make
-/// (the UEFI boot entries).
-pub fn bundle(skip_bmc: bool, extra: &[(String, Vec<u8>)]) -> std::io::Result<String> {
+/// (the UEFI boot entries). With `host_root` (the container form) the live
+/// system's journal is the part `journal` and the agent's own log is left
+/// out (the journal has it, as the container's output); a journal that
+/// cannot be read is logged as an error and left out, as OpenShift's
+/// manager does, and the agent's log is kept then.
+pub fn bundle(
+    skip_bmc: bool,
+    host_root: Option<&std::path::Path>,
+    extra: &[(String, Vec<u8>)],
+) -> std::io::Result<String> {
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
     let mut tar = Vec::new();
-    tar::append_file(&mut tar, "agent.log", &memlog::snapshot(), now);
+    let journal = host_root.and_then(|root| match crate::hostroot::journal::read(root) {
+        Ok(j) => Some(j),
+        Err(e) => {
+            tracing::error!("{e}");
+            None
+        }
+    });
+    match &journal {
+        Some(j) => tar::append_file(&mut tar, "journal", j, now),
+        None => tar::append_file(&mut tar, "agent.log", &memlog::snapshot(), now),
+    }
     for (name, argv) in TOOLS {
         tar::append_file(&mut tar, name, &run(argv), now);
     }
@@ -56,6 +76,7 @@ pub fn bundle(skip_bmc: bool, extra: &[(String, Vec<u8>)]) -> std::io::Result<St
     }
     let opts = crate::inventory::Options {
         skip_bmc,
+        filter_usb_nics: host_root.is_some(),
         ..crate::inventory::Options::live(None)
     };
     let inventory = crate::inventory::collect(&opts)
@@ -98,7 +119,7 @@ mod tests {
     #[test]
     fn bundle_is_a_base64_tar_gz_with_every_part() {
         memlog::append(b"a line the bundle must carry\n");
-        let b64 = bundle(true, &[("extra".to_string(), b"part".to_vec())]).unwrap();
+        let b64 = bundle(true, None, &[("extra".to_string(), b"part".to_vec())]).unwrap();
         let gz = base64::engine::general_purpose::STANDARD
             .decode(b64)
             .unwrap();

@@ -120,6 +120,20 @@ pub static STEPS: &[Step] = &[
         prepare: |c, _| typed(c, crate::commands::coreos::install_coreos_step),
     },
     Step {
+        // OpenShift's converged assisted flow (PROTOCOL.md §6.3): the live
+        // system's agent.service started and waited for; container form
+        // only, never run unless asked for (priority 0).
+        name: "start_assisted_install",
+        interface: "deploy",
+        clean_priority: None,
+        deploy_priority: Some(0),
+        service_priority: None,
+        abortable: false,
+        reboot_requested: false,
+        argsinfo: &[],
+        prepare: |c, _| typed(c, crate::commands::assisted::start_assisted_install),
+    },
+    Step {
         name: "erase_devices_metadata",
         interface: "deploy",
         clean_priority: Some(99),
