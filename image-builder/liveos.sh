@@ -73,7 +73,24 @@ depmod -b "$root/usr" "$kver"
 
 phase "configuring it as a live system"
 install -m 0755 "$installer" "$root/usr/bin/coreos-installer"
-ln -sf /usr/lib/systemd/systemd "$root/init"
+# /init: systemd, but not on the initramfs's own root. The kernel's rootfs
+# cannot be pivoted away from, so crun's pivot_root(2) into a container
+# fails there (EINVAL); CoreOS's live system runs on a root mounted by its
+# initramfs. As switch_root does, but onto a bind mount of the unpacked
+# root (switch_root would first delete the initramfs's files): move it
+# over /, chroot into it, run systemd as PID 1.
+cat >"$root/init" <<'INIT'
+#!/bin/sh
+set -e
+mount -t proc proc /proc
+mkdir -p /sysroot
+mount --bind / /sysroot
+umount /proc
+cd /sysroot
+mount --move . /
+exec chroot . /usr/lib/systemd/systemd "$@"
+INIT
+chmod 0755 "$root/init"
 echo localhost >"$root/etc/hostname"
 : >"$root/etc/fstab"
 # No password anywhere; the serial console shows the boot, nobody logs in.

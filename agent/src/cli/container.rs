@@ -9,7 +9,7 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use clap::Args;
 
 use crate::config::{self, Config, RunMode};
@@ -74,8 +74,17 @@ pub async fn run(args: &ContainerArgs, debug: bool) -> Result<()> {
         // Only inside the container: these paths are its own.
         link_host_udev(&args.host_root, Path::new("/run/udev"));
     }
-    // TODO(#47, coreosinst): the hostname fix at container start is called
-    // here (the host's hostname into the inventory), from its own module.
+    // OpenShift's manager fixes a `localhost` host's name at start (to
+    // IPA_DEFAULT_HOSTNAME) and writes it to the container's /etc/hostname:
+    // only on a live host, and only as the container's PID 1 (that file is
+    // then the container's own, never a machine's).
+    if config.mode == RunMode::Container && std::process::id() == 1 {
+        if let Some(root) = &config.host_root {
+            let outcome = crate::hostroot::hostname::fix_at_start(root)
+                .context("Failed to update hostname")?;
+            tracing::info!(?outcome, "the host's name at start");
+        }
+    }
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {
         r = crate::agent::run(config) => r,
