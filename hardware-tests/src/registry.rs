@@ -180,6 +180,13 @@ impl Registry {
             config.arg(format!("--config.entrypoint={arg}"));
         }
         run(&mut config)?;
+        self.push(&format!("oci:{image}"), name)
+    }
+
+    /// Copies `source` (a skopeo image reference) to the registry as
+    /// `name`, with the registry's CA and its user. Returns
+    /// `docker://ADDR/name`.
+    fn push(&self, source: &str, name: &str) -> Result<String> {
         let dest = format!("docker://{}/{name}", self.addr);
         let mut copy = Command::new("skopeo");
         copy.args(["copy", "--quiet", "--dest-cert-dir"])
@@ -187,7 +194,7 @@ impl Registry {
         if let Some((name, password)) = &self.user {
             copy.arg("--dest-creds").arg(format!("{name}:{password}"));
         }
-        run(copy.arg(format!("oci:{image}")).arg(&dest))?;
+        run(copy.arg(source).arg(&dest))?;
         Ok(dest)
     }
 }
@@ -196,17 +203,7 @@ impl Registry {
     /// Pushes the image of the OCI layout `layout` (tag `latest`) as
     /// `name` (`repo:tag`) with skopeo. Returns `docker://ADDR/name`.
     pub fn push_layout(&self, layout: &Path, name: &str) -> Result<String> {
-        let dest = format!("docker://{}/{name}", self.addr);
-        let mut copy = Command::new("skopeo");
-        copy.args(["copy", "--quiet", "--dest-cert-dir"])
-            .arg(self.dir.path().join("certs.d"));
-        if let Some((name, password)) = &self.user {
-            copy.arg("--dest-creds").arg(format!("{name}:{password}"));
-        }
-        run(copy
-            .arg(format!("oci:{}:latest", layout.display()))
-            .arg(&dest))?;
-        Ok(dest)
+        self.push(&format!("oci:{}:latest", layout.display()), name)
     }
 }
 

@@ -29,13 +29,11 @@
 //! longer runs; Ironic passes its own `ipa-inspection-callback-url` on the
 //! kernel command line, which the container reads from `/proc/cmdline`.
 
-use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use hardware_tests::bed::ironic_flow::{self, Flow, Machine, PxeRoot};
-use hardware_tests::bed::liveos;
 use hardware_tests::bed::redfish::Bmc;
+use hardware_tests::bed::{dirty_disk, liveos};
 use hardware_tests::bed::{Bus, Disk, Net, NetOptions, Nic, VmSpec, BRIDGE_IP};
 use hardware_tests::ironic::Ironic;
 use hardware_tests::registry::Registry;
@@ -52,16 +50,6 @@ const FLOW_TIMEOUT: Duration = Duration::from_secs(900);
 
 fn elapsed(t: Instant) -> String {
     format!("{:.1} s", t.elapsed().as_secs_f64())
-}
-
-/// `blkid -p`'s view of `path`: empty when no signature is left.
-fn disk_signatures(path: &Path) -> String {
-    let out = Command::new("wipefs")
-        .arg("--no-act")
-        .arg(path)
-        .output()
-        .expect("wipefs");
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
 /// The console's last 60 lines, for a failure's message.
@@ -110,17 +98,11 @@ fn ironic_inspects_and_cleans_through_openshifts_agent_container_on_a_live_syste
         nics: vec![Nic { mac: MAC.into() }],
         ..VmSpec::new("node")
     };
-    std::fs::File::create(&spec.disks[0].path)
-        .and_then(|f| f.set_len(DISK_GIB << 30))
-        .unwrap();
-    hardware_tests::run(
-        Command::new("sh")
-            .arg("-c")
-            .arg("echo 'label: gpt\nname=old' | sfdisk --quiet \"$0\"")
-            .arg(&spec.disks[0].path),
-    )
-    .unwrap();
-    assert!(!disk_signatures(&spec.disks[0].path).is_empty());
+    // A partition table that cleaning must remove.
+    dirty_disk::gpt(&spec.disks[0].path, DISK_GIB << 30).unwrap();
+    assert!(!dirty_disk::signatures(&spec.disks[0].path)
+        .unwrap()
+        .is_empty());
     let system = bmc.define(&spec).unwrap();
     bmc.start_emulator().unwrap();
     let pxe = PxeRoot::start_appending(&net, &live, &extra).unwrap();
@@ -167,7 +149,7 @@ fn ironic_inspects_and_cleans_through_openshifts_agent_container_on_a_live_syste
             .unwrap_or_else(|e| panic!("cleaning: {e:#}\n{}", tail(&flow)));
         println!("cleaned: available after {}", elapsed(t));
         assert!(node["last_error"].is_null(), "{}", node["last_error"]);
-        let left = disk_signatures(flow.machine.disk());
+        let left = dirty_disk::signatures(flow.machine.disk()).unwrap();
         assert!(left.is_empty(), "cleaning left signatures: {left}");
 
         let starts = flow
