@@ -473,7 +473,12 @@ impl<C: Conductor> Session<C> {
             let event = tokio::select! {
                 biased;
                 Some(event) = events.recv() => event,
-                _ = tokio::time::sleep_until(next) => {
+                // Not while a power action is under way: the machine is
+                // going down (a real one never beats again), and the
+                // conductor may have moved the node on (to `active` after
+                // a deploy's power-off, where Ironic logs a heartbeat as an
+                // error). The action's event follows within a second.
+                _ = tokio::time::sleep_until(next), if !self.state.power_pending() => {
                     let result = self.beat().await;
                     let now = Instant::now();
                     last_beat = Some(now);
@@ -530,6 +535,9 @@ impl<C: Conductor> Session<C> {
                         None => continue,
                     }
                 }
+                // Only with a power action pending and the event channel
+                // closed (the agent shutting down): nothing is left to do.
+                else => return Ok(()),
             };
             match event {
                 AgentEvent::AsyncCommandFinished => {

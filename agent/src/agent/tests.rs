@@ -12,6 +12,7 @@ use tokio::time::Instant;
 
 use super::*;
 use crate::conductor::fake::{found, http, Call, ScriptedConductor};
+use crate::state::PowerAction;
 
 fn token(c: char) -> String {
     c.to_string().repeat(43)
@@ -238,6 +239,46 @@ async fn a_lost_token_ends_the_operation_and_the_agent_looks_up_again() {
         "{calls:?}"
     );
     assert_eq!(state.token(), Some(token('b')));
+}
+
+#[tokio::test(start_paused = true)]
+async fn no_heartbeat_goes_while_a_power_action_is_pending() {
+    let c = Arc::new(ScriptedConductor::new());
+    c.then_lookup(Ok(found("node-1", Duration::from_secs(300), &token('b'))));
+    let (tx, rx) = mpsc::unbounded_channel();
+    let state = state_with(Duration::from_secs(8), Some(tx.clone()));
+    let s = session(&c, &state, Duration::from_secs(300));
+    let st = state.clone();
+    run_while(s, rx, async {
+        // The first heartbeat goes at once. Then a deploy step ends (a
+        // heartbeat 5 s after the first would follow) and the conductor
+        // orders a power off before that.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        tx.send(AgentEvent::AsyncCommandFinished).unwrap();
+        st.set_power_pending();
+        tokio::time::sleep(Duration::from_secs(9)).await;
+        tx.send(AgentEvent::Power(PowerAction::PowerOff)).unwrap();
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    })
+    .await;
+    let calls: Vec<(Call, Instant)> = c.calls();
+    let names: Vec<&Call> = calls.iter().map(|(c, _)| c).collect();
+    assert_eq!(
+        names[..3],
+        [
+            &Call::Heartbeat(token('a')),
+            &Call::Lookup,
+            &Call::Heartbeat(token('b')),
+        ],
+        "{calls:?}"
+    );
+    // Nothing between the first heartbeat and the power event at 10 s.
+    within(
+        calls[1].1 - calls[0].1,
+        10.0,
+        10.5,
+        "the lookup after the power event",
+    );
 }
 
 #[tokio::test(start_paused = true)]
