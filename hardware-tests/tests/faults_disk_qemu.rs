@@ -86,7 +86,7 @@ use std::time::{Duration, Instant};
 use agent::testconductor::image_server::{Fault, ImageServer};
 use hardware_tests::bed::deploy::write_progress;
 use hardware_tests::bed::disk_boot::{boot_disk_file, Booted};
-use hardware_tests::bed::ironic_flow::{self, Flow, Machine, PxeRoot};
+use hardware_tests::bed::ironic_flow::{self, command_list, Flow, Machine, PxeRoot};
 use hardware_tests::bed::redfish::Bmc;
 use hardware_tests::bed::{self, Bus, Disk, Net, NetOptions, Nic, VmSpec, BRIDGE_IP};
 use hardware_tests::ironic::Ironic;
@@ -286,22 +286,6 @@ impl AgentApi {
         });
         assert!(logs, "no successful collect_system_logs after the failure");
     }
-}
-
-/// `GET /v1/commands/` with the conductor's token.
-async fn command_list(
-    http: &reqwest::Client,
-    url: &str,
-    token: &str,
-) -> reqwest::Result<Vec<Value>> {
-    let doc: Value = http
-        .get(format!("{url}/v1/commands/?agent_token={token}"))
-        .send()
-        .await?
-        .error_for_status()?
-        .json()
-        .await?;
-    Ok(doc["commands"].as_array().cloned().unwrap_or_default())
 }
 
 /// Copies the agent's command list into `seen` every 200 ms until the

@@ -36,7 +36,7 @@ mod report;
 mod split;
 
 pub use machine::{DiskBoot, Machine};
-pub use report::{agent_message, Reporter};
+pub use report::{agent_message, command_list, Reporter};
 pub use split::Split;
 
 use std::path::Path;

@@ -138,19 +138,26 @@ impl Reporter {
 
 impl AgentView {
     async fn commands(&self) -> Result<Vec<Value>> {
-        let doc: Value = self
-            .http
-            .get(format!(
-                "{}/v1/commands/?agent_token={}",
-                self.url, self.token
-            ))
-            .send()
-            .await?
-            .error_for_status()?
-            .json()
-            .await?;
-        Ok(doc["commands"].as_array().cloned().unwrap_or_default())
+        Ok(command_list(&self.http, &self.url, &self.token).await?)
     }
+}
+
+/// The agent's command list as the conductor reads it: `GET
+/// /v1/commands/` at `url` with `token` (an HTTP error status is an
+/// error, so a refused token shows as 401).
+pub async fn command_list(
+    http: &reqwest::Client,
+    url: &str,
+    token: &str,
+) -> reqwest::Result<Vec<Value>> {
+    let doc: Value = http
+        .get(format!("{url}/v1/commands/?agent_token={token}"))
+        .send()
+        .await?
+        .error_for_status()?
+        .json()
+        .await?;
+    Ok(doc["commands"].as_array().cloned().unwrap_or_default())
 }
 
 impl Watch for Reporter {
