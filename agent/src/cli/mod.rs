@@ -213,6 +213,8 @@ pub const DEBUG_FILTER: &str = "info,agent=debug";
 
 /// Sets up logging to stderr and to the in-memory log that
 /// `log.collect_system_logs` returns; `RUST_LOG` overrides the level.
+/// Colours only on a terminal: under podman, systemd's journal or a pipe
+/// the lines stay plain text (`NO_COLOR` turns them off everywhere).
 pub fn init_tracing(debug: bool) {
     let default = if debug { DEBUG_FILTER } else { "info" };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
@@ -221,7 +223,17 @@ pub fn init_tracing(debug: bool) {
         .with_env_filter(filter)
         .with_writer(crate::logs::memlog::Tee)
         .with_target(false)
+        .with_ansi(colours(
+            std::io::IsTerminal::is_terminal(&std::io::stderr()),
+            std::env::var_os("NO_COLOR"),
+        ))
         .try_init();
+}
+
+/// Whether log lines carry ANSI colours: on a terminal, unless `NO_COLOR`
+/// is set to anything but the empty string (no-color.org's rule).
+fn colours(stderr_is_terminal: bool, no_color: Option<std::ffi::OsString>) -> bool {
+    stderr_is_terminal && no_color.is_none_or(|v| v.is_empty())
 }
 
 /// Runs a parsed command line.
@@ -410,6 +422,15 @@ mod tests {
             Command::Serve(a) => a,
             other => panic!("parsed as {other:?}"),
         }
+    }
+
+    #[test]
+    fn log_lines_are_coloured_only_on_a_terminal_without_no_color() {
+        assert!(colours(true, None));
+        assert!(colours(true, Some("".into())));
+        assert!(!colours(true, Some("1".into())));
+        // podman's and journald's stderr is no terminal.
+        assert!(!colours(false, None));
     }
 
     #[test]
