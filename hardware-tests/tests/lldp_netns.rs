@@ -136,3 +136,71 @@ fn listening_ends_early_when_every_nic_has_heard_a_frame() {
     assert_eq!(data.parsed["srv1"].port_id.as_deref(), Some("xe-0/0/2"));
     assert_eq!(data.raw["srv0"].last(), Some(&(0, String::new())));
 }
+
+/// A real LLDP sender on the 802.1AB timer: Debian's lldpd (unpacked, not
+/// installed: `debs::Lldpd`) sends on one end of a veth pair every 30 s.
+/// After its first frame the next comes only on that timer (30.03 s
+/// later here): a 5 s wait begun right after the first frame (this agent's
+/// default before issue 49) hears nothing; the default wait (IPA's 30 s),
+/// begun where that one ended, hears the timer's frame 25 s into it,
+/// parsed as lldpd sent it. A sender's phase is anyone's: only a wait
+/// begun within the last few tens of milliseconds before a tick misses it,
+/// as IPA's does.
+#[test]
+fn a_real_lldpd_on_its_30_s_timer_is_heard_within_the_default_wait() {
+    hardware_tests::require_root("the LLDP namespace test");
+    assert_eq!(agent::lldp::DEFAULT_TIMEOUT, Duration::from_secs(30));
+    let ns = NetNs::new("agent-lldp").unwrap();
+    // No IPv6 on the pair: an address lldpd sees appear makes it send at
+    // once, off its timer.
+    ns.enter(|| {
+        std::fs::write("/proc/sys/net/ipv6/conf/default/disable_ipv6", "1").unwrap();
+        std::fs::write("/proc/sys/net/ipv6/conf/all/disable_ipv6", "1").unwrap();
+    })
+    .unwrap();
+    ns.veth("srv0", "sw0").unwrap();
+    let lldpd = hardware_tests::debs::Lldpd::start(&ns.name, "sw0", "leaf-30s").unwrap();
+    let names = vec!["srv0".to_string()];
+    let (first, quiet, timer) = ns
+        .enter(|| {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let first = rt.block_on(listen(&names, Duration::from_secs(20)));
+            let t0 = Instant::now();
+            let quiet = rt.block_on(listen(&names, Duration::from_secs(5)));
+            let t1 = Instant::now();
+            let timer = rt.block_on(listen(&names, agent::lldp::DEFAULT_TIMEOUT));
+            (first, quiet, (timer, t0.elapsed(), t1.elapsed()))
+        })
+        .unwrap();
+    let log = lldpd.log();
+    let Heard::Frame(f) = &first["srv0"] else {
+        panic!("lldpd's first frame never came: {first:?}; its log:\n{log}")
+    };
+    assert_eq!(
+        tlv::parse_neighbor(f).system_description.as_deref(),
+        Some("leaf-30s")
+    );
+    assert_eq!(
+        quiet["srv0"],
+        Heard::Nothing { malformed: 0 },
+        "lldpd sent again within 5 s of its first frame: not its 30 s timer; log:\n{log}"
+    );
+    let (timer, after, into_wait) = timer;
+    let Heard::Frame(f) = &timer["srv0"] else {
+        panic!("nothing within the default wait: {timer:?}; lldpd's log:\n{log}")
+    };
+    println!(
+        "lldpd's timer frame came {after:?} after its first, {into_wait:?} into the default wait"
+    );
+    assert!(
+        after > Duration::from_secs(25),
+        "{after:?}: not the timer's"
+    );
+    let n = tlv::parse_neighbor(f);
+    assert_eq!(n.system_description.as_deref(), Some("leaf-30s"));
+    assert_eq!(n.ttl, Some(120), "{n:?}");
+    println!("{n:?}");
+}

@@ -95,7 +95,7 @@ pub const PARAMS: &[Param] = &[
     p("network_interface", Some("ipa-network-interface"), Supported("the NIC whose address is advertised (agent.rs)"), "eth1"),
     p("lookup_timeout", Some("ipa-lookup-timeout"), Supported("lookup budget (agent.rs)"), "60"),
     p("lookup_interval", Some("ipa-lookup-interval"), Supported("first lookup back-off (agent.rs)"), "5"),
-    p("lldp_timeout", Some("ipa-lldp-timeout"), Supported("LLDP listening time, 5 s by default instead of 30 (config/mod.rs)"), "35"),
+    p("lldp_timeout", Some("ipa-lldp-timeout"), Supported("LLDP listening time, 30 s by default as in IPA, all NICs at once, each done at its first frame (config/mod.rs)"), "35"),
     p("collect_lldp", Some("ipa-collect-lldp"), Supported("LLDP in the inventory (inspect.rs)"), "true"),
     p("inspection_callback_url", Some("ipa-inspection-callback-url"), Supported("inspection before lookup (inspect.rs)"), "https://192.0.2.1:6385/v1/continue_inspection"),
     p("inspection_collectors", Some("ipa-inspection-collectors"), Supported("collectors run for inspection (collectors/)"), "default,lldp"),

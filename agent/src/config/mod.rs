@@ -22,19 +22,17 @@ use std::time::Duration;
 
 pub use cmdline::{KernelParams, ParamError};
 
-/// How long the LLDP collector listens by default: 5 s, where IPA waits 30 s.
+/// How long the LLDP collector listens by default: 30 s, IPA's
+/// `lldp_timeout`.
 ///
-/// Why this is enough in the common case: switches repeat LLDP every 30 s
-/// (802.1AB `msgTxInterval`), but they also send at once when a port's link
-/// comes up (the transmit state machine restarts, and most switches add a
-/// few fast 1 s frames), and in the ramdisk the NIC drivers bring every link
-/// up afresh only seconds before the agent listens, DHCP included. The wait
-/// is shared by all NICs and each NIC stops at its first frame, so a
-/// machine whose switches do answer pays well under 5 s, and one without
-/// LLDP pays 5 s instead of 30. The cost: a switch that sends only on its
-/// 30 s timer is heard with probability ~5/30 per run; set
-/// `ipa-lldp-timeout=35` there.
-pub const LLDP_DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Switches repeat LLDP every 30 s (802.1AB `msgTxInterval`), so a switch
+/// that sends only on that timer is heard within 30 s wherever its cycle
+/// stands (`lldp_netns.rs` checks it against a real `lldpd`). The wait is
+/// shared by all NICs and each NIC stops at its first frame, and every NIC
+/// hearing one ends it: a machine whose switches answer at link-up pays
+/// seconds; only a machine with a link and no LLDP on it pays the full 30 s
+/// (`ipa-lldp-timeout` shortens it, as in IPA).
+pub const LLDP_DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Where the conductor's API is.
 
@@ -102,7 +100,7 @@ pub struct Config {
     /// Collect LLDP for the inventory (`ipa-collect-lldp`).
     pub collect_lldp: bool,
     /// How long to listen for LLDP on all NICs at once (`ipa-lldp-timeout`;
-    /// default 5 s instead of IPA's 30 s, see [`LLDP_DEFAULT_TIMEOUT`]).
+    /// default 30 s as IPA's, see [`LLDP_DEFAULT_TIMEOUT`]).
     pub lldp_timeout: Duration,
     /// Total lookup budget (`ipa-lookup-timeout`); zero means no limit.
     pub lookup_timeout: Duration,
@@ -716,7 +714,7 @@ mod tests {
         assert!(c.auto_tls);
         assert_eq!(c.lookup_timeout, Duration::from_secs(600));
         assert!(!c.collect_lldp);
-        assert_eq!(c.lldp_timeout, Duration::from_secs(5));
+        assert_eq!(c.lldp_timeout, Duration::from_secs(30)); // IPA's lldp_timeout
     }
 
     #[test]
