@@ -1,6 +1,7 @@
 //! The option groups of IPA's configuration files besides `[DEFAULT]`
-//! that this agent reads: `[mdns]` (which TXT overrides an advertisement
-//! may make, and the interfaces to browse on) and `[metrics]` /
+//! that this agent reads: `[mdns]` (whether to browse for Ironic at all,
+//! which TXT overrides an advertisement may make, and the interfaces to
+//! browse on) and `[metrics]` /
 //! `[metrics_statsd]` (the agent's own statsd settings, which the
 //! conductor's lookup answer overrides option by option, as in IPA 13);
 //! `[container]` is kept as written for the container steps' settings.
@@ -33,6 +34,10 @@ pub struct MdnsOptions {
     pub allowed_overrides: Vec<String>,
     /// Addresses of the interfaces to browse on; empty: every interface.
     pub interfaces: Vec<IpAddr>,
+    /// `use_mdns` as a file sets it: IPA 13's switch for finding Ironic by
+    /// mDNS when no `api_url` is given; its default is `ipa-use-mdns`,
+    /// which a file's value overrides ([`super::load`]).
+    pub use_mdns: Option<bool>,
 }
 
 impl Default for MdnsOptions {
@@ -40,6 +45,7 @@ impl Default for MdnsOptions {
         MdnsOptions {
             allowed_overrides: MDNS_DEFAULT_OVERRIDES.map(String::from).to_vec(),
             interfaces: Vec::new(),
+            use_mdns: None,
         }
     }
 }
@@ -52,6 +58,15 @@ fn list(v: &str) -> Vec<String> {
         .filter(|s| !s.is_empty())
         .map(String::from)
         .collect()
+}
+
+/// oslo.config's boolean: the kernel parameters' words, any case, but an
+/// empty value is no value.
+fn oslo_bool(v: &str) -> Option<bool> {
+    if v.trim().is_empty() {
+        return None;
+    }
+    super::cmdline::parse_bool(v)
 }
 
 /// `[mdns]` from `groups`; a value that does not parse keeps IPA's
@@ -76,6 +91,12 @@ pub fn mdns(groups: &Groups, notes: &mut Vec<String>) -> MdnsOptions {
                 }
                 out.interfaces = ips;
             }
+            "use_mdns" => match oslo_bool(value) {
+                Some(b) => out.use_mdns = Some(b),
+                None => notes.push(format!(
+                    "[mdns] use_mdns = {value:?} does not parse; ipa-use-mdns (or false) applies"
+                )),
+            },
             "lookup_attempts" | "params" => notes.push(format!(
                 "[mdns] {key} is not used: the browse runs until the lookup timeout, TXT overrides come from the advertisement"
             )),
@@ -120,11 +141,7 @@ pub fn metrics_defaults(groups: &Groups, notes: &mut Vec<String>) -> Value {
             };
             let parsed = match kind {
                 Kind::Text => Some(Value::String(value.clone())),
-                Kind::Bool => match value.to_ascii_lowercase().as_str() {
-                    "true" | "yes" | "on" | "1" => Some(Value::Bool(true)),
-                    "false" | "no" | "off" | "0" => Some(Value::Bool(false)),
-                    _ => None,
-                },
+                Kind::Bool => oslo_bool(value).map(Value::Bool),
                 Kind::Port => value
                     .parse::<u16>()
                     .ok()
@@ -173,6 +190,31 @@ pub fn overlay_metrics(defaults: &Value, lookup: &Value) -> Value {
 pub const MDNS_OVERRIDABLE: [&str; 2] = MDNS_DEFAULT_OVERRIDES;
 
 impl Config {
+    /// A file's `[mdns] use_mdns`, over `ipa-use-mdns` as an oslo.config
+    /// file is over the kernel parameters that make IPA's defaults: `true`
+    /// browses for Ironic when no API URL is given; `false` turns off a
+    /// browse `ipa-use-mdns` asked for, not one `ipa-api-url=mdns` names
+    /// (IPA 13 treats that value as its own opt-in). Adds a note on a
+    /// change.
+    pub fn apply_file_use_mdns(&mut self, params: &super::KernelParams, notes: &mut Vec<String>) {
+        let explicit = params
+            .get("ipa-api-url")
+            .is_some_and(|v| v.trim().eq_ignore_ascii_case("mdns"));
+        match self.mdns.use_mdns {
+            Some(true) if self.api_urls == super::ApiUrls::None => {
+                self.api_urls = super::ApiUrls::Mdns;
+                notes.push("[mdns] use_mdns = true: Ironic's API is found by mDNS".into());
+            }
+            Some(false) if self.api_urls == super::ApiUrls::Mdns && !explicit => {
+                self.api_urls = super::ApiUrls::None;
+                notes.push(
+                    "[mdns] use_mdns = false: no mDNS browse for Ironic (ipa-use-mdns overridden); no heartbeats without an API URL".into(),
+                );
+            }
+            _ => {}
+        }
+    }
+
     /// Applies an mDNS advertisement's `ipa_<option>` TXT overrides
     /// ([`crate::discovery::Found::overrides`]) as IPA 13 does: only the
     /// options `[mdns] allowed_overrides` lists (IPA's default: those of
@@ -268,6 +310,37 @@ mod tests {
             .any(|n| n.contains("lookup_attempts is not used")));
         let o = mdns(&groups(&[("mdns", "allowed_overrides", "")]), &mut notes);
         assert!(o.allowed_overrides.is_empty(), "an empty list blocks all");
+    }
+
+    #[test]
+    fn use_mdns_in_a_file_overrides_ipa_use_mdns_but_not_an_explicit_api_url() {
+        use crate::config::{ApiUrls, KernelParams};
+        let run = |cmdline: &str, value: &str| {
+            let params = KernelParams::parse(cmdline);
+            let (mut c, _) = Config::from_kernel_params(&params);
+            let mut notes = Vec::new();
+            c.mdns = mdns(&groups(&[("mdns", "use_mdns", value)]), &mut notes);
+            c.apply_file_use_mdns(&params, &mut notes);
+            (c.api_urls, notes)
+        };
+        assert_eq!(run("quiet", "True").0, ApiUrls::Mdns);
+        assert_eq!(run("ipa-use-mdns=1", "false").0, ApiUrls::None);
+        assert_eq!(
+            run("ipa-api-url=mdns", "no").0,
+            ApiUrls::Mdns,
+            "IPA's own opt-in"
+        );
+        assert_eq!(
+            run("ipa-api-url=http://10.0.0.1:6385", "yes").0,
+            ApiUrls::Urls(vec!["http://10.0.0.1:6385".into()]),
+            "an API URL wins"
+        );
+        let (urls, notes) = run("ipa-use-mdns=1", "perhaps");
+        assert_eq!(urls, ApiUrls::Mdns, "a bad value leaves ipa-use-mdns");
+        assert!(
+            notes.iter().any(|n| n.contains("does not parse")),
+            "{notes:?}"
+        );
     }
 
     #[test]

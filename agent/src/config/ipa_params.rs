@@ -153,7 +153,7 @@ pub const PARAMS: &[Param] = &[
     p("log_file", None, Ignored(OWN_LOGS), "/var/log/ipa.log"),
     p("use_stderr", None, Ignored(OWN_LOGS), "false"),
     p("inspection_benchmarks", Some("ipa-inspection-benchmarks"), Ignored("no benchmark collectors: burn-in steps measure the hardware instead"), "cpu"),
-    p("use_mdns", Some("ipa-use-mdns"), Supported("the same as ipa-api-url=mdns (config/mod.rs)"), "true"),
+    p("mdns.use_mdns", Some("ipa-use-mdns"), Supported("find Ironic by mDNS when no API URL is given, as ipa-api-url=mdns; [mdns] of a configuration file overrides the kernel parameter, but not ipa-api-url=mdns (config/mod.rs, config/groups.rs)"), "true"),
     p("container_auth", Some("ipa-container-auth-*"), NotApplicable("registry credentials are given in [container] pull_options as --creds or --authfile (container_steps/options.rs)"), "x"),
     p("standalone", Some("ipa-standalone"), NotApplicable("removed from IPA in 2021; refused with a message"), "true"),
     p("mdns.allowed_overrides", None, Supported("[mdns] of a configuration file; of the options listed, this agent takes inspection_callback_url and ntp_server from an advertisement (config/groups.rs, Config::apply_mdns_overrides)"), "ntp_server"),

@@ -619,6 +619,7 @@ fn load_with(
     if let Some(f) = files {
         let mut notes = f.notes.clone();
         config.mdns = groups::mdns(&f.groups, &mut notes);
+        config.apply_file_use_mdns(&params, &mut notes);
         config.metrics_defaults = groups::metrics_defaults(&f.groups, &mut notes);
         config.container_group = f.groups.get("container").cloned().unwrap_or_default();
         for n in &notes {
