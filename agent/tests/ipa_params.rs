@@ -212,6 +212,18 @@ fn supported_options_are_taken_from_configuration_files() {
         {
             continue;
         }
+        // The image server's three options act together: each is proven
+        // by the three against the other two.
+        if let Some(others) = image_server_others(p.option) {
+            let all = image_server_text(&[]);
+            assert_ne!(
+                load(Some(all)),
+                load(Some(image_server_text(&[p.option]))),
+                "{} in a file changes nothing beside {others:?}",
+                p.option
+            );
+            continue;
+        }
         let text = match p.option.split_once('.') {
             Some((group, key)) => format!("[{group}]\n{key} = {}\n", p.example),
             None => format!("[DEFAULT]\n{} = {}\n", p.option, p.example),
@@ -223,6 +235,27 @@ fn supported_options_are_taken_from_configuration_files() {
             p.option
         );
     }
+}
+
+/// The other two of the image server's options, for one of them.
+fn image_server_others(option: &str) -> Option<Vec<&'static str>> {
+    let all = agent::config::image_server::OPTIONS;
+    all.contains(&option)
+        .then(|| all.into_iter().filter(|o| *o != option).collect())
+}
+
+/// `[DEFAULT]` with the image server's options, their table examples,
+/// but those in `leave_out`.
+fn image_server_text(leave_out: &[&str]) -> String {
+    let mut text = "[DEFAULT]\n".to_string();
+    for p in PARAMS {
+        if agent::config::image_server::OPTIONS.contains(&p.option)
+            && !leave_out.contains(&p.option)
+        {
+            text.push_str(&format!("{} = {}\n", p.option, p.example));
+        }
+    }
+    text
 }
 
 /// Options that are not supported are reported when a file sets them.

@@ -6,6 +6,7 @@
 use std::sync::Arc;
 
 use crate::conductor::lookup::LookupConfig;
+use crate::config::image_server::ImageServerAuth;
 use crate::config::Config;
 use crate::image::fetch::HttpOptions;
 use crate::image::policy::IPA_DEFAULT_PERMITTED;
@@ -65,7 +66,7 @@ impl Context {
 /// The agent's HTTP settings for downloads (images, config drives).
 pub fn http_options(state: &AgentState) -> HttpOptions {
     let c = &state.config;
-    HttpOptions {
+    let mut http = HttpOptions {
         insecure: c.insecure,
         cafile: c.cafile.clone(),
         client_certificate: c.client_certificate(),
@@ -74,7 +75,13 @@ pub fn http_options(state: &AgentState) -> HttpOptions {
         retries: c.image_download_connection_retries,
         retry_interval: c.image_download_connection_retry_interval,
         ..HttpOptions::default()
+    };
+    // The files' image server credentials; an image_info's own replace
+    // them (image::info::parse), as in IPA.
+    if let ImageServerAuth::Basic { user, password } = &c.image_server_auth {
+        http.set_basic_auth(user, password);
     }
+    http
 }
 
 /// The conductor's deep image inspection settings from its lookup answer
@@ -92,4 +99,40 @@ pub fn format_policy(state: &AgentState, disk_format: Option<&str>) -> FormatPol
 /// The conductor allows MD5 image checksums.
 pub fn md5_allowed(state: &AgentState) -> bool {
     state.lookup_config().is_some_and(|c| c.md5_allowed)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    const SHA: &str = "1b265f9dbb875c7efe7a36aede88e97fc9606beb54674bdc997b405a99bc9d31";
+
+    #[test]
+    fn the_files_image_server_credentials_go_unless_image_info_brings_its_own() {
+        let config = Config {
+            image_server_auth: ImageServerAuth::Basic {
+                user: "glance".into(),
+                password: "pw".into(),
+            },
+            ..Config::default()
+        };
+        let http = http_options(&AgentState::new(config, None));
+        let parse = |info| crate::image::info::parse(&info, http.clone(), false).unwrap();
+        let plain = parse(json!({"id": "a", "urls": ["http://h/u"], "checksum": SHA}));
+        assert_eq!(
+            plain.request.http.authorization.as_deref(),
+            Some("Basic Z2xhbmNlOnB3")
+        );
+        let own = parse(json!({"id": "a", "urls": ["http://h/u"], "checksum": SHA,
+            "image_server_auth_strategy": "http_basic",
+            "image_server_user": "u", "image_server_password": "p"}));
+        assert_eq!(
+            own.request.http.authorization.as_deref(),
+            Some("Basic dTpw")
+        );
+        let none = http_options(&AgentState::new(Config::default(), None));
+        assert_eq!(none.authorization, None);
+    }
 }

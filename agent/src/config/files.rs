@@ -40,6 +40,8 @@ pub struct FileOptions {
     pub params: Vec<(String, String)>,
     /// `cafile`.
     pub cafile: Option<PathBuf>,
+    /// `image_server_*` ([`super::image_server::OPTIONS`]), option → value.
+    pub image_server: std::collections::BTreeMap<String, String>,
     /// The option groups besides `[DEFAULT]` that are read
     /// ([`super::groups::READ`]), later files overriding earlier ones.
     pub groups: super::groups::Groups,
@@ -158,6 +160,8 @@ fn parse_into(text: &str, source: &str, out: &mut FileOptions) {
         }
         if key == "cafile" {
             out.cafile = (!value.is_empty()).then(|| PathBuf::from(&value));
+        } else if super::image_server::OPTIONS.contains(&key.as_str()) {
+            out.image_server.insert(key, value);
         } else if let Some(param) = super::ipa_params::file_option_param(&key) {
             out.params.push((param.to_string(), value));
         } else if let Some(why) = super::ipa_params::file_option_refusal(&key) {

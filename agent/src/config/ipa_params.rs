@@ -69,6 +69,7 @@ use Status::{Ignored, NotApplicable, Supported};
 const OWN_LOGS: &str =
     "logs go to the console and to the agent's log buffer (log.collect_system_logs)";
 const CONTAINER: &str = "[container] of a configuration file; the conductor's lookup (agent_containers) overrides it option by option, as in IPA (container_steps/settings.rs)";
+const IMAGE_SERVER_AUTH: &str = "[DEFAULT] of a configuration file: with http_basic and both a user and a password, HTTP basic authentication for image downloads whose image_info brings no credentials of its own (the conductor's win, as in IPA); http_basic without both is logged as an error and nothing is sent (config/image_server.rs, commands/context.rs)";
 const CONTAINER_OPTIONS: &str = "[container] of a configuration file, overridden by the conductor's lookup; podman's syntax, the subset the agent translates (container_steps/options.rs): --tls-verify, --authfile, --creds to pull; --rm, --network, --privileged, --volume, --device, --env to run; any other option fails the step naming it";
 const NO_QEMU_IMG: &str =
     "images are converted by the agent's own streaming code, never by qemu-img or dd";
@@ -113,9 +114,9 @@ pub const PARAMS: &[Param] = &[
     p("ntp_server", Some("ipa-ntp-server"), Supported("clock set by SNTP before any TLS (clock/); in host mode only measured"), "192.0.2.1"),
     p("fail_if_clock_not_set", None, Ignored("a clock that cannot be set is logged and the conductor's Date header tried; TLS errors then say why"), "true"),
     p("agent_token", Some("ipa-agent-token"), Supported("pre-shared token (state.rs)"), "x"),
-    p("image_server_user", None, Ignored("image server credentials come with each image_info from the conductor"), "u"),
-    p("image_server_password", None, Ignored("image server credentials come with each image_info from the conductor"), "p"),
-    p("image_server_auth_strategy", None, Ignored("image server credentials come with each image_info from the conductor"), "http_basic"),
+    p("image_server_user", None, Supported(IMAGE_SERVER_AUTH), "u"),
+    p("image_server_password", None, Supported(IMAGE_SERVER_AUTH), "p"),
+    p("image_server_auth_strategy", None, Supported(IMAGE_SERVER_AUTH), "http_basic"),
     p("image_download_connection_timeout", Some("ipa-image-download-connection-timeout"), Supported("connect and stall timeout of image downloads (commands/image.rs)"), "30"),
     p("image_download_connection_retries", Some("ipa-image-download-connection-retries"), Supported("image download retries (commands/image.rs)"), "3"),
     p("image_download_connection_retry_interval", Some("ipa-image-download-connection-retry-interval"), Supported("longest pause between image download retries (commands/image.rs)"), "2"),

@@ -10,6 +10,7 @@ pub mod cmdline;
 pub mod container;
 pub mod files;
 pub mod groups;
+pub mod image_server;
 pub mod ipa_params;
 mod tls_files;
 
@@ -81,6 +82,9 @@ pub struct Config {
     pub insecure: bool,
     /// CA bundle for outbound TLS (`[DEFAULT] cafile` in IPA's config dir).
     pub cafile: Option<PathBuf>,
+    /// The image server's credentials from the files, for downloads whose
+    /// `image_info` brings none (`[DEFAULT] image_server_*`).
+    pub image_server_auth: image_server::ImageServerAuth,
     /// Pre-shared agent token (`ipa-agent-token`, virtual media boots).
     pub agent_token: Option<String>,
     /// MAC of the PXE NIC, raw as given (`BOOTIF`).
@@ -248,6 +252,7 @@ impl Default for Config {
             inspection_collectors_given: false,
             insecure: false,
             cafile: None,
+            image_server_auth: image_server::ImageServerAuth::None,
             agent_token: None,
             bootif: None,
             advertise_host: None,
@@ -620,10 +625,15 @@ fn load_with(
         let mut notes = f.notes.clone();
         config.mdns = groups::mdns(&f.groups, &mut notes);
         config.apply_file_use_mdns(&params, &mut notes);
+        config.image_server_auth = image_server::from_options(&f.image_server, &mut notes);
         config.metrics_defaults = groups::metrics_defaults(&f.groups, &mut notes);
         config.container_group = f.groups.get("container").cloned().unwrap_or_default();
         for n in &notes {
-            tracing::info!("configuration: {n}");
+            if n.starts_with("ERROR") {
+                tracing::error!("configuration: {n}");
+            } else {
+                tracing::info!("configuration: {n}");
+            }
         }
         if let Some(ca) = f.cafile {
             config.cafile = Some(ca);
