@@ -10,15 +10,32 @@ use std::time::Duration;
 
 use crate::config::{ApiUrls, Config, RunMode};
 
+/// How long the start waits between tries to set the clock when
+/// `fail_if_clock_not_set` holds it (IPA's service restarts after its
+/// failure).
+pub const CLOCK_RETRY: Duration = Duration::from_secs(10);
+
 /// Runs the waits `config` asks for. Nothing here is fatal: the agent
-/// goes on and later errors (TLS, no root device) say what is missing.
+/// goes on and later errors (TLS, no root device) say what is missing;
+/// only `fail_if_clock_not_set` holds the start until the clock is set
+/// from `ntp_server`.
 pub async fn prepare(config: &Config) {
     let conductor = match &config.api_urls {
         ApiUrls::Urls(u) => u.first().map(String::as_str),
         _ => None,
     };
     let ramdisk = config.mode == RunMode::Ramdisk;
-    crate::timesync::sync(config.ntp_server.as_deref(), conductor, ramdisk).await;
+    while let Err(e) = crate::timesync::sync(config.ntp_server.as_deref(), conductor, ramdisk).await
+    {
+        if !config.fail_if_clock_not_set {
+            break;
+        }
+        tracing::error!(
+            "{e:#}; fail_if_clock_not_set: not going on, trying again in {} s",
+            CLOCK_RETRY.as_secs()
+        );
+        tokio::time::sleep(CLOCK_RETRY).await;
+    }
     if !config.hardware_initialization_delay.is_zero() {
         tracing::info!(
             seconds = config.hardware_initialization_delay.as_secs_f64(),
@@ -67,7 +84,62 @@ pub async fn wait_for_disks(root: &Path, attempts: u32, delay: Duration) -> usiz
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::Arc;
+
     use super::*;
+
+    /// An SNTP server on loopback refusing (stratum 0) its first `bad`
+    /// requests, answering the rest; counts them.
+    async fn sntp_server(bad: u32) -> (String, Arc<AtomicU32>) {
+        let server = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let addr = server.local_addr().unwrap().to_string();
+        let seen = Arc::new(AtomicU32::new(0));
+        let count = seen.clone();
+        tokio::spawn(async move {
+            let mut buf = [0u8; 48];
+            while let Ok((_, from)) = server.recv_from(&mut buf).await {
+                let n = count.fetch_add(1, Ordering::SeqCst);
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap();
+                let stratum = if n < bad { 0 } else { 2 };
+                let a = crate::timesync::tests::answer(&buf, now, stratum);
+                server.send_to(&a, from).await.unwrap();
+            }
+        });
+        (addr, seen)
+    }
+
+    fn host_config(ntp: &str, fail_if_clock_not_set: bool) -> Config {
+        Config {
+            ntp_server: Some(ntp.to_string()),
+            fail_if_clock_not_set,
+            mode: RunMode::Host,
+            ..Config::default()
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn fail_if_clock_not_set_holds_the_start_until_ntp_answers() {
+        // One sync asks up to three times: the first sync is refused three
+        // times, the second is answered at once. Host mode: the clock is
+        // only logged, never set.
+        let (addr, seen) = sntp_server(3).await;
+        let t = tokio::time::Instant::now();
+        prepare(&host_config(&addr, true)).await;
+        assert_eq!(seen.load(Ordering::SeqCst), 4);
+        assert!(t.elapsed() >= CLOCK_RETRY, "{:?}", t.elapsed());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn without_fail_if_clock_not_set_a_refusing_server_is_only_logged() {
+        let (addr, seen) = sntp_server(u32::MAX).await;
+        let t = tokio::time::Instant::now();
+        prepare(&host_config(&addr, false)).await;
+        assert_eq!(seen.load(Ordering::SeqCst), 3, "one sync, three tries");
+        assert!(t.elapsed() < CLOCK_RETRY, "{:?}", t.elapsed());
+    }
 
     #[tokio::test(start_paused = true)]
     async fn the_disk_wait_tries_each_attempt_and_stops_at_a_disk() {

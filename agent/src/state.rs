@@ -122,6 +122,13 @@ impl AgentState {
             .store(true, std::sync::atomic::Ordering::SeqCst);
     }
 
+    /// Withdraws [`Self::set_power_pending`]: the power action failed
+    /// before it was carried out.
+    pub fn clear_power_pending(&self) {
+        self.power_pending
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+
     /// Whether a power action was ordered and not carried out yet.
     pub fn power_pending(&self) -> bool {
         self.power_pending.load(std::sync::atomic::Ordering::SeqCst)

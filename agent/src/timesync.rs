@@ -206,18 +206,27 @@ pub async fn http_date(url: &str) -> Result<u64> {
 /// The clock before the first TLS connection: SNTP from `ntp_server`
 /// when set, then, if the clock still reads before 2026, the conductor's
 /// `Date` (moving the clock forward only). `set` is false in host mode.
-/// Failures are logged: TLS errors that follow will say the rest.
-pub async fn sync(ntp_server: Option<&str>, conductor: Option<&str>, set: bool) {
+/// Failures are logged: TLS errors that follow will say the rest. Returns
+/// the NTP step's failure (IPA's "Failed to sync with ntp server"), for
+/// `fail_if_clock_not_set`; the `Date` fallback is best effort.
+pub async fn sync(ntp_server: Option<&str>, conductor: Option<&str>, set: bool) -> Result<()> {
+    let mut ntp = Ok(());
     if let Some(server) = ntp_server {
-        match sntp_offset(server).await {
-            Ok(off) => {
-                if let Err(e) = apply(off, set, &format!("NTP server {server}")) {
-                    tracing::error!("{e:#}");
-                }
-            }
-            Err(e) => tracing::error!("ipa-ntp-server={server}: {e:#}"),
+        let step = match sntp_offset(server).await {
+            Ok(off) => apply(off, set, &format!("NTP server {server}")),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = step {
+            tracing::error!("Failed to sync with ntp server {server}: {e:#}");
+            ntp = Err(e.context(format!("Failed to sync with ntp server: {server}")));
         }
     }
+    date_fallback(conductor, set).await;
+    ntp
+}
+
+/// The conductor's `Date` when the clock reads before 2026.
+async fn date_fallback(conductor: Option<&str>, set: bool) {
     if !implausible(SystemTime::now()) {
         return;
     }
@@ -242,10 +251,12 @@ pub async fn sync(ntp_server: Option<&str>, conductor: Option<&str>, set: bool) 
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn answer(sent: &[u8; 48], server_time: Duration, stratum: u8) -> [u8; 48] {
+    /// A server's answer to `sent` saying `server_time`, at `stratum`
+    /// (0: a kiss-of-death, refused).
+    pub(crate) fn answer(sent: &[u8; 48], server_time: Duration, stratum: u8) -> [u8; 48] {
         let mut a = [0u8; 48];
         a[0] = (4 << 3) | 4;
         a[1] = stratum;

@@ -11,7 +11,8 @@
 //! ([`crate::disk::flush`]); before a power action the clock is set from
 //! `ipa-ntp-server` when one is configured and written to the hardware clock
 //! ([`crate::rtc`]), so the deployed OS boots with the right time. Clock
-//! failures are logged, as IPA ignores them by default. In host mode the
+//! failures are logged, as IPA ignores them by default; with
+//! `fail_if_clock_not_set` an NTP failure fails the power action. In host mode the
 //! page cache and both clocks are left alone.
 
 use std::path::{Path, PathBuf};
@@ -75,10 +76,11 @@ const DROP_CACHES: &str = "/proc/sys/vm/drop_caches";
 const RTC: [&str; 2] = ["/dev/rtc", "/dev/rtc0"];
 
 /// Before a power action in the ramdisk: the clock from `ipa-ntp-server`
-/// (when set), then the hardware clock from the system clock.
-async fn set_clocks(state: &AgentState) {
-    // The same SNTP step as at start-up (failures logged there).
-    crate::timesync::sync(state.config.ntp_server.as_deref(), None, true).await;
+/// (when set), then the hardware clock from the system clock. Returns the
+/// NTP step's failure (logged either way).
+async fn set_clocks(state: &AgentState) -> anyhow::Result<()> {
+    // The same SNTP step as at start-up.
+    let ntp = crate::timesync::sync(state.config.ntp_server.as_deref(), None, true).await;
     let rtc = RTC.iter().map(Path::new).find(|p| p.exists());
     match rtc.map(crate::rtc::set_from_system) {
         Some(Ok(())) => {}
@@ -87,6 +89,7 @@ async fn set_clocks(state: &AgentState) {
             tracing::warn!("no RTC device (/dev/rtc, /dev/rtc0): the hardware clock is not set")
         }
     }
+    ntp
 }
 
 async fn power(state: Arc<AgentState>, action: PowerAction) -> Outcome {
@@ -95,7 +98,14 @@ async fn power(state: Arc<AgentState>, action: PowerAction) -> Outcome {
     // look up again while the clocks are set and the buffers flushed.
     state.set_power_pending();
     if state.config.mode == RunMode::Ramdisk {
-        set_clocks(&state).await;
+        if let Err(e) = set_clocks(&state).await {
+            if state.config.fail_if_clock_not_set {
+                // As IPA's _sync_clock: the power action fails; the
+                // machine stays up and heartbeats again.
+                state.clear_power_pending();
+                return Outcome::Failed(CommandError::from_anyhow(ErrorKind::CommandExecution, &e));
+            }
+        }
     }
     let s = state.clone();
     if let Err(e) = tokio::task::spawn_blocking(move || flush(&s)).await {

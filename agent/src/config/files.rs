@@ -40,8 +40,10 @@ pub struct FileOptions {
     pub params: Vec<(String, String)>,
     /// `cafile`.
     pub cafile: Option<PathBuf>,
-    /// `image_server_*` ([`super::image_server::OPTIONS`]), option → value.
-    pub image_server: std::collections::BTreeMap<String, String>,
+    /// Supported options that have no kernel parameter
+    /// ([`super::ipa_params::file_only_option`]: `image_server_*`,
+    /// `fail_if_clock_not_set`), option → value.
+    pub file_only: std::collections::BTreeMap<String, String>,
     /// The option groups besides `[DEFAULT]` that are read
     /// ([`super::groups::READ`]), later files overriding earlier ones.
     pub groups: super::groups::Groups,
@@ -160,8 +162,8 @@ fn parse_into(text: &str, source: &str, out: &mut FileOptions) {
         }
         if key == "cafile" {
             out.cafile = (!value.is_empty()).then(|| PathBuf::from(&value));
-        } else if super::image_server::OPTIONS.contains(&key.as_str()) {
-            out.image_server.insert(key, value);
+        } else if let Some(option) = super::ipa_params::file_only_option(&key) {
+            out.file_only.insert(option.to_string(), value);
         } else if let Some(param) = super::ipa_params::file_option_param(&key) {
             out.params.push((param.to_string(), value));
         } else if let Some(why) = super::ipa_params::file_option_refusal(&key) {

@@ -112,7 +112,7 @@ pub const PARAMS: &[Param] = &[
     p("introspection_daemon", None, Ignored("inspection runs once per boot, before lookup"), "true"),
     p("introspection_daemon_post_interval", None, Ignored("inspection runs once per boot, before lookup"), "60"),
     p("ntp_server", Some("ipa-ntp-server"), Supported("clock set by SNTP before any TLS (clock/); in host mode only measured"), "192.0.2.1"),
-    p("fail_if_clock_not_set", None, Ignored("a clock that cannot be set is logged and the conductor's Date header tried; TLS errors then say why"), "true"),
+    p("fail_if_clock_not_set", None, Supported("[DEFAULT] of a configuration file: when the clock cannot be set from ntp_server, the agent does not go on at start (it tries again every 10 s, as IPA's service restarts) and a power action fails with a command error; off, a failure is logged (startup.rs, commands/standby.rs)"), "true"),
     p("agent_token", Some("ipa-agent-token"), Supported("pre-shared token (state.rs)"), "x"),
     p("image_server_user", None, Supported(IMAGE_SERVER_AUTH), "u"),
     p("image_server_password", None, Supported(IMAGE_SERVER_AUTH), "p"),
@@ -176,6 +176,15 @@ pub fn file_option_param(option: &str) -> Option<&'static str> {
         .filter(|p| matches!(p.status, Status::Supported(_)))
         .and_then(|p| p.kernel)
         .filter(|k| !k.ends_with('*'))
+}
+
+/// The table's name for a configuration file's `option` when it is
+/// supported with no kernel parameter (read from files only).
+pub fn file_only_option(option: &str) -> Option<&'static str> {
+    find(option)
+        .filter(|p| matches!(p.status, Status::Supported(_)) && p.kernel.is_none())
+        .map(|p| p.option)
+        .filter(|o| !o.contains('.'))
 }
 
 /// Why a configuration file's `option` is not used, for IPA options this

@@ -82,6 +82,9 @@ pub struct Config {
     pub insecure: bool,
     /// CA bundle for outbound TLS (`[DEFAULT] cafile` in IPA's config dir).
     pub cafile: Option<PathBuf>,
+    /// A clock that cannot be set from `ntp_server` stops the agent's start
+    /// and fails power actions (`[DEFAULT] fail_if_clock_not_set`).
+    pub fail_if_clock_not_set: bool,
     /// The image server's credentials from the files, for downloads whose
     /// `image_info` brings none (`[DEFAULT] image_server_*`).
     pub image_server_auth: image_server::ImageServerAuth,
@@ -253,6 +256,7 @@ impl Default for Config {
             insecure: false,
             cafile: None,
             image_server_auth: image_server::ImageServerAuth::None,
+            fail_if_clock_not_set: false,
             agent_token: None,
             bootif: None,
             advertise_host: None,
@@ -625,7 +629,15 @@ fn load_with(
         let mut notes = f.notes.clone();
         config.mdns = groups::mdns(&f.groups, &mut notes);
         config.apply_file_use_mdns(&params, &mut notes);
-        config.image_server_auth = image_server::from_options(&f.image_server, &mut notes);
+        config.image_server_auth = image_server::from_options(&f.file_only, &mut notes);
+        if let Some(v) = f.file_only.get("fail_if_clock_not_set") {
+            match cmdline::parse_bool(v).filter(|_| !v.trim().is_empty()) {
+                Some(b) => config.fail_if_clock_not_set = b,
+                None => notes.push(format!(
+                    "fail_if_clock_not_set = {v:?} does not parse; false applies"
+                )),
+            }
+        }
         config.metrics_defaults = groups::metrics_defaults(&f.groups, &mut notes);
         config.container_group = f.groups.get("container").cloned().unwrap_or_default();
         for n in &notes {
