@@ -47,6 +47,17 @@ pub(crate) fn layout_params(image_info: &Value) -> Result<params::Params, Comman
         .map_err(|e| CommandError::new(ErrorKind::InvalidCommandParams, e.to_string()))
 }
 
+/// The boot partitions' sizes of the agent's configuration (`[disk_utils]`
+/// of its files) laid over `params`.
+fn with_configured_sizes(
+    mut params: params::Params,
+    config: &crate::config::Config,
+) -> params::Params {
+    params.esp_mb = config.efi_system_partition_mb;
+    params.bios_boot_mb = config.bios_boot_partition_mb;
+    params
+}
+
 /// Deploys the partition image `parsed` with the layout keys `params` and
 /// the decoded config drive. Returns IPA's `prepare_image` result.
 pub(crate) async fn write(
@@ -57,6 +68,7 @@ pub(crate) async fn write(
     node: Option<Node>,
 ) -> Result<Value, CommandError> {
     let device = choose_device(&state, node.as_ref())?;
+    let params = with_configured_sizes(params, &state.config);
     let ramdisk_uefi = Path::new("/sys/firmware/efi").is_dir();
     let mode = params::boot_mode(node.as_ref(), &params, ramdisk_uefi);
     let label = params::label(node.as_ref(), &params, mode);

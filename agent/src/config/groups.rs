@@ -4,7 +4,8 @@
 //! browse on) and `[metrics]` /
 //! `[metrics_statsd]` (the agent's own statsd settings, which the
 //! conductor's lookup answer overrides option by option, as in IPA 13);
-//! `[container]` is kept as written for the container steps' settings.
+//! `[container]` is kept as written for the container steps' settings;
+//! `[disk_utils]` gives the boot partitions' sizes of partition images.
 //! `[mdns] lookup_attempts` and `params` are noted and not used (the
 //! browse runs until the lookup timeout; TXT overrides come from the
 //! advertisement). Also the application of an advertisement's overrides
@@ -21,7 +22,52 @@ use super::Config;
 pub type Groups = BTreeMap<String, BTreeMap<String, String>>;
 
 /// The groups [`super::files`] keeps.
-pub const READ: [&str; 4] = ["container", "mdns", "metrics", "metrics_statsd"];
+pub const READ: [&str; 5] = [
+    "container",
+    "disk_utils",
+    "mdns",
+    "metrics",
+    "metrics_statsd",
+];
+
+/// IPA's `[disk_utils] efi_system_partition_size` default, MiB.
+pub const EFI_SYSTEM_PARTITION_MB: u64 = 550;
+/// IPA's `[disk_utils] bios_boot_partition_size` default, MiB.
+pub const BIOS_BOOT_PARTITION_MB: u64 = 1;
+/// Largest boot partition size taken, MiB (a typo's 550000 would leave no
+/// room for the root partition on most disks).
+const MAX_BOOT_PARTITION_MB: u64 = 64 * 1024;
+
+/// `[disk_utils]`: the EFI system and BIOS boot partition sizes (MiB) of
+/// partition images. A value that is not a whole number from 1 to 65536
+/// keeps IPA's default with a note; the group's other options get the
+/// parameter table's reason.
+pub fn disk_utils(groups: &Groups, notes: &mut Vec<String>) -> (u64, u64) {
+    let mut sizes = (EFI_SYSTEM_PARTITION_MB, BIOS_BOOT_PARTITION_MB);
+    let Some(g) = groups.get("disk_utils") else {
+        return sizes;
+    };
+    for (key, value) in g {
+        let slot = match key.as_str() {
+            "efi_system_partition_size" => &mut sizes.0,
+            "bios_boot_partition_size" => &mut sizes.1,
+            other => {
+                let why =
+                    super::ipa_params::file_option_refusal(other).unwrap_or("not an IPA 13 option");
+                notes.push(format!("[disk_utils] {other} ignored: {why}"));
+                continue;
+            }
+        };
+        match value.trim().parse::<u64>() {
+            Ok(mb) if (1..=MAX_BOOT_PARTITION_MB).contains(&mb) => *slot = mb,
+            _ => notes.push(format!(
+                "[disk_utils] {key} = {value:?} is not a size in MiB from 1 to {MAX_BOOT_PARTITION_MB}; IPA's default {} MiB applies",
+                *slot
+            )),
+        }
+    }
+    sizes
+}
 
 /// IPA's default `[mdns] allowed_overrides`.
 pub const MDNS_DEFAULT_OVERRIDES: [&str; 2] = ["inspection_callback_url", "ntp_server"];
@@ -341,6 +387,29 @@ mod tests {
             notes.iter().any(|n| n.contains("does not parse")),
             "{notes:?}"
         );
+    }
+
+    #[test]
+    fn disk_utils_sizes_with_defaults_and_bounds() {
+        let mut notes = Vec::new();
+        assert_eq!(disk_utils(&Groups::new(), &mut notes), (550, 1));
+        let g = groups(&[
+            ("disk_utils", "efi_system_partition_size", "1024"),
+            ("disk_utils", "bios_boot_partition_size", "2"),
+        ]);
+        assert_eq!(disk_utils(&g, &mut notes), (1024, 2));
+        assert!(notes.is_empty(), "{notes:?}");
+        let g = groups(&[
+            ("disk_utils", "efi_system_partition_size", "0"),
+            ("disk_utils", "bios_boot_partition_size", "1M"),
+            ("disk_utils", "dd_block_size", "4M"),
+        ]);
+        assert_eq!(disk_utils(&g, &mut notes), (550, 1));
+        assert_eq!(notes.len(), 3, "{notes:?}");
+        assert!(notes.iter().any(|n| n.contains("\"0\" is not a size")));
+        assert!(notes
+            .iter()
+            .any(|n| n.starts_with("[disk_utils] dd_block_size ignored:")));
     }
 
     #[test]

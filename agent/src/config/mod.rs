@@ -82,6 +82,12 @@ pub struct Config {
     pub insecure: bool,
     /// CA bundle for outbound TLS (`[DEFAULT] cafile` in IPA's config dir).
     pub cafile: Option<PathBuf>,
+    /// The EFI system partition a partition image gets, MiB (`[disk_utils]
+    /// efi_system_partition_size`, IPA's 550 by default).
+    pub efi_system_partition_mb: u64,
+    /// The BIOS boot partition a partition image gets on GPT, MiB
+    /// (`[disk_utils] bios_boot_partition_size`, IPA's 1 by default).
+    pub bios_boot_partition_mb: u64,
     /// A clock that cannot be set from `ntp_server` stops the agent's start
     /// and fails power actions (`[DEFAULT] fail_if_clock_not_set`).
     pub fail_if_clock_not_set: bool,
@@ -257,6 +263,8 @@ impl Default for Config {
             cafile: None,
             image_server_auth: image_server::ImageServerAuth::None,
             fail_if_clock_not_set: false,
+            efi_system_partition_mb: groups::EFI_SYSTEM_PARTITION_MB,
+            bios_boot_partition_mb: groups::BIOS_BOOT_PARTITION_MB,
             agent_token: None,
             bootif: None,
             advertise_host: None,
@@ -640,6 +648,10 @@ fn load_with(
         }
         config.metrics_defaults = groups::metrics_defaults(&f.groups, &mut notes);
         config.container_group = f.groups.get("container").cloned().unwrap_or_default();
+        (
+            config.efi_system_partition_mb,
+            config.bios_boot_partition_mb,
+        ) = groups::disk_utils(&f.groups, &mut notes);
         for n in &notes {
             if n.starts_with("ERROR") {
                 tracing::error!("configuration: {n}");

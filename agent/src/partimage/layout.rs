@@ -1,7 +1,9 @@
 //! The partition layout IPA makes for a partition image
 //! (`disk_utils.make_partitions`, `DiskPartitioner.commit`): from 1 MiB on,
 //! back to back, each exactly its size in MiB, in this order: EFI system
-//! partition (UEFI, 550 MiB), BIOS boot partition (BIOS on GPT, 1 MiB; not
+//! partition (UEFI, 550 MiB unless `[disk_utils]
+//! efi_system_partition_size` says otherwise), BIOS boot partition (BIOS
+//! on GPT, 1 MiB or `[disk_utils] bios_boot_partition_size`; not
 //! on ppc64), PReP boot partition (BIOS on ppc64*, 8 MiB), ephemeral,
 //! swap, config drive, and the root partition last (so that cloud-init can
 //! grow it). Types as parted gives them: `fat32` with the `boot` flag on
@@ -17,10 +19,6 @@
 use super::params::{BootMode, Label, Params};
 use crate::disk::table::create::{self, NewPart};
 
-/// IPA's `[disk_utils]efi_system_partition_size` default, MiB.
-pub const ESP_MB: u64 = 550;
-/// IPA's `[disk_utils]bios_boot_partition_size` default, MiB.
-pub const BIOS_BOOT_MB: u64 = 1;
 /// IPA's PReP boot partition size, MiB.
 pub const PREP_MB: u64 = 8;
 /// Where the first partition starts, MiB.
@@ -192,10 +190,10 @@ pub fn plan(
     let ppc64 = cpu_arch.starts_with("ppc64");
     let mut sizes = Vec::new();
     if mode == BootMode::Uefi {
-        sizes.push((Role::Esp, ESP_MB));
+        sizes.push((Role::Esp, params.esp_mb));
     }
     if mode == BootMode::Bios && label == Label::Gpt && !ppc64 {
-        sizes.push((Role::BiosBoot, BIOS_BOOT_MB));
+        sizes.push((Role::BiosBoot, params.bios_boot_mb));
     }
     if mode == BootMode::Bios && ppc64 {
         sizes.push((Role::PrepBoot, PREP_MB));
@@ -245,6 +243,8 @@ mod tests {
             preserve_ephemeral: false,
             deploy_boot_mode: None,
             disk_label: None,
+            esp_mb: crate::config::groups::EFI_SYSTEM_PARTITION_MB,
+            bios_boot_mb: crate::config::groups::BIOS_BOOT_PARTITION_MB,
         }
     }
 
@@ -359,6 +359,25 @@ mod tests {
         assert_eq!(
             roles(&l),
             [(Role::Esp, 1, 1, 550), (Role::Root, 2, 551, 100)]
+        );
+    }
+
+    #[test]
+    fn configured_boot_partition_sizes_are_laid_out() {
+        let sized = Params {
+            esp_mb: 1024,
+            bios_boot_mb: 2,
+            ..params(100, 0, 0)
+        };
+        let l = plan(&sized, BootMode::Uefi, Label::Gpt, 0, "x86_64");
+        assert_eq!(
+            roles(&l),
+            [(Role::Esp, 1, 1, 1024), (Role::Root, 2, 1025, 100)]
+        );
+        let l = plan(&sized, BootMode::Bios, Label::Gpt, 0, "x86_64");
+        assert_eq!(
+            roles(&l),
+            [(Role::BiosBoot, 1, 1, 2), (Role::Root, 2, 3, 100)]
         );
     }
 

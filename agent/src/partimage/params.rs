@@ -70,6 +70,13 @@ pub struct Params {
     /// `disk_label` as the conductor computed it (used when no node is
     /// known).
     pub disk_label: Option<Label>,
+    /// EFI system partition size, MiB (`[disk_utils]
+    /// efi_system_partition_size`; IPA's 550 unless the agent's
+    /// configuration says otherwise).
+    pub esp_mb: u64,
+    /// BIOS boot partition size, MiB (`[disk_utils]
+    /// bios_boot_partition_size`; IPA's 1).
+    pub bios_boot_mb: u64,
 }
 
 /// A size in MiB: a JSON integer or a string of digits; `None` when absent
@@ -162,6 +169,8 @@ pub fn from_image_info(info: &Map<String, Value>) -> Result<Params, ParamError> 
         preserve_ephemeral,
         deploy_boot_mode,
         disk_label,
+        esp_mb: crate::config::groups::EFI_SYSTEM_PARTITION_MB,
+        bios_boot_mb: crate::config::groups::BIOS_BOOT_PARTITION_MB,
     })
 }
 
@@ -277,6 +286,8 @@ mod tests {
                 preserve_ephemeral: false,
                 deploy_boot_mode: Some(BootMode::Uefi),
                 disk_label: Some(Label::Gpt),
+                esp_mb: 550,
+                bios_boot_mb: 1,
             }
         );
         // Absent swap and ephemeral mean none; sizes may come as digit strings.
