@@ -207,3 +207,70 @@ fn same_option(a: &str, b: &str) -> bool {
             .zip(b.bytes())
             .all(|(x, y)| x == y || (matches!(x, b'-' | b'_') && matches!(y, b'-' | b'_')))
 }
+
+/// The table's row whose kernel parameter is `key` (`ipa-container-auth-*`
+/// stands for every key with that prefix).
+fn find_kernel(key: &str) -> Option<&'static Param> {
+    PARAMS.iter().find(|p| {
+        p.kernel.is_some_and(|k| match k.strip_suffix('*') {
+            Some(prefix) => key.starts_with(prefix),
+            None => k == key,
+        })
+    })
+}
+
+/// One line for each `ipa-*` kernel parameter in `keys` that this agent
+/// does not act on: an IPA 13 parameter the table ignores or finds not
+/// applicable (with its reason), or one IPA 13 does not have. The agent
+/// logs them at start, so nothing an operator sets is silently dropped.
+pub fn kernel_param_notes<'a>(keys: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+    keys.into_iter()
+        .filter(|k| k.starts_with("ipa-"))
+        .filter_map(|k| match find_kernel(k) {
+            Some(p) if matches!(p.status, Status::Supported(_)) => None,
+            Some(p) => Some(format!(
+                "kernel parameter {k} is not acted on ({}): {}",
+                p.status.word(),
+                p.status.text()
+            )),
+            None => Some(format!(
+                "kernel parameter {k} is not an IPA 13 parameter; ignored"
+            )),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_parameters_not_acted_on_are_named_with_the_reason() {
+        let notes = kernel_param_notes([
+            "ipa-api-url",
+            "console",
+            "ipa-inspection-benchmarks",
+            "ipa-container-auth-registry",
+            "ipa-frobnicate",
+        ]);
+        assert_eq!(notes.len(), 3, "{notes:?}");
+        assert!(notes[0].starts_with(
+            "kernel parameter ipa-inspection-benchmarks is not acted on (ignored): no benchmark"
+        ));
+        assert!(notes[1].starts_with(
+            "kernel parameter ipa-container-auth-registry is not acted on (not applicable)"
+        ));
+        assert_eq!(
+            notes[2],
+            "kernel parameter ipa-frobnicate is not an IPA 13 parameter; ignored"
+        );
+        // Every supported one passes silently.
+        let supported: Vec<&str> = PARAMS
+            .iter()
+            .filter(|p| matches!(p.status, Status::Supported(_)))
+            .filter_map(|p| p.kernel)
+            .filter(|k| !k.ends_with('*'))
+            .collect();
+        assert!(kernel_param_notes(supported).is_empty());
+    }
+}

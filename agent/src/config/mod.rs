@@ -633,6 +633,9 @@ fn load_with(
     for e in errors {
         tracing::warn!("{e}");
     }
+    for n in ipa_params::kernel_param_notes(params.iter().map(|(k, _)| k)) {
+        tracing::warn!("{n}");
+    }
     if let Some(f) = files {
         let mut notes = f.notes.clone();
         config.mdns = groups::mdns(&f.groups, &mut notes);
