@@ -4,7 +4,8 @@
 //!   DHCP, creates `eth0.100` for the VLAN the bed's switch names (VLAN Name
 //!   TLV) and asks for DHCP on it. (No lease: this machine's kernel has no
 //!   8021q, so the bed cannot serve a tagged VLAN; the console line proves
-//!   the interface exists and DHCP ran on it.)
+//!   the interface exists and DHCP ran on it.) `<MAC>.300` in the same list
+//!   (IPA 13's form naming the parent by its MAC) gives `eth0.300` too.
 //! * IPv6: an address by DHCPv6 (`/128` from dnsmasq's range) and one by
 //!   SLAAC, each on the console;
 //! * `sshkey=` (given the way Ironic passes it, through iPXE): root logs in
@@ -40,7 +41,7 @@ fn vlans_from_lldp_dhcpv6_slaac_and_ssh() {
         &ramdisk,
         &format!(
             "console=ttyS0 quiet panic=-1 ipa-api-url=http://{BRIDGE_IP}:6385 \
-             ipa-enable-vlan-interfaces=all ipa-collect-lldp=1 sshkey=\"{}\"",
+             ipa-enable-vlan-interfaces=all,{MAC}.300 ipa-collect-lldp=1 sshkey=\"{}\"",
             public.trim()
         ),
     );
@@ -113,6 +114,14 @@ fn vlans_from_lldp_dhcpv6_slaac_and_ssh() {
     assert!(
         console.contains("VLANs 100 from LLDP"),
         "no LLDP VLAN line{ctx}"
+    );
+    let by_mac = console
+        .lines()
+        .find(|l| l.contains("net: eth0.300 ") && !l.contains("IPv6"))
+        .unwrap_or_else(|| panic!("no IPv4 line for eth0.300 ({MAC}.300){ctx}"));
+    assert!(
+        by_mac.contains(&format!("eth0.300 {MAC}: no address (no DHCP offer")),
+        "eth0.300 did not ask for DHCP: {by_mac}{ctx}"
     );
     let v6 = console
         .lines()

@@ -25,6 +25,8 @@ fn params() -> Params {
         preserve_ephemeral: false,
         deploy_boot_mode: None,
         disk_label: None,
+        esp_mb: agent::config::groups::EFI_SYSTEM_PARTITION_MB,
+        bios_boot_mb: agent::config::groups::BIOS_BOOT_PARTITION_MB,
     }
 }
 

@@ -209,15 +209,11 @@ pub fn bring_up(
     }
     let mut nics = nics;
     for (parent, vid) in &wanted {
-        let Some(mac) = nics
-            .iter()
-            .find(|(n, _)| n == parent)
-            .map(|(_, m)| m.clone())
-        else {
+        let Some((parent, mac)) = vlan::find_parent(&nics, parent) else {
             eprintln!("net: VLAN {parent}.{vid}: no interface {parent}");
             continue;
         };
-        match vlan::create(parent, *vid).and_then(|name| iface::set_up(&name).map(|()| name)) {
+        match vlan::create(&parent, *vid).and_then(|name| iface::set_up(&name).map(|()| name)) {
             Ok(name) => nics.push((name, mac)),
             Err(e) => eprintln!("net: VLAN {parent}.{vid}: {e:#}"),
         }

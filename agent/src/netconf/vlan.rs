@@ -1,5 +1,6 @@
 //! VLAN interfaces from `ipa-enable-vlan-interfaces`, IPA's syntax: a comma
-//! list of `interface.vid` (that VLAN), `interface` (every VLAN the switch
+//! list of `interface.vid` (that VLAN; the interface named or, as IPA 13
+//! allows, given by its MAC), `interface` (every VLAN the switch
 //! port names in LLDP) or `all` (the same on every NIC with link). As IPA
 //! does, the VLANs learnt from LLDP are those of the IEEE 802.1 VLAN Name
 //! TLVs. Created with the 8021q ioctl (SIOCSIFVLAN, ADD_VLAN_CMD) and named
@@ -33,6 +34,16 @@ pub fn parse_spec(spec: &str) -> Option<(String, u16)> {
     let (parent, vid) = spec.trim().rsplit_once('.')?;
     let vid: u16 = vid.parse().ok()?;
     (!parent.is_empty() && (1..=4094).contains(&vid)).then(|| (parent.to_string(), vid))
+}
+
+/// The NIC (name, MAC) that `parent` of `parent.vid` names among `nics`
+/// (name, lower-case MAC): by interface name, else by MAC in any case, as
+/// IPA 13's `bring_up_vlan_interfaces` matches.
+pub fn find_parent(nics: &[(String, String)], parent: &str) -> Option<(String, String)> {
+    nics.iter()
+        .find(|(n, _)| n == parent)
+        .or_else(|| nics.iter().find(|(_, m)| m.eq_ignore_ascii_case(parent)))
+        .cloned()
 }
 
 /// What an `ipa-enable-vlan-interfaces` value asks for.
@@ -149,6 +160,35 @@ mod tests {
         assert!(plan.wants_lldp_on("eth2") && !plan.wants_lldp_on("eth0"));
         assert!(!VlanPlan::parse("eth0.5").needs_lldp());
         assert_eq!(VlanPlan::parse(""), VlanPlan::default());
+    }
+
+    #[test]
+    fn a_vlans_parent_is_named_or_given_by_its_mac() {
+        let nics = vec![
+            ("eth0".to_string(), "52:54:00:30:00:01".to_string()),
+            ("eth1".to_string(), "52:54:00:30:00:02".to_string()),
+        ];
+        let plan = VlanPlan::parse("52:54:00:30:00:02.300,eth0.100");
+        assert_eq!(plan.explicit[0], ("52:54:00:30:00:02".into(), 300));
+        assert_eq!(
+            find_parent(&nics, "52:54:00:30:00:02").map(|p| p.0),
+            Some("eth1".to_string())
+        );
+        assert_eq!(
+            find_parent(&nics, "52:54:00:30:00:0A".trim_end_matches('A')).map(|p| p.0),
+            None,
+            "a partial MAC names nothing"
+        );
+        assert_eq!(
+            find_parent(&nics, "52:54:00:30:00:02".to_uppercase().as_str()).map(|p| p.0),
+            Some("eth1".to_string()),
+            "any case"
+        );
+        assert_eq!(
+            find_parent(&nics, "eth0").map(|p| p.1),
+            Some("52:54:00:30:00:01".to_string())
+        );
+        assert_eq!(find_parent(&nics, "eth9"), None);
     }
 
     #[test]
