@@ -31,6 +31,8 @@
 //!   [`arm_pxe`]: Ironic's `pxe` boot interface (GRUB over TFTP from its
 //!   own `tftp_root`, optionally under Secure Boot) for them;
 //!   [`arm_server`]: the flow from enrolment to the deployed disk's boot.
+//! * [`coreos_disk`]: what `install_coreos` left on a machine's disk file,
+//!   read through a read-only loop device after the machine is off.
 //! * [`disk_boot`]: a disk file booted in a plain SeaBIOS machine: the
 //!   test image's marker, or the firmware finding nothing to boot.
 //! * [`ssh`]: password logins to a guest from inside the namespace.
@@ -51,6 +53,7 @@ pub mod arm_flow;
 pub mod arm_pxe;
 pub mod arm_server;
 pub mod arm_suite;
+pub mod coreos_disk;
 pub mod deploy;
 pub mod direct;
 pub mod dirty_disk;
