@@ -318,11 +318,7 @@ async fn inspect(flow: &mut Flow<'_, '_>) {
     );
 
     let stored = flow.ironic.inventory(&flow.uuid).await.unwrap();
-    let nic = stored["inventory"]["interfaces"]
-        .as_array()
-        .and_then(|l| l.iter().find(|i| i["mac_address"] == MAC))
-        .cloned()
-        .unwrap_or_else(|| panic!("no interface with {MAC}: {stored}"));
+    let nic = ironic_flow::stored_nic(&stored, MAC);
     assert_eq!(nic["ipv4_address"], json!(GUEST), "{nic}");
     let lldp = nic["lldp"].as_array().cloned().unwrap_or_default();
     assert!(!lldp.is_empty(), "no LLDP in the stored inventory: {nic}");

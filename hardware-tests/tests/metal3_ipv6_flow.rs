@@ -422,11 +422,7 @@ impl Watch for AgentFrames<'_> {
 /// address and no IPv4 one, and the switch's IPv6 management address in
 /// the raw LLDP TLVs and in what `parse-lldp` made of them.
 fn check_inventory(stored: &Value) {
-    let ifaces = &stored["inventory"]["interfaces"];
-    let nic = ifaces
-        .as_array()
-        .and_then(|l| l.iter().find(|i| i["mac_address"] == json!(MAC)))
-        .unwrap_or_else(|| panic!("no interface with {MAC}: {ifaces}"));
+    let nic = hardware_tests::bed::ironic_flow::stored_nic(stored, MAC);
     eprintln!("inspected NIC: {nic}");
     assert_eq!(nic["ipv6_address"], json!(GUEST), "{nic}");
     assert!(nic["ipv4_address"].is_null(), "an IPv4 address: {nic}");

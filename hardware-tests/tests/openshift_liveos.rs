@@ -285,11 +285,7 @@ async fn inspect(flow: &mut Flow<'_, '_>) {
     assert_eq!(p["memory_mb"], json!(MEMORY_MB), "{p}");
     assert_eq!(p["local_gb"], json!(DISK_GIB - 1), "{p}");
     let stored = flow.ironic.inventory(&flow.uuid).await.unwrap();
-    let nic = stored["inventory"]["interfaces"]
-        .as_array()
-        .and_then(|l| l.iter().find(|i| i["mac_address"] == MAC))
-        .cloned()
-        .unwrap_or_else(|| panic!("no interface with {MAC}: {stored}"));
+    let nic = ironic_flow::stored_nic(&stored, MAC);
     assert_eq!(nic["ipv4_address"], json!(GUEST), "{nic}");
     let disks = stored["inventory"]["disks"].to_string();
     assert!(disks.contains("liveos-disk0"), "{disks}");

@@ -61,6 +61,17 @@ pub const RAMDISK_START: &str = "deploy ramdisk init starting";
 const POWER_DOWN: &str = "reboot: Power down";
 
 /// `http://10.99.0.1:8088`: Ironic's `[deploy] http_url`.
+/// The NIC with `mac` in the inventory Ironic stored
+/// (`Ironic::inventory`'s answer); panics naming the MAC and the document
+/// when there is none.
+pub fn stored_nic(stored: &Value, mac: &str) -> Value {
+    stored["inventory"]["interfaces"]
+        .as_array()
+        .and_then(|l| l.iter().find(|i| i["mac_address"] == mac))
+        .cloned()
+        .unwrap_or_else(|| panic!("no interface with {mac} in the stored inventory: {stored}"))
+}
+
 pub fn http_url() -> String {
     format!("http://{BRIDGE_IP}:{HTTP_PORT}")
 }
