@@ -120,6 +120,30 @@ impl LoopDevice {
         Ok(part)
     }
 
+    /// The kernel's partitions of the device once `n` of them have been
+    /// there for half a second: [`Self::wait_partition`] for the `n`th,
+    /// then again whenever a udevd's re-read has dropped them meanwhile
+    /// (seen in CI: the node appeared, then the partitions were gone), for
+    /// up to 15 s.
+    pub fn settled_partitions(&self, n: usize) -> Result<Vec<PathBuf>> {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+        loop {
+            self.wait_partition(n as u32)?;
+            std::thread::sleep(std::time::Duration::from_millis(500));
+            let parts = self.kernel_partitions();
+            if parts.len() == n {
+                return Ok(parts);
+            }
+            if std::time::Instant::now() >= deadline {
+                bail!(
+                    "{}: {} partitions after 15 s, not {n}: {parts:?}",
+                    self.path.display(),
+                    parts.len()
+                );
+            }
+        }
+    }
+
     /// The file behind the device.
     pub fn backing_file(&self) -> PathBuf {
         self._dir.path().join("disk.img")
