@@ -15,7 +15,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::KernelParams;
+use super::{groups, image_server, Config, KernelParams};
 
 /// The files read, relative to the root, before the directory.
 pub const FILES: [&str; 2] = [
@@ -57,6 +57,35 @@ impl FileOptions {
         for (k, v) in &self.params {
             params.set(k, v);
         }
+    }
+
+    /// Sets what the files say beyond the kernel parameters' options on
+    /// `config` (made from `params`, these files' options laid over):
+    /// the groups, the file-only options and `cafile`. Returns the lines to
+    /// log, the files' own notes first.
+    pub fn configure(&self, config: &mut Config, params: &KernelParams) -> Vec<String> {
+        let mut notes = self.notes.clone();
+        config.mdns = groups::mdns(&self.groups, &mut notes);
+        config.apply_file_use_mdns(params, &mut notes);
+        config.image_server_auth = image_server::from_options(&self.file_only, &mut notes);
+        if let Some(v) = self.file_only.get("fail_if_clock_not_set") {
+            match groups::oslo_bool(v) {
+                Some(b) => config.fail_if_clock_not_set = b,
+                None => notes.push(format!(
+                    "fail_if_clock_not_set = {v:?} does not parse; false applies"
+                )),
+            }
+        }
+        config.metrics_defaults = groups::metrics_defaults(&self.groups, &mut notes);
+        config.container_group = self.groups.get("container").cloned().unwrap_or_default();
+        (
+            config.efi_system_partition_mb,
+            config.bios_boot_partition_mb,
+        ) = groups::disk_utils(&self.groups, &mut notes);
+        if let Some(ca) = &self.cafile {
+            config.cafile = Some(ca.clone());
+        }
+        notes
     }
 }
 

@@ -108,7 +108,7 @@ fn list(v: &str) -> Vec<String> {
 
 /// oslo.config's boolean: the kernel parameters' words, any case, but an
 /// empty value is no value.
-fn oslo_bool(v: &str) -> Option<bool> {
+pub(super) fn oslo_bool(v: &str) -> Option<bool> {
     if v.trim().is_empty() {
         return None;
     }

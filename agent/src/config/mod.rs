@@ -637,33 +637,12 @@ fn load_with(
         tracing::warn!("{n}");
     }
     if let Some(f) = files {
-        let mut notes = f.notes.clone();
-        config.mdns = groups::mdns(&f.groups, &mut notes);
-        config.apply_file_use_mdns(&params, &mut notes);
-        config.image_server_auth = image_server::from_options(&f.file_only, &mut notes);
-        if let Some(v) = f.file_only.get("fail_if_clock_not_set") {
-            match cmdline::parse_bool(v).filter(|_| !v.trim().is_empty()) {
-                Some(b) => config.fail_if_clock_not_set = b,
-                None => notes.push(format!(
-                    "fail_if_clock_not_set = {v:?} does not parse; false applies"
-                )),
-            }
-        }
-        config.metrics_defaults = groups::metrics_defaults(&f.groups, &mut notes);
-        config.container_group = f.groups.get("container").cloned().unwrap_or_default();
-        (
-            config.efi_system_partition_mb,
-            config.bios_boot_partition_mb,
-        ) = groups::disk_utils(&f.groups, &mut notes);
-        for n in &notes {
+        for n in f.configure(&mut config, &params) {
             if n.starts_with("ERROR") {
                 tracing::error!("configuration: {n}");
             } else {
                 tracing::info!("configuration: {n}");
             }
-        }
-        if let Some(ca) = f.cafile {
-            config.cafile = Some(ca);
         }
     }
     Ok(config)
