@@ -463,10 +463,12 @@ impl<C: Conductor> Session<C> {
         mut self,
         mut events: mpsc::UnboundedReceiver<AgentEvent>,
     ) -> Result<()> {
-        let mut next = Instant::now();
-        let mut last_beat: Option<Instant> = None;
-        let mut throttle = LogThrottle::default();
-        let mut accepted = 0u64;
+        let mut clock = BeatClock {
+            next: Instant::now(),
+            last_beat: None,
+            accepted: 0,
+            throttle: LogThrottle::default(),
+        };
         loop {
             // Events first: a power action the conductor asked for must not
             // wait behind a heartbeat that is due at the same moment.
@@ -478,61 +480,20 @@ impl<C: Conductor> Session<C> {
                 // conductor may have moved the node on (to `active` after
                 // a deploy's power-off, where Ironic logs a heartbeat as an
                 // error). The action's event follows within a second.
-                _ = tokio::time::sleep_until(next), if !self.state.power_pending() => {
-                    let result = self.beat().await;
-                    let now = Instant::now();
-                    last_beat = Some(now);
-                    let pending = match result {
-                        Ok(()) => {
-                            if accepted == 0 {
-                                // A boot phase: the ramdisk's console shows its time.
-                                tracing::info!("first heartbeat accepted");
-                                self.first_heartbeat_phase();
-                            }
-                            accepted += 1;
-                            throttle.reset();
-                            next = now + jitter(self.lookup.config.heartbeat_timeout, 0.3, 0.6);
-                            None
-                        }
-                        Err(e) if e.is_invalid_token() => {
-                            // The conductor wipes the token right after it
-                            // orders a power action: that action (queued, or
-                            // still in the power command's short delay) comes
-                            // first; looking up again would never see it.
-                            let pending = match events.try_recv() {
-                                Ok(event) => Some(event),
-                                // The power command was answered; its
-                                // action follows within a second.
-                                Err(_) if self.state.power_pending() => events.recv().await,
-                                Err(_) => None,
-                            };
-                            if let Some(event) = pending {
-                                tracing::info!("token gone with a power action or event pending: handling it first");
-                                Some(event)
-                            } else {
-                                tracing::warn!(error = %e, "the conductor no longer accepts our token; looking up again");
-                                self.relookup().await?;
-                                next = Instant::now();
-                                continue;
-                            }
-                        }
-                        Err(e) if e.status() == Some(409) => {
-                            // The node is locked for a moment (a conductor
-                            // is acting on it, e.g. moving a fast-track node
-                            // on): try again within seconds.
-                            throttle.warn(&format!("heartbeat refused, node locked: {e}"));
-                            next = now + jitter(CONFLICT_RETRY, 1.0, 2.0);
-                            None
-                        }
-                        Err(e) => {
-                            throttle.warn(&format!("heartbeat failed: {e}"));
-                            next = now + jitter(ERROR_RETRY, 1.0, 2.0);
-                            None
+                _ = tokio::time::sleep_until(clock.next), if !self.state.power_pending() => {
+                    // The guard was read when the wait began: a power
+                    // command answered during the wait shows only now.
+                    let due = if self.state.power_pending() {
+                        events.recv().await
+                    } else {
+                        match self.heartbeat_due(&mut events, &mut clock).await? {
+                            Some(event) => Some(event),
+                            None => continue,
                         }
                     };
-                    match pending {
+                    match due {
                         Some(event) => event,
-                        None => continue,
+                        None => return Ok(()),
                     }
                 }
                 // Only with a power action pending and the event channel
@@ -542,11 +503,12 @@ impl<C: Conductor> Session<C> {
             match event {
                 AgentEvent::AsyncCommandFinished => {
                     let now = Instant::now();
-                    let earliest = last_beat
+                    let earliest = clock
+                        .last_beat
                         .map(|t| t + self.state.config.min_heartbeat_interval)
                         .unwrap_or(now)
                         .max(now);
-                    next = next.min(earliest);
+                    clock.next = clock.next.min(earliest);
                 }
                 AgentEvent::Power(action) => {
                     match (self.state.config.mode, &self.state.config.host_root) {
@@ -567,7 +529,7 @@ impl<C: Conductor> Session<C> {
                     self.state.reset_as_after_reboot();
                     tracing::info!("agent reset as after a reboot; looking the node up again");
                     self.lookup_again().await?;
-                    next = Instant::now();
+                    clock.next = Instant::now();
                 }
                 AgentEvent::Rescued => {
                     if let Some(server) = &self.server {
@@ -592,6 +554,70 @@ impl<C: Conductor> Session<C> {
                     tracing::warn!("locked down: API stopped, no more heartbeats");
                     crate::commands::system::lock_down_and_idle(self.state.config.mode).await;
                 }
+            }
+        }
+    }
+
+    /// Sends the heartbeat that is due and schedules the next. Returns an
+    /// event to handle before anything else (a power action that took the
+    /// token away), or `None` to wait again.
+    async fn heartbeat_due(
+        &mut self,
+        events: &mut mpsc::UnboundedReceiver<AgentEvent>,
+        clock: &mut BeatClock,
+    ) -> Result<Option<AgentEvent>> {
+        let result = self.beat().await;
+        let now = Instant::now();
+        clock.last_beat = Some(now);
+        match result {
+            Ok(()) => {
+                if clock.accepted == 0 {
+                    // A boot phase: the ramdisk's console shows its time.
+                    tracing::info!("first heartbeat accepted");
+                    self.first_heartbeat_phase();
+                }
+                clock.accepted += 1;
+                clock.throttle.reset();
+                clock.next = now + jitter(self.lookup.config.heartbeat_timeout, 0.3, 0.6);
+                Ok(None)
+            }
+            Err(e) if e.is_invalid_token() => {
+                // The conductor wipes the token right after it orders a
+                // power action: that action (queued, or still in the power
+                // command's short delay) comes first; looking up again
+                // would never see it.
+                let pending = match events.try_recv() {
+                    Ok(event) => Some(event),
+                    // The power command was answered; its action follows
+                    // within a second.
+                    Err(_) if self.state.power_pending() => events.recv().await,
+                    Err(_) => None,
+                };
+                if pending.is_some() {
+                    tracing::info!(
+                        "token gone with a power action or event pending: handling it first"
+                    );
+                    return Ok(pending);
+                }
+                tracing::warn!(error = %e, "the conductor no longer accepts our token; looking up again");
+                self.relookup().await?;
+                clock.next = Instant::now();
+                Ok(None)
+            }
+            Err(e) if e.status() == Some(409) => {
+                // The node is locked for a moment (a conductor is acting on
+                // it, e.g. moving a fast-track node on): try again within
+                // seconds.
+                clock
+                    .throttle
+                    .warn(&format!("heartbeat refused, node locked: {e}"));
+                clock.next = now + jitter(CONFLICT_RETRY, 1.0, 2.0);
+                Ok(None)
+            }
+            Err(e) => {
+                clock.throttle.warn(&format!("heartbeat failed: {e}"));
+                clock.next = now + jitter(ERROR_RETRY, 1.0, 2.0);
+                Ok(None)
             }
         }
     }
@@ -653,6 +679,14 @@ impl<C: Conductor> Session<C> {
             lookup_until_found(&self.client, &self.state, self.version, &self.macs, None).await?;
         Ok(())
     }
+}
+
+/// When the session heartbeats next, and what its heartbeats did so far.
+struct BeatClock {
+    next: Instant,
+    last_beat: Option<Instant>,
+    accepted: u64,
+    throttle: LogThrottle,
 }
 
 /// Logs a repeated warning once, then again only when it changes or every

@@ -281,6 +281,45 @@ async fn no_heartbeat_goes_while_a_power_action_is_pending() {
     );
 }
 
+/// The power command is answered while the loop already waits for the
+/// next heartbeat (the fleet's race: Ironic moved the node to `active` and
+/// logged the late heartbeat as an error).
+#[tokio::test(start_paused = true)]
+async fn a_power_command_during_the_wait_holds_the_due_heartbeat() {
+    let c = Arc::new(ScriptedConductor::new());
+    c.then_lookup(Ok(found("node-1", Duration::from_secs(10), &token('b'))));
+    let (tx, rx) = mpsc::unbounded_channel();
+    let state = state_with(Duration::from_secs(8), Some(tx.clone()));
+    // heartbeat_timeout 10 s: the second heartbeat is due 3–6 s after the first.
+    let s = session(&c, &state, Duration::from_secs(10));
+    let st = state.clone();
+    run_while(s, rx, async {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        st.set_power_pending();
+        tokio::time::sleep(Duration::from_secs(11)).await;
+        tx.send(AgentEvent::Power(PowerAction::PowerOff)).unwrap();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    })
+    .await;
+    let calls: Vec<(Call, Instant)> = c.calls();
+    let names: Vec<&Call> = calls.iter().map(|(c, _)| c).collect();
+    assert_eq!(
+        names[..3],
+        [
+            &Call::Heartbeat(token('a')),
+            &Call::Lookup,
+            &Call::Heartbeat(token('b')),
+        ],
+        "{calls:?}"
+    );
+    within(
+        calls[1].1 - calls[0].1,
+        12.0,
+        12.5,
+        "the lookup after the power event",
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn huge_lookup_intervals_and_budgets_neither_overflow_nor_panic() {
     let c = ScriptedConductor::new();
