@@ -12,7 +12,9 @@
 //! wrong type is named too (`node.instance_info.root_device`). Keys with
 //! errors of their own (`skip_block_devices`, the erase and burn-in knobs
 //! of `driver_info`) are read from [`Node::document`] by the code that
-//! owns them. The node's [`Ports`] (sent beside it with the step commands)
+//! owns them; the commands' edge (`commands::node_check`) runs those
+//! parsers on the skip list, the root-device hints, `inject_files` and a
+//! software `target_raid_config` as the request arrives. The node's [`Ports`] (sent beside it with the step commands)
 //! are typed the same way: a list of port objects whose fields IPA's
 //! managers read have their types, the rest kept as sent.
 

@@ -674,6 +674,17 @@ async fn requests_are_typed_where_they_arrive() {
     .await;
     assert_eq!(st, StatusCode::BAD_REQUEST);
     assert_fault(&v, "node.instance_info.root_device: invalid type: string");
+    // What a step reads later is checked here too: the skip list's entry
+    // with a bad hint, named down to the hint, on the step listing.
+    let (st, v) = post(
+        &s,
+        &cmd_uri(""),
+        json!({"name": "clean.get_clean_steps", "params": {
+            "node": {"properties": {"skip_block_devices": [{"size": "five"}]}}, "ports": []}}),
+    )
+    .await;
+    assert_eq!(st, StatusCode::BAD_REQUEST);
+    assert_fault(&v, "node.properties.skip_block_devices[0].size: ");
     let (st, v) = post(
         &s,
         &cmd_uri(""),

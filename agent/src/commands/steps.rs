@@ -23,9 +23,15 @@ pub fn hardware_manager_version() -> Value {
     Managers::default().versions()
 }
 
-/// The node of a request's `node` parameter, a bad section named below it.
+/// The node of a request's `node` parameter, a bad section or a bad entry
+/// the steps read ([`super::node_check`]) named below it.
 fn node_param(doc: Value) -> Result<Option<Node>, ParamsError> {
-    Node::parse(doc).map_err(|e| ParamsError::at(&format!("node.{}", e.path), e.reason))
+    let node =
+        Node::parse(doc).map_err(|e| ParamsError::at(&format!("node.{}", e.path), e.reason))?;
+    if let Some(node) = &node {
+        super::node_check::check(node)?;
+    }
+    Ok(node)
 }
 
 /// A `get_*_steps` request: the node, if it sent one (parameters that are

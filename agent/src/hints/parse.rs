@@ -237,6 +237,23 @@ pub enum ParseError {
     SizeNotInteger(String),
 }
 
+impl ParseError {
+    /// The hint the error is about, when it is about one (for a path such
+    /// as `root_device.size`).
+    pub fn hint(&self) -> Option<&str> {
+        match self {
+            ParseError::NotBool { name, .. }
+            | ParseError::NotString { name, .. }
+            | ParseError::Expression { name, .. } => Some(name),
+            ParseError::SizeOperator(_)
+            | ParseError::SizeNotPositive(_)
+            | ParseError::SizeNotInteger(_) => Some("size"),
+            ParseError::Unknown(names) if names.len() == 1 => Some(names[0].as_str()),
+            ParseError::NotAnObject(_) | ParseError::Unknown(_) => None,
+        }
+    }
+}
+
 /// Splits an expression into operator and raw values (not yet normalized).
 /// `None` operator: the whole expression is the value.
 pub fn split_expression(expr: &str) -> Result<(Option<Op>, Vec<String>), ExprError> {
