@@ -18,6 +18,8 @@ use crate::run;
 pub struct Registry {
     child: Child,
     dir: tempfile::TempDir,
+    /// Plain HTTP, no TLS (a lab's or a disconnected mirror's registry).
+    plain_http: bool,
     /// The one user when the registry requires authentication.
     user: Option<(String, String)>,
     /// `127.0.0.1:PORT`.
@@ -41,16 +43,22 @@ impl Registry {
     /// Starts the registry on a free port of `ip` (an address of the
     /// network namespace the caller is in; its certificate names it).
     pub fn start_on(ip: &str) -> Result<Self> {
-        Self::start_with(ip, None)
+        Self::start_with(ip, None, false)
+    }
+
+    /// [`Registry::start`] speaking plain HTTP (no TLS at all), as a lab's
+    /// or a disconnected mirror's registry often does.
+    pub fn start_plain_http() -> Result<Self> {
+        Self::start_with("127.0.0.1", None, true)
     }
 
     /// [`Registry::start`] with HTTP basic authentication: `user` (name,
     /// password) is its only user (htpasswd, bcrypt).
     pub fn start_with_user(user: (&str, &str)) -> Result<Self> {
-        Self::start_with("127.0.0.1", Some(user))
+        Self::start_with("127.0.0.1", Some(user), false)
     }
 
-    fn start_with(ip: &str, user: Option<(&str, &str)>) -> Result<Self> {
+    fn start_with(ip: &str, user: Option<(&str, &str)>, plain_http: bool) -> Result<Self> {
         let dir = tempfile::tempdir()?;
         let d = dir.path();
         // A CA, and the registry's certificate for 127.0.0.1 signed by it.
@@ -76,11 +84,16 @@ impl Registry {
         let mut config = format!(
             "version: 0.1\nlog:\n  level: info\n  accesslog:\n    disabled: false\n\
              storage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\n\
-             http:\n  addr: {addr}\n  tls:\n    certificate: {}\n    key: {}\n",
+             http:\n  addr: {addr}\n",
             d.join("storage").display(),
-            d.join("server.pem").display(),
-            d.join("server.key").display(),
         );
+        if !plain_http {
+            config.push_str(&format!(
+                "  tls:\n    certificate: {}\n    key: {}\n",
+                d.join("server.pem").display(),
+                d.join("server.key").display(),
+            ));
+        }
         if let Some((name, password)) = user {
             let entry = run(Command::new("htpasswd").args(["-Bbn", name, password]))
                 .context("htpasswd (ci/install-deps installs apache2-utils)")?;
@@ -103,6 +116,7 @@ impl Registry {
         let reg = Registry {
             child,
             dir,
+            plain_http,
             addr,
             user: user.map(|(n, p)| (n.to_string(), p.to_string())),
         };
@@ -189,8 +203,14 @@ impl Registry {
     fn push(&self, source: &str, name: &str) -> Result<String> {
         let dest = format!("docker://{}/{name}", self.addr);
         let mut copy = Command::new("skopeo");
-        copy.args(["copy", "--quiet", "--dest-cert-dir"])
-            .arg(self.dir.path().join("certs.d"));
+        copy.args(["copy", "--quiet"]);
+        if self.plain_http {
+            // skopeo (containers/image) uses plain HTTP only so.
+            copy.arg("--dest-tls-verify=false");
+        } else {
+            copy.arg("--dest-cert-dir")
+                .arg(self.dir.path().join("certs.d"));
+        }
         if let Some((name, password)) = &self.user {
             copy.arg("--dest-creds").arg(format!("{name}:{password}"));
         }

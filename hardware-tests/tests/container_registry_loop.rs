@@ -142,7 +142,10 @@ async fn container_step_pulls_over_tls_and_writes_the_device() {
     let p = apply(&insecure, &tool, &[], &[], Origin::Arguments).unwrap();
     assert!(!p.pull.tls_verify);
     let verified_pulls = String::from_utf8_lossy(&agent::logs::memlog::snapshot()).into_owned();
-    assert!(!verified_pulls.contains("WITHOUT TLS verification"));
+    // (Other tests of this binary log such pulls of their own images.)
+    assert!(!verified_pulls
+        .lines()
+        .any(|l| l.contains("WITHOUT TLS verification") && l.contains(&p.reference)));
     run_container(&p, None, work.path(), abort.clone())
         .await
         .unwrap();
@@ -157,6 +160,81 @@ async fn container_step_pulls_over_tls_and_writes_the_device() {
         warning.contains("WARN") && warning.contains(&p.reference),
         "{warning}"
     );
+}
+
+/// A registry that speaks plain HTTP (a lab's, a disconnected mirror's):
+/// refused by name while TLS is verified; with `--tls-verify=false`
+/// (Ironic's default `pull_options`) pulled over HTTP as podman does, and
+/// the log says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_http_registry_is_used_only_without_tls_verification() {
+    hardware_tests::require_root("container_registry_loop");
+    if !with_crun_cgroups("a_plain_http_registry_is_used_only_without_tls_verification") {
+        return;
+    }
+    agent::cli::init_tracing(false);
+    let registry = Registry::start_plain_http().unwrap();
+    let script = format!(
+        "/bin/busybox printf {} | /bin/busybox dd of=/dev/target bs=512 seek=1 conv=notrunc,fsync",
+        std::str::from_utf8(MARKER).unwrap()
+    );
+    let tool = registry
+        .push_busybox_image("mirror/tool:1", &["/bin/busybox", "sh", "-c", &script])
+        .unwrap();
+    let disk = LoopDevice::new(8 << 20).unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let verified = ContainerSettings {
+        allowed_containers: vec![tool.clone()],
+        run_options: vec![
+            "--rm --network=host".into(),
+            format!("--device {}:/dev/target", disk.path.display()),
+        ],
+        ..ContainerSettings::default()
+    };
+    let abort = Arc::new(AtomicBool::new(false));
+
+    // TLS verified: refused, naming the registry and the way out.
+    let p = apply(&verified, &tool, &[], &[], Origin::Arguments).unwrap();
+    assert!(p.pull.tls_verify);
+    let e = run_container(&p, None, work.path(), abort.clone())
+        .await
+        .unwrap_err();
+    assert!(matches!(e, ContainerError::Pull { .. }), "{e}");
+    let msg = e.to_string();
+    assert!(
+        msg.contains(&format!("the registry {} speaks plain HTTP", registry.addr))
+            && msg.contains("--tls-verify=false"),
+        "{msg}"
+    );
+    assert_eq!(marker_at_sector_one(&disk.path), vec![0; MARKER.len()]);
+
+    // --tls-verify=false: pulled over HTTP and run, with a warning.
+    let insecure = ContainerSettings {
+        pull_options: vec!["--tls-verify=false".into()],
+        ..verified
+    };
+    let p = apply(&insecure, &tool, &[], &[], Origin::Arguments).unwrap();
+    assert!(!p.pull.tls_verify);
+    run_container(&p, None, work.path(), abort.clone())
+        .await
+        .unwrap();
+    assert_eq!(marker_at_sector_one(&disk.path), MARKER);
+    let log = String::from_utf8_lossy(&agent::logs::memlog::snapshot()).into_owned();
+    let warning = log
+        .lines()
+        .find(|l| l.contains("speaks plain HTTP: pulling"))
+        .unwrap_or_else(|| panic!("no warning for the plain-HTTP pull in:\n{log}"));
+    assert!(
+        warning.contains("WARN") && warning.contains(&registry.addr),
+        "{warning}"
+    );
+    // The registry served the manifest and the blobs to the agent's client.
+    let access = registry.log();
+    let fetched = access
+        .lines()
+        .filter(|l| l.contains("oci-client") && l.contains("/v2/mirror/tool/"))
+        .count();
+    assert!(fetched >= 2, "manifest, config and layer fetched: {access}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

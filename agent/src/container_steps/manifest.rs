@@ -18,6 +18,7 @@ use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference, RegistryOperation};
 
 use super::limits::Limits;
+use super::scheme::Scheme;
 
 /// The manifest media types asked for: OCI's and Docker's schema 2, image
 /// and index.
@@ -35,6 +36,7 @@ const ERROR_BODY: usize = 1024;
 pub async fn fetch(
     client: &Client,
     http: &reqwest::Client,
+    scheme: Scheme,
     image: &Reference,
     auth: &RegistryAuth,
     limits: &Limits,
@@ -51,7 +53,8 @@ pub async fn fetch(
             _ => None,
         },
     };
-    let (manifest, digest) = fetch_one(http, image, authorization.as_deref(), limits).await?;
+    let (manifest, digest) =
+        fetch_one(http, scheme, image, authorization.as_deref(), limits).await?;
     match manifest {
         OciManifest::Image(m) => Ok((m, digest)),
         OciManifest::ImageIndex(index) => {
@@ -59,7 +62,7 @@ pub async fn fetch(
                 bail!("the image index {digest} has no manifest for this machine's platform");
             };
             let platform = image.clone_with_digest(chosen.clone());
-            match fetch_one(http, &platform, authorization.as_deref(), limits).await? {
+            match fetch_one(http, scheme, &platform, authorization.as_deref(), limits).await? {
                 (OciManifest::Image(m), _) => Ok((m, chosen)),
                 (OciManifest::ImageIndex(_), _) => {
                     bail!("the image index {digest} names another index ({chosen})")
@@ -79,7 +82,7 @@ fn basic(user: &str, password: &str) -> String {
 }
 
 /// `oci-client`'s manifest URL for `image`.
-fn url(image: &Reference) -> String {
+fn url(scheme: Scheme, image: &Reference) -> String {
     let reference = image
         .digest()
         .unwrap_or_else(|| image.tag().unwrap_or("latest"));
@@ -88,7 +91,8 @@ fn url(image: &Reference) -> String {
         .map(|ns| format!("?ns={ns}"))
         .unwrap_or_default();
     format!(
-        "https://{}/v2/{}/manifests/{reference}{ns}",
+        "{}://{}/v2/{}/manifests/{reference}{ns}",
+        scheme.as_str(),
         image.resolve_registry(),
         image.repository()
     )
@@ -96,11 +100,12 @@ fn url(image: &Reference) -> String {
 
 async fn fetch_one(
     http: &reqwest::Client,
+    scheme: Scheme,
     image: &Reference,
     authorization: Option<&str>,
     limits: &Limits,
 ) -> Result<(OciManifest, String)> {
-    let url = url(image);
+    let url = url(scheme, image);
     let mut request = http.get(&url).header(reqwest::header::ACCEPT, ACCEPT);
     if let Some(a) = authorization {
         request = request.header(reqwest::header::AUTHORIZATION, a);
@@ -251,9 +256,19 @@ mod tests {
     #[test]
     fn the_url_is_oci_clients() {
         let r: Reference = "r.example:5000/team/tool:1".parse().unwrap();
-        assert_eq!(url(&r), "https://r.example:5000/v2/team/tool/manifests/1");
+        assert_eq!(
+            url(Scheme::Https, &r),
+            "https://r.example:5000/v2/team/tool/manifests/1"
+        );
+        assert_eq!(
+            url(Scheme::Http, &r),
+            "http://r.example:5000/v2/team/tool/manifests/1"
+        );
         let d = format!("sha256:{}", "ab".repeat(32));
         let r: Reference = format!("r.example/tool@{d}").parse().unwrap();
-        assert_eq!(url(&r), format!("https://r.example/v2/tool/manifests/{d}"));
+        assert_eq!(
+            url(Scheme::Https, &r),
+            format!("https://r.example/v2/tool/manifests/{d}")
+        );
     }
 }

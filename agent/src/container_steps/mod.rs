@@ -4,7 +4,8 @@
 //! ([`settings`]), the steps file baked into the ramdisk ([`steps_file`]),
 //! podman's option syntax translated to typed options ([`options`]), the
 //! allowlist applied before anything is pulled ([`policy`]), the registry
-//! pull ([`pull`], [`manifest`]) within bounds ([`limits`]) with safe layer
+//! pull ([`pull`], [`manifest`], over plain HTTP only as podman falls
+//! back to it: [`scheme`]) within bounds ([`limits`]) with safe layer
 //! unpacking ([`unpack`]), and the run with crun ([`bundle`], [`runtime`])
 //! confined as podman confines a container (capabilities, device cgroup,
 //! [`seccomp`]).
@@ -20,6 +21,7 @@ pub mod options;
 pub mod policy;
 pub mod pull;
 pub mod runtime;
+pub mod scheme;
 pub mod seccomp;
 pub mod settings;
 pub mod steps_file;

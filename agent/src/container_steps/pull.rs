@@ -10,7 +10,9 @@
 //!
 //! TLS is verified by default against the system roots plus the agent's
 //! `cafile`; `--tls-verify=false` turns verification off (the connection
-//! stays HTTPS): each such pull is logged as a warning naming the image,
+//! stays HTTPS unless the registry speaks only plain HTTP, where podman
+//! falls back to HTTP too: [`super::scheme`], logged as a warning naming
+//! the registry): each such pull is logged as a warning naming the image,
 //! and credentials are then refused rather than sent to a peer nobody
 //! checked. Credentials come from `--creds` or an `--authfile` in
 //! containers-auth.json(5) format.
@@ -30,6 +32,7 @@ use serde_json::Value;
 
 use super::limits::{Bounded, Budget, Limits};
 use super::options::{Auth, PullOptions};
+use super::scheme::Scheme;
 
 /// The layer media types unpacked: OCI's tar, tar+gzip, tar+zstd, and
 /// Docker's schema 2 gzip layer.
@@ -63,17 +66,35 @@ fn extra_roots(cafile: Option<&Path>) -> Result<Vec<Vec<u8>>> {
     Ok(certs.iter().map(|c| c.as_ref().to_vec()).collect())
 }
 
-/// The registry client for `opts`, and the HTTP client of the manifest
-/// request with the same TLS settings, both trusting `cafile`'s
-/// certificates in addition to the system roots.
-fn clients(opts: &PullOptions, cafile: Option<&Path>) -> Result<(Client, reqwest::Client)> {
-    // reqwest is built without a default crypto provider (the workspace
-    // has ring only); oci-client builds its own reqwest client, so the
-    // process default is ring. An error means one is installed already.
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let roots = extra_roots(cafile)?;
+/// The HTTP client of the manifest request and the scheme probes, with
+/// `opts`' TLS settings, trusting `roots` in addition to the system roots.
+fn http_client(opts: &PullOptions, roots: &[Vec<u8>], user_agent: &str) -> Result<reqwest::Client> {
+    let certs = roots
+        .iter()
+        .map(|der| reqwest::Certificate::from_der(der))
+        .collect::<Result<Vec<_>, _>>()
+        .context("the CA file's certificates")?;
+    reqwest::Client::builder()
+        .danger_accept_invalid_certs(!opts.tls_verify)
+        .tls_certs_merge(certs)
+        .user_agent(user_agent)
+        .build()
+        .context("setting up the manifest client")
+}
+
+/// The registry client for `opts`, speaking `scheme` to `registry`, with
+/// the same TLS settings and roots.
+fn registry_client(
+    opts: &PullOptions,
+    roots: &[Vec<u8>],
+    scheme: Scheme,
+    registry: &str,
+) -> Result<Client> {
     let config = ClientConfig {
-        protocol: ClientProtocol::Https,
+        protocol: match scheme {
+            Scheme::Https => ClientProtocol::Https,
+            Scheme::Http => ClientProtocol::HttpsExcept(vec![registry.to_string()]),
+        },
         accept_invalid_certificates: !opts.tls_verify,
         extra_root_certificates: roots
             .iter()
@@ -84,20 +105,7 @@ fn clients(opts: &PullOptions, cafile: Option<&Path>) -> Result<(Client, reqwest
             .collect(),
         ..ClientConfig::default()
     };
-    let user_agent = config.user_agent;
-    let client = Client::try_from(config).context("setting up the registry client")?;
-    let certs = roots
-        .iter()
-        .map(|der| reqwest::Certificate::from_der(der))
-        .collect::<Result<Vec<_>, _>>()
-        .context("the CA file's certificates")?;
-    let http = reqwest::Client::builder()
-        .danger_accept_invalid_certs(!opts.tls_verify)
-        .tls_certs_merge(certs)
-        .user_agent(user_agent)
-        .build()
-        .context("setting up the manifest client")?;
-    Ok((client, http))
+    Client::try_from(config).context("setting up the registry client")
 }
 
 /// The credentials for `registry`/`repository` that `opts` give.
@@ -214,10 +222,40 @@ pub async fn pull(
             }
         );
     }
-    let (client, http) = clients(opts, cafile)?;
-    let (manifest, digest) = super::manifest::fetch(&client, &http, &image, &auth, limits)
-        .await
-        .context("fetching the manifest")?;
+    // reqwest is built without a default crypto provider (the workspace
+    // has ring only); oci-client builds its own reqwest client, so the
+    // process default is ring. An error means one is installed already.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let roots = extra_roots(cafile)?;
+    let http = http_client(opts, &roots, ClientConfig::default().user_agent)?;
+    let scheme = if opts.tls_verify {
+        Scheme::Https
+    } else {
+        super::scheme::unverified(&http, registry).await
+    };
+    if scheme == Scheme::Http {
+        tracing::warn!(
+            image = reference,
+            registry,
+            "the registry {registry} speaks plain HTTP: pulling {reference} over HTTP, \
+             unencrypted, as podman does with --tls-verify=false"
+        );
+    }
+    let client = registry_client(opts, &roots, scheme, registry)?;
+    let (manifest, digest) =
+        match super::manifest::fetch(&client, &http, scheme, &image, &auth, limits).await {
+            Ok(fetched) => fetched,
+            Err(e)
+                if opts.tls_verify && super::scheme::answers_plain_http(&http, registry).await =>
+            {
+                bail!(
+                    "the registry {registry} speaks plain HTTP, not HTTPS, and TLS is \
+                     verified: a plain-HTTP registry is used only with --tls-verify=false \
+                     in pull_options, as podman does ({e:#})"
+                )
+            }
+            Err(e) => return Err(e.context("fetching the manifest")),
+        };
     let config = fetch_config(&client, &image, &manifest.config, limits, stop).await?;
     let config: ImageConfiguration =
         serde_json::from_slice(&config).context("parsing the image config")?;
