@@ -76,6 +76,8 @@ pub struct AgentState {
     local_key: Option<String>,
     node: RwLock<Option<Node>>,
     partition_uuids: RwLock<Option<Value>>,
+    /// The `is_root_volume` marks of the software RAID built in this boot.
+    raid_root_marks: RwLock<Vec<crate::raid::ops::RootMark>>,
     lookup_config: RwLock<Option<LookupConfig>>,
     metrics: RwLock<Option<Arc<crate::metrics::Metrics>>>,
     events: Mutex<Option<mpsc::UnboundedSender<AgentEvent>>>,
@@ -102,6 +104,7 @@ impl AgentState {
             local_key: random_hex(32),
             node: RwLock::new(None),
             partition_uuids: RwLock::new(None),
+            raid_root_marks: RwLock::new(Vec::new()),
             lookup_config: RwLock::new(None),
             metrics: RwLock::new(None),
             events: Mutex::new(events),
@@ -252,6 +255,24 @@ impl AgentState {
             .unwrap_or_else(|p| p.into_inner()) = v;
     }
 
+    /// The `is_root_volume` marks of the software RAID built in this boot
+    /// (IPA 13 keeps them in memory too: a reboot forgets them).
+    pub fn raid_root_marks(&self) -> Vec<crate::raid::ops::RootMark> {
+        self.raid_root_marks
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Records the marks of the software RAID just built (empty: none, or
+    /// the RAID deleted).
+    pub fn set_raid_root_marks(&self, marks: Vec<crate::raid::ops::RootMark>) {
+        *self
+            .raid_root_marks
+            .write()
+            .unwrap_or_else(|p| p.into_inner()) = marks;
+    }
+
     /// Sends an event to the main loop (dropped if nobody listens).
     pub fn notify(&self, event: AgentEvent) {
         if let Some(tx) = self
@@ -287,6 +308,7 @@ impl AgentState {
         self.set_token(self.config.agent_token.clone());
         *self.node.write().unwrap_or_else(|p| p.into_inner()) = None;
         self.set_partition_uuids(None);
+        self.set_raid_root_marks(Vec::new());
     }
 }
 

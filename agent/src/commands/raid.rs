@@ -98,6 +98,9 @@ fn build(
     let built = ops::create(&layout, &policy)
         .map_err(|e| error(kind, "Failed to create software RAID", &e))?;
     tracing::info!(arrays = ?built.arrays, root = ?built.root, "Successfully created Software RAID");
+    // A deploy in this boot picks its root device by them (IPA's
+    // _raid_root_device_mapping; see commands/target.rs).
+    state.set_raid_root_marks(built.root_marks);
     // IPA returns the configuration it applied; Ironic stores it as the
     // node's raid_config.
     Ok(raid_config.clone())
@@ -162,6 +165,9 @@ fn delete(state: &AgentState, node: &Value, kind: ErrorKind) -> Result<Value, Co
     let disks = crate::disk::erasable_disks(&policy)
         .and_then(|d| Ok(crate::selection::unprotected(node, d)?))
         .map_err(|e| error(kind, "Listing the disks", &e))?;
+    // The arrays go, and with them what is_root_volume said of them (IPA
+    // keeps its map, and would name a deleted array as the root device).
+    state.set_raid_root_marks(Vec::new());
     let deleted = ops::delete(&disks, &policy)
         .map_err(|e| error(kind, "Failed to delete software RAID", &e))?;
     tracing::info!(stopped = ?deleted.stopped, zeroed = ?deleted.zeroed, wiped = ?deleted.wiped, "software RAID deleted");

@@ -148,8 +148,10 @@ pub struct LogicalDisk {
     pub size: Size,
     /// `volume_name` (the md array's name).
     pub volume_name: Option<String>,
-    /// `is_root_volume`.
-    pub is_root: bool,
+    /// `is_root_volume`: `Some(true)` makes the array the root device of a
+    /// deploy in the same boot, `Some(false)` keeps it and its member disks
+    /// out of the root-device choice, `None` (absent) neither.
+    pub root_volume: Option<bool>,
     /// `physical_disks`: device hints, one per member; all disks if absent.
     pub physical_disks: Option<Vec<Value>>,
 }
@@ -290,17 +292,17 @@ pub fn parse(
                 None
             }
         };
-        let is_root = match ld.get("is_root_volume") {
-            None | Some(Value::Null) => false,
-            Some(Value::Bool(b)) => *b,
+        let root_volume = match ld.get("is_root_volume") {
+            None | Some(Value::Null) => None,
+            Some(Value::Bool(b)) => Some(*b),
             Some(other) => {
                 problems.push(format!(
                     "logical disk {n}: is_root_volume {other} is not a boolean"
                 ));
-                false
+                None
             }
         };
-        if is_root {
+        if root_volume == Some(true) {
             if root_seen {
                 problems.push("Software RAID configuration allows only one logical disk to be marked as is_root_volume".into());
             }
@@ -342,7 +344,7 @@ pub fn parse(
                 level,
                 size,
                 volume_name,
-                is_root,
+                root_volume,
                 physical_disks,
             });
         }

@@ -29,6 +29,24 @@ pub struct Built {
     pub arrays: Vec<(PathBuf, String, Vec<PathBuf>)>,
     /// The root volume's device (`is_root_volume`, else the first).
     pub root: Option<PathBuf>,
+    /// The arrays whose logical disk set `is_root_volume`, in order.
+    pub root_marks: Vec<RootMark>,
+}
+
+/// An array whose logical disk set `is_root_volume`, as IPA 13 keeps it
+/// (`_raid_root_device_mapping`) for the root-device choice of a deploy in
+/// the same boot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RootMark {
+    /// The md device.
+    pub device: PathBuf,
+    /// `true`: the deploy's root device; `false`: never the root device,
+    /// nor are its member disks and partitions.
+    pub root: bool,
+    /// Its member partitions.
+    pub members: Vec<PathBuf>,
+    /// The disks holding them.
+    pub disks: Vec<PathBuf>,
 }
 
 fn size_of(path: &Path) -> Result<u64> {
@@ -348,6 +366,7 @@ fn build(plan: &Plan, made: &mut Vec<PathBuf>) -> Result<Built> {
     let mut built = Built {
         arrays: Vec::new(),
         root: None,
+        root_marks: Vec::new(),
     };
     for a in &plan.arrays {
         let members: Vec<PathBuf> = a
@@ -357,8 +376,16 @@ fn build(plan: &Plan, made: &mut Vec<PathBuf>) -> Result<Built> {
             .collect::<Result<_>>()?;
         start(a, &members, made)?;
         let dev = PathBuf::from(format!("/dev/md{}", a.index));
-        if a.is_root {
+        if a.root_volume == Some(true) {
             built.root = Some(dev.clone());
+        }
+        if let Some(root) = a.root_volume {
+            built.root_marks.push(RootMark {
+                device: dev.clone(),
+                root,
+                members: members.clone(),
+                disks: a.members.iter().map(|(d, _)| d.clone()).collect(),
+            });
         }
         built.arrays.push((dev, a.name.clone(), members));
     }

@@ -276,8 +276,8 @@ pub struct PlannedArray {
     pub level: Level,
     /// Name stored in the superblock (`volume_name`, else `mdN`).
     pub name: String,
-    /// `is_root_volume`.
-    pub is_root: bool,
+    /// `is_root_volume` ([`super::config::LogicalDisk::root_volume`]).
+    pub root_volume: Option<bool>,
     /// Members: the disk and the 1-based partition number, in role order.
     pub members: Vec<(PathBuf, u32)>,
     /// Sectors (512 B) used on each member for data.
@@ -492,7 +492,7 @@ pub fn plan(
             index,
             level: ld.level,
             name: volume,
-            is_root: ld.is_root,
+            root_volume: ld.root_volume,
             members: array_members,
             data_sectors,
         });

@@ -56,9 +56,9 @@ fn a_mirror_and_a_max_stripe_parse() {
     assert_eq!(cfg.logical_disks[0].level, Level::R1);
     assert_eq!(cfg.logical_disks[0].size, Size::Gib(10));
     assert_eq!(cfg.logical_disks[0].volume_name.as_deref(), Some("root"));
-    assert!(cfg.logical_disks[0].is_root);
+    assert_eq!(cfg.logical_disks[0].root_volume, Some(true));
     assert_eq!(cfg.logical_disks[1].size, Size::Max);
-    assert!(!cfg.logical_disks[1].is_root);
+    assert_eq!(cfg.logical_disks[1].root_volume, None);
 }
 
 #[test]
@@ -340,7 +340,7 @@ fn a_max_volume_listed_first_is_numbered_last_as_ipa_does() {
                 a.index,
                 a.name.as_str(),
                 a.level.ironic(),
-                a.is_root,
+                a.root_volume == Some(true),
                 a.members[0].1,
             )
         })
