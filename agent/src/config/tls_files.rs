@@ -6,7 +6,8 @@
 use std::path::PathBuf;
 
 use super::cmdline::KernelParams;
-use super::{take, Config, ParamError};
+use super::from_params::take;
+use super::{Config, ParamError};
 
 /// A PEM certificate (chain) and its private key.
 #[derive(Debug, Clone, PartialEq, Eq)]
