@@ -45,6 +45,29 @@ fn marker_at_sector_one(dev: &std::path::Path) -> Vec<u8> {
     buf
 }
 
+/// Pushes `name`: busybox writing [`MARKER`] at sector 1 of `/dev/target`.
+fn push_marker_tool(registry: &Registry, name: &str) -> String {
+    let script = format!(
+        "/bin/busybox printf {} | /bin/busybox dd of=/dev/target bs=512 seek=1 conv=notrunc,fsync",
+        std::str::from_utf8(MARKER).unwrap()
+    );
+    registry
+        .push_busybox_image(name, &["/bin/busybox", "sh", "-c", &script])
+        .unwrap()
+}
+
+/// Settings allowing `tool` only, run with `disk` as `/dev/target`.
+fn allowing_on(tool: &str, disk: &LoopDevice) -> ContainerSettings {
+    ContainerSettings {
+        allowed_containers: vec![tool.to_string()],
+        run_options: vec![
+            "--rm --network=host".into(),
+            format!("--device {}:/dev/target", disk.path.display()),
+        ],
+        ..ContainerSettings::default()
+    }
+}
+
 fn zero_sector_one(dev: &std::path::Path) {
     let mut f = std::fs::OpenOptions::new().write(true).open(dev).unwrap();
     f.seek(SeekFrom::Start(512)).unwrap();
@@ -65,26 +88,13 @@ async fn container_step_pulls_over_tls_and_writes_the_device() {
     // The agent's log in memory, as log.collect_system_logs reads it.
     agent::cli::init_tracing(false);
     let registry = Registry::start().unwrap();
-    let script = format!(
-        "/bin/busybox printf {} | /bin/busybox dd of=/dev/target bs=512 seek=1 conv=notrunc,fsync",
-        std::str::from_utf8(MARKER).unwrap()
-    );
-    let tool = registry
-        .push_busybox_image("tool:1", &["/bin/busybox", "sh", "-c", &script])
-        .unwrap();
+    let tool = push_marker_tool(&registry, "tool:1");
     let forbidden = registry
         .push_busybox_image("forbidden:1", &["/bin/busybox", "true"])
         .unwrap();
     let disk = LoopDevice::new(8 << 20).unwrap();
     let work = tempfile::tempdir().unwrap();
-    let settings = ContainerSettings {
-        allowed_containers: vec![tool.clone()],
-        run_options: vec![
-            "--rm --network=host".into(),
-            format!("--device {}:/dev/target", disk.path.display()),
-        ],
-        ..ContainerSettings::default()
-    };
+    let settings = allowing_on(&tool, &disk);
     let abort = Arc::new(AtomicBool::new(false));
 
     // Allowed, registry certificate verified against the CA.
@@ -174,23 +184,10 @@ async fn a_plain_http_registry_is_used_only_without_tls_verification() {
     }
     agent::cli::init_tracing(false);
     let registry = Registry::start_plain_http().unwrap();
-    let script = format!(
-        "/bin/busybox printf {} | /bin/busybox dd of=/dev/target bs=512 seek=1 conv=notrunc,fsync",
-        std::str::from_utf8(MARKER).unwrap()
-    );
-    let tool = registry
-        .push_busybox_image("mirror/tool:1", &["/bin/busybox", "sh", "-c", &script])
-        .unwrap();
+    let tool = push_marker_tool(&registry, "mirror/tool:1");
     let disk = LoopDevice::new(8 << 20).unwrap();
     let work = tempfile::tempdir().unwrap();
-    let verified = ContainerSettings {
-        allowed_containers: vec![tool.clone()],
-        run_options: vec![
-            "--rm --network=host".into(),
-            format!("--device {}:/dev/target", disk.path.display()),
-        ],
-        ..ContainerSettings::default()
-    };
+    let verified = allowing_on(&tool, &disk);
     let abort = Arc::new(AtomicBool::new(false));
 
     // TLS verified: refused, naming the registry and the way out.
