@@ -21,7 +21,7 @@ use crate::conductor::{
     ApiVersion, Conductor, ConductorClient, ConductorError, Heartbeat, LookupResult,
 };
 use crate::config::{ApiUrls, Config, RunMode};
-use crate::state::{AgentEvent, AgentState};
+use crate::state::{AgentEvent, AgentState, PowerAction};
 use crate::{api, inspect, net, power, server, tls};
 
 /// Gap after a failed heartbeat: `ERROR_RETRY × U(1, 2)` (PROTOCOL.md §2.4).
@@ -369,6 +369,19 @@ async fn lookup_until_found(
     macs: &[String],
     node_uuid: Option<&str>,
 ) -> Result<LookupResult> {
+    lookup_loop(client, state, version, macs, node_uuid, None).await
+}
+
+/// [`lookup_until_found`], after a simulated power-off when `off` is set:
+/// answers it holds back are not taken.
+async fn lookup_loop(
+    client: &impl Conductor,
+    state: &AgentState,
+    version: ApiVersion,
+    macs: &[String],
+    node_uuid: Option<&str>,
+    mut off: Option<powered_off::PoweredOff>,
+) -> Result<LookupResult> {
     let config = &state.config;
     let deadline = deadline(config.lookup_timeout);
     let mut delay = config.lookup_interval.min(config.lookup_max_interval);
@@ -379,7 +392,16 @@ async fn lookup_until_found(
         s.node_uuid = None;
     });
     loop {
-        let problem = match client.lookup(version, macs, node_uuid).await {
+        let answer = client.lookup(version, macs, node_uuid).await;
+        let held = match (&answer, &off) {
+            (Ok(found), Some(o)) => o.holds(found),
+            _ => None,
+        };
+        if answer.is_ok() && held.is_none() {
+            off = None;
+        }
+        let problem = match answer {
+            Ok(_) if held.is_some() => held.unwrap_or_default(),
             Ok(found) => {
                 let uuid = found.node_uuid.clone();
                 let set_found = |what: &str| {
@@ -418,6 +440,9 @@ async fn lookup_until_found(
                 }
             }
             Err(e) => {
+                if off.as_ref().is_some_and(|o| o.ended_by(&e)) {
+                    off = None;
+                }
                 if e.status() == Some(409) {
                     // The node is locked: wait a little more each time (sticky).
                     const EXTRA: [u64; 3] = [5, 10, 30];
@@ -511,6 +536,7 @@ impl<C: Conductor> Session<C> {
                     clock.next = clock.next.min(earliest);
                 }
                 AgentEvent::Power(action) => {
+                    let mut simulated = false;
                     match (self.state.config.mode, &self.state.config.host_root) {
                         (RunMode::Ramdisk, _) => {
                             if let Some(server) = &self.server {
@@ -524,11 +550,23 @@ impl<C: Conductor> Session<C> {
                             }
                             power::act_from_container(action, host);
                         }
-                        _ => {}
+                        _ => simulated = true,
                     }
                     self.state.reset_as_after_reboot();
                     tracing::info!("agent reset as after a reboot; looking the node up again");
-                    self.lookup_again().await?;
+                    // A machine that was powered off stays off while the
+                    // conductor finishes what it powered it off in.
+                    let off = (simulated && action == PowerAction::PowerOff)
+                        .then(powered_off::PoweredOff::new);
+                    self.lookup = lookup_loop(
+                        &self.client,
+                        &self.state,
+                        self.version,
+                        &self.macs,
+                        None,
+                        off,
+                    )
+                    .await?;
                     clock.next = Instant::now();
                 }
                 AgentEvent::Rescued => {
@@ -723,5 +761,6 @@ impl LogThrottle {
     }
 }
 
+mod powered_off;
 #[cfg(test)]
 mod tests;

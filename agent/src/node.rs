@@ -126,6 +126,16 @@ impl Node {
             .or_else(|| self.properties.capabilities.get(key))
     }
 
+    /// Whether a deploy is under way: `driver_internal_info.deploy_steps`
+    /// is a non-empty list (Ironic sets it as a deploy starts and wipes it
+    /// when the deploy ends).
+    pub fn deploy_under_way(&self) -> bool {
+        self.doc
+            .pointer("/driver_internal_info/deploy_steps")
+            .and_then(Value::as_array)
+            .is_some_and(|steps| !steps.is_empty())
+    }
+
     /// The root-device hints it asks for: `instance_info.root_device`,
     /// else `properties.root_device` (as IPA's `get_os_install_device`);
     /// an empty dict is no hints.

@@ -10,7 +10,8 @@
 //!   output line in `last_error`;
 //! * aborting a clean kills a running abortable step and what it started;
 //! * a manifest whose step clashes with the generic `erase_devices_metadata`
-//!   makes the clean fail naming the manifest and the step;
+//!   at the generic support level makes the clean fail naming the manifest
+//!   and the step; a vendor's (support 3) replaces it and runs instead;
 //! * `erase_devices` leaves one disk to the hook that claims it and erases
 //!   the other itself.
 
@@ -328,12 +329,13 @@ async fn real_ironic_runs_executable_managers() {
         .unwrap();
     recover(&ironic, &uuid).await;
 
-    // (e) A manager whose step shadows the generic one is refused: the
-    // clean fails naming its manifest and the step.
+    // (e) A manager whose step would shadow the generic one at the same
+    // support (1) is refused: the clean fails naming its manifest and the
+    // step.
     let clash = mdir.join("zz-clash.yaml");
     std::fs::write(
         &clash,
-        "name: clash\nversion: '1'\nsteps:\n  - {name: erase_devices_metadata, executable: label.sh, interface: deploy, clean_priority: 99}\n",
+        "name: clash\nversion: '1'\nsupport: 1\nsteps:\n  - {name: erase_devices_metadata, executable: label.sh, interface: deploy, clean_priority: 99}\n",
     )
     .unwrap();
     let err = failing_clean(
@@ -352,6 +354,39 @@ async fn real_ironic_runs_executable_managers() {
         "the refused clean wrote"
     );
     std::fs::remove_file(&clash).unwrap();
+
+    // (e2) A vendor's manager (support 3) replaces the generic step of the
+    // same name, as IPA's in-band RAID and vendor erase managers do: its
+    // `erase_devices_metadata` runs, and the generic one, which would wipe
+    // d2's signatures, does not.
+    d2.partition_and_format().unwrap();
+    let before = d2.signatures().unwrap();
+    assert!(!before.is_empty());
+    let vendor = mdir.join("vendor.yaml");
+    std::fs::write(
+        &vendor,
+        "name: vendor_erase\nversion: '1'\nsteps:\n  - name: erase_devices_metadata\n    executable: label.sh\n    interface: deploy\n    clean_priority: 0\n    argsinfo:\n      device: {description: the disk, required: true}\n      label: {description: the partition's name, required: true}\n",
+    )
+    .unwrap();
+    ironic
+        .manual_clean(
+            &uuid,
+            json!([{"interface": "deploy", "step": "erase_devices_metadata",
+                    "args": {"device": d1.path, "label": "vendor-erase"}}]),
+            Duration::from_secs(180),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("the vendor's erase_devices_metadata: {e:#}"));
+    assert_eq!(gpt_names(&d1.path), ["vendor-erase"]);
+    assert_eq!(
+        d2.signatures().unwrap(),
+        before,
+        "the generic erase_devices_metadata ran"
+    );
+    let seen: Value =
+        serde_json::from_slice(&std::fs::read(mdir.join("label-input.json")).unwrap()).unwrap();
+    assert_eq!(seen["step"], "erase_devices_metadata");
+    std::fs::remove_file(&vendor).unwrap();
 
     // (f) erase_devices: the hook claims d1, the generic erase takes d2.
     d2.partition_and_format().unwrap();

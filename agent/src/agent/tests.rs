@@ -11,7 +11,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::*;
-use crate::conductor::fake::{found, http, Call, ScriptedConductor};
+use crate::conductor::fake::{found, found_deploying, http, Call, ScriptedConductor};
 use crate::state::PowerAction;
 
 fn token(c: char) -> String {
@@ -308,6 +308,79 @@ async fn a_power_command_during_the_wait_holds_the_due_heartbeat() {
     })
     .await;
     assert_held_until_the_power_event(&c, 12.0);
+}
+
+/// The heartbeats' tokens, in order.
+fn heartbeat_tokens(c: &ScriptedConductor) -> Vec<String> {
+    c.calls()
+        .into_iter()
+        .filter_map(|(call, _)| match call {
+            Call::Heartbeat(t) => Some(t),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A deploy's power-off, simulated (host mode): the conductor still answers
+/// lookups while it finishes the deploy (first with the old token masked,
+/// then, once it wiped it, with a fresh one); none is taken until it
+/// refuses one (the node is `active`), so no heartbeat lands in `active`.
+#[tokio::test(start_paused = true)]
+async fn a_simulated_power_off_takes_no_session_until_the_deploy_is_over() {
+    let c = Arc::new(ScriptedConductor::new());
+    c.then_lookup(Ok(found_deploying(
+        "node-1",
+        Duration::from_secs(300),
+        "******",
+    )))
+    .then_lookup(Ok(found_deploying(
+        "node-1",
+        Duration::from_secs(300),
+        &token('c'),
+    )))
+    .then_lookup(Err(http(404, "Node could not be found")))
+    .then_lookup(Ok(found("node-1", Duration::from_secs(300), &token('d'))));
+    let (tx, rx) = mpsc::unbounded_channel();
+    let state = state_with(Duration::from_secs(2), Some(tx.clone()));
+    let s = session(&c, &state, Duration::from_secs(300));
+    run_while(s, rx, async {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        tx.send(AgentEvent::Power(PowerAction::PowerOff)).unwrap();
+        tokio::time::sleep(Duration::from_secs(30)).await;
+    })
+    .await;
+    assert_eq!(c.times(is_lookup).len(), 4, "{:?}", c.calls());
+    assert_eq!(heartbeat_tokens(&c), [token('a'), token('d')]);
+    assert_eq!(state.token(), Some(token('d')));
+}
+
+/// After a simulated power-off, an answer for a node with no deploy under
+/// way (the conductor began something new, such as cleaning) is taken at
+/// once; a simulated reboot holds nothing back.
+#[tokio::test(start_paused = true)]
+async fn a_simulated_power_off_ends_with_a_new_operation_and_a_reboot_holds_nothing() {
+    for (action, expected) in [
+        (PowerAction::PowerOff, vec![token('a'), token('d')]),
+        (PowerAction::Reboot, vec![token('a'), token('c')]),
+    ] {
+        let c = Arc::new(ScriptedConductor::new());
+        c.then_lookup(Ok(found_deploying(
+            "node-1",
+            Duration::from_secs(300),
+            &token('c'),
+        )))
+        .then_lookup(Ok(found("node-1", Duration::from_secs(300), &token('d'))));
+        let (tx, rx) = mpsc::unbounded_channel();
+        let state = state_with(Duration::from_secs(2), Some(tx.clone()));
+        let s = session(&c, &state, Duration::from_secs(300));
+        run_while(s, rx, async {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            tx.send(AgentEvent::Power(action)).unwrap();
+            tokio::time::sleep(Duration::from_secs(30)).await;
+        })
+        .await;
+        assert_eq!(heartbeat_tokens(&c), expected, "{action:?}");
+    }
 }
 
 #[tokio::test(start_paused = true)]

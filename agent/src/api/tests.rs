@@ -738,7 +738,7 @@ async fn a_misconfigured_hardware_manager_fails_the_step_listing_with_http_500()
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("shadow.yaml"),
-        "name: shadow\nversion: '1'\nsteps:\n  - {name: erase_devices, executable: /bin/true, interface: deploy, clean_priority: 1}\n",
+        "name: shadow\nversion: '1'\nsupport: 1\nsteps:\n  - {name: erase_devices, executable: /bin/true, interface: deploy, clean_priority: 1}\n",
     )
     .unwrap();
     let s = state_with(Config {

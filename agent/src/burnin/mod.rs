@@ -1,6 +1,7 @@
 //! Burn-in: the workloads behind IPA's `burnin_cpu`, `burnin_memory`,
 //! `burnin_disk` and `burnin_network` steps, native instead of IPA's
-//! `stress-ng` and `fio` (PROTOCOL.md §7.7). Each workload checks what it
+//! `stress-ng` and `fio` (PROTOCOL.md §7.7); `burnin_gpu` runs NVIDIA's
+//! `gpu-burn` as IPA does ([`gpu`]). Each workload checks what it
 //! computes, writes or receives, stops at its deadline or when the
 //! operation is aborted, and returns a report; a failing component is an
 //! error naming it (the CPU, the memory offset, the device and byte, the
@@ -15,6 +16,7 @@
 
 pub mod cpu;
 pub mod disk;
+pub mod gpu;
 pub mod knobs;
 pub mod memory;
 pub mod network;

@@ -1,5 +1,5 @@
-//! The burn-in steps `burnin_cpu`, `burnin_memory`, `burnin_disk` and
-//! `burnin_network` (clean steps, priority 0; all but the disk one are also
+//! The burn-in steps `burnin_cpu`, `burnin_memory`, `burnin_disk`,
+//! `burnin_gpu` and `burnin_network` (clean steps, priority 0; all but the disk one are also
 //! service steps, as in IPA): IPA's `driver_info` knobs read with IPA's
 //! names and defaults, the native workloads of [`crate::burnin`] run on a
 //! blocking thread, stopped by the operation's abort flag, and their report
@@ -106,6 +106,57 @@ pub async fn burnin_cpu_step(
     })
     .await?;
     Ok(finish(&state, node, "agent_burnin_cpu_outputfile", &report))
+}
+
+/// `burnin_gpu`: NVIDIA's `gpu-burn` from `agent_burnin_gpu_install_dir`
+/// (`/opt/gpu-burn`), the GPUs counted first when `agent_burnin_gpu_count`
+/// is set, then burnt with `agent_burnin_gpu_memory` (`95%`) for
+/// `agent_burnin_gpu_timeout` seconds (86400), as IPA 13.
+pub async fn burnin_gpu_step(
+    state: Arc<AgentState>,
+    call: StepCall,
+) -> Result<Value, CommandError> {
+    let node = call.node_document();
+    let cfg = gpu_knobs(node).map_err(to_command_error)?;
+    let report = blocking(&state, move |cancel| burnin::gpu::run(&cfg, cancel)).await?;
+    Ok(finish(&state, node, "agent_burnin_gpu_outputfile", &report))
+}
+
+/// `gpu-burn`'s knobs from `driver_info`, with IPA's defaults.
+fn gpu_knobs(node: &Value) -> Result<burnin::gpu::GpuBurn, BurninError> {
+    let install_dir = match knob(node, "agent_burnin_gpu_install_dir") {
+        None => "/opt/gpu-burn".into(),
+        Some(Value::String(d)) if d.starts_with('/') => d.into(),
+        Some(v) => {
+            return Err(BurninError::Knob {
+                key: "agent_burnin_gpu_install_dir".into(),
+                reason: format!("{v} is not an absolute path"),
+            })
+        }
+    };
+    let memory = match knob(node, "agent_burnin_gpu_memory") {
+        None => "95%".to_string(),
+        Some(v) => {
+            let t = match v {
+                Value::String(t) => t.trim().to_string(),
+                other => other.to_string(),
+            };
+            let digits = t.strip_suffix('%').unwrap_or(&t);
+            if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(BurninError::Knob {
+                    key: "agent_burnin_gpu_memory".into(),
+                    reason: format!("{v} is neither N% nor a number of MB"),
+                });
+            }
+            t
+        }
+    };
+    Ok(burnin::gpu::GpuBurn {
+        install_dir,
+        memory,
+        timeout_secs: count_knob(node, "agent_burnin_gpu_timeout", DEFAULT_TIMEOUT.as_secs())?,
+        count: count_knob(node, "agent_burnin_gpu_count", 0)?,
+    })
 }
 
 /// How many bytes `burnin_memory` tests: `agent_burnin_vm_vm-bytes` (IPA's
@@ -530,6 +581,43 @@ mod tests {
         .unwrap();
         assert_eq!(r["bytes"], 16 << 20, "{r}");
         assert!(r["passes"][0].as_u64().unwrap() >= 1, "{r}");
+    }
+
+    #[test]
+    fn gpu_knobs_have_ipas_defaults_and_bad_ones_are_named() {
+        let d = gpu_knobs(&json!({"driver_info": {}})).unwrap();
+        assert_eq!(
+            d,
+            burnin::gpu::GpuBurn {
+                install_dir: "/opt/gpu-burn".into(),
+                memory: "95%".into(),
+                timeout_secs: 86400,
+                count: 0,
+            }
+        );
+        let set = gpu_knobs(
+            &json!({"driver_info": {"agent_burnin_gpu_install_dir": "/srv/gb",
+            "agent_burnin_gpu_memory": 2048, "agent_burnin_gpu_timeout": "60",
+            "agent_burnin_gpu_count": 8}}),
+        )
+        .unwrap();
+        assert_eq!(
+            (
+                set.install_dir.to_str(),
+                set.memory.as_str(),
+                set.timeout_secs,
+                set.count
+            ),
+            (Some("/srv/gb"), "2048", 60, 8)
+        );
+        for (key, bad) in [
+            ("agent_burnin_gpu_memory", json!("most")),
+            ("agent_burnin_gpu_install_dir", json!("gpu-burn")),
+            ("agent_burnin_gpu_count", json!(-1)),
+        ] {
+            let e = gpu_knobs(&json!({"driver_info": {key: bad}})).unwrap_err();
+            assert!(e.to_string().starts_with(&format!("{key}: ")), "{e}");
+        }
     }
 
     #[tokio::test]

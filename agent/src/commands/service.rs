@@ -71,6 +71,7 @@ mod tests {
             [
                 "apply_configuration",
                 "burnin_cpu",
+                "burnin_gpu",
                 "burnin_memory",
                 "burnin_network",
                 "create_configuration",

@@ -119,6 +119,22 @@ pub fn found(uuid: &str, heartbeat_timeout: Duration, token: &str) -> LookupResu
     .expect("a valid lookup answer")
 }
 
+/// [`found`] for a node whose deploy is under way (its
+/// `driver_internal_info.deploy_steps` set, as Ironic sets it during a
+/// deploy).
+pub fn found_deploying(uuid: &str, heartbeat_timeout: Duration, token: &str) -> LookupResult {
+    parse_lookup(&json!({
+        "node": {"uuid": uuid, "driver_internal_info": {"deploy_steps": [
+            {"step": "boot_instance", "interface": "deploy", "priority": 20, "args": {}}
+        ]}},
+        "config": {
+            "heartbeat_timeout": heartbeat_timeout.as_secs_f64(),
+            "agent_token": token,
+        },
+    }))
+    .expect("a valid lookup answer")
+}
+
 /// An HTTP error answer.
 pub fn http(status: u16, message: &str) -> ConductorError {
     ConductorError::Http {

@@ -166,12 +166,78 @@ async fn a_manifests_steps_are_listed_and_run_with_their_input() {
     );
 }
 
+/// A vendor's manifest (support 3 by default, above the generic 1)
+/// replaces the generic `erase_devices` and `create_configuration`: both
+/// are listed under the vendor and run its executables, as IPA runs a
+/// vendor manager's steps (in-band hardware RAID, a vendor's erase).
+#[tokio::test]
+async fn a_vendors_step_replaces_the_generic_one_of_that_name() {
+    let d = tempfile::tempdir().unwrap();
+    script(d.path(), "erase.sh", "echo '{\"erased\": \"by vendor\"}'");
+    script(d.path(), "raid.sh", "echo '{\"raid\": \"hardware\"}'");
+    std::fs::write(
+        d.path().join("vendor.yaml"),
+        "name: vendor_raid\nversion: '2'\nsteps:\n  - {name: erase_devices, executable: erase.sh, interface: deploy, clean_priority: 10}\n  - {name: create_configuration, executable: raid.sh, interface: raid, clean_priority: 0, deploy_priority: 0}\n",
+    )
+    .unwrap();
+    let cfg = config(d.path());
+    let state = Arc::new(AgentState::new(cfg.clone(), None));
+    let m = Managers::load(&ManagerSources {
+        config: Arc::new(cfg),
+        lookup: None,
+    });
+    assert!(m.refused().is_empty(), "{:?}", m.refused());
+    let clean = m.steps(StepKind::Clean, &state).unwrap();
+    let listed = |group: &str| -> Vec<String> {
+        clean[group]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|s| s["step"].as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    assert_eq!(
+        listed("vendor_raid"),
+        ["erase_devices", "create_configuration"]
+    );
+    let generic = listed(crate::commands::managers::generic::NAME);
+    assert!(
+        !generic
+            .iter()
+            .any(|s| s == "erase_devices" || s == "create_configuration"),
+        "{generic:?}"
+    );
+    let out = run_step(
+        &m,
+        state.clone(),
+        "erase_devices",
+        StepKind::Clean,
+        json!({}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(out, json!({"erased": "by vendor"}));
+    let out = run_step(
+        &m,
+        state,
+        "create_configuration",
+        StepKind::Clean,
+        json!({}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(out, json!({"raid": "hardware"}));
+}
+
 #[test]
 fn a_step_shadowing_a_generic_one_is_refused_naming_the_manifest() {
     let d = acme();
+    // Support 1 is the generic manager's own: the step cannot replace it.
     std::fs::write(
         d.path().join("zz.yaml"),
-        "name: shadow\nversion: '1'\nsteps:\n  - {name: erase_devices_metadata, executable: echo.sh, interface: deploy, clean_priority: 99}\n",
+        "name: shadow\nversion: '1'\nsupport: 1\nsteps:\n  - {name: erase_devices_metadata, executable: echo.sh, interface: deploy, clean_priority: 99}\n",
     )
     .unwrap();
     let cfg = config(d.path());

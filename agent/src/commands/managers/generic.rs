@@ -281,6 +281,17 @@ pub static STEPS: &[Step] = &[
         prepare: |c, _| typed(c, crate::commands::burnin::burnin_disk_step),
     },
     Step {
+        name: "burnin_gpu",
+        interface: "deploy",
+        clean_priority: Some(0),
+        deploy_priority: None,
+        service_priority: Some(0),
+        abortable: true,
+        reboot_requested: false,
+        argsinfo: &[],
+        prepare: |c, _| typed(c, crate::commands::burnin::burnin_gpu_step),
+    },
+    Step {
         name: "burnin_memory",
         interface: "deploy",
         clean_priority: Some(0),

@@ -8,11 +8,16 @@
 //! first manager that has it (`dispatch_to_managers`).
 //!
 //! The generic manager ([`generic`]) is built in, and so is IPA's container
-//! manager ([`container`], loaded where a container runtime runs); managers an operator adds
-//! come after it and may not shadow a step another manager has: such a
-//! manager is refused at load, and every `get_*_steps` then fails naming
-//! it, so the operator sees the mistake in the node's `last_error` instead
-//! of a step that silently does something else.
+//! manager ([`container`], loaded where a container runtime runs); managers
+//! an operator adds come after it. As in IPA, a manager whose support is
+//! higher than another's **replaces** that manager's step of the same name
+//! (a vendor's `erase_devices` or in-band hardware RAID's
+//! `create_configuration` instead of the generic ones). A step name taken
+//! by a manager of the same or a higher support is refused at load (IPA
+//! would then pick by priority for the listing but by load order for the
+//! run, so the operator could not tell which runs), and every
+//! `get_*_steps` then fails naming it: the operator sees the mistake in the
+//! node's `last_error` instead of a step that silently does something else.
 
 pub mod container;
 pub mod exec;
@@ -194,13 +199,23 @@ impl Managers {
     /// `refused` carries refusals found while loading.
     pub fn from_candidates(candidates: Vec<Arc<dyn Manager>>, mut refused: Vec<String>) -> Self {
         let generic: Arc<dyn Manager> = Arc::new(generic::Generic);
-        let mut taken: BTreeMap<String, String> = generic
+        let mut taken: BTreeMap<String, Owner> = generic
             .step_names()
             .into_iter()
-            .map(|s| (s, generic.name().to_string()))
+            .map(|s| {
+                let owner = Owner {
+                    name: generic.name().to_string(),
+                    support: generic.support(),
+                };
+                (s, owner)
+            })
             .collect();
         for r in RESERVED {
-            taken.insert(r.to_string(), "Ironic itself".into());
+            let owner = Owner {
+                name: "Ironic itself".into(),
+                support: u32::MAX,
+            };
+            taken.insert(r.to_string(), owner);
         }
         let mut names: BTreeSet<String> = BTreeSet::from([generic.name().to_string()]);
         let mut list = vec![generic];
@@ -215,7 +230,18 @@ impl Managers {
             match check_names(m.as_ref(), &taken, &names) {
                 Ok(()) => {
                     for s in m.step_names() {
-                        taken.insert(s, m.name().to_string());
+                        let owner = Owner {
+                            name: m.name().to_string(),
+                            support: m.support(),
+                        };
+                        if let Some(old) = taken.insert(s.clone(), owner) {
+                            tracing::info!(
+                                step = s,
+                                manager = m.name(),
+                                replaced = old.name,
+                                "a step replaces the one of a manager of lower support"
+                            );
+                        }
                     }
                     names.insert(m.name().to_string());
                     tracing::debug!(
@@ -337,11 +363,19 @@ impl Managers {
     }
 }
 
+/// The manager that has a step name so far.
+#[derive(Debug, Clone)]
+struct Owner {
+    name: String,
+    support: u32,
+}
+
 /// Whether `m` may load beside the managers already loaded: its name is
-/// new, and none of its steps takes a name in `taken` (step → manager).
+/// new, and each of its steps either takes a new name or replaces the step
+/// of a manager of lower support in `taken` (step → manager).
 fn check_names(
     m: &dyn Manager,
-    taken: &BTreeMap<String, String>,
+    taken: &BTreeMap<String, Owner>,
     names: &BTreeSet<String>,
 ) -> Result<(), Refusal> {
     let name = m.name().to_string();
@@ -350,12 +384,14 @@ fn check_names(
         return Err(Refusal::SameName { name, origin });
     }
     for step in m.step_names() {
-        if let Some(owner) = taken.get(&step) {
+        if let Some(owner) = taken.get(&step).filter(|o| o.support >= m.support()) {
             return Err(Refusal::Shadows {
                 name,
                 origin,
                 step,
-                owner: owner.clone(),
+                support: m.support(),
+                owner: owner.name.clone(),
+                owner_support: owner.support,
             });
         }
     }
@@ -375,8 +411,9 @@ pub enum Refusal {
         /// Where it came from.
         origin: String,
     },
-    /// One of its steps has the name of another manager's step.
-    #[error("hardware manager {name:?} ({origin}) is refused: its step {step:?} would shadow the step of that name of {owner}; rename the step")]
+    /// One of its steps has the name of a step of a manager of the same
+    /// or higher support.
+    #[error("hardware manager {name:?} ({origin}) is refused: its step {step:?} would shadow the step of that name of {owner}, whose support ({}) is not lower than its own ({support}); rename the step, or raise the manager's support to replace it", support_text(*owner_support))]
     Shadows {
         /// The manager.
         name: String,
@@ -384,9 +421,23 @@ pub enum Refusal {
         origin: String,
         /// The step.
         step: String,
+        /// The manager's support.
+        support: u32,
         /// The manager that has it already.
         owner: String,
+        /// That manager's support.
+        owner_support: u32,
     },
+}
+
+/// A support level as the refusal names it (Ironic's own names are not a
+/// level).
+fn support_text(support: u32) -> String {
+    if support == u32::MAX {
+        "reserved".into()
+    } else {
+        support.to_string()
+    }
 }
 
 #[cfg(test)]

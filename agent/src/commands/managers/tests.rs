@@ -146,7 +146,7 @@ fn a_manager_shadowing_a_step_is_refused_with_its_origin_and_listing_fails() {
             listed("Good", SUPPORT_SERVICE_PROVIDER, &[("raid_check", 0)]),
             listed(
                 "Bad",
-                SUPPORT_SERVICE_PROVIDER,
+                SUPPORT_GENERIC,
                 &[("mine", 0), ("erase_devices_metadata", 99)],
             ),
             listed("Copy", SUPPORT_SERVICE_PROVIDER, &[("raid_check", 0)]),
@@ -164,7 +164,9 @@ fn a_manager_shadowing_a_step_is_refused_with_its_origin_and_listing_fails() {
     assert!(
         m.refused()[0].contains("\"Bad\" (/etc/managers/Bad.yaml)")
             && m.refused()[0].contains("\"erase_devices_metadata\"")
-            && m.refused()[0].contains("GenericHardwareManager"),
+            && m.refused()[0].contains(
+                "GenericHardwareManager, whose support (1) is not lower than its own (1)"
+            ),
         "{}",
         m.refused()[0]
     );
@@ -181,6 +183,76 @@ fn a_manager_shadowing_a_step_is_refused_with_its_origin_and_listing_fails() {
         "{}",
         e.details
     );
+}
+
+/// IPA's way for in-band hardware RAID and a vendor's erase: a manager of
+/// higher support replaces the generic step of the same name, in the
+/// listing and in the run; the generic manager keeps its other steps, and
+/// a later manager of the same support cannot take the step again.
+#[tokio::test]
+async fn a_manager_of_higher_support_replaces_a_generic_step() {
+    let raid = || {
+        listed(
+            "Raid",
+            SUPPORT_MAINLINE,
+            &[("delete_configuration", 0), ("erase_devices", 10)],
+        )
+    };
+    let again = Managers::from_candidates(
+        vec![
+            raid(),
+            listed("Again", SUPPORT_MAINLINE, &[("erase_devices", 5)]),
+        ],
+        Vec::new(),
+    );
+    assert_eq!(again.refused().len(), 1, "{:?}", again.refused());
+    assert!(
+        again.refused()[0].contains("\"Again\"") && again.refused()[0].contains("of Raid"),
+        "{}",
+        again.refused()[0]
+    );
+    let m = Managers::from_candidates(
+        vec![
+            raid(),
+            listed("Vendor", SUPPORT_SERVICE_PROVIDER, &[("erase_devices", 1)]),
+        ],
+        Vec::new(),
+    );
+    assert!(m.refused().is_empty(), "{:?}", m.refused());
+    let clean = m.steps(StepKind::Clean, &state()).unwrap();
+    assert_eq!(names(&clean, "Vendor"), ["erase_devices"]);
+    assert_eq!(names(&clean, "Raid"), ["delete_configuration"]);
+    let generic = names(&clean, generic::NAME);
+    assert!(
+        !generic
+            .iter()
+            .any(|s| s == "erase_devices" || s == "delete_configuration"),
+        "{generic:?}"
+    );
+    assert!(
+        generic.iter().any(|s| s == "erase_devices_metadata"),
+        "{generic:?}"
+    );
+    let ctx = Context::default();
+    let call = || RawCall {
+        node: None,
+        ports: Default::default(),
+        args: Map::new(),
+    };
+    for (step, runs_on) in [
+        ("erase_devices", "Vendor"),
+        ("delete_configuration", "Raid"),
+    ] {
+        let run = m
+            .prepare(step, StepKind::Clean, call(), &ctx)
+            .expect("found")
+            .expect("prepared");
+        assert_eq!(
+            run(Arc::new(state())).await.unwrap(),
+            json!(runs_on),
+            "{step}"
+        );
+    }
 }
 
 #[test]
@@ -209,8 +281,8 @@ fn refusals_found_while_loading_fail_the_listing() {
 
 #[test]
 fn duplicate_steps_are_merged_as_ipa_merges_them() {
-    // Not reachable through `from_candidates` (it refuses shadowing), so
-    // built directly: IPA keeps the highest support, then the highest
+    // Not reachable through `from_candidates` (it refuses a clash of equal
+    // support), so built directly: IPA keeps the highest support, then the highest
     // priority, then the manager whose name sorts first.
     let m = Managers {
         list: vec![
