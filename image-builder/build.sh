@@ -21,7 +21,7 @@
 # `--managers DIR` after OUT; DIR (manifests and executables) lands at
 # /etc/ironic-python-agent/managers in the initramfs, with the loader and
 # shared libraries of every dynamic executable in it, from this machine
-# (stage-managers.sh; x86_64 only). managers-initrd.sh makes the same
+# (stage-managers.sh; for aarch64 from Debian's arm64 multiarch packages). managers-initrd.sh makes the same
 # files an initrd to append at boot instead.
 # Built by rustc itself, as build-agent.sh says (no RUSTC_WORKSPACE_WRAPPER).
 set -euo pipefail
@@ -65,8 +65,7 @@ for ((i = 1; i <= $#; i++)); do
     esac
 done
 if [ ${#managers[@]} -ne 0 ]; then
-    [ "$arch" = x86_64 ] || { echo "build.sh: --managers stages x86_64 libraries only" >&2; exit 1; }
-    image-builder/stage-managers.sh "$mdir" "$cache/managers-root"
+    image-builder/stage-managers.sh --arch "$arch" "$mdir" "$cache/managers-root"
 fi
 phase "assembling the ramdisk's tree and compressing its initramfs (image-builder)"
 cargo run --release --locked -q -p image-builder -- build --out "$out" --arch "$arch" \
