@@ -4,6 +4,9 @@
 //! devices this test creates, and an erase hook.
 //!
 //! * a manual clean runs a step, whose GPT shows on the loop device;
+//! * a step with `reboot_requested` makes Ironic reboot the node (fake
+//!   power: the token is wiped as for a real reboot); the agent looks the
+//!   node up again and Ironic runs the next step on it;
 //! * a deploy template runs a step after `write_image`, renaming the
 //!   deployed image's partition;
 //! * a failing step ends `clean failed` with its exit status and last
@@ -73,6 +76,17 @@ sgdisk --change-name=1:"$(field args.label)" "$(field args.device)""#
     );
     script(
         dir,
+        "mark.sh",
+        &format!(
+            r#"{FIELD}
+input=$(cat)
+echo "$(field step)" >> {marks}
+echo '{{}}'"#,
+            marks = dir.join("marks.txt").display()
+        ),
+    );
+    script(
+        dir,
         "fail.sh",
         "echo 'checking controller 0'\necho 'controller 0: battery failed' >&2\nexit 3",
     );
@@ -117,6 +131,15 @@ steps:
     argsinfo:
       device: {description: the disk, required: true}
       label: {description: the new name, required: true}
+  - name: mark_then_reboot
+    executable: mark.sh
+    interface: deploy
+    clean_priority: 0
+    reboot_requested: true
+  - name: mark_after_reboot
+    executable: mark.sh
+    interface: deploy
+    clean_priority: 0
   - name: check_controller
     executable: fail.sh
     interface: deploy
@@ -135,6 +158,15 @@ steps:
         "name: wiper\nversion: '2'\nsupport: 4\nerase_block_device: {executable: erase.sh, timeout: 120}\n",
     )
     .unwrap();
+}
+
+/// How many lines of Ironic's log name `what` (case-insensitive).
+fn ironic_log_count(ironic: &Ironic, what: &str) -> usize {
+    let log = std::fs::read_to_string(ironic.log_path()).unwrap_or_default();
+    let what = what.to_lowercase();
+    log.lines()
+        .filter(|l| l.to_lowercase().contains(&what))
+        .count()
 }
 
 /// The partition names of the GPT on `dev`.
@@ -257,6 +289,35 @@ async fn real_ironic_runs_executable_managers() {
     ];
     want.sort();
     assert_eq!(disks, want, "{}", seen["disks"]);
+
+    // (b) Steps across a reboot (#49 item 3): a step with
+    // `reboot_requested` makes Ironic reboot the node (fake power here: it
+    // wipes the agent's token, as for a real reboot) and wait in `clean
+    // wait`; the agent finds itself locked out, looks the node up again as
+    // after a reboot, and Ironic runs the next step on it.
+    let lookups_before = ironic_log_count(&ironic, "lookup");
+    ironic
+        .manual_clean(
+            &uuid,
+            json!([{"interface": "deploy", "step": "mark_then_reboot"},
+                   {"interface": "deploy", "step": "mark_after_reboot"}]),
+            Duration::from_secs(180),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("clean across a reboot: {e:#}"));
+    let marks = std::fs::read_to_string(mdir.join("marks.txt")).unwrap();
+    let steps: Vec<&str> = marks.lines().collect();
+    assert_eq!(steps, ["mark_then_reboot", "mark_after_reboot"], "{marks}");
+    let log = std::fs::read_to_string(ironic.log_path()).unwrap_or_default();
+    assert!(
+        log.lines()
+            .any(|l| l.contains(uuid.as_str()) && l.to_lowercase().contains("reboot")),
+        "Ironic's log shows no reboot of the node"
+    );
+    assert!(
+        ironic_log_count(&ironic, "lookup") > lookups_before,
+        "the agent did not look the node up again after the reboot"
+    );
 
     // (c) A failing step: its status and last output line in last_error.
     let err = failing_clean(
