@@ -2,7 +2,8 @@
 //! device holding a deployed image's layout (GPT: an ext4 `boot` partition,
 //! an ext4 root with `/etc`): a file by partition number, a file found by
 //! its first directory (`/etc/...` → the root partition) with mode, owner
-//! and a new leaf directory's mode, a file from an http URL, a deletion,
+//! and a new leaf directory's mode, a file from an http URL (whose first
+//! answer is cut: resumed, as an image download), a deletion,
 //! merged with the node's `properties.inject_files`; and a tenant
 //! filesystem whose `etc/evil` is a symbolic link to `/` cannot make the
 //! agent write outside it.
@@ -61,15 +62,19 @@ async fn inject_files_writes_into_the_deployed_filesystems_and_stays_inside_them
     layout(&disk.path, dir.path());
     std::fs::write(dir.path().join("remote.txt"), "from a URL\n").unwrap();
     let server = ImageServer::start().unwrap();
+    // The first answer is cut after 4 bytes: the URL goes through the
+    // agent's download path (retries, resumption, its TLS settings), as an
+    // image does.
     server.route(
         "/remote.txt",
         dir.path().join("remote.txt"),
-        &[],
+        &[Fault::ResetAfter(4)],
         Fault::None,
     );
     let api = AgentApi::start(Config {
         mode: RunMode::Host,
         allowed_devices: vec![disk.path.clone()],
+        image_download_connection_retry_interval: std::time::Duration::from_secs(1),
         ..Config::default()
     })
     .await
@@ -92,6 +97,16 @@ async fn inject_files_writes_into_the_deployed_filesystems_and_stays_inside_them
         .await
         .unwrap();
     assert_eq!(r["command_status"], "SUCCEEDED", "{r}");
+    let gets: Vec<_> = server
+        .seen()
+        .into_iter()
+        .filter(|s| s.path == "/remote.txt")
+        .collect();
+    assert_eq!(gets.len(), 2, "{gets:?}");
+    assert!(
+        gets[1].range.is_some(),
+        "the second request did not resume: {gets:?}"
+    );
     let done = r["command_result"]["deploy_result"]["files"].to_string();
     assert!(done.contains("/etc/motd written on partition 2"), "{done}");
 

@@ -4,7 +4,6 @@
 //! ([`crate::inject`]).
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -15,7 +14,16 @@ use crate::inject::{self, InjectError};
 use crate::state::AgentState;
 
 /// Largest file fetched from a URL.
-const MAX_URL_BYTES: u64 = 64 << 20;
+const MAX_URL_BYTES: usize = 64 << 20;
+
+/// A proxy variable of the agent's environment (lower case first, as curl
+/// and requests read them), if set and not empty.
+fn env_proxy(name: &str) -> Option<String> {
+    [name.to_string(), name.to_uppercase()]
+        .iter()
+        .find_map(|n| std::env::var(n).ok())
+        .filter(|v| !v.trim().is_empty())
+}
 
 /// The `inject_files` step's arguments.
 #[derive(Debug, Default, Deserialize)]
@@ -42,27 +50,25 @@ pub async fn inject_files_step(
         return Ok(json!({"files": []}));
     }
     let device = super::target::choose_device(&state, call.node.as_ref())?;
-    let insecure = state.config.insecure || args.verify_ca == Some(false);
-    let client = crate::tls::http_client(
-        insecure,
-        state.config.cafile.as_deref(),
-        Duration::from_secs(60),
-    )
-    .map_err(|e| CommandError::new(ErrorKind::InvalidCommandParams, format!("{e:#}")))?;
-    let rt = tokio::runtime::Handle::current();
+    // As every other download (IPA's inject_files uses its one TLS
+    // session too): the CA, client certificate, time limits and retries of
+    // the configuration, the proxies of the agent's environment (requests'
+    // trust_env in IPA); not the image server's credentials.
+    let mut opts = super::context::http_options(&state);
+    opts.authorization = None;
+    if args.verify_ca == Some(false) {
+        opts.insecure = true;
+    }
+    opts.http_proxy = env_proxy("http_proxy");
+    opts.https_proxy = env_proxy("https_proxy");
+    opts.no_proxy = env_proxy("no_proxy");
     let fetch = move |url: &str| -> anyhow::Result<Vec<u8>> {
-        rt.block_on(async {
-            let mut resp = client.get(url).send().await?.error_for_status()?;
-            let mut out = Vec::new();
-            while let Some(chunk) = resp.chunk().await? {
-                out.extend_from_slice(&chunk);
-                anyhow::ensure!(
-                    out.len() as u64 <= MAX_URL_BYTES,
-                    "{url}: more than {MAX_URL_BYTES} bytes"
-                );
-            }
-            Ok(out)
-        })
+        anyhow::ensure!(
+            url.starts_with("http://") || url.starts_with("https://"),
+            "{url}: only http:// and https:// URLs are fetched"
+        );
+        crate::image::fetch::fetch_small(url, &opts, MAX_URL_BYTES)?
+            .ok_or_else(|| anyhow::anyhow!("{url}: more than {MAX_URL_BYTES} bytes"))
     };
     let done = tokio::task::spawn_blocking(move || inject::inject(&device, &files, &fetch))
         .await

@@ -109,10 +109,12 @@ pub fn resolve_checksum(req: &WriteRequest) -> Result<Expected, ImageError> {
                 url: url.clone(),
                 reason,
             };
-            let data =
-                fetch::fetch_small(url, &req.http, CHECKSUM_FILE_LIMIT).map_err(|e| match e {
-                    e @ ImageError::ChecksumFile { .. } => e,
-                    e => file_err(e.to_string()),
+            let data = fetch::fetch_small(url, &req.http, CHECKSUM_FILE_LIMIT)
+                .map_err(|e| file_err(e.to_string()))?
+                .ok_or_else(|| {
+                    file_err(format!(
+                        "larger than {CHECKSUM_FILE_LIMIT} bytes; not a checksum file"
+                    ))
                 })?;
             let text = String::from_utf8_lossy(&data);
             let name =

@@ -186,8 +186,13 @@ pub fn fetch_from(
     Ok((out.offset, range_honoured))
 }
 
-/// Reads a small document (a checksum file) completely, at most `limit` bytes.
-pub fn fetch_small(url: &str, opts: &HttpOptions, limit: usize) -> Result<Vec<u8>, ImageError> {
+/// Reads a small document (a checksum file, a file `inject_files` puts on
+/// the disk) completely: `Ok(None)` when it has more than `limit` bytes.
+pub fn fetch_small(
+    url: &str,
+    opts: &HttpOptions,
+    limit: usize,
+) -> Result<Option<Vec<u8>>, ImageError> {
     let pool = Pool::new(1, 64 * 1024);
     let progress = Progress::default();
     let mut data = Vec::new();
@@ -199,12 +204,9 @@ pub fn fetch_small(url: &str, opts: &HttpOptions, limit: usize) -> Result<Vec<u8
     };
     let res = fetch(&[url.to_string()], opts, &pool, &progress, &mut emit);
     match res {
-        Ok(_) => Ok(data),
-        Err(FetchEnd::Stopped) if too_big => Err(ImageError::ChecksumFile {
-            url: url.to_string(),
-            reason: format!("larger than {limit} bytes; not a checksum file"),
-        }),
-        Err(FetchEnd::Stopped) => unreachable!("only the size limit stops a small fetch"),
+        Ok(_) => Ok(Some(data)),
+        // Only the size limit stops a small fetch.
+        Err(FetchEnd::Stopped) => Ok(None),
         Err(FetchEnd::Failed(e)) => Err(e),
     }
 }
