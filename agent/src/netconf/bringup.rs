@@ -400,6 +400,7 @@ mod tests {
                     prefix: 64,
                     global: true,
                     tentative: false,
+                    dad_failed: false,
                 })
                 .into_iter()
                 .collect(),

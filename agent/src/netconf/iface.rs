@@ -265,6 +265,36 @@ pub struct Addr6 {
     pub global: bool,
     /// Still undergoing duplicate address detection.
     pub tentative: bool,
+    /// Duplicate address detection found another host using it.
+    pub dad_failed: bool,
+}
+
+/// Where duplicate address detection of some addresses stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Dad {
+    /// Every address is usable.
+    Done,
+    /// Some are still tentative (or not listed yet).
+    Pending(Vec<std::net::Ipv6Addr>),
+    /// Another host on the link uses this one.
+    Failed(std::net::Ipv6Addr),
+}
+
+/// The DAD state of `wanted` among `addrs` (an interface's addresses).
+pub fn dad_state(addrs: &[Addr6], wanted: &[std::net::Ipv6Addr]) -> Dad {
+    let mut pending = Vec::new();
+    for w in wanted {
+        match addrs.iter().find(|a| a.addr == *w) {
+            Some(a) if a.dad_failed => return Dad::Failed(*w),
+            Some(a) if !a.tentative => {}
+            _ => pending.push(*w),
+        }
+    }
+    if pending.is_empty() {
+        Dad::Done
+    } else {
+        Dad::Pending(pending)
+    }
 }
 
 /// Parses `/proc/net/if_inet6` text for interface `name`.
@@ -284,6 +314,7 @@ pub fn parse_if_inet6(text: &str, name: &str) -> Vec<Addr6> {
                 prefix,
                 global: scope == 0,
                 tentative: flags & 0x40 != 0,
+                dad_failed: flags & 0x08 != 0,
             })
         })
         .collect()
@@ -320,5 +351,26 @@ mod tests {
         );
         assert_eq!((a[1].global, a[1].tentative), (false, true));
         assert!(parse_if_inet6(text, "eth1").is_empty());
+    }
+
+    #[test]
+    fn dad_is_done_pending_or_failed_per_address() {
+        // fd99::60 usable, fd99::61 tentative, fd99::62 tentative and
+        // failed (the kernel keeps both flags), fd99::63 not listed yet.
+        let text = "fd990000000000000000000000000060 02 40 00 80     eth0
+                    fd990000000000000000000000000061 02 40 00 c0     eth0
+                    fd990000000000000000000000000062 02 40 00 c8     eth0
+";
+        let a = parse_if_inet6(text, "eth0");
+        let ip = |s: &str| s.parse::<std::net::Ipv6Addr>().unwrap();
+        assert_eq!(dad_state(&a, &[ip("fd99::60")]), Dad::Done);
+        assert_eq!(
+            dad_state(&a, &[ip("fd99::60"), ip("fd99::61"), ip("fd99::63")]),
+            Dad::Pending(vec![ip("fd99::61"), ip("fd99::63")])
+        );
+        assert_eq!(
+            dad_state(&a, &[ip("fd99::61"), ip("fd99::62")]),
+            Dad::Failed(ip("fd99::62"))
+        );
     }
 }

@@ -53,6 +53,52 @@ fn link(f: &Iface, sys: &Path) -> Result<()> {
     iface::set_up(&f.name).with_context(|| format!("{}: link up", f.name))
 }
 
+/// How long duplicate address detection may take before the agent goes on
+/// (the kernel's default is one probe a second after a random delay of up
+/// to a second; no carrier keeps an address tentative).
+const DAD_WAIT: Duration = Duration::from_secs(5);
+
+/// Waits until `f`'s static IPv6 addresses have passed duplicate address
+/// detection: a tentative address is no source address, so a connection
+/// opened meanwhile leaves from the link-local one (and an HTTP client
+/// keeps it). Fails naming an address another host on the link uses;
+/// goes on with a warning after [`DAD_WAIT`].
+fn wait_for_dad(f: &Iface) -> Result<()> {
+    let wanted: Vec<std::net::Ipv6Addr> = f
+        .addrs
+        .iter()
+        .filter_map(|(a, _)| match a {
+            IpAddr::V6(a) => Some(*a),
+            IpAddr::V4(_) => None,
+        })
+        .collect();
+    if wanted.is_empty() {
+        return Ok(());
+    }
+    let started = Instant::now();
+    loop {
+        match iface::dad_state(&iface::ipv6_addrs(&f.name), &wanted) {
+            iface::Dad::Done => {
+                tracing::debug!(iface = %f.name, waited = ?started.elapsed(), "IPv6 addresses past DAD");
+                return Ok(());
+            }
+            iface::Dad::Failed(a) => anyhow::bail!(
+                "{}: address {a} is already in use on the network (duplicate address detection failed)",
+                f.name
+            ),
+            iface::Dad::Pending(left) if started.elapsed() >= DAD_WAIT => {
+                tracing::warn!(
+                    iface = %f.name,
+                    "IPv6 addresses {left:?} still tentative after {} s (no carrier?); going on",
+                    DAD_WAIT.as_secs()
+                );
+                return Ok(());
+            }
+            iface::Dad::Pending(_) => std::thread::sleep(Duration::from_millis(100)),
+        }
+    }
+}
+
 fn addresses(f: &Iface) -> Result<()> {
     let mut v4 = 0;
     for (addr, prefix) in &f.addrs {
@@ -72,6 +118,7 @@ fn addresses(f: &Iface) -> Result<()> {
                 .with_context(|| format!("{}: address {a}/{prefix}", f.name))?,
         }
     }
+    wait_for_dad(f)?;
     for r in &f.routes {
         match (r.network, r.gateway) {
             (IpAddr::V4(n), IpAddr::V4(g)) => iface::add_route4(&f.name, n, r.prefix, g)?,
