@@ -9,6 +9,7 @@
 //! (`mstfwreset`), as IPA does; the new image runs after the reboot the
 //! step requests.
 
+use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsStr;
 use std::path::Path;
@@ -98,12 +99,9 @@ pub fn update(images: &Value, env: &Env<'_>) -> Result<Outcome, NicFwError> {
         if !seen_cards.insert(nic.card().to_string()) {
             continue;
         }
-        if !fetched.contains_key(&image.index) {
-            let got = fetch_checked(&tools, image, env)?;
-            fetched.insert(image.index, got);
-        }
-        let Some(file) = fetched.get(&image.index) else {
-            continue;
+        let file = match fetched.entry(image.index) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(e) => e.insert(fetch_checked(&tools, image, env)?),
         };
         if update_if_needed(&tools, nic, image, &file.path)? {
             outcome.burnt.push(nic.pci.clone());

@@ -15,10 +15,10 @@
 //!   `mstconfig i` output (pure functions; nothing parsed panics).
 //! - [`discovery`]: whether a Mellanox NIC is present, and the NICs with
 //!   their PCI address, device ID and firmware.
-//! - [`image`]: `update_nvidia_nic_firmware_image`.
+//! - [`image`], `update_nvidia_nic_firmware_image`.
 //! - [`fetch`]: an image's download (http(s) through the agent's image
 //!   client, `file://` copied) with its checksum.
-//! - [`settings`]: `update_nvidia_nic_firmware_settings`.
+//! - [`settings`], `update_nvidia_nic_firmware_settings`.
 
 pub mod discovery;
 pub mod fetch;

@@ -35,6 +35,9 @@ pub struct Outcome {
     pub reset: Vec<String>,
 }
 
+/// A settings entry: its place in the list and its object.
+type Entry<'a> = (usize, &'a serde_json::Map<String, Value>);
+
 /// One NIC function's parameters, in the order given (later ones win).
 #[derive(Debug)]
 struct NicConfig<'a> {
@@ -123,7 +126,7 @@ pub fn update(settings: &Value, search_path: &OsStr) -> Result<Outcome, NicFwErr
 fn settings_map<'a>(
     list: &'a [Value],
     ids: &BTreeSet<String>,
-) -> Result<BTreeMap<String, (usize, &'a serde_json::Map<String, Value>)>, NicFwError> {
+) -> Result<BTreeMap<String, Entry<'a>>, NicFwError> {
     let mut out = BTreeMap::new();
     for (i, s) in list.iter().enumerate() {
         let Some(entry) = s.as_object() else {

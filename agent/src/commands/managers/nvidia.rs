@@ -127,3 +127,7 @@ impl Manager for NvidiaNicManager {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "nvidia_tests.rs"]
+mod tests;
