@@ -25,7 +25,13 @@ pub fn prepare_image(
     search_path: OsString,
 ) -> Result<PreparedStep, CommandError> {
     let images = only_arg(call.args, "images")?;
-    let http: HttpOptions = ctx.http.clone();
+    // IPA's urlopen: the proxies of the agent's environment, no image
+    // server credentials (`nicfw::image` drops them); here also the
+    // configuration's CA, client certificate, time limits and retries.
+    let mut http: HttpOptions = ctx.http.clone();
+    http.http_proxy = super::inject::env_proxy("http_proxy");
+    http.https_proxy = super::inject::env_proxy("https_proxy");
+    http.no_proxy = super::inject::env_proxy("no_proxy");
     let md5_allowed = ctx.md5_allowed;
     Ok(Box::new(move |_state| {
         Box::pin(async move {
