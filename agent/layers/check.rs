@@ -62,6 +62,7 @@ pub const LAYERS: &[(&str, &[&str])] = &[
             "ignition",
             "image",
             "inject",
+            "nicfw",
             "partimage",
             "raid",
             "selection",

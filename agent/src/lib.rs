@@ -35,7 +35,9 @@
 //!    installed from the deployed image), [`inject`] (`inject_files`:
 //!    files written into the deployed disk's filesystems), [`vmedia`] (what
 //!    Ironic puts on virtual media for the ramdisk), [`exec_steps`] (the
-//!    operator's executable hardware managers: manifests and running them).
+//!    operator's executable hardware managers: manifests and running them),
+//!    [`nicfw`] (NVIDIA/Mellanox NIC firmware images and settings with
+//!    mstflint, as IPA's Mellanox manager).
 //! 4. [`conductor`]: the client of Ironic's ramdisk endpoints.
 //! 5. The agent's core: [`command`] (a command's result, its IPA error
 //!    classes, and the history that runs commands), [`state`] (the shared
@@ -81,6 +83,7 @@ pub mod logs;
 pub mod metrics;
 pub mod net;
 pub mod netconf;
+pub mod nicfw;
 pub mod node;
 pub mod partimage;
 pub mod power;

@@ -45,6 +45,54 @@ pub enum ErrorKind {
     /// A container step's image is not in `[container]allowed_containers`
     /// (IPA's `ContainerNotPermittedError`).
     ContainerNotPermitted,
+    /// The NVIDIA NIC firmware classes of IPA 13
+    /// (`hardware_managers/nvidia/nvidia_fw_update.py`).
+    NicFirmware(NicFirmwareError),
+}
+
+/// IPA 13's NVIDIA NIC firmware error classes. They define only a
+/// `_msg_fmt`, which IPA's `RESTError` does not use, so their `message` is
+/// `RESTError`'s own, "An error occurred".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NicFirmwareError {
+    /// `InvalidFirmwareImageConfig`.
+    InvalidImageConfig,
+    /// `InvalidFirmwareSettingsConfig`.
+    InvalidSettingsConfig,
+    /// `MismatchChecksumError`.
+    MismatchChecksum,
+    /// `MismatchComponentFlavor`.
+    MismatchComponentFlavor,
+    /// `MismatchFWVersion`.
+    MismatchFwVersion,
+    /// `DuplicateComponentFlavor`.
+    DuplicateComponentFlavor,
+    /// `DuplicateDeviceID`.
+    DuplicateDeviceId,
+    /// `UnSupportedConfigByMstflintPackage`.
+    UnsupportedByMstconfig,
+    /// `UnSupportedConfigByFW`.
+    UnsupportedByFirmware,
+    /// `InvalidURLScheme`.
+    InvalidUrlScheme,
+}
+
+impl NicFirmwareError {
+    /// IPA's class name.
+    pub fn type_name(self) -> &'static str {
+        match self {
+            Self::InvalidImageConfig => "InvalidFirmwareImageConfig",
+            Self::InvalidSettingsConfig => "InvalidFirmwareSettingsConfig",
+            Self::MismatchChecksum => "MismatchChecksumError",
+            Self::MismatchComponentFlavor => "MismatchComponentFlavor",
+            Self::MismatchFwVersion => "MismatchFWVersion",
+            Self::DuplicateComponentFlavor => "DuplicateComponentFlavor",
+            Self::DuplicateDeviceId => "DuplicateDeviceID",
+            Self::UnsupportedByMstconfig => "UnSupportedConfigByMstflintPackage",
+            Self::UnsupportedByFirmware => "UnSupportedConfigByFW",
+            Self::InvalidUrlScheme => "InvalidURLScheme",
+        }
+    }
 }
 
 impl ErrorKind {
@@ -68,6 +116,7 @@ impl ErrorKind {
             Self::SoftwareRaid => "SoftwareRAIDError",
             Self::HardwareManagerConfiguration => "HardwareManagerConfigurationError",
             Self::ContainerNotPermitted => "ContainerNotPermittedError",
+            Self::NicFirmware(e) => e.type_name(),
         }
     }
 
@@ -91,6 +140,7 @@ impl ErrorKind {
             Self::SoftwareRaid => "Software RAID caused unknown error",
             Self::HardwareManagerConfiguration => "Hardware manager configuration error",
             Self::ContainerNotPermitted => "Container image not permitted",
+            Self::NicFirmware(_) => "An error occurred",
         }
     }
 

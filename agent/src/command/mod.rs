@@ -10,7 +10,7 @@ pub mod history;
 use serde::Serialize;
 use serde_json::Value;
 
-pub use error::{CommandError, ErrorKind};
+pub use error::{CommandError, ErrorKind, NicFirmwareError};
 
 /// Status of a command, exactly the strings Ironic understands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

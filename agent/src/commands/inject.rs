@@ -18,7 +18,7 @@ const MAX_URL_BYTES: usize = 64 << 20;
 
 /// A proxy variable of the agent's environment (lower case first, as curl
 /// and requests read them), if set and not empty.
-fn env_proxy(name: &str) -> Option<String> {
+pub(super) fn env_proxy(name: &str) -> Option<String> {
     [name.to_string(), name.to_uppercase()]
         .iter()
         .find_map(|n| std::env::var(n).ok())

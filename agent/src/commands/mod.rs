@@ -18,6 +18,7 @@ pub mod image_errors;
 pub mod inject;
 pub mod logs;
 pub mod managers;
+pub mod nicfw;
 pub mod node_check;
 pub mod params;
 pub mod partition_image;

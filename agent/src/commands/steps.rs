@@ -199,6 +199,41 @@ mod tests {
     use super::*;
     use crate::config::Config;
 
+    #[test]
+    fn a_nic_firmware_tool_failure_is_the_phases_error_and_ipas_classes_pass() {
+        use crate::nicfw::NicFwError;
+        let missing = NicFwError::ToolMissing {
+            tool: "mstflint",
+            searched: "/usr/sbin:/usr/bin".into(),
+        };
+        let e = super::super::nicfw::to_command_error(&missing);
+        let Outcome::Failed(e) =
+            step_failed(StepKind::Service, "update_nvidia_nic_firmware_image", e)
+        else {
+            panic!("not a failure")
+        };
+        assert_eq!(e.kind, ErrorKind::Servicing);
+        assert!(
+            e.details.starts_with(
+                "Error performing service step update_nvidia_nic_firmware_image: mstflint was not found in /usr/sbin:/usr/bin"
+            ),
+            "{e}"
+        );
+        let psid = NicFwError::MismatchComponentFlavor("The provided psid A does not match".into());
+        let e = super::super::nicfw::to_command_error(&psid);
+        let Outcome::Failed(e) =
+            step_failed(StepKind::Clean, "update_nvidia_nic_firmware_image", e)
+        else {
+            panic!("not a failure")
+        };
+        let v = serde_json::to_value(&e).unwrap();
+        assert_eq!(
+            v,
+            json!({"type": "MismatchComponentFlavor", "code": 500, "message": "An error occurred",
+                "details": "The provided psid A does not match"})
+        );
+    }
+
     async fn deploy_priority_of(state: AgentState, step: &str) -> Option<u64> {
         let Outcome::Done(v) = get_steps(Arc::new(state), StepKind::Deploy, None).await else {
             panic!("get_deploy_steps failed")

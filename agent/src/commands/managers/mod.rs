@@ -7,9 +7,10 @@
 //! merged as IPA's `deduplicate_steps` merges them and a step runs on the
 //! first manager that has it (`dispatch_to_managers`).
 //!
-//! The generic manager ([`generic`]) is built in, and so is IPA's container
-//! manager ([`container`], loaded where a container runtime runs); managers
-//! an operator adds come after it. As in IPA, a manager whose support is
+//! The generic manager ([`generic`]) is built in, and so are IPA's container
+//! manager ([`container`], loaded where a container runtime runs) and its
+//! Mellanox/NVIDIA NIC firmware manager ([`nvidia`], loaded where such a
+//! NIC is present); managers an operator adds come after them. As in IPA, a manager whose support is
 //! higher than another's **replaces** that manager's step of the same name
 //! (a vendor's `erase_devices` or in-band hardware RAID's
 //! `create_configuration` instead of the generic ones). A step name taken
@@ -22,9 +23,11 @@
 pub mod container;
 pub mod exec;
 pub mod generic;
+pub mod nvidia;
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
 use std::sync::Arc;
 
 use serde_json::{json, Map, Value};
@@ -33,6 +36,7 @@ use super::context::{Context, ManagerSources};
 use super::step_call::{PreparedStep, RawCall};
 use super::step_kind::StepKind;
 use super::{CommandError, ErrorKind};
+use crate::config::RunMode;
 use crate::state::AgentState;
 
 /// IPA's `HardwareSupport.NONE`: a manager with it is not loaded.
@@ -181,15 +185,25 @@ impl Managers {
             ),
             Err(e) => refused.push(e.to_string()),
         }
+        // IPA's NIC firmware manager: where a Mellanox NIC is, and never
+        // on a host (`agent serve` does not flash the machine it runs on).
+        let nvidia = if sources.config.mode == RunMode::Host {
+            nvidia::NvidiaNicManager::off()
+        } else {
+            nvidia::NvidiaNicManager::detect(Path::new("/sys"), crate::nicfw::tools::agent_path())
+        };
         // The container manager is built in (IPA's), so it comes first. A
         // steps-file step may not take a step name of the generic manager,
-        // of an operator's manager, nor one of Ironic's own.
+        // of the NIC firmware one, of an operator's manager, nor one of
+        // Ironic's own.
         let mut reserved: BTreeSet<String> = generic::Generic.step_names().into_iter().collect();
+        reserved.extend(nvidia.step_names());
         reserved.extend(RESERVED.iter().map(|r| r.to_string()));
         reserved.extend(exec_managers.iter().flat_map(|m| m.step_names()));
-        let mut candidates: Vec<Arc<dyn Manager>> = vec![Arc::new(
-            container::ContainerManager::new(sources, reserved),
-        )];
+        let mut candidates: Vec<Arc<dyn Manager>> = vec![
+            Arc::new(container::ContainerManager::new(sources, reserved)),
+            Arc::new(nvidia),
+        ];
         candidates.extend(exec_managers);
         Self::from_candidates(candidates, refused)
     }
