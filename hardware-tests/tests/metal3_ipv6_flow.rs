@@ -388,11 +388,7 @@ fn ipv6_only_network_inspects_cleans_and_deploys_over_virtual_media() {
     if !ironic_log.lines().any(|l| {
         l.split(" - POST /v1/heartbeat/")
             .next()
-            .is_some_and(|head| {
-                head.rsplit(' ')
-                    .next()
-                    .is_some_and(|client| guest_address(client))
-            })
+            .is_some_and(|head| head.rsplit(' ').next().is_some_and(guest_address))
     }) {
         let heartbeats: Vec<&str> = ironic_log
             .lines()
