@@ -215,15 +215,18 @@ fn a_missing_tool_fails_naming_it_and_the_ramdisk() {
     assert!(matches!(e, NicFwError::InvalidImageConfig(_)), "{e:?}");
 }
 
+/// A bed with one ConnectX NIC (`0000:03:00.0`) at firmware `nic`, and an
+/// image file of our PSID at firmware `image`.
+fn one_nic(nic: &str, image: &str) -> Bed {
+    let bed = Bed::new();
+    bed.nic("0000:03:00.0", "1017", &device_query(nic, None, PSID));
+    bed.write("image.query", &device_query(image, None, PSID));
+    bed
+}
+
 #[test]
 fn an_image_at_the_nics_version_is_not_burnt() {
-    let bed = Bed::new();
-    bed.nic(
-        "0000:03:00.0",
-        "1017",
-        &device_query("20.35.1012", None, PSID),
-    );
-    bed.write("image.query", &device_query("20.35.1012", None, PSID));
+    let bed = one_nic("20.35.1012", "20.35.1012");
     let out = update(&bed, &json!([file_image(&bed, "20.35.1012")])).unwrap();
     assert_eq!(out.current, vec!["0000:03:00.0"]);
     assert!(out.burnt.is_empty());
@@ -350,13 +353,7 @@ fn an_image_of_another_psid_or_version_than_said_is_refused() {
 
 #[test]
 fn an_http_image_is_downloaded_checked_and_burnt() {
-    let bed = Bed::new();
-    bed.nic(
-        "0000:03:00.0",
-        "1017",
-        &device_query("20.33.1012", None, PSID),
-    );
-    bed.write("image.query", &device_query("20.35.1012", None, PSID));
+    let bed = one_nic("20.33.1012", "20.35.1012");
     let file = bed.state.join("served.bin");
     std::fs::write(&file, FW).unwrap();
     let server = ImageServer::start().unwrap();
@@ -451,13 +448,7 @@ fn a_bad_image_list_is_refused_naming_the_image() {
 
 #[test]
 fn a_failed_burn_names_the_image_and_device() {
-    let bed = Bed::new();
-    bed.nic(
-        "0000:03:00.0",
-        "1017",
-        &device_query("20.33.1012", None, PSID),
-    );
-    bed.write("image.query", &device_query("20.35.1012", None, PSID));
+    let bed = one_nic("20.33.1012", "20.35.1012");
     bed.write("fail-burn", "");
     let e = update(&bed, &json!([file_image(&bed, "20.35.1012")])).unwrap_err();
     let msg = e.to_string();
