@@ -16,7 +16,12 @@
 //!   at the generic support level makes the clean fail naming the manifest
 //!   and the step; a vendor's (support 3) replaces it and runs instead;
 //! * `erase_devices` leaves one disk to the hook that claims it and erases
-//!   the other itself.
+//!   the other itself;
+//! * a vendor's `delete_configuration` and `create_configuration` replace
+//!   the generic ones in a `raid_interface=agent` manual clean (Ironic
+//!   stores the configuration the step returns), and a vendor's
+//!   `erase_devices_metadata` runs in automated cleaning instead of the
+//!   generic one.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -467,8 +472,102 @@ async fn real_ironic_runs_executable_managers() {
     assert!(left.is_empty(), "the generic erase left {left:?} on d2");
     let data = std::fs::read(&d2.path).unwrap();
     assert!(data.iter().all(|&b| b == 0), "d2 is not zeroed");
+
+    // (g) In-band hardware RAID as a vendor's manager does it (#49 item
+    // 1): its delete_configuration and create_configuration (support 3)
+    // replace the generic software-RAID ones in a `raid_interface=agent`
+    // manual clean, and Ironic stores the configuration its step returns.
+    hardware_raid(&ironic, &uuid, &mdir).await;
+
+    // (h) Automated cleaning runs the vendor's erase_devices_metadata (this
+    // Ironic's automated clean runs the metadata erase, priority 10) in
+    // place of the generic one, which would wipe d2's signatures.
+    d2.partition_and_format().unwrap();
+    let before = d2.signatures().unwrap();
+    assert!(!before.is_empty());
+    std::fs::write(
+        mdir.join("vendor.yaml"),
+        "name: vendor_erase\nversion: '1'\nsteps:\n  - {name: erase_devices_metadata, executable: mark.sh, interface: deploy, clean_priority: 99}\n",
+    )
+    .unwrap();
+    let _ = std::fs::remove_file(mdir.join("marks.txt"));
+    // The suite's nodes are enrolled without automated cleaning.
+    ironic
+        .patch(
+            &uuid,
+            json!([{"op": "replace", "path": "/automated_clean", "value": true}]),
+        )
+        .await
+        .unwrap();
+    ironic
+        .move_to(&uuid, "provide", "available", Duration::from_secs(180))
+        .await
+        .unwrap_or_else(|e| panic!("automated cleaning with the vendor's erase: {e:#}"));
+    let marks = std::fs::read_to_string(mdir.join("marks.txt")).unwrap_or_default();
+    assert_eq!(
+        marks, "erase_devices_metadata\n",
+        "the vendor's step did not run"
+    );
+    assert_eq!(
+        d2.signatures().unwrap(),
+        before,
+        "the generic metadata erase ran"
+    );
     assert!(!agent.is_finished(), "the agent stopped");
     agent.abort();
+}
+
+/// (g): a vendor's RAID manager (`hwraid.sh` records the step and answers
+/// `create_configuration` with the node's `target_raid_config`, as a
+/// controller tool's wrapper would report what it built).
+async fn hardware_raid(ironic: &Ironic, uuid: &str, mdir: &Path) {
+    script(
+        mdir,
+        "hwraid.sh",
+        &format!(
+            r#"{FIELD}
+input=$(cat)
+echo "$(field step)" >> {marks}
+if [ "$(field step)" = create_configuration ]; then field node.target_raid_config; else echo '{{}}'; fi"#,
+            marks = mdir.join("raid-marks.txt").display()
+        ),
+    );
+    std::fs::write(
+        mdir.join("hwraid.yaml"),
+        "name: vendor_raid\nversion: '3'\nsteps:\n  - {name: delete_configuration, executable: hwraid.sh, interface: raid, clean_priority: 0}\n  - {name: create_configuration, executable: hwraid.sh, interface: raid, clean_priority: 0}\n",
+    )
+    .unwrap();
+    ironic
+        .patch(
+            uuid,
+            json!([{"op": "replace", "path": "/raid_interface", "value": "agent"}]),
+        )
+        .await
+        .unwrap();
+    let target = json!({"logical_disks": [{"controller": "RAID.Integrated.1-1", "raid_level": "1",
+        "size_gb": 100, "is_root_volume": true}]});
+    ironic
+        .set_target_raid_config(uuid, target.clone())
+        .await
+        .unwrap();
+    ironic
+        .manual_clean(
+            uuid,
+            json!([{"interface": "raid", "step": "delete_configuration"},
+                   {"interface": "raid", "step": "create_configuration"}]),
+            Duration::from_secs(180),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("the vendor's RAID steps: {e:#}"));
+    let marks = std::fs::read_to_string(mdir.join("raid-marks.txt")).unwrap_or_default();
+    assert_eq!(marks, "delete_configuration\ncreate_configuration\n");
+    let node = ironic.node(uuid).await.unwrap();
+    assert_eq!(
+        node["raid_config"]["logical_disks"][0]["controller"], "RAID.Integrated.1-1",
+        "{}",
+        node["raid_config"]
+    );
+    std::fs::remove_file(mdir.join("hwraid.yaml")).unwrap();
 }
 
 /// A 32 MiB GPT disk image whose partition `root` holds random bytes.
