@@ -16,12 +16,14 @@
 
 pub mod cpu;
 pub mod disk;
+pub mod disk_health;
 pub mod gpu;
 pub mod knobs;
 pub mod memory;
 pub mod network;
 pub mod nvme_health;
 pub mod pairing;
+pub mod settings;
 pub mod smart;
 
 use std::sync::atomic::{AtomicBool, Ordering};

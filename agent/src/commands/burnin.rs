@@ -1,7 +1,8 @@
 //! The burn-in steps `burnin_cpu`, `burnin_memory`, `burnin_disk`,
 //! `burnin_gpu` and `burnin_network` (clean steps, priority 0; all but the disk one are also
 //! service steps, as in IPA): IPA's `driver_info` knobs read with IPA's
-//! names and defaults, the native workloads of [`crate::burnin`] run on a
+//! names and defaults ([`crate::burnin::settings`]), the workloads of
+//! [`crate::burnin`] run on a
 //! blocking thread, stopped by the operation's abort flag, and their report
 //! returned as the step's result (and logged). PROTOCOL.md §7.7.
 
@@ -11,17 +12,19 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use super::step_call::StepCall;
 use super::{CommandError, ErrorKind};
+use crate::burnin::disk_health::{nvme_health_after, nvme_health_before, smart_self_tests};
+use crate::burnin::settings::{
+    count_knob, duration_knob, host_mode_limits, knob, network_partner, Partner, DEFAULT_TIMEOUT,
+};
 use crate::burnin::{self, knobs, network, pairing, BurninError, Stop};
 use crate::config::RunMode;
 use crate::disk::WritePolicy;
 use crate::state::AgentState;
 
-/// IPA's default for every stress-ng timeout: a day.
-const DEFAULT_TIMEOUT: Duration = Duration::from_secs(86400);
 /// Memory left to the agent and the kernel by `burnin_memory` in the ramdisk.
 const MEMORY_RESERVE: u64 = 64 << 20;
 /// The share of available memory `burnin_memory` may take in host mode
@@ -35,19 +38,6 @@ fn to_command_error(e: BurninError) -> CommandError {
         BurninError::Failed { .. } | BurninError::Aborted(_) => ErrorKind::CommandExecution,
     };
     CommandError::new(kind, e.to_string())
-}
-
-/// `driver_info[key]`, if set (and not `null`).
-fn knob<'a>(node: &'a Value, key: &str) -> Option<&'a Value> {
-    node["driver_info"].get(key).filter(|v| !v.is_null())
-}
-
-fn duration_knob(node: &Value, key: &str, default: Duration) -> Result<Duration, BurninError> {
-    knob(node, key).map_or(Ok(default), |v| knobs::duration(key, v))
-}
-
-fn count_knob(node: &Value, key: &str, default: u64) -> Result<u64, BurninError> {
-    knob(node, key).map_or(Ok(default), |v| knobs::count(key, v))
 }
 
 /// Runs `work` on a blocking thread with the operation's abort flag.
@@ -117,46 +107,9 @@ pub async fn burnin_gpu_step(
     call: StepCall,
 ) -> Result<Value, CommandError> {
     let node = call.node_document();
-    let cfg = gpu_knobs(node).map_err(to_command_error)?;
+    let cfg = burnin::settings::gpu(node).map_err(to_command_error)?;
     let report = blocking(&state, move |cancel| burnin::gpu::run(&cfg, cancel)).await?;
     Ok(finish(&state, node, "agent_burnin_gpu_outputfile", &report))
-}
-
-/// `gpu-burn`'s knobs from `driver_info`, with IPA's defaults.
-fn gpu_knobs(node: &Value) -> Result<burnin::gpu::GpuBurn, BurninError> {
-    let install_dir = match knob(node, "agent_burnin_gpu_install_dir") {
-        None => "/opt/gpu-burn".into(),
-        Some(Value::String(d)) if d.starts_with('/') => d.into(),
-        Some(v) => {
-            return Err(BurninError::Knob {
-                key: "agent_burnin_gpu_install_dir".into(),
-                reason: format!("{v} is not an absolute path"),
-            })
-        }
-    };
-    let memory = match knob(node, "agent_burnin_gpu_memory") {
-        None => "95%".to_string(),
-        Some(v) => {
-            let t = match v {
-                Value::String(t) => t.trim().to_string(),
-                other => other.to_string(),
-            };
-            let digits = t.strip_suffix('%').unwrap_or(&t);
-            if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-                return Err(BurninError::Knob {
-                    key: "agent_burnin_gpu_memory".into(),
-                    reason: format!("{v} is neither N% nor a number of MB"),
-                });
-            }
-            t
-        }
-    };
-    Ok(burnin::gpu::GpuBurn {
-        install_dir,
-        memory,
-        timeout_secs: count_knob(node, "agent_burnin_gpu_timeout", DEFAULT_TIMEOUT.as_secs())?,
-        count: count_knob(node, "agent_burnin_gpu_count", 0)?,
-    })
 }
 
 /// How many bytes `burnin_memory` tests: `agent_burnin_vm_vm-bytes` (IPA's
@@ -273,188 +226,6 @@ pub async fn burnin_disk_step(
         "agent_burnin_fio_disk_outputfile",
         &report,
     ))
-}
-
-/// `agent_burnin_fio_disk_smart_test` on NVMe disks, before the burn-in:
-/// each disk's health log ([`burnin::nvme_health`]).
-fn nvme_health_before(
-    disks: &[std::path::PathBuf],
-) -> Result<Vec<burnin::nvme_health::Health>, BurninError> {
-    disks
-        .iter()
-        .map(|d| {
-            let h = burnin::nvme_health::read(d).map_err(|e| {
-                BurninError::failed("NVMe health", format!("{}: {e:#}", d.display()))
-            })?;
-            tracing::info!(disk = %d.display(), health = ?h, "NVMe health before the burn-in");
-            Ok(h)
-        })
-        .collect()
-}
-
-/// After the burn-in: each NVMe disk's health log again, compared with
-/// `before` (same order); a disk with problems fails the step naming them.
-fn nvme_health_after(
-    disks: &[std::path::PathBuf],
-    before: Vec<burnin::nvme_health::Health>,
-) -> Result<Map<String, Value>, BurninError> {
-    let mut out = Map::new();
-    let mut failed = Vec::new();
-    for (d, before) in disks.iter().zip(before) {
-        let name = d.display().to_string();
-        let after = burnin::nvme_health::read(d)
-            .map_err(|e| BurninError::failed("NVMe health", format!("{name}: {e:#}")))?;
-        let checked = burnin::nvme_health::Checked { before, after };
-        let problems = checked.problems();
-        tracing::info!(disk = %name, health = ?after, ?problems, "NVMe health after the burn-in");
-        if !problems.is_empty() {
-            failed.push(format!("{name}: {}", problems.join(", ")));
-        }
-        out.insert(name, serde_json::to_value(&checked).unwrap_or(Value::Null));
-    }
-    if !failed.is_empty() {
-        return Err(BurninError::failed(
-            "NVMe health",
-            format!("failed on {}", failed.join("; ")),
-        ));
-    }
-    Ok(out)
-}
-
-/// `agent_burnin_fio_disk_smart_test`: the extended SMART self-test on every
-/// disk after the burn-in ([`burnin::smart`]), polled every 30 s as IPA.
-fn smart_self_tests(disks: &[std::path::PathBuf], cancel: &AtomicBool) -> burnin::smart::Outcome {
-    let mut skipped = Vec::new();
-    let testers: Vec<(String, burnin::smart::Ata)> = disks
-        .iter()
-        .filter_map(|d| {
-            let name = d.display().to_string();
-            match burnin::smart::Ata::open(d) {
-                Ok(t) => Some((name, t)),
-                Err(why) => {
-                    skipped.push((name, why.to_string()));
-                    None
-                }
-            }
-        })
-        .collect();
-    let list: Vec<(String, &dyn burnin::smart::SelfTester)> = testers
-        .iter()
-        .map(|(n, t)| (n.clone(), t as &dyn burnin::smart::SelfTester))
-        .collect();
-    let mut out = burnin::smart::run(&list, Duration::from_secs(30), &|| {
-        cancel.load(std::sync::atomic::Ordering::Relaxed)
-    });
-    skipped.append(&mut out.skipped);
-    out.skipped = skipped;
-    out
-}
-
-/// How the network burn-in finds its partner, from `driver_info`.
-enum Partner {
-    /// `agent_burnin_fio_network_config` (`role`, `partner`).
-    Static(network::Plan),
-    /// Through a tooz backend (`agent_burnin_fio_network_pairing_*`).
-    Dynamic {
-        url: String,
-        group: String,
-        runtime: Duration,
-        pairing_timeout: Duration,
-    },
-}
-
-/// The network burn-in's partner and knobs from `driver_info`: the static
-/// `agent_burnin_fio_network_config`, else dynamic pairing through the
-/// tooz backend at `agent_burnin_fio_network_pairing_backend_url`.
-fn network_partner(node: &Value) -> Result<Partner, BurninError> {
-    let runtime = match knob(node, "agent_burnin_fio_network_runtime") {
-        Some(v) => Duration::from_secs(knobs::count("agent_burnin_fio_network_runtime", v)?),
-        None => Duration::from_secs(21600),
-    };
-    let pairing_timeout = Duration::from_secs(count_knob(
-        node,
-        "agent_burnin_fio_network_pairing_timeout",
-        900,
-    )?);
-    let Some(config) = knob(node, "agent_burnin_fio_network_config") else {
-        let key = "agent_burnin_fio_network_pairing_backend_url";
-        let url = match knob(node, key) {
-            None | Some(Value::Null) => {
-                return Err(BurninError::Unsupported(format!(
-                    "fio (network): dynamic pairing config is missing {key}"
-                )))
-            }
-            Some(Value::String(u)) if !u.trim().is_empty() => u.trim().to_string(),
-            Some(other) => {
-                return Err(BurninError::Knob {
-                    key: key.into(),
-                    reason: format!("{other} is not a tooz backend URL"),
-                })
-            }
-        };
-        let group_key = "agent_burnin_fio_network_pairing_group_name";
-        let group = match knob(node, group_key) {
-            None | Some(Value::Null) => "ironic.network-burnin".to_string(),
-            Some(Value::String(g)) if !g.is_empty() && !g.contains('/') => g.clone(),
-            Some(other) => {
-                return Err(BurninError::Knob {
-                    key: group_key.into(),
-                    reason: format!("{other} is not a group name"),
-                })
-            }
-        };
-        return Ok(Partner::Dynamic {
-            url,
-            group,
-            runtime,
-            pairing_timeout,
-        });
-    };
-    let key = "agent_burnin_fio_network_config";
-    let role = config["role"].as_str().unwrap_or_default();
-    let role = network::Role::parse(role).ok_or_else(|| BurninError::Knob {
-        key: key.into(),
-        reason: format!("fio (network) found an unknown role: {}", config["role"]),
-    })?;
-    let partner = config["partner"]
-        .as_str()
-        .filter(|p| !p.trim().is_empty())
-        .ok_or_else(|| BurninError::Knob {
-            key: key.into(),
-            reason: "fio (network) failed to find partner".into(),
-        })?
-        .trim()
-        .to_string();
-    Ok(Partner::Static(network::Plan::ipa(
-        role,
-        partner,
-        runtime,
-        pairing_timeout,
-    )))
-}
-
-/// In host mode this machine is no node: only loopback partners, and the
-/// writer listens on loopback only (`own`, our loopback member address
-/// when pairing dynamically, else 127.0.0.1).
-fn host_mode_limits(
-    plan: &mut network::Plan,
-    own: Option<std::net::IpAddr>,
-) -> Result<(), BurninError> {
-    let loopback = plan
-        .partner
-        .parse::<std::net::IpAddr>()
-        .is_ok_and(|a| a.is_loopback())
-        || plan.partner == "localhost";
-    if !loopback {
-        return Err(BurninError::Unsupported(format!(
-            "host mode: the network burn-in only pairs with a loopback partner, not {}",
-            plan.partner
-        )));
-    }
-    plan.listen = own
-        .filter(|a| a.is_loopback())
-        .unwrap_or(std::net::IpAddr::from([127, 0, 0, 1]));
-    Ok(())
 }
 
 /// Our member id for dynamic pairing: the address in our callback URL,
@@ -583,43 +354,6 @@ mod tests {
         assert!(r["passes"][0].as_u64().unwrap() >= 1, "{r}");
     }
 
-    #[test]
-    fn gpu_knobs_have_ipas_defaults_and_bad_ones_are_named() {
-        let d = gpu_knobs(&json!({"driver_info": {}})).unwrap();
-        assert_eq!(
-            d,
-            burnin::gpu::GpuBurn {
-                install_dir: "/opt/gpu-burn".into(),
-                memory: "95%".into(),
-                timeout_secs: 86400,
-                count: 0,
-            }
-        );
-        let set = gpu_knobs(
-            &json!({"driver_info": {"agent_burnin_gpu_install_dir": "/srv/gb",
-            "agent_burnin_gpu_memory": 2048, "agent_burnin_gpu_timeout": "60",
-            "agent_burnin_gpu_count": 8}}),
-        )
-        .unwrap();
-        assert_eq!(
-            (
-                set.install_dir.to_str(),
-                set.memory.as_str(),
-                set.timeout_secs,
-                set.count
-            ),
-            (Some("/srv/gb"), "2048", 60, 8)
-        );
-        for (key, bad) in [
-            ("agent_burnin_gpu_memory", json!("most")),
-            ("agent_burnin_gpu_install_dir", json!("gpu-burn")),
-            ("agent_burnin_gpu_count", json!(-1)),
-        ] {
-            let e = gpu_knobs(&json!({"driver_info": {key: bad}})).unwrap_err();
-            assert!(e.to_string().starts_with(&format!("{key}: ")), "{e}");
-        }
-    }
-
     #[tokio::test]
     async fn bad_knobs_are_invalid_parameters_naming_the_knob() {
         let s = state(Config::default());
@@ -684,72 +418,6 @@ mod tests {
         let skipped = r["smart"]["skipped"].as_array().unwrap();
         assert_eq!(skipped.len(), 2, "{r}");
         assert!(skipped[0].as_str().unwrap().contains("no SG_IO"), "{r}");
-    }
-
-    #[test]
-    fn network_pairing_as_ipa_configures_it() {
-        let partner = |di: Value| network_partner(&json!({"driver_info": di}));
-        let stat = |di: Value| match partner(di).unwrap() {
-            Partner::Static(p) => p,
-            Partner::Dynamic { .. } => panic!("dynamic"),
-        };
-        let p = stat(
-            json!({"agent_burnin_fio_network_config": {"role": "reader", "partner": "10.0.0.2"}, "agent_burnin_fio_network_runtime": 30}),
-        );
-        assert_eq!(
-            (p.role, p.partner.as_str(), p.port, p.streams),
-            (network::Role::Reader, "10.0.0.2", 9000, 16)
-        );
-        assert_eq!(p.runtime, Duration::from_secs(30));
-        let e = partner(json!({})).err().unwrap().to_string();
-        assert!(
-            e.contains("agent_burnin_fio_network_pairing_backend_url"),
-            "{e}"
-        );
-        match partner(
-            json!({"agent_burnin_fio_network_pairing_backend_url": "etcd3+http://x:2379",
-                             "agent_burnin_fio_network_pairing_timeout": 60}),
-        )
-        .unwrap()
-        {
-            Partner::Dynamic {
-                url,
-                group,
-                pairing_timeout,
-                ..
-            } => {
-                assert_eq!(url, "etcd3+http://x:2379");
-                assert_eq!(group, "ironic.network-burnin", "IPA's default group");
-                assert_eq!(pairing_timeout, Duration::from_secs(60));
-            }
-            Partner::Static(_) => panic!("static"),
-        }
-        let e = partner(
-            json!({"agent_burnin_fio_network_pairing_backend_url": "etcd3+http://x",
-                               "agent_burnin_fio_network_pairing_group_name": "a/b"}),
-        )
-        .err()
-        .unwrap()
-        .to_string();
-        assert!(e.contains("not a group name"), "{e}");
-        let e =
-            partner(json!({"agent_burnin_fio_network_config": {"role": "sender", "partner": "x"}}))
-                .err()
-                .unwrap()
-                .to_string();
-        assert!(e.contains("unknown role"), "{e}");
-        let mut p = stat(
-            json!({"agent_burnin_fio_network_config": {"role": "writer", "partner": "10.0.0.2"}}),
-        );
-        let e = host_mode_limits(&mut p, None).unwrap_err().to_string();
-        assert!(e.contains("loopback"), "{e}");
-        let mut p = stat(
-            json!({"agent_burnin_fio_network_config": {"role": "writer", "partner": "127.0.0.1"}}),
-        );
-        host_mode_limits(&mut p, None).unwrap();
-        assert_eq!(p.listen, std::net::IpAddr::from([127, 0, 0, 1]));
-        host_mode_limits(&mut p, Some("127.0.0.7".parse().unwrap())).unwrap();
-        assert_eq!(p.listen, std::net::IpAddr::from([127, 0, 0, 7]));
     }
 
     #[test]
