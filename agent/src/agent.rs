@@ -400,9 +400,9 @@ async fn lookup_loop(
         if answer.is_ok() && held.is_none() {
             off = None;
         }
-        let problem = match answer {
-            Ok(_) if held.is_some() => held.unwrap_or_default(),
-            Ok(found) => {
+        let problem = match (answer, held) {
+            (Ok(_), Some(why)) => why,
+            (Ok(found), None) => {
                 let uuid = found.node_uuid.clone();
                 let set_found = |what: &str| {
                     state.update_session(|s| {
@@ -439,7 +439,7 @@ async fn lookup_loop(
                     ),
                 }
             }
-            Err(e) => {
+            (Err(e), _) => {
                 if off.as_ref().is_some_and(|o| o.ended_by(&e)) {
                     off = None;
                 }

@@ -45,6 +45,18 @@ impl fmt::Display for Tail<'_> {
     }
 }
 
+/// The first executable file `name` in the directories of `search` (a
+/// `PATH`-style list).
+pub fn find_on_path(search: &std::ffi::OsStr, name: &str) -> Option<std::path::PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    std::env::split_paths(search)
+        .map(|dir| dir.join(name))
+        .find(|p| {
+            p.metadata()
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+}
+
 /// `cmd` as a shell-like line, for messages.
 pub fn cmdline(cmd: &Command) -> String {
     std::iter::once(cmd.get_program())

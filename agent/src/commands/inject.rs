@@ -16,15 +16,6 @@ use crate::state::AgentState;
 /// Largest file fetched from a URL.
 const MAX_URL_BYTES: usize = 64 << 20;
 
-/// A proxy variable of the agent's environment (lower case first, as curl
-/// and requests read them), if set and not empty.
-pub(super) fn env_proxy(name: &str) -> Option<String> {
-    [name.to_string(), name.to_uppercase()]
-        .iter()
-        .find_map(|n| std::env::var(n).ok())
-        .filter(|v| !v.trim().is_empty())
-}
-
 /// The `inject_files` step's arguments.
 #[derive(Debug, Default, Deserialize)]
 pub struct Args {
@@ -59,9 +50,7 @@ pub async fn inject_files_step(
     if args.verify_ca == Some(false) {
         opts.insecure = true;
     }
-    opts.http_proxy = env_proxy("http_proxy");
-    opts.https_proxy = env_proxy("https_proxy");
-    opts.no_proxy = env_proxy("no_proxy");
+    opts.use_environment_proxies();
     let fetch = move |url: &str| -> anyhow::Result<Vec<u8>> {
         anyhow::ensure!(
             url.starts_with("http://") || url.starts_with("https://"),

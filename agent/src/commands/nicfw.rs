@@ -29,9 +29,7 @@ pub fn prepare_image(
     // server credentials (`nicfw::image` drops them); here also the
     // configuration's CA, client certificate, time limits and retries.
     let mut http: HttpOptions = ctx.http.clone();
-    http.http_proxy = super::inject::env_proxy("http_proxy");
-    http.https_proxy = super::inject::env_proxy("https_proxy");
-    http.no_proxy = super::inject::env_proxy("no_proxy");
+    http.use_environment_proxies();
     let md5_allowed = ctx.md5_allowed;
     Ok(Box::new(move |_state| {
         Box::pin(async move {

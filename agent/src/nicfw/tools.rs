@@ -5,7 +5,6 @@
 //! step naming it.
 
 use std::ffi::{OsStr, OsString};
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -56,18 +55,10 @@ impl Tools {
 
 /// The first executable file `name` in `search`'s directories.
 fn locate(search: &OsStr, name: &'static str) -> Result<PathBuf, NicFwError> {
-    std::env::split_paths(search)
-        .map(|dir| dir.join(name))
-        .find(|p| is_executable(p))
-        .ok_or_else(|| NicFwError::ToolMissing {
-            tool: name,
-            searched: search.to_string_lossy().into_owned(),
-        })
-}
-
-fn is_executable(p: &Path) -> bool {
-    p.metadata()
-        .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    crate::tool::find_on_path(search, name).ok_or_else(|| NicFwError::ToolMissing {
+        tool: name,
+        searched: search.to_string_lossy().into_owned(),
+    })
 }
 
 /// Runs `tool` with `args`; its stdout (lossy UTF-8) or an error saying

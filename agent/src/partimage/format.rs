@@ -114,12 +114,7 @@ fn check_mkfs_in(fs: &str, path: &std::ffi::OsStr) -> Result<()> {
         bail!("cannot make a {fs:?} filesystem");
     }
     let tool = format!("mkfs.{fs}");
-    let found = std::env::split_paths(path).any(|d| {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::metadata(d.join(&tool))
-            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-    });
-    if !found {
+    if crate::tool::find_on_path(path, &tool).is_none() {
         bail!(
             "ephemeral_format {fs} needs {tool}, which is not installed here \
              (the deploy ramdisk ships mkfs.ext2/3/4 and mkfs.xfs; vfat is made natively)"

@@ -89,6 +89,16 @@ impl Default for HttpOptions {
 }
 
 impl HttpOptions {
+    /// The proxies of the agent's environment (`http_proxy`, `https_proxy`,
+    /// `no_proxy`, lower case first, as curl and Python's requests and
+    /// urlopen read them) in place of any set: for downloads IPA makes with
+    /// its environment's proxies (`inject_files`' URLs, NIC firmware).
+    pub fn use_environment_proxies(&mut self) {
+        self.http_proxy = env_proxy("http_proxy");
+        self.https_proxy = env_proxy("https_proxy");
+        self.no_proxy = env_proxy("no_proxy");
+    }
+
     /// `Authorization: Basic …` from a user and password.
     pub fn set_basic_auth(&mut self, user: &str, password: &str) {
         let token = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
@@ -209,6 +219,15 @@ pub fn fetch_small(
         Err(FetchEnd::Stopped) => Ok(None),
         Err(FetchEnd::Failed(e)) => Err(e),
     }
+}
+
+/// The environment variable `name` (else its upper-case form), if set
+/// and not empty.
+fn env_proxy(name: &str) -> Option<String> {
+    [name.to_string(), name.to_uppercase()]
+        .iter()
+        .find_map(|n| std::env::var(n).ok())
+        .filter(|v| !v.trim().is_empty())
 }
 
 fn local_path(url: &str) -> &str {
