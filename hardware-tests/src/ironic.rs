@@ -437,6 +437,17 @@ impl Ironic {
             .await
     }
 
+    /// Turns automated cleaning on for the node ([`Ironic::enroll`] enrolls
+    /// nodes with it off).
+    pub async fn enable_automated_clean(&self, uuid: &str) -> Result<()> {
+        self.patch(
+            uuid,
+            serde_json::json!([{"op": "replace", "path": "/automated_clean", "value": true}]),
+        )
+        .await
+        .map(|_| ())
+    }
+
     /// Asks for `target` and waits until the node is in `state`.
     pub async fn move_to(
         &self,

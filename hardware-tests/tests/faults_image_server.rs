@@ -75,13 +75,7 @@ async fn image_server_faults_end_byte_identical_or_failed_closed() {
     let disk = LoopDevice::new(64 * MIB).expect("creating a loop device");
     let ironic = Ironic::start().expect("starting Ironic 39.0.0");
     let uuid = ironic.enroll_ready("faults", MAC, true).await.unwrap();
-    ironic
-        .patch(
-            &uuid,
-            json!([{"op": "replace", "path": "/automated_clean", "value": true}]),
-        )
-        .await
-        .unwrap();
+    ironic.enable_automated_clean(&uuid).await.unwrap();
     // Short download timeouts (IPA's kernel parameters), so a stall costs
     // seconds and a refused server fails the deploy quickly.
     let cmdline = dir.path().join("cmdline");

@@ -295,10 +295,7 @@ async fn inspect(flow: &mut Flow<'_, '_>) {
 async fn clean(flow: &mut Flow<'_, '_>) {
     let t = Instant::now();
     flow.ironic
-        .patch(
-            &flow.uuid,
-            json!([{"op": "replace", "path": "/automated_clean", "value": true}]),
-        )
+        .enable_automated_clean(&flow.uuid)
         .await
         .unwrap();
     flow.ironic

@@ -135,13 +135,7 @@ async fn real_ironic_runs_container_steps() {
         .unwrap();
 
     // Automated cleaning runs the steps file's step at its priority.
-    ironic
-        .patch(
-            &uuid,
-            json!([{"op": "replace", "path": "/automated_clean", "value": true}]),
-        )
-        .await
-        .unwrap();
+    ironic.enable_automated_clean(&uuid).await.unwrap();
     ironic
         .move_to(&uuid, "provide", "available", Duration::from_secs(240))
         .await

@@ -133,13 +133,7 @@ async fn real_ironic_deploys_with_config_drive_undeploys_and_reports_bad_checksu
     drop(f);
 
     // 2. Undeploy with automated cleaning (erase_devices_metadata).
-    ironic
-        .patch(
-            &uuid,
-            json!([{"op": "replace", "path": "/automated_clean", "value": true}]),
-        )
-        .await
-        .unwrap();
+    ironic.enable_automated_clean(&uuid).await.unwrap();
     hardware_tests::run(Command::new("partx").arg("--delete").arg(&disk.path)).ok();
     let t = Instant::now();
     ironic

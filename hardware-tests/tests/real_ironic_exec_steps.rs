@@ -492,13 +492,7 @@ async fn real_ironic_runs_executable_managers() {
     .unwrap();
     let _ = std::fs::remove_file(mdir.join("marks.txt"));
     // The suite's nodes are enrolled without automated cleaning.
-    ironic
-        .patch(
-            &uuid,
-            json!([{"op": "replace", "path": "/automated_clean", "value": true}]),
-        )
-        .await
-        .unwrap();
+    ironic.enable_automated_clean(&uuid).await.unwrap();
     ironic
         .move_to(&uuid, "provide", "available", Duration::from_secs(180))
         .await

@@ -136,13 +136,7 @@ async fn real_ironic_deploys_a_uefi_partition_image() {
         .contains(&format!("UUID={esp_uuid}\t/boot/efi")));
 
     // Undeploy with automated cleaning: every partition and the table go.
-    ironic
-        .patch(
-            &uuid,
-            json!([{"op": "replace", "path": "/automated_clean", "value": true}]),
-        )
-        .await
-        .unwrap();
+    ironic.enable_automated_clean(&uuid).await.unwrap();
     let t = Instant::now();
     ironic
         .provision(&uuid, json!({"target": "deleted"}))

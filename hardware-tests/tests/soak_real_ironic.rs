@@ -150,13 +150,7 @@ async fn deploy_undeploy_cycles_keep_the_agent_correct_and_steady() {
     let disk = LoopDevice::new(96 * MIB).expect("creating a loop device");
     let ironic = Ironic::start().expect("starting Ironic 39.0.0");
     let uuid = ironic.enroll_ready("soak", MAC, true).await.unwrap();
-    ironic
-        .patch(
-            &uuid,
-            json!([{"op": "replace", "path": "/automated_clean", "value": true}]),
-        )
-        .await
-        .unwrap();
+    ironic.enable_automated_clean(&uuid).await.unwrap();
     let args = hardware_tests::agentproc::loopback_args(&ironic.url, MAC, &disk.path, None);
     // Measuring the agent's own memory through glibc: with its defaults,
     // RSS also counts what malloc keeps after a free. Each new thread (the

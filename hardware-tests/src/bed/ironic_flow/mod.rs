@@ -484,12 +484,7 @@ impl<'a, 'b> Flow<'a, 'b> {
 
     /// `provide` with automated cleaning, until `available`.
     pub async fn provide(&mut self) -> Result<Value> {
-        self.ironic
-            .patch(
-                &self.uuid,
-                json!([{"op": "replace", "path": "/automated_clean", "value": true}]),
-            )
-            .await?;
+        self.ironic.enable_automated_clean(&self.uuid).await?;
         self.ironic
             .provision(&self.uuid, json!({"target": "provide"}))
             .await?;
