@@ -6,11 +6,16 @@
 //! OpenShift's manager asks systemd over D-Bus (`StartUnit(unit, "fail")`,
 //! then the unit's `ActiveState` and the service's `Result` every 15 s).
 //! The agent runs the host's own `systemctl` chrooted into the host's root
-//! instead: the same requests over systemd's private socket in the host's
-//! `/run` (the unit binds the whole root, `/run` with it), with no D-Bus
-//! client in the agent. `start --no-block --job-mode=fail` queues the job
-//! as `StartUnit` does; `SYSTEMD_IGNORE_CHROOT=1` keeps `systemctl` from
-//! ignoring the request when it thinks it runs in a chroot.
+//! instead: the same requests over the host's system bus
+//! (`/run/dbus/system_bus_socket` in the host's `/run`, which the unit
+//! binds with the rest of the root), with no D-Bus client in the agent.
+//! `SYSTEMCTL_FORCE_BUS=1`: as root, `systemctl` would otherwise talk to
+//! PID 1's private socket, and refuse it from the container: the peer's
+//! PID (the host's PID 1) does not exist in the container's PID namespace
+//! ("Failed to connect to bus: No data available", seen on the bed).
+//! `start --no-block --job-mode=fail` queues the job as `StartUnit` does;
+//! `SYSTEMD_IGNORE_CHROOT=1` keeps `systemctl` from ignoring the request
+//! when it thinks it runs in a chroot.
 
 use std::path::Path;
 use std::time::Duration;
@@ -66,7 +71,8 @@ pub struct Chrooted<'a>(pub &'a Path);
 impl Chrooted<'_> {
     fn systemctl(&self) -> std::process::Command {
         let mut c = super::command(self.0, "systemctl");
-        c.env("SYSTEMD_IGNORE_CHROOT", "1");
+        c.env("SYSTEMD_IGNORE_CHROOT", "1")
+            .env("SYSTEMCTL_FORCE_BUS", "1");
         c
     }
 }
@@ -207,6 +213,18 @@ mod tests {
         let mut sys = script(vec!["ActiveState=failed\nResult=timeout"]);
         assert!(run_assisted(&mut sys, POLL, &mut |_| {}).is_err());
         assert!(sys.started.is_empty());
+    }
+
+    #[test]
+    fn systemctl_goes_through_the_system_bus_and_ignores_the_chroot() {
+        let c = Chrooted(Path::new("/mnt/coreos")).systemctl();
+        let envs: Vec<_> = c.get_envs().collect();
+        for var in ["SYSTEMCTL_FORCE_BUS", "SYSTEMD_IGNORE_CHROOT"] {
+            assert!(
+                envs.contains(&(std::ffi::OsStr::new(var), Some(std::ffi::OsStr::new("1")))),
+                "{var} not set: {envs:?}"
+            );
+        }
     }
 
     #[test]

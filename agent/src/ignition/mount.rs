@@ -1,18 +1,20 @@
 //! Mounting one partition of a disk (or disk image) by byte range. When the
 //! kernel has a partition device for exactly that range (a block device
-//! whose table it read, e.g. after an image write in the ramdisk), that
-//! device is mounted: the deploy ramdisk's busybox mount sets up no loop
-//! device for a block device and its kernel has no loop driver loaded.
-//! Otherwise `mount -o loop,offset=,sizelimit=`, so it works on loop
-//! devices that do not scan partitions and on image files.
-//! Unmounted on drop; an unmount waits until the kernel has released the
-//! loop device (its autoclear is asynchronous), so the disk underneath can
-//! be opened exclusively right after.
+//! whose table it read, e.g. after an image write in the ramdisk), or the
+//! range is a whole block device, that device is mounted with mount(2)
+//! itself: no program is needed, which OpenShift's container form (an
+//! image holding the agent only) has none of, and the deploy ramdisk's
+//! kernel has no loop driver loaded. Otherwise `mount -o
+//! loop,offset=,sizelimit=`, so it works on loop devices that do not scan
+//! partitions and on image files.
+//! Unmounted (umount(2)) on drop; an unmount waits until the kernel has
+//! released the loop device (its autoclear is asynchronous), so the disk
+//! underneath can be opened exclusively right after.
 //!
 //! A busy mount is retried ([`umount`]): any process forked at the wrong
 //! moment (another thread's tool run) holds copies of our descriptors into
-//! the mount until it execs, which makes one `umount` fail with "target is
-//! busy" although nothing uses the filesystem.
+//! the mount until it execs, which makes one unmount fail with EBUSY
+//! although nothing uses the filesystem.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -26,7 +28,7 @@ pub enum MountError {
     /// Every random mount point name was taken.
     #[error("creating a mount point: no free name")]
     NoFreeName,
-    /// `mount` failed.
+    /// `mount` (of an image file, through a loop device) failed.
     #[error("mounting {fstype} at byte {offset} of {}: {source}", .device.display())]
     Mount {
         /// The filesystem type.
@@ -38,9 +40,33 @@ pub enum MountError {
         /// The tool's failure.
         source: crate::tool::ToolError,
     },
-    /// `umount` failed.
+    /// mount(2) of a block device failed.
+    #[error("mounting {fstype} {} (byte {offset} of {}): {source}", .source_device.display(), .device.display())]
+    MountDevice {
+        /// The filesystem type.
+        fstype: String,
+        /// The partition's first byte.
+        offset: u64,
+        /// The disk.
+        device: PathBuf,
+        /// The device mounted: the partition, or the disk itself.
+        source_device: PathBuf,
+        /// The kernel's answer.
+        source: nix::errno::Errno,
+    },
+    /// The unmount failed.
     #[error(transparent)]
-    Unmount(#[from] crate::tool::ToolError),
+    Unmount(#[from] UmountError),
+}
+
+/// Why an unmount failed (after its retries).
+#[derive(Debug, thiserror::Error)]
+#[error("umount {}: {source}", .dir.display())]
+pub struct UmountError {
+    /// The mount point.
+    pub dir: PathBuf,
+    /// The kernel's answer to the last try.
+    pub source: nix::errno::Errno,
 }
 
 /// A mounted partition.
@@ -106,29 +132,47 @@ impl Mounted {
                 .ok()
                 .and_then(|f| crate::disk::ioctl::size_bytes(&f).ok())
                 == Some(len);
-        let (source, opts) =
-            match partition_device(Path::new("/sys/class/block"), device, offset, len) {
-                _ if whole => (device.to_path_buf(), ro_opt.to_string()),
-                Some(part) => (Path::new("/dev").join(part), ro_opt.to_string()),
-                None => (
-                    device.to_path_buf(),
-                    format!("loop,offset={offset},sizelimit={len},{ro_opt}"),
-                ),
-            };
-        let mounted = crate::tool::run(
-            Command::new("mount")
-                .args(["-t", fstype, "-o", &opts])
-                .arg(&source)
-                .arg(&dir),
-        );
-        if let Err(source) = mounted {
-            let _ = std::fs::remove_dir(&dir);
-            return Err(MountError::Mount {
+        let block = match partition_device(Path::new("/sys/class/block"), device, offset, len) {
+            _ if whole => Some(device.to_path_buf()),
+            Some(part) => Some(Path::new("/dev").join(part)),
+            None => None,
+        };
+        let mounted = match block {
+            Some(source_device) => {
+                let (flags, data) = mount_flags(ro_opt);
+                nix::mount::mount(
+                    Some(&source_device),
+                    &dir,
+                    Some(fstype),
+                    flags,
+                    (!data.is_empty()).then_some(data.as_str()),
+                )
+                .map_err(|source| MountError::MountDevice {
+                    fstype: fstype.to_string(),
+                    offset,
+                    device: device.to_path_buf(),
+                    source_device,
+                    source,
+                })
+            }
+            None => crate::tool::run(
+                Command::new("mount")
+                    .args(["-t", fstype, "-o"])
+                    .arg(format!("loop,offset={offset},sizelimit={len},{ro_opt}"))
+                    .arg(device)
+                    .arg(&dir),
+            )
+            .map(|_| ())
+            .map_err(|source| MountError::Mount {
                 fstype: fstype.to_string(),
                 offset,
                 device: device.to_path_buf(),
                 source,
-            });
+            }),
+        };
+        if let Err(e) = mounted {
+            let _ = std::fs::remove_dir(&dir);
+            return Err(e);
         }
         let loop_name = mount_source(&dir)
             .and_then(|src| src.strip_prefix("/dev/").map(str::to_string))
@@ -155,7 +199,7 @@ impl Mounted {
     /// Unmounts ([`umount`]) and removes the mount point, also after a
     /// failure that left it detached lazily (the directory is empty then);
     /// after a success, waits for the loop device's release.
-    fn release(&self) -> Result<(), crate::tool::ToolError> {
+    fn release(&self) -> Result<(), UmountError> {
         let unmounted = umount(&self.dir);
         let _ = std::fs::remove_dir(&self.dir);
         if unmounted.is_ok() {
@@ -223,41 +267,57 @@ fn mount_source(dir: &Path) -> Option<String> {
 /// How often and how long a busy unmount is retried: 10 tries over ~10 s.
 const UMOUNT_TRIES: u32 = 10;
 
-/// Unmounts `dir`, retrying while it fails (a transient holder, see the
-/// module's notes); IPA retries its unmounts too. When it still fails the
-/// mount is detached lazily, so nothing stays visible, and the last
-/// failure is returned: the caller's command fails naming it.
-pub fn umount(dir: &Path) -> Result<(), crate::tool::ToolError> {
+/// Unmounts `dir` (umount(2)), retrying while it is busy (a transient
+/// holder, see the module's notes); IPA retries its unmounts too. When it
+/// stays busy the mount is detached lazily, so nothing stays visible, and
+/// the last failure is returned: the caller's command fails naming it.
+pub fn umount(dir: &Path) -> Result<(), UmountError> {
+    use nix::errno::Errno;
     let mut attempt = 1;
     let failure = loop {
-        match crate::tool::run(Command::new("umount").arg(dir)) {
-            Ok(_) => {
+        match nix::mount::umount(dir) {
+            Ok(()) => {
                 if attempt > 1 {
                     tracing::info!(dir = %dir.display(), attempt, "unmounted after a retry");
                 }
                 return Ok(());
             }
-            // Nothing there to unmount: retrying cannot help.
-            Err(e) if attempt >= UMOUNT_TRIES || not_mounted(&e) => break e,
-            Err(e) => tracing::warn!(dir = %dir.display(), attempt, "{e}"),
+            // Anything but busy (nothing mounted there: EINVAL) cannot
+            // change by retrying.
+            Err(e) if attempt >= UMOUNT_TRIES || e != Errno::EBUSY => break e,
+            Err(e) => tracing::warn!(dir = %dir.display(), attempt, "umount: {e}"),
         }
         std::thread::sleep(std::time::Duration::from_millis(200 * u64::from(attempt)));
         attempt += 1;
     };
-    if !not_mounted(&failure) {
-        if let Err(e) = crate::tool::run(Command::new("umount").arg("-l").arg(dir)) {
+    if failure == Errno::EBUSY {
+        if let Err(e) = nix::mount::umount2(dir, nix::mount::MntFlags::MNT_DETACH) {
             tracing::error!(dir = %dir.display(), "lazy unmount: {e}");
         }
     }
-    Err(failure)
+    Err(UmountError {
+        dir: dir.to_path_buf(),
+        source: failure,
+    })
 }
 
-/// `umount` said there is no mount (util-linux: "not mounted", busybox:
-/// "Invalid argument").
-fn not_mounted(e: &crate::tool::ToolError) -> bool {
-    matches!(e, crate::tool::ToolError::Failed { stderr, .. }
-        if stderr.contains("not mounted") || stderr.contains("Invalid argument"))
-        || matches!(e, crate::tool::ToolError::Spawn { .. })
+/// mount(2)'s flags for the options `opts` (`ro`, `rw`, `nodev`, `nosuid`,
+/// `noexec`), and the rest joined as the filesystem's data.
+fn mount_flags(opts: &str) -> (nix::mount::MsFlags, String) {
+    use nix::mount::MsFlags;
+    let mut flags = MsFlags::empty();
+    let mut data = Vec::new();
+    for o in opts.split(',').filter(|o| !o.is_empty()) {
+        match o {
+            "ro" => flags |= MsFlags::MS_RDONLY,
+            "rw" => flags.remove(MsFlags::MS_RDONLY),
+            "nodev" => flags |= MsFlags::MS_NODEV,
+            "nosuid" => flags |= MsFlags::MS_NOSUID,
+            "noexec" => flags |= MsFlags::MS_NOEXEC,
+            other => data.push(other),
+        }
+    }
+    (flags, data.join(","))
 }
 
 impl Drop for Mounted {
@@ -267,5 +327,27 @@ impl Drop for Mounted {
                 tracing::error!("{e}");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nix::mount::MsFlags;
+
+    #[test]
+    fn options_become_flags_and_the_rest_is_data() {
+        let (f, d) = mount_flags("ro,nodev,nosuid,noexec");
+        assert_eq!(
+            f,
+            MsFlags::MS_RDONLY | MsFlags::MS_NODEV | MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC
+        );
+        assert_eq!(d, "");
+        let (f, d) = mount_flags("rw");
+        assert_eq!(f, MsFlags::empty());
+        assert_eq!(d, "");
+        let (f, d) = mount_flags("ro,umask=077,,shortname=mixed");
+        assert_eq!(f, MsFlags::MS_RDONLY);
+        assert_eq!(d, "umask=077,shortname=mixed");
     }
 }

@@ -419,6 +419,11 @@ impl rustls::client::danger::ServerCertVerifier for NoVerification {
     }
 }
 
+/// How long an idle connection to Ironic is kept for reuse: under the
+/// shortest keep-alive of the servers in front of Ironic (cheroot's 10 s,
+/// Apache's 5 s).
+pub const POOL_IDLE: std::time::Duration = std::time::Duration::from_secs(4);
+
 /// An HTTP client for the conductor or image servers.
 pub fn http_client(
     insecure: bool,
@@ -439,6 +444,11 @@ pub fn http_client_with(
         .tls_backend_preconfigured(client_config_with(insecure, cafile, identity)?)
         .connect_timeout(timeout)
         .timeout(timeout)
+        // Ironic 39's API server (cheroot) closes a keep-alive connection
+        // after 10 s idle; a request sent on it as it closes fails with
+        // "connection closed before message completed" (seen on the bed).
+        // Connections idle longer than this are not reused.
+        .pool_idle_timeout(POOL_IDLE)
         .build()
         .context("building the HTTP client")
 }
