@@ -416,6 +416,64 @@ fn without_a_config_drive_the_booted_system_says_so() {
     assert!(b.exited, "the guest did not power off\n{}", dump(&b));
 }
 
+/// The bootable CoreOS-like image (`coreosimage::bootable_coreos_image`,
+/// which the live-system bed deploys with coreos-installer) boots under
+/// OVMF through systemd-boot from its BLS entry: the kernel's command line
+/// is the entry's `options` after the initrd's path, and its first boot
+/// shows the Ignition config put where coreos-installer puts it
+/// (`ignition/config.ign` in the `boot` filesystem, here with mtools).
+#[test]
+fn ovmf_boots_the_coreos_like_image_from_its_bls_entry() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = hardware_tests::coreosimage::bootable_coreos_image(dir.path(), "fcos-like").unwrap();
+    let config = r#"{"ignition":{"version":"3.2.0"}}"#;
+    let ign = dir.path().join("config.ign");
+    std::fs::write(&ign, config).unwrap();
+    let fat = format!("{}@@1M", img.raw.display());
+    let mtools = |tool: &str, args: &[&str]| {
+        hardware_tests::run(
+            Command::new(tool)
+                .env("MTOOLS_SKIP_CHECK", "1")
+                .arg("-i")
+                .arg(&fat)
+                .args(args),
+        )
+        .unwrap();
+    };
+    mtools("mmd", &["::ignition"]);
+    mtools("mcopy", &[ign.to_str().unwrap(), "::ignition/config.ign"]);
+    let b = boot(
+        Firmware::Uefi,
+        Bus::VirtioBlk,
+        &img.raw,
+        dir.path(),
+        "fcos-like",
+        Duration::from_secs(240),
+    );
+    show("Uefi boot of the CoreOS-like image", &b);
+    println!("{}", summary(&b));
+    assert!(b.marker_at.is_some(), "no marker line\n{}", dump(&b));
+    let options = img
+        .bls
+        .lines()
+        .find_map(|l| l.strip_prefix("options "))
+        .unwrap();
+    // systemd-boot puts the initrd's path first (`initrd=\initrd.img`).
+    let cmdline = testimage::kernel_cmdline(&b.console).unwrap_or_default();
+    assert!(
+        cmdline.starts_with("initrd=") && cmdline.ends_with(&format!(" {options}")),
+        "{cmdline:?}\n{}",
+        dump(&b)
+    );
+    assert_eq!(
+        testimage::ignition_config(&b.console).as_deref(),
+        Some(config),
+        "{}",
+        dump(&b)
+    );
+    assert!(b.exited, "the guest did not power off\n{}", dump(&b));
+}
+
 /// The disk a failed write leaves: the agent zeroes both ends.
 fn failed_deploy(dir: &Path) -> PathBuf {
     let (_keep, img, _) = image();

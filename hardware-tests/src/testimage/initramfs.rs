@@ -12,7 +12,8 @@ use image_builder::kernel::{closure, Kernel};
 
 use super::disk::ESP_LABEL;
 use super::{
-    marker_line, CONFIG_DRIVE_BEGIN, CONFIG_DRIVE_END, CONFIG_DRIVE_UNMOUNTABLE, NO_CONFIG_DRIVE,
+    marker_line, CMDLINE, CONFIG_DRIVE_BEGIN, CONFIG_DRIVE_END, CONFIG_DRIVE_UNMOUNTABLE,
+    IGNITION_BEGIN, IGNITION_END, NO_CONFIG_DRIVE,
 };
 
 /// The modules loaded at boot, in this order (each after its dependencies).
@@ -27,6 +28,7 @@ pub const MODULES: &[&str] = &[
     "isofs",
     "vfat",
     "nls_cp437",
+    "nls_ascii",
     "nls_iso8859_1",
     "nls_utf8",
 ];
@@ -50,8 +52,9 @@ while read -r m; do
     insmod "/lib/modules/$m" || echo "testimage: insmod $m failed"
 done < /etc/modules.order
 echo "{booted}"
-# Config drives sit on the disk the system booted from: once its ESP is
-# visible, that disk's partitions are known; wait a little longer for
+echo "{CMDLINE} $(cat /proc/cmdline)"
+# Config drives sit on the disk the system booted from: once its ESP (or a
+# CoreOS-like image's `boot` filesystem) is visible, that disk's partitions are known; wait a little longer for
 # config-2, at most 30 s in all.
 dev=
 esp=
@@ -59,7 +62,7 @@ i=0
 while [ $i -lt 60 ]; do
     dev=$(findfs LABEL=config-2 2>/dev/null) && break
     dev=
-    if [ -z "$esp" ] && findfs LABEL={ESP_LABEL} >/dev/null 2>&1; then
+    if [ -z "$esp" ] && {{ findfs LABEL={ESP_LABEL} || findfs LABEL=boot; }} >/dev/null 2>&1; then
         esp=$i
     fi
     if [ -n "$esp" ] && [ $((i - esp)) -ge 4 ]; then
@@ -77,6 +80,18 @@ elif mount -t iso9660 -o ro "$dev" /mnt 2>/dev/null || mount -t vfat -o ro "$dev
     echo "{CONFIG_DRIVE_END}"
 else
     echo "{CONFIG_DRIVE_UNMOUNTABLE} $dev"
+fi
+# The CoreOS-like image's stand-in for Ignition
+# (hardware_tests::coreosimage::bootable_coreos_image): on a first boot
+# (`ignition.firstboot` in the `boot` filesystem) it shows the config from
+# where CoreOS's Ignition reads it.
+if bdev=$(findfs LABEL=boot 2>/dev/null) && mount -t vfat -o ro "$bdev" /boot 2>/dev/null; then
+    if [ -f /boot/ignition.firstboot ] && [ -f /boot/ignition/config.ign ]; then
+        echo "{IGNITION_BEGIN} $bdev"
+        cat /boot/ignition/config.ign
+        echo
+        echo "{IGNITION_END}"
+    fi
 fi
 echo "testimage: partitions:"
 cat /proc/partitions
@@ -124,6 +139,7 @@ pub fn build(kernel: &Kernel, busybox: &std::path::Path, marker: &str) -> Result
     let dir = || Entry::Dir { mode: 0o755 };
     for d in [
         "bin",
+        "boot",
         "dev",
         "etc",
         "lib",
@@ -210,7 +226,14 @@ mod tests {
         let s = init_script("m-123");
         assert!(s.starts_with("#!/bin/sh\n"));
         assert!(s.contains(&format!("echo \"{}\"", marker_line("m-123"))));
-        for l in [CONFIG_DRIVE_BEGIN, CONFIG_DRIVE_END, NO_CONFIG_DRIVE] {
+        for l in [
+            CONFIG_DRIVE_BEGIN,
+            CONFIG_DRIVE_END,
+            NO_CONFIG_DRIVE,
+            CMDLINE,
+            IGNITION_BEGIN,
+            IGNITION_END,
+        ] {
             assert!(s.contains(l), "{l}");
         }
         assert!(s.trim_end().ends_with("poweroff -f"));

@@ -31,12 +31,17 @@
 //!
 //! The init
 //! ([`initramfs`]) mounts proc/sys/devtmpfs, loads virtio-blk, virtio-scsi,
-//! NVMe, AHCI/ata_piix, sd_mod, isofs and vfat, prints [`marker_line`],
+//! NVMe, AHCI/ata_piix, sd_mod, isofs and vfat, prints [`marker_line`]
+//! and the kernel command line ([`CMDLINE`]),
 //! finds the filesystem labelled `config-2` (busybox `findfs`; up to 2 s
 //! after the image's own ESP is visible, 30 s at most),
 //! mounts it read-only and prints its `openstack/latest/meta_data.json`
 //! between [`CONFIG_DRIVE_BEGIN`] and [`CONFIG_DRIVE_END`] (or prints
-//! [`NO_CONFIG_DRIVE`]), then powers off. Nothing depends on the disk's size
+//! [`NO_CONFIG_DRIVE`]); on a CoreOS-like image's first boot
+//! (`crate::coreosimage::bootable_coreos_image`: a `boot` filesystem
+//! holding `ignition.firstboot`) it prints `ignition/config.ign` between
+//! [`IGNITION_BEGIN`] and [`IGNITION_END`]; then it powers off.
+//! Nothing depends on the disk's size
 //! or on partitions after the ESP, so the image still boots after the
 //! agent moved the backup GPT to the end of a larger disk and added a
 //! `config-2` partition.
@@ -74,6 +79,12 @@ pub const CONFIG_DRIVE_BEGIN: &str = "testimage: config drive meta_data.json beg
 pub const CONFIG_DRIVE_END: &str = "testimage: config drive meta_data.json end";
 /// Printed when no filesystem labelled `config-2` appeared.
 pub const NO_CONFIG_DRIVE: &str = "testimage: no config drive";
+/// Printed before the kernel command line.
+pub const CMDLINE: &str = "testimage: cmdline";
+/// Printed before the Ignition config of a CoreOS-like image's first boot.
+pub const IGNITION_BEGIN: &str = "testimage: ignition config begin";
+/// Printed after it.
+pub const IGNITION_END: &str = "testimage: ignition config end";
 /// Printed when `config-2` was found but could not be mounted.
 pub const CONFIG_DRIVE_UNMOUNTABLE: &str = "testimage: config drive not mountable";
 
@@ -109,10 +120,27 @@ pub fn no_boot_lines() -> &'static [&'static str] {
 
 /// The `meta_data.json` text the booted system printed, if it printed one.
 pub fn meta_data(console: &str) -> Option<String> {
-    let start = console.find(CONFIG_DRIVE_BEGIN)? + CONFIG_DRIVE_BEGIN.len();
-    let len = console[start..].find(CONFIG_DRIVE_END)?;
+    between(console, CONFIG_DRIVE_BEGIN, CONFIG_DRIVE_END)
+}
+
+/// The Ignition config a CoreOS-like image's first boot printed, if any.
+pub fn ignition_config(console: &str) -> Option<String> {
+    between(console, IGNITION_BEGIN, IGNITION_END)
+}
+
+/// The kernel command line the booted system printed, if it printed one.
+pub fn kernel_cmdline(console: &str) -> Option<String> {
+    let start = console.find(CMDLINE)? + CMDLINE.len();
+    let line = console[start..].lines().next()?;
+    Some(line.trim().to_string())
+}
+
+/// The lines between the `begin` line (which carries the device name) and
+/// the `end` line, trimmed.
+fn between(console: &str, begin: &str, end: &str) -> Option<String> {
+    let start = console.find(begin)? + begin.len();
+    let len = console[start..].find(end)?;
     let body = &console[start..start + len];
-    // The begin line carries the device name; the body starts on the next line.
     let body = body.split_once('\n').map_or("", |(_, rest)| rest);
     Some(body.replace('\r', "").trim().to_string())
 }
@@ -218,8 +246,8 @@ pub fn build_for(dir: &Path, marker: &str, arch: Arch) -> Result<TestImage> {
     build_from(&Inputs::fetch_for(arch)?, dir, marker)
 }
 
-/// [`build`] with given inputs.
-pub fn build_from(inputs: &Inputs, dir: &Path, marker: &str) -> Result<TestImage> {
+/// Refuses a marker the init script would have to quote.
+pub fn check_marker(marker: &str) -> Result<()> {
     if marker.is_empty()
         || !marker
             .chars()
@@ -227,6 +255,12 @@ pub fn build_from(inputs: &Inputs, dir: &Path, marker: &str) -> Result<TestImage
     {
         bail!("marker {marker:?} must be non-empty and hold only letters, digits, '.', '_', '-'");
     }
+    Ok(())
+}
+
+/// [`build`] with given inputs.
+pub fn build_from(inputs: &Inputs, dir: &Path, marker: &str) -> Result<TestImage> {
+    check_marker(marker)?;
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let work = tempfile::tempdir_in(dir)?;
     let initrd = initramfs::build(&inputs.kernel, &inputs.busybox, marker)?;
@@ -315,6 +349,23 @@ mod tests {
         );
         assert_eq!(meta_data(&console).as_deref(), Some("{\"uuid\": \"u-1\"}"));
         assert_eq!(meta_data(&format!("{NO_CONFIG_DRIVE}\n")), None);
+    }
+
+    #[test]
+    fn the_ignition_config_and_the_command_line_are_read_back() {
+        let console = format!(
+            "{CMDLINE} console=ttyS0 panic=-1 x=1\r\n{IGNITION_BEGIN} /dev/vda1\r\n{{\"ignition\": {{}}}}\r\n{IGNITION_END}\r\n"
+        );
+        assert_eq!(
+            kernel_cmdline(&console).as_deref(),
+            Some("console=ttyS0 panic=-1 x=1")
+        );
+        assert_eq!(
+            ignition_config(&console).as_deref(),
+            Some("{\"ignition\": {}}")
+        );
+        assert_eq!(ignition_config("no config"), None);
+        assert_eq!(kernel_cmdline("nothing"), None);
     }
 
     #[test]
