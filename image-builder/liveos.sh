@@ -53,14 +53,16 @@ mmdebstrap --quiet --variant=minbase --include="$packages" \
 phase "the kernel's modules a QEMU guest, podman and coreos-installer use ($kver)"
 # By name, with what they depend on (the kernel's modules.dep): virtio
 # devices, the disks and CDs a bed machine has, software RAID, the
-# filesystems coreos-installer and the agent mount (with crc32c, which
+# filesystems coreos-installer and the agent mount (vfat with the code page
+# and the I/O character set Debian's kernel defaults to, cp437 and ascii:
+# without nls_ascii a FAT mount fails with EINVAL; with crc32c, which
 # ext4's metadata checksums load through the crypto API: a soft
 # dependency, not in modules.dep; without it mounting CoreOS's boot
 # filesystem fails with ENOENT), overlay and loop for podman, and the USB
 # NICs a BMC shares (cdc_ether, cdc_ncm).
 wanted="virtio_pci virtio_blk virtio_net virtio_scsi virtio_rng sd_mod sr_mod cdrom isofs
     ahci nvme xhci_pci ehci_pci usb_storage uas usbnet cdc_ether cdc_ncm
-    md_mod raid0 raid1 raid10 linear dm_mod overlay loop fuse ext4 xfs vfat nls_cp437
+    md_mod raid0 raid1 raid10 linear dm_mod overlay loop fuse ext4 xfs vfat nls_cp437 nls_ascii
     nls_iso8859_1 nls_utf8 efivarfs crc32c_generic crc32c_intel"
 mods=lib/modules/$kver
 need=$(for m in $wanted; do

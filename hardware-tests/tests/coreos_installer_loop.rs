@@ -16,6 +16,8 @@
 //!   filesystem), an unreachable image and a missing `coreos-installer`:
 //!   IPA's error texts, three tries, and no partition table or signature
 //!   left on the disk;
+//! - a pre-rendered config drive: IPA's error before anything runs, the
+//!   disk untouched;
 //! - the log bundle with the host's (here empty) journal.
 //!
 //! The tests share `PATH` and the agent's environment variables, so they
@@ -293,6 +295,37 @@ async fn an_unreachable_image_and_a_missing_installer_are_ipas_errors() {
     );
     assert_eq!(log.matches("Executing CoreOS installer").count(), 3);
     assert!(f.server.seen().is_empty(), "nothing was downloaded");
+}
+
+/// A config drive Ironic rendered (an ISO as base64 text) instead of data:
+/// IPA's error before anything runs; nothing downloaded, the disk
+/// untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pre_rendered_config_drive_is_ipas_error_before_anything_is_written() {
+    let _serial = SERIAL.lock().await;
+    let f = fixture("boot", true).await;
+    let before = std::fs::read(&f.disk.path).unwrap();
+    let (r, log) = install(
+        &f.api,
+        json!({"image_source": f.server.url("/fcos.raw"),
+               "configdrive": "H4sICAAAAAAAA2NvbmZpZy1kcml2ZS5pc28A"}),
+    )
+    .await;
+    assert_eq!(r["command_status"], "FAILED", "{r}\n{log}");
+    assert_eq!(
+        details(&r),
+        "Cannot use a pre-rendered configdrive, please pass it as JSON data"
+    );
+    assert_eq!(
+        log.matches("Executing CoreOS installer").count(),
+        0,
+        "{log}"
+    );
+    assert!(f.server.seen().is_empty(), "nothing was downloaded");
+    assert!(
+        std::fs::read(&f.disk.path).unwrap() == before,
+        "the disk was written"
+    );
 }
 
 /// The log bundle in the container form: the host's journal through the

@@ -49,9 +49,9 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use agent::testconductor::image_server::{Fault, ImageServer};
-use hardware_tests::bed::ironic_flow::{self, Flow, Machine, PxeRoot};
+use hardware_tests::bed::ironic_flow::{self, checks, Flow, Machine, PxeRoot};
 use hardware_tests::bed::redfish::Bmc;
-use hardware_tests::bed::{self, Bus, Disk, Net, NetOptions, Nic, VmSpec, BRIDGE_IP};
+use hardware_tests::bed::{self, dirty_disk, Bus, Disk, Net, NetOptions, Nic, VmSpec, BRIDGE_IP};
 use hardware_tests::ironic::Ironic;
 use hardware_tests::{require_root, testimage};
 use serde_json::{json, Value};
@@ -59,6 +59,7 @@ use serde_json::{json, Value};
 const MAC: &str = "52:54:00:1c:0a:01";
 const GUEST: &str = "10.99.0.50";
 const DISK_GIB: u64 = 5;
+const DISK_SERIAL: &str = "ironicvm-disk0";
 const PORT: u16 = 6385;
 const CHASSIS: [u8; 6] = [0x52, 0x54, 0x00, 0x5e, 0x1f, 0x0a];
 const SWITCH_PORT: &str = "Ethernet1/7";
@@ -99,18 +100,6 @@ fn sha(alg: &'static ring::digest::Algorithm, path: &Path) -> String {
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect()
-}
-
-/// Whether the disk file holds any partition table or signature (libblkid).
-fn disk_signatures(path: &Path) -> String {
-    let out = Command::new("wipefs")
-        .arg("--no-act")
-        .arg("--noheadings")
-        .arg(path)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "wipefs: {out:?}");
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
 /// Prints where the flow since `mark` spent its time ([`ironic_flow::Split`]).
@@ -180,7 +169,7 @@ fn ironic_inspects_cleans_deploys_and_undeploys_the_pxe_booted_ramdisk() {
             path: work.path().join("disk0.img"),
             size: DISK_GIB << 30,
             bus: Bus::Virtio,
-            serial: "ironicvm-disk0".into(),
+            serial: DISK_SERIAL.into(),
             model: None,
         }],
         nics: vec![Nic { mac: MAC.into() }],
@@ -197,7 +186,9 @@ fn ironic_inspects_cleans_deploys_and_undeploys_the_pxe_booted_ramdisk() {
             .arg(&spec.disks[0].path),
     )
     .unwrap();
-    assert!(!disk_signatures(&spec.disks[0].path).is_empty());
+    assert!(!dirty_disk::signatures(&spec.disks[0].path)
+        .unwrap()
+        .is_empty());
     let system = bmc.define(&spec).unwrap();
     bmc.start_emulator().unwrap();
     let pxe = PxeRoot::start(&net, &ramdisk).unwrap();
@@ -302,34 +293,30 @@ async fn inspect(flow: &mut Flow<'_, '_>) {
         .unwrap_or_else(|e| panic!("inspection: {e:#}"));
     timing!("flow inspect: manageable after {}", elapsed(t));
     split(flow, mark, "inspect");
-    assert!(node["last_error"].is_null(), "{}", node["last_error"]);
-
-    let p = &node["properties"];
-    println!("inspected properties: {p}");
-    assert_eq!(p["cpus"], json!(1), "{p}");
-    assert_eq!(p["memory_mb"], json!(1024), "{p}");
-    assert_eq!(p["local_gb"], json!(DISK_GIB - 1), "{p}");
-    assert_eq!(p["cpu_arch"], json!("x86_64"), "{p}");
-    assert!(
-        p["capabilities"]
-            .as_str()
-            .is_some_and(|c| c.contains("boot_mode:bios")),
-        "{p}"
-    );
-
+    println!("inspected properties: {}", node["properties"]);
     let stored = flow.ironic.inventory(&flow.uuid).await.unwrap();
+    // The checks OpenShift's container form passes too (openshift_liveos).
+    checks::inspected(
+        &node,
+        &stored,
+        &checks::Expected {
+            mac: MAC,
+            ipv4: GUEST,
+            cpus: 1,
+            memory_mb: 1024,
+            disk_gib: DISK_GIB,
+            disk_serial: DISK_SERIAL,
+            boot_mode: "bios",
+        },
+    )
+    .unwrap();
     let nic = ironic_flow::stored_nic(&stored, MAC);
-    assert_eq!(nic["ipv4_address"], json!(GUEST), "{nic}");
     let lldp = nic["lldp"].as_array().cloned().unwrap_or_default();
     assert!(!lldp.is_empty(), "no LLDP in the stored inventory: {nic}");
     let parsed = &stored["plugin_data"]["parsed_lldp"][nic["name"].as_str().unwrap()];
     println!("Ironic's parsed LLDP: {parsed}");
     assert_eq!(parsed["switch_port_id"], json!(SWITCH_PORT), "{parsed}");
     assert_eq!(parsed["switch_system_name"], json!(SWITCH_NAME), "{parsed}");
-    assert_eq!(
-        stored["inventory"]["boot"]["current_boot_mode"],
-        json!("bios")
-    );
 }
 
 /// Checks a cleaning that ended `available` (`node`, or the error that
@@ -337,9 +324,7 @@ async fn inspect(flow: &mut Flow<'_, '_>) {
 fn cleaned(flow: &Flow<'_, '_>, node: anyhow::Result<Value>, what: &str, t: Instant) {
     let node = node.unwrap_or_else(|e| panic!("{what}: {e:#}"));
     timing!("flow {what}: available after {}", elapsed(t));
-    assert!(node["last_error"].is_null(), "{}", node["last_error"]);
-    let left = disk_signatures(flow.machine.disk());
-    assert!(left.is_empty(), "{what} left signatures: {left}");
+    checks::cleaned(&node, flow.machine.disk()).unwrap_or_else(|e| panic!("{what}: {e:#}"));
 }
 
 async fn provide(flow: &mut Flow<'_, '_>) {

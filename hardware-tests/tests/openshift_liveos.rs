@@ -1,5 +1,6 @@
 //! OpenShift's form of the agent on the QEMU bed (issue 47): unmodified
-//! Ironic 39.0.0 network-boots (iPXE, Redfish BMC) the bed's stand-in for a
+//! Ironic 39.0.0 boots (iPXE, then Redfish virtual media; Redfish BMC) the
+//! bed's stand-in for a
 //! CoreOS live system (`image-builder/liveos.sh`: Debian's systemd and
 //! podman, run from RAM, `/run/ostree-live`) as the node's deploy kernel and
 //! ramdisk. What Ignition writes for OpenShift comes with it as a second
@@ -13,12 +14,18 @@
 //! the unit says; the agent in it (`agent container`) finds the host
 //! through the unit's bind mounts and acts for real, the host being live.
 //!
+//! Ironic's API is HTTPS only (its own certificate, whose CA Ignition puts
+//! on the live system at `bed::liveos::HOST_CA`; the agent's configuration
+//! names it as `cafile` through the unit's `/mnt/coreos` mount).
+//!
 //! Ironic is configured as Metal3 configures it for this: `[deploy]
 //! fast_track = true` and `[inspector] power_off = false` (one boot of the
 //! live system serves inspection, cleaning and the deploy),
 //! `custom-agent` enabled, `[agent] deploy_logs_collect = always`. The
 //! node's `deploy_interface` is `custom-agent`, as the baremetal-operator
 //! sets it for a `customDeploy`.
+//!
+//! The machine has UEFI firmware (OVMF).
 //!
 //! Checked, in one boot of the live system (its console shows systemd's
 //! `ironic-agent.service` starting once, the deploy ramdisk never):
@@ -30,18 +37,24 @@
 //! * the deploy as the baremetal-operator asks for it: `deploy_steps`
 //!   `[{"interface": "deploy", "step": "install_coreos", "priority": 80}]`,
 //!   `instance_info.image_source` an http URL on the bed (a CoreOS-like raw
-//!   image, `hardware_tests::coreosimage`) without checksum, and the config
-//!   drive as a JSON dict (`user_data` an Ignition config,
-//!   `meta_data.coreos_append_karg` a list). The agent runs the live
-//!   system's real coreos-installer 0.27 chrooted (`--image-url URL
-//!   --insecure`, its warning in the agent's log Ironic stored), powers the
-//!   machine off itself (`standby.power_off`, no forced power off), and the
-//!   node is `active` with the disk first. Read from the host side after a
-//!   power off (a read-only loop device of the disk file,
-//!   `bed::coreos_disk`): the boot filesystem's `ignition/config.ign` is
-//!   the `user_data` plus the first-boot host name, the BLS entry's options
-//!   end with the kernel arguments, the image's first-boot stamp is kept,
-//!   the root partition holds the image's bytes.
+//!   image that boots, `hardware_tests::coreosimage::bootable_coreos_image`)
+//!   without checksum, and the config drive as a JSON dict (`user_data` an
+//!   Ignition config, `meta_data.coreos_append_karg` a list). The agent
+//!   runs the live system's real coreos-installer 0.27 chrooted
+//!   (`--image-url URL --insecure`, its warning in the agent's log Ironic
+//!   stored), powers the machine off itself (`standby.power_off`, no forced
+//!   power off), and the node is `active` with the disk first. The machine
+//!   (UEFI) then boots the installed disk: OVMF starts the image's
+//!   systemd-boot through the boot entry the agent wrote (`ironic1`),
+//!   which boots the BLS entry coreos-installer edited, so the booted
+//!   kernel's command line ends with the config drive's kernel
+//!   arguments, and the image's first boot shows the Ignition config from
+//!   where CoreOS's Ignition reads it: the `user_data` plus the first-boot
+//!   host name. (Ignition itself is not run: Debian has none; the image's
+//!   stand-in shows the config.) Read from the host side after a power off
+//!   (a read-only loop device of the disk file, `bed::coreos_disk`): the
+//!   same config in the boot filesystem, the BLS entry, the image's
+//!   first-boot stamp kept, the root partition holding the image's bytes.
 //!
 //! Then, in a second boot: the node undeployed without cleaning (the
 //! installed CoreOS stays on the disk) and deployed again with no
@@ -52,12 +65,20 @@
 //! is `deploy failed`, three tries are in the agent's log, and the agent
 //! has erased the disk: no partition table, filesystem or GPT header left.
 //!
+//! Then a second machine (UEFI, one NIC), enrolled as a second node as
+//! assisted-service enrolls one for the converged flow and booted over
+//! Redfish virtual media (Ironic builds the ISO from the same kernel and
+//! initramfs, the BMC fetches it from Ironic's `http_root`, OVMF boots it),
+//! is deployed as assisted-service asks (`start_assisted_install`, no
+//! image): the step starts the live system's `agent.service` (the bed's
+//! stand-in, which says so on the console and runs 20 s) through the host's
+//! systemd, waits for its end, and the node is `active`.
+//!
+//! `ci/demo --openshift` runs this suite, the flow then reporting each step
+//! (provision and power states, the agent's commands) as the main demo does.
+//!
 //! The registry's log shows the pull of `ironic-agent` and every boot is
 //! the live system's, never the ramdisk's. Each phase's time is printed.
-//!
-//! Not here (issue 47): the deployed disk booting with Ignition applied
-//! (the CoreOS-like image has no boot loader), `start_assisted_install` on
-//! the bed.
 //!
 //! The configuration has no `inspection_callback_url`: OpenShift's
 //! `build.py` writes ironic-inspector's (port 5050), which Ironic 39 no
@@ -67,37 +88,55 @@
 use std::time::{Duration, Instant};
 
 use hardware_tests::bed::coreos_disk::{self, ReadOnlyDisk};
-use hardware_tests::bed::ironic_flow::{self, Flow, Machine, PxeRoot};
-use hardware_tests::bed::redfish::Bmc;
-use hardware_tests::bed::{dirty_disk, liveos};
-use hardware_tests::bed::{Bus, Disk, Net, NetOptions, Nic, VmSpec, BRIDGE_IP};
-use hardware_tests::coreosimage::{coreos_image, BLS, STAMP};
+use hardware_tests::bed::deploy::{self, Printer};
+use hardware_tests::bed::ironic_flow::{self, checks, Flow, Machine, PxeRoot};
+use hardware_tests::bed::redfish::{self, Bmc};
+use hardware_tests::bed::{dirty_disk, liveos, vmedia_disc};
+use hardware_tests::bed::{Bus, Disk, Firmware, Net, NetOptions, Nic, VmSpec, BRIDGE_IP};
+use hardware_tests::coreosimage::{bootable_coreos_image, BootableCoreos, STAMP};
 use hardware_tests::ironic::Ironic;
 use hardware_tests::registry::Registry;
 use hardware_tests::require_root;
+use hardware_tests::testimage;
 use serde_json::{json, Value};
 
 const MAC: &str = "52:54:00:47:00:01";
 const GUEST: &str = "10.99.0.47";
+/// The second machine's NIC and address (the assisted installer's node).
+const MAC2: &str = "52:54:00:47:00:02";
+const GUEST2: &str = "10.99.0.48";
 const PORT: u16 = 6399;
 const DISK_GIB: u64 = 4;
+const DISK_SERIAL: &str = "liveos-disk0";
 const MEMORY_MB: u32 = 2048;
-const MIB: u64 = 1 << 20;
 /// Each phase: a TCG boot of the live system, podman's pull and start.
 const FLOW_TIMEOUT: Duration = Duration::from_secs(900);
 /// What Metal3's `ironic.conf` sets for this flow, beside the bed's
-/// `ironic_flow::ironic_conf`.
-const METAL3_CONF: &str = "[DEFAULT]\n\
-    enabled_deploy_interfaces = direct,fake,custom-agent\n\
-    [agent]\n\
-    deploy_logs_collect = always\n\
-    [deploy]\n\
-    fast_track = true\n\
-    [inspector]\n\
-    power_off = false\n";
+/// `ironic_flow::ironic_conf`: Redfish virtual media beside iPXE, with
+/// `esp` as the ISO's ESP (GRUB, `bed::redfish::esp_image`).
+fn metal3_conf(esp: &std::path::Path) -> String {
+    format!(
+        "[DEFAULT]\n\
+         enabled_deploy_interfaces = direct,fake,custom-agent\n\
+         enabled_boot_interfaces = fake,ipxe,redfish-virtual-media\n\
+         esp_image = {}\n\
+         [agent]\n\
+         deploy_logs_collect = always\n\
+         [deploy]\n\
+         fast_track = true\n\
+         [inspector]\n\
+         power_off = false\n\
+         [redfish]\n\
+         use_swift = false\n\
+         kernel_append_params = console=ttyS0\n",
+        esp.display()
+    )
+}
 /// The kernel argument the config drive asks for (OpenShift's manager
 /// joins a list with commas into one `--append-karg`).
 const KARGS: [&str; 1] = ["console=ttyS0,115200n8"];
+/// What the deployed CoreOS-like image's system prints when it booted.
+const MARKER: &str = "liveos-fcos";
 /// What coreos-installer 0.27 says to `--offline` outside a live ISO.
 const OFFLINE_REFUSED: &str = "cannot perform offline install; metadata missing";
 
@@ -152,6 +191,30 @@ fn distinct_agent_lines(log: &str, needle: &str) -> usize {
     stamps.len()
 }
 
+/// `flow`, reporting each step as the main demo does under `ci/demo
+/// --openshift` (which sets `DEMO_STARTED_AT`).
+fn reporting<'a, 'b>(flow: Flow<'a, 'b>) -> Flow<'a, 'b> {
+    if std::env::var_os("DEMO_STARTED_AT").is_some() {
+        flow.reporting(Printer::new(deploy::demo_started_at()))
+    } else {
+        flow
+    }
+}
+
+/// Waits for `active`; a failure's message has the console's end and the
+/// agent's log.
+async fn wait_active(flow: &mut Flow<'_, '_>, what: &str) -> Value {
+    flow.wait_for("active", FLOW_TIMEOUT)
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "{what}: {e:#}\n{}\nagent: {}",
+                tail(flow),
+                agent_log(flow.ironic)
+            )
+        })
+}
+
 /// The agent's logs from the bundles Ironic stored.
 fn agent_log(ironic: &Ironic) -> String {
     coreos_disk::agent_logs(&ironic.deploy_logs())
@@ -165,10 +228,10 @@ fn ironic_inspects_cleans_and_deploys_coreos_through_openshifts_agent_container_
     let layout = liveos::agent_image().unwrap();
     println!("live system and agent image ready in {}", elapsed(total));
     let work = tempfile::tempdir().unwrap();
-    let (img, _sha) = coreos_image(work.path(), "boot");
+    let img = bootable_coreos_image(work.path(), MARKER).unwrap();
 
     let net = Net::start(NetOptions {
-        hosts: vec![(MAC.into(), GUEST.into())],
+        hosts: vec![(MAC.into(), GUEST.into()), (MAC2.into(), GUEST2.into())],
         ..NetOptions::ironic_ipxe("liveos", &ironic_flow::boot_script_url())
     })
     .unwrap();
@@ -181,8 +244,11 @@ fn ironic_inspects_cleans_and_deploys_coreos_through_openshifts_agent_container_
         })
         .unwrap()
         .unwrap();
-    let conf = liveos::agent_conf(&format!("http://{BRIDGE_IP}:{PORT}"), &[]);
-    let extra = liveos::ignition_archive(&conf, &registry.addr).unwrap();
+    // Ironic's API over TLS only; Ignition puts its CA on the live system.
+    let (cert, key) = vmedia_disc::openssl_cert_for(work.path(), "ironic", BRIDGE_IP).unwrap();
+    let conf = liveos::agent_conf(&format!("https://{BRIDGE_IP}:{PORT}"), &[]);
+    let extra =
+        liveos::ignition_archive(&conf, &registry.addr, &std::fs::read(&cert).unwrap()).unwrap();
 
     let mut bmc = Bmc::start(&net).unwrap();
     let spec = VmSpec {
@@ -191,10 +257,13 @@ fn ironic_inspects_cleans_and_deploys_coreos_through_openshifts_agent_container_
             path: work.path().join("disk0.img"),
             size: DISK_GIB << 30,
             bus: Bus::Virtio,
-            serial: "liveos-disk0".into(),
+            serial: DISK_SERIAL.into(),
             model: None,
         }],
         nics: vec![Nic { mac: MAC.into() }],
+        firmware: Firmware::Uefi {
+            vars: work.path().join("OVMF_VARS.fd"),
+        },
         ..VmSpec::new("node")
     };
     // A partition table that cleaning must remove.
@@ -202,20 +271,38 @@ fn ironic_inspects_cleans_and_deploys_coreos_through_openshifts_agent_container_
     assert!(!dirty_disk::signatures(&spec.disks[0].path)
         .unwrap()
         .is_empty());
+    // The second machine, for the assisted installer's deploy.
+    let spec2 = VmSpec {
+        name: "node2".into(),
+        disks: vec![Disk {
+            path: work.path().join("disk2.img"),
+            serial: "liveos-disk2".into(),
+            ..spec.disks[0].clone()
+        }],
+        nics: vec![Nic { mac: MAC2.into() }],
+        firmware: Firmware::Uefi {
+            vars: work.path().join("OVMF_VARS2.fd"),
+        },
+        ..spec.clone()
+    };
     let system = bmc.define(&spec).unwrap();
+    let system2 = bmc.define(&spec2).unwrap();
     bmc.start_emulator().unwrap();
     let pxe = PxeRoot::start_appending(&net, &live, &extra).unwrap();
     // The image, served beside Ironic's files, without a checksum.
-    std::fs::copy(&img, pxe.dir().join("fcos.raw")).unwrap();
+    std::fs::copy(&img.raw, pxe.dir().join("fcos.raw")).unwrap();
     let image_url = format!("{}/fcos.raw", ironic_flow::http_url());
-    let ironic_conf = ironic_flow::ironic_conf(pxe.dir(), "") + METAL3_CONF;
-    let ironic = Ironic::start_in(&net.ns, BRIDGE_IP, PORT, Some(&ironic_conf))
-        .expect("starting Ironic 39.0.0 in the namespace");
+    let esp = redfish::esp_image(work.path()).unwrap();
+    let ironic_conf = ironic_flow::ironic_conf(pxe.dir(), "") + &metal3_conf(&esp);
+    let ironic = Ironic::start_tls_in(&net.ns, BRIDGE_IP, PORT, Some(&ironic_conf), &cert, &key)
+        .expect("starting Ironic 39.0.0 over HTTPS in the namespace");
+    assert!(ironic.url.starts_with("https://"), "{}", ironic.url);
     let machine = Machine::new(&bmc, system, &spec.disks[0].path);
+    let machine2 = Machine::new(&bmc, system2, &spec2.disks[0].path);
     println!("bed up in {}", elapsed(total));
 
     net.block_on(async {
-        let uuid = ironic_flow::enroll(&ironic, &bmc, machine.system(), "liveos", MAC, "bios")
+        let uuid = ironic_flow::enroll(&ironic, &bmc, machine.system(), "liveos", MAC, "uefi")
             .await
             .unwrap();
         ironic
@@ -225,7 +312,7 @@ fn ironic_inspects_cleans_and_deploys_coreos_through_openshifts_agent_container_
             )
             .await
             .unwrap();
-        let mut flow = Flow::new(&ironic, &uuid, machine, FLOW_TIMEOUT);
+        let mut flow = reporting(Flow::new(&ironic, &uuid, machine, FLOW_TIMEOUT));
 
         inspect(&mut flow).await;
         clean(&mut flow).await;
@@ -249,6 +336,44 @@ fn ironic_inspects_cleans_and_deploys_coreos_through_openshifts_agent_container_
             "the offline deploy booted the live system again"
         );
         assert_eq!(flow.machine.ramdisk_boots(), 0, "the deploy ramdisk booted");
+
+        // A second node, as assisted-service enrolls one for the converged
+        // flow, booted over Redfish virtual media.
+        let before = pxe.http.requests().len();
+        let uuid2 =
+            ironic_flow::enroll(&ironic, &bmc, machine2.system(), "liveos-assisted", MAC2, "uefi")
+                .await
+                .unwrap();
+        ironic
+            .patch(
+                &uuid2,
+                json!([{"op": "replace", "path": "/deploy_interface", "value": "custom-agent"},
+                       {"op": "replace", "path": "/boot_interface", "value": "redfish-virtual-media"}]),
+            )
+            .await
+            .unwrap();
+        ironic
+            .move_to(&uuid2, "provide", "available", Duration::from_secs(120))
+            .await
+            .unwrap();
+        let mut flow2 = reporting(Flow::new(&ironic, &uuid2, machine2, FLOW_TIMEOUT));
+        deploy_assisted(&mut flow2).await;
+        assert_eq!(unit_starts(&flow2), 1, "the second node's live system");
+        // That boot was from the ISO Ironic built: the BMC fetched it from
+        // Ironic's http_root; iPXE fetched no boot script.
+        let served = pxe.http.requests();
+        let paths: Vec<&str> = served[before..].iter().map(|r| r.path.as_str()).collect();
+        assert!(
+            served[before..]
+                .iter()
+                .any(|r| r.path.ends_with(".iso") && r.status == 200),
+            "the BMC fetched no ISO: {paths:?}"
+        );
+        assert!(
+            !paths.iter().any(|p| p.ends_with("boot.ipxe")),
+            "the assisted deploy booted over iPXE: {paths:?}"
+        );
+        assert_eq!(flow2.machine.ramdisk_boots(), 0, "the deploy ramdisk booted");
     })
     .unwrap();
     let log = registry.log();
@@ -278,17 +403,24 @@ async fn inspect(flow: &mut Flow<'_, '_>) {
         .await
         .unwrap_or_else(|e| panic!("inspection: {e:#}\n{}", tail(flow)));
     println!("inspected: manageable after {}", elapsed(t));
-    assert!(node["last_error"].is_null(), "{}", node["last_error"]);
-    assert_eq!(node["power_state"], "power on", "fast track keeps it on");
-    let p = &node["properties"];
-    println!("inspected properties: {p}");
-    assert_eq!(p["memory_mb"], json!(MEMORY_MB), "{p}");
-    assert_eq!(p["local_gb"], json!(DISK_GIB - 1), "{p}");
+    println!("inspected properties: {}", node["properties"]);
     let stored = flow.ironic.inventory(&flow.uuid).await.unwrap();
-    let nic = ironic_flow::stored_nic(&stored, MAC);
-    assert_eq!(nic["ipv4_address"], json!(GUEST), "{nic}");
-    let disks = stored["inventory"]["disks"].to_string();
-    assert!(disks.contains("liveos-disk0"), "{disks}");
+    // The checks the deploy ramdisk passes too (ironic_drives_ramdisk).
+    checks::inspected(
+        &node,
+        &stored,
+        &checks::Expected {
+            mac: MAC,
+            ipv4: GUEST,
+            cpus: 1,
+            memory_mb: MEMORY_MB,
+            disk_gib: DISK_GIB,
+            disk_serial: DISK_SERIAL,
+            boot_mode: "uefi",
+        },
+    )
+    .unwrap();
+    assert_eq!(node["power_state"], "power on", "fast track keeps it on");
 }
 
 /// Automated cleaning on the running agent until `available`.
@@ -307,15 +439,13 @@ async fn clean(flow: &mut Flow<'_, '_>) {
         .await
         .unwrap_or_else(|e| panic!("cleaning: {e:#}\n{}", tail(flow)));
     println!("cleaned: available after {}", elapsed(t));
-    assert!(node["last_error"].is_null(), "{}", node["last_error"]);
+    checks::cleaned(&node, flow.machine.disk()).unwrap();
     assert_eq!(node["power_state"], "power on", "fast track keeps it on");
-    let left = dirty_disk::signatures(flow.machine.disk()).unwrap();
-    assert!(left.is_empty(), "cleaning left signatures: {left}");
 }
 
-/// The deploy of `url` (the image `img`) until `active`, then the disk
-/// read with the machine off.
-async fn deploy_from_url(flow: &mut Flow<'_, '_>, url: &str, img: &std::path::Path) {
+/// The deploy of `url` (the image `img`) until `active`; the machine then
+/// boots the installed disk, then the disk is read with the machine off.
+async fn deploy_from_url(flow: &mut Flow<'_, '_>, url: &str, img: &BootableCoreos) {
     let t = Instant::now();
     flow.ironic
         .patch(
@@ -324,20 +454,13 @@ async fn deploy_from_url(flow: &mut Flow<'_, '_>, url: &str, img: &std::path::Pa
         )
         .await
         .unwrap();
+    let mark = flow.machine.console_len();
     flow.ironic
         .provision(&flow.uuid, deploy_request())
         .await
         .unwrap();
-    let node = flow
-        .wait_for("active", FLOW_TIMEOUT)
-        .await
-        .unwrap_or_else(|e| {
-            panic!(
-                "deploy: {e:#}\n{}\nagent: {}",
-                tail(flow),
-                agent_log(flow.ironic)
-            )
-        });
+    let node = wait_active(flow, "deploy").await;
+    let active = Instant::now();
     println!("deployed: active after {}", elapsed(t));
     assert!(node["last_error"].is_null(), "{}", node["last_error"]);
     flow.machine.expect_boot_device("disk", "active").unwrap();
@@ -359,42 +482,125 @@ async fn deploy_from_url(flow: &mut Flow<'_, '_>, url: &str, img: &std::path::Pa
         )),
         "{agent}"
     );
-    // The CoreOS-like image has no boot loader: nothing to see booting.
+
+    // The agent powered the live system off; Ironic powered the machine on
+    // from its disk: OVMF, systemd-boot, the BLS entry coreos-installer
+    // edited, and the image's first boot showing its Ignition config.
+    let (after, console) = flow
+        .machine
+        .wait_marker_boot(mark, MARKER, active, Duration::from_secs(300))
+        .unwrap_or_else(|e| panic!("disk boot: {e:#}\n{}", tail(flow)));
+    println!(
+        "booted from disk: marker {:.1} s after active",
+        after.as_secs_f64()
+    );
+    // OVMF started the boot entry the agent wrote after coreos-installer
+    // (the container form writes it as the ramdisk does).
+    assert!(
+        console.contains("BdsDxe: starting Boot") && console.contains("\"ironic1\""),
+        "OVMF did not start the agent's UEFI entry:\n{console}"
+    );
+    let cmdline = testimage::kernel_cmdline(&console).unwrap_or_default();
+    assert!(
+        cmdline.ends_with(&format!(" {}", KARGS.join(" "))),
+        "the booted kernel lacks the config drive's kernel arguments: {cmdline:?}"
+    );
+    let shown = testimage::ignition_config(&console)
+        .unwrap_or_else(|| panic!("the first boot showed no Ignition config:\n{console}"));
+    let mut shown: Value = serde_json::from_str(&shown).unwrap();
+    check_ignition(&mut shown);
     flow.power_off().await.unwrap();
 
     let disk = ReadOnlyDisk::attach(flow.machine.disk()).unwrap();
     let files = disk
-        .boot_files(&[
-            "ignition/config.ign",
-            "loader/entries/ostree-1.conf",
-            "ignition.firstboot",
-        ])
+        .boot_files(
+            "vfat",
+            &[
+                "ignition/config.ign",
+                "loader/entries/ostree-1.conf",
+                "ignition.firstboot",
+            ],
+        )
         .unwrap();
     let mut written: Value = serde_json::from_str(&files[0]).unwrap();
-    let storage = written
-        .as_object_mut()
-        .and_then(|o| o.remove("storage"))
-        .unwrap_or_default();
-    assert_eq!(written, user_data(), "the Ignition config is user_data's");
-    let files_added = storage["files"].as_array().cloned().unwrap_or_default();
-    assert_eq!(files_added.len(), 1, "{storage}");
-    assert_eq!(files_added[0]["path"], "/etc/hostname", "{storage}");
+    check_ignition(&mut written);
     assert_eq!(
         files[1],
-        BLS.replace(
-            "fedora-coreos/0\n",
-            &format!("fedora-coreos/0 {}\n", KARGS.join(" "))
+        img.bls.replace(
+            "no_timer_check\n",
+            &format!("no_timer_check {}\n", KARGS.join(" "))
         ),
         "the BLS entry's options"
     );
     assert_eq!(files[2], STAMP, "the image's first-boot stamp is kept");
-    // The root partition (33 to 65 MiB) holds the image's bytes.
-    let want = std::fs::read(img).unwrap();
-    let root = (33 * MIB) as usize..(65 * MIB) as usize;
-    let got = disk.read_at(33 * MIB, root.len()).unwrap();
+    let want = std::fs::read(&img.raw).unwrap();
+    let root = img.root.start as usize..img.root.end as usize;
+    let got = disk.read_at(img.root.start, root.len()).unwrap();
     assert!(got == want[root], "the root partition is not the image's");
     drop(disk);
     println!("deploy checked on the disk after {}", elapsed(t));
+}
+
+/// `config` is `user_data` plus the first-boot host name (the one file
+/// OpenShift's manager adds).
+fn check_ignition(config: &mut Value) {
+    let storage = config
+        .as_object_mut()
+        .and_then(|o| o.remove("storage"))
+        .unwrap_or_default();
+    assert_eq!(*config, user_data(), "the Ignition config is user_data's");
+    let files_added = storage["files"].as_array().cloned().unwrap_or_default();
+    assert_eq!(files_added.len(), 1, "{storage}");
+    assert_eq!(files_added[0]["path"], "/etc/hostname", "{storage}");
+}
+
+/// On an `available` node booting over Redfish virtual media, the
+/// converged flow's deploy as assisted-service asks for it (`customDeploy:
+/// start_assisted_install`, no image): the step starts the live system's
+/// `agent.service` (the bed's stand-in, [`liveos::ASSISTED_UNIT`]) through
+/// the host's systemd and waits for it to end; the node is `active`.
+async fn deploy_assisted(flow: &mut Flow<'_, '_>) {
+    let t = Instant::now();
+    flow.ironic
+        .provision(
+            &flow.uuid,
+            json!({"target": "active",
+                   "deploy_steps": [{"interface": "deploy", "step": "start_assisted_install",
+                                     "priority": 80, "args": {}}]}),
+        )
+        .await
+        .unwrap();
+    let node = wait_active(flow, "assisted deploy").await;
+    println!("assisted deploy: active after {}", elapsed(t));
+    assert!(node["last_error"].is_null(), "{}", node["last_error"]);
+    let console = flow.machine.console();
+    let started = console.find("assisted-agent: started");
+    let finished = console.find("assisted-agent: finished");
+    assert!(
+        matches!((started, finished), (Some(s), Some(f)) if s < f),
+        "the live system's agent.service did not run to its end:\n{}",
+        tail(flow)
+    );
+    let agent = agent_log(flow.ironic);
+    for line in [
+        "Triggered installation via the assisted agent",
+        "Successfully installed using the assisted agent",
+    ] {
+        assert!(
+            agent.contains(line),
+            "no {line:?} in the agent's log:\n{agent}"
+        );
+    }
+    // The step waited for the unit's end: in the host's journal (in the
+    // logs Ironic stored) the unit's last line comes before the step's.
+    let unit_end = agent.find("assisted-agent: finished");
+    let step_end = agent.find("Successfully installed using the assisted agent");
+    assert!(
+        matches!((unit_end, step_end), (Some(u), Some(s)) if u < s),
+        "the step ended before agent.service did:\n{agent}"
+    );
+    flow.power_off().await.unwrap();
+    println!("assisted deploy checked after {}", elapsed(t));
 }
 
 /// Undeploy without cleaning, then a deploy without `image_source`

@@ -32,12 +32,35 @@ impl ReadOnlyDisk {
     }
 
     /// The files `rel` (paths inside the filesystem) of the partition whose
-    /// filesystem or GPT name is `boot`, mounted read-only meanwhile.
-    pub fn boot_files(&self, rel: &[&str]) -> Result<Vec<String>> {
+    /// filesystem or GPT name is `boot`, mounted read-only as `fstype`
+    /// meanwhile; a `vfat` one is read with mtools instead (this machine's
+    /// kernel has no vfat).
+    pub fn boot_files(&self, fstype: &str, rel: &[&str]) -> Result<Vec<String>> {
         let boot = agent::ignition::boot_partition(&self.path)?
             .with_context(|| format!("no boot partition on {}", self.path.display()))?;
+        if fstype == "vfat" {
+            let image = format!("{}@@{}", self.path.display(), boot.start);
+            return rel
+                .iter()
+                .map(|r| {
+                    let out = Command::new("mtype")
+                        .env("MTOOLS_SKIP_CHECK", "1")
+                        .arg("-i")
+                        .arg(&image)
+                        .arg(format!("::{r}"))
+                        .output()
+                        .context("running mtype (ci/install-deps installs mtools)")?;
+                    anyhow::ensure!(
+                        out.status.success(),
+                        "reading {r} from the boot filesystem: {}",
+                        String::from_utf8_lossy(&out.stderr).trim()
+                    );
+                    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+                })
+                .collect();
+        }
         let m =
-            agent::ignition::mount::Mounted::new(&self.path, boot.start, boot.len, "ext4", true)?;
+            agent::ignition::mount::Mounted::new(&self.path, boot.start, boot.len, fstype, true)?;
         let read: Result<Vec<String>> = rel
             .iter()
             .map(|r| {

@@ -14,7 +14,7 @@
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use agent::testconductor::{Node, TestConductor};
 use anyhow::{bail, Context, Result};
@@ -256,6 +256,28 @@ pub fn command_names(commands: &[Value]) -> String {
         })
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// `$DEMO_STARTED_AT` (seconds since the epoch, which `ci/demo` exports)
+/// as an instant, so a demo's times continue `ci/demo`'s; now when unset or
+/// implausible.
+pub fn demo_started_at() -> Instant {
+    let now = Instant::now();
+    std::env::var("DEMO_STARTED_AT")
+        .ok()
+        .and_then(|s| s.trim().parse::<f64>().ok())
+        .and_then(|at| {
+            let since = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .ok()?
+                .as_secs_f64()
+                - at;
+            (0.0..86400.0)
+                .contains(&since)
+                .then(|| now.checked_sub(Duration::from_secs_f64(since)))
+                .flatten()
+        })
+        .unwrap_or(now)
 }
 
 /// The demo's output: each line stamped with the time since the demo

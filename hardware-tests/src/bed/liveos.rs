@@ -40,11 +40,25 @@ pub fn agent_image() -> Result<PathBuf> {
     Ok(out.join("oci"))
 }
 
+/// The bed's stand-in for the assisted installer's `agent.service`, which
+/// the assisted flow's Ignition ships without enabling it and
+/// `start_assisted_install` starts: it says on the console that it ran and
+/// runs long enough (20 s) for the step's 15-second poll to see it active.
+pub const ASSISTED_UNIT: &str = "[Unit]\n\
+    Description=Assisted Installer Agent (the bed's stand-in)\n\
+    [Service]\n\
+    Type=oneshot\n\
+    StandardOutput=journal+console\n\
+    ExecStart=/bin/echo assisted-agent: started\n\
+    ExecStart=/bin/sleep 20\n\
+    ExecStart=/bin/echo assisted-agent: finished\n";
+
 /// What Ignition writes for OpenShift, as a gzip'd newc archive: `conf` at
 /// `/etc/ironic-python-agent.conf`, the unit with the `registry` (and
 /// `--tls-verify=false`, `build.py`'s `--insecure-registry`) enabled for
-/// `multi-user.target`.
-pub fn ignition_archive(conf: &str, registry: &str) -> Result<Vec<u8>> {
+/// `multi-user.target`, the assisted flow's [`ASSISTED_UNIT`] as
+/// `agent.service`, not enabled, and Ironic's CA `ca_pem` at [`HOST_CA`].
+pub fn ignition_archive(conf: &str, registry: &str, ca_pem: &[u8]) -> Result<Vec<u8>> {
     let unit = UNIT
         .replace("%REGISTRY%", registry)
         .replace("%PODMAN_FLAGS%", "--tls-verify=false");
@@ -63,9 +77,14 @@ pub fn ignition_archive(conf: &str, registry: &str) -> Result<Vec<u8>> {
         data: data.to_vec(),
     };
     w.add("etc/ironic-python-agent.conf", &file(conf.as_bytes()))?;
+    w.add(HOST_CA.trim_start_matches('/'), &file(ca_pem))?;
     w.add(
         "etc/systemd/system/ironic-agent.service",
         &file(unit.as_bytes()),
+    )?;
+    w.add(
+        "etc/systemd/system/agent.service",
+        &file(ASSISTED_UNIT.as_bytes()),
     )?;
     w.add(
         "etc/systemd/system/multi-user.target.wants/ironic-agent.service",
@@ -76,10 +95,16 @@ pub fn ignition_archive(conf: &str, registry: &str) -> Result<Vec<u8>> {
     Ok(w.finish()?.finish()?)
 }
 
-/// The agent's configuration as `ignition/build.py` writes it: Ironic's
-/// API, then `options` (one `key = value` per line).
+/// Where Ignition puts Ironic's CA on the live system; the agent in the
+/// container reads it through the unit's bind mount of `/` at
+/// `/mnt/coreos` ([`agent_conf`]'s `cafile`).
+pub const HOST_CA: &str = "/etc/ironic-ca.crt";
+
+/// The agent's configuration as `ignition/build.py` writes it with `--tls
+/// on` (an `https` API URL), with `cafile` the live system's [`HOST_CA`]
+/// as the container sees it, then `options` (one `key = value` per line).
 pub fn agent_conf(api_url: &str, options: &[&str]) -> String {
-    let mut conf = format!("[DEFAULT]\napi_url = {api_url}\n");
+    let mut conf = format!("[DEFAULT]\napi_url = {api_url}\ncafile = /mnt/coreos{HOST_CA}\n");
     for o in options {
         conf.push_str(o);
         conf.push('\n');

@@ -35,7 +35,7 @@
 //! since the demo started.
 
 use std::path::PathBuf;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use agent::testconductor::image_server::{Fault, ImageServer};
 use agent::testconductor::{BootMode, DeployRequest, ImageInfo, Settings, TestConductor};
@@ -70,14 +70,14 @@ fn main() -> Result<()> {
         if !hardware_tests::is_root() {
             bail!("the demo needs root (network namespace, libvirtd, QEMU); run ci/demo as root");
         }
-        let mut out = Printer::new(started_at());
+        let mut out = Printer::new(deploy::demo_started_at());
         arm_demo::main(out.clone())?;
         out.line("demo done");
         return Ok(());
     }
     if Options::wanted(&args) {
         // The operator reads the message and its fix, not a backtrace.
-        if let Err(e) = own_server::main(&args, Printer::new(started_at())) {
+        if let Err(e) = own_server::main(&args, Printer::new(deploy::demo_started_at())) {
             eprintln!("error: {e:#}");
             std::process::exit(1);
         }
@@ -96,7 +96,7 @@ fn main() -> Result<()> {
     if !hardware_tests::is_root() {
         bail!("the demo needs root (network namespace, taps, QEMU); run ci/demo as root");
     }
-    let mut out = Printer::new(started_at());
+    let mut out = Printer::new(deploy::demo_started_at());
     let prepared = prepare(&mut out)?;
     if test_conductor {
         with_test_conductor(&mut out, &prepared, uefi)?;
@@ -105,27 +105,6 @@ fn main() -> Result<()> {
     }
     out.line("demo done");
     Ok(())
-}
-
-/// `$DEMO_STARTED_AT` as an instant, so the binary's times continue
-/// `ci/demo`'s; now when unset or implausible.
-fn started_at() -> Instant {
-    let now = Instant::now();
-    std::env::var("DEMO_STARTED_AT")
-        .ok()
-        .and_then(|s| s.trim().parse::<f64>().ok())
-        .and_then(|at| {
-            let since = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .ok()?
-                .as_secs_f64()
-                - at;
-            (0.0..86400.0)
-                .contains(&since)
-                .then(|| now.checked_sub(Duration::from_secs_f64(since)))
-                .flatten()
-        })
-        .unwrap_or(now)
 }
 
 /// What both demos need before the machine powers on.

@@ -31,6 +31,7 @@
 //!
 //! [`NetOptions::ironic_ipxe`]: super::NetOptions::ironic_ipxe
 
+pub mod checks;
 mod machine;
 mod report;
 mod split;
