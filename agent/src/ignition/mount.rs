@@ -154,6 +154,7 @@ impl Mounted {
                     source_device,
                     source,
                 })
+                .map(|()| None)
             }
             None => crate::tool::run(
                 Command::new("mount")
@@ -162,7 +163,13 @@ impl Mounted {
                     .arg(device)
                     .arg(&dir),
             )
-            .map(|_| ())
+            // The loop device mount(8) set up, which the kernel releases
+            // asynchronously after the unmount.
+            .map(|_| {
+                mount_source(&dir)
+                    .and_then(|src| src.strip_prefix("/dev/").map(str::to_string))
+                    .filter(|n| n.starts_with("loop"))
+            })
             .map_err(|source| MountError::Mount {
                 fstype: fstype.to_string(),
                 offset,
@@ -170,13 +177,13 @@ impl Mounted {
                 source,
             }),
         };
-        if let Err(e) = mounted {
-            let _ = std::fs::remove_dir(&dir);
-            return Err(e);
-        }
-        let loop_name = mount_source(&dir)
-            .and_then(|src| src.strip_prefix("/dev/").map(str::to_string))
-            .filter(|n| n.starts_with("loop"));
+        let loop_name = match mounted {
+            Ok(name) => name,
+            Err(e) => {
+                let _ = std::fs::remove_dir(&dir);
+                return Err(e);
+            }
+        };
         Ok(Self {
             dir,
             active: true,
