@@ -138,12 +138,8 @@ pub fn bootable_coreos_image(dir: &Path, marker: &str) -> Result<BootableCoreos>
         .args(["-F", "16", "-n", "boot"])
         .arg(&esp))
     .context("mkfs.vfat (ci/install-deps installs dosfstools)")?;
-    let mut mcopy = Command::new("mcopy");
-    mcopy
-        .env("MTOOLS_SKIP_CHECK", "1")
-        .arg("-s")
-        .arg("-i")
-        .arg(&esp);
+    let mut mcopy = crate::mtools("mcopy", &esp);
+    mcopy.arg("-s");
     for top in [
         "EFI",
         "loader",

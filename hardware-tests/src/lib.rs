@@ -74,6 +74,15 @@ pub fn run(cmd: &mut Command) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
+/// mtools' `tool` on the FAT filesystem `image` (a file or device, with
+/// `@@OFFSET` for one inside a disk image): `tool -i IMAGE`, without
+/// mtools' drive-geometry sanity check, which our small images fail.
+pub fn mtools(tool: &str, image: impl AsRef<std::ffi::OsStr>) -> Command {
+    let mut c = Command::new(tool);
+    c.env("MTOOLS_SKIP_CHECK", "1").arg("-i").arg(image);
+    c
+}
+
 /// `host` as it goes into a URL's authority: an IPv6 literal bracketed
 /// (`fd99::1` → `[fd99::1]`, RFC 3986), anything else as it is.
 pub fn url_host(host: &str) -> String {

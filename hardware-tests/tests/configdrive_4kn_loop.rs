@@ -40,12 +40,7 @@ fn bytes_per_sector(dev: &Path) -> u16 {
 }
 
 fn mtype(dev: &Path, file: &str) -> String {
-    run(Command::new("mtype")
-        .env("MTOOLS_SKIP_CHECK", "1")
-        .arg("-i")
-        .arg(dev)
-        .arg(format!("::/{file}")))
-    .unwrap()
+    run(hardware_tests::mtools("mtype", dev).arg(format!("::/{file}"))).unwrap()
 }
 
 #[test]

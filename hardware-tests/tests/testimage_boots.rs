@@ -345,11 +345,8 @@ fn the_image_is_a_small_gpt_disk_with_a_bios_bootable_esp() {
     let gptmbr = std::fs::read("/usr/lib/syslinux/mbr/gptmbr.bin").unwrap();
     assert_eq!(&raw[..gptmbr.len()], &gptmbr[..], "gptmbr.bin boot code");
     let listing = hardware_tests::run(
-        Command::new("mdir")
-            .env("MTOOLS_SKIP_CHECK", "1")
-            .args(["-/", "-a", "-b", "-i"])
-            .arg(format!("{}@@1M", img.raw.display()))
-            .arg("::"),
+        hardware_tests::mtools("mdir", format!("{}@@1M", img.raw.display()))
+            .args(["-/", "-a", "-b", "::"]),
     )
     .unwrap();
     for f in ["VMLINUZ", "INITRD.IMG", "LDLINUX.SYS", "BOOTX64.EFI"] {
@@ -431,14 +428,7 @@ fn ovmf_boots_the_coreos_like_image_from_its_bls_entry() {
     std::fs::write(&ign, config).unwrap();
     let fat = format!("{}@@1M", img.raw.display());
     let mtools = |tool: &str, args: &[&str]| {
-        hardware_tests::run(
-            Command::new(tool)
-                .env("MTOOLS_SKIP_CHECK", "1")
-                .arg("-i")
-                .arg(&fat)
-                .args(args),
-        )
-        .unwrap();
+        hardware_tests::run(hardware_tests::mtools(tool, &fat).args(args)).unwrap();
     };
     mtools("mmd", &["::ignition"]);
     mtools("mcopy", &[ign.to_str().unwrap(), "::ignition/config.ign"]);

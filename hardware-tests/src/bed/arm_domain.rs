@@ -142,11 +142,7 @@ pub fn esp_image(dir: &Path, shim: &Path, grub: &Path) -> Result<PathBuf> {
         .args(["-C", "-n", "ESP"])
         .arg(&esp)
         .arg("8192"))?;
-    let mtools = |tool: &str| {
-        let mut c = Command::new(tool);
-        c.env("MTOOLS_SKIP_CHECK", "1").arg("-i").arg(&esp);
-        c
-    };
+    let mtools = |tool: &str| crate::mtools(tool, &esp);
     run(mtools("mmd").args(["::/EFI", "::/EFI/BOOT"]))?;
     for (from, to) in [(shim, "BOOTAA64.EFI"), (grub, "grubaa64.efi")] {
         anyhow::ensure!(from.exists(), "{} is missing", from.display());

@@ -43,10 +43,7 @@ impl ReadOnlyDisk {
             return rel
                 .iter()
                 .map(|r| {
-                    let out = Command::new("mtype")
-                        .env("MTOOLS_SKIP_CHECK", "1")
-                        .arg("-i")
-                        .arg(&image)
+                    let out = crate::mtools("mtype", &image)
                         .arg(format!("::{r}"))
                         .output()
                         .context("running mtype (ci/install-deps installs mtools)")?;

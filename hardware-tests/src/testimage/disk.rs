@@ -67,12 +67,10 @@ fn stamp(path: &Path) -> Result<()> {
     Ok(())
 }
 
+/// [`crate::mtools`] with every file time fixed.
 fn mtools(tool: &str, esp: &Path) -> Command {
-    let mut c = Command::new(tool);
-    c.env("MTOOLS_SKIP_CHECK", "1")
-        .env("SOURCE_DATE_EPOCH", FILE_TIME.to_string())
-        .arg("-i")
-        .arg(esp);
+    let mut c = crate::mtools(tool, esp);
+    c.env("SOURCE_DATE_EPOCH", FILE_TIME.to_string());
     c
 }
 

@@ -212,25 +212,15 @@ pub(crate) fn build_disk(path: &Path, spec: &DiskSpec, work: &Path) -> String {
         let mut files = Vec::new();
         pick_files(Path::new("/usr/bin"), spec.esp_files, 8 * MIB, &mut files);
         let img = esp.to_str().unwrap().to_string();
-        run(Command::new("mmd").env("MTOOLS_SKIP_CHECK", "1").args([
-            "-i",
-            &img,
-            "::/EFI",
-            "::/EFI/BOOT",
-        ]))
-        .expect("mmd (mtools)");
+        run(hardware_tests::mtools("mmd", &img).args(["::/EFI", "::/EFI/BOOT"]))
+            .expect("mmd (mtools)");
         for (i, (f, _)) in files.iter().enumerate() {
             let name = if i == 0 {
                 "::/EFI/BOOT/BOOTX64.EFI".to_string()
             } else {
                 format!("::/EFI/BOOT/FILE{i:04}.BIN")
             };
-            run(Command::new("mcopy")
-                .env("MTOOLS_SKIP_CHECK", "1")
-                .args(["-i", &img])
-                .arg(f)
-                .arg(&name))
-            .expect("mcopy");
+            run(hardware_tests::mtools("mcopy", &img).arg(f).arg(&name)).expect("mcopy");
         }
         copy_into(&esp, path, start);
         std::fs::remove_file(&esp).unwrap();
