@@ -126,7 +126,14 @@ pub async fn start(mut config: Config) -> Result<RunningAgent> {
 
     let version = negotiate_version(&client, config).await?;
     let advertise = advertise_address(&client, config).await?;
-    let mut macs = net::mac_addresses(std::path::Path::new("/sys"));
+    // The container form looks up as it inventories: without a BMC's USB
+    // NIC (inspect::live_options).
+    let skip: &[&str] = if config.host_root.is_some() {
+        &crate::inventory::nics::USB_NETWORK_DRIVERS
+    } else {
+        &[]
+    };
+    let mut macs = net::mac_addresses(std::path::Path::new("/sys"), skip);
     macs.extend(config.extra_macs.iter().map(|m| m.to_ascii_lowercase()));
     macs.sort();
     macs.dedup();

@@ -11,7 +11,10 @@ use anyhow::{Context, Result};
 /// MACs of the interfaces under `sys_root/class/net` that have one, lower
 /// case, skipping loopback and all-zero addresses, sorted by interface name.
 /// A bond member counts with its own (permanent) MAC, see [`nic_mac`].
-pub fn mac_addresses(sys_root: &Path) -> Vec<String> {
+/// An interface whose driver is one of `skip_drivers` is left out (the
+/// container form leaves out a BMC's USB NIC, whose MAC several hosts
+/// share, as OpenShift's `filter_device` does).
+pub fn mac_addresses(sys_root: &Path, skip_drivers: &[&str]) -> Vec<String> {
     let dir = sys_root.join("class/net");
     let Ok(entries) = fs::read_dir(&dir) else {
         return Vec::new();
@@ -22,6 +25,14 @@ pub fn mac_addresses(sys_root: &Path) -> Vec<String> {
             let name = e.file_name().to_string_lossy().into_owned();
             if name == "lo" {
                 return None;
+            }
+            let driver = fs::read_link(e.path().join("device/driver")).ok();
+            let driver = driver.as_ref().and_then(|d| d.file_name());
+            if let Some(d) = driver.and_then(|d| d.to_str()) {
+                if skip_drivers.contains(&d) {
+                    tracing::info!("{name} ({d}) left out of the lookup");
+                    return None;
+                }
             }
             let mac = nic_mac(&e.path())?;
             is_valid_mac(&mac).then_some((name, mac))
@@ -143,9 +154,30 @@ mod tests {
             fs::write(d.join("address"), mac).unwrap();
         }
         assert_eq!(
-            mac_addresses(dir.path()),
+            mac_addresses(dir.path(), &[]),
             ["52:54:00:aa:bb:01", "52:54:00:aa:bb:02"]
         );
+    }
+
+    #[test]
+    fn interfaces_on_a_skipped_driver_are_left_out() {
+        let dir = tempfile::tempdir().unwrap();
+        for (name, mac, driver) in [
+            ("enp1s0", "52:54:00:aa:bb:01\n", "virtio_net"),
+            ("enp0s20u1", "52:54:00:aa:bb:02\n", "cdc_ether"),
+        ] {
+            let d = dir.path().join("class/net").join(name);
+            let drv = dir.path().join("bus/drivers").join(driver);
+            fs::create_dir_all(d.join("device")).unwrap();
+            fs::create_dir_all(&drv).unwrap();
+            fs::write(d.join("address"), mac).unwrap();
+            std::os::unix::fs::symlink(&drv, d.join("device/driver")).unwrap();
+        }
+        assert_eq!(
+            mac_addresses(dir.path(), &["cdc_ether", "cdc_ncm"]),
+            ["52:54:00:aa:bb:01"]
+        );
+        assert_eq!(mac_addresses(dir.path(), &[]).len(), 2);
     }
 
     #[test]
@@ -174,7 +206,7 @@ mod tests {
             Some("52:54:00:3a:11:01")
         );
         assert_eq!(
-            mac_addresses(dir.path()),
+            mac_addresses(dir.path(), &[]),
             ["52:54:00:3a:11:01", "52:54:00:3a:11:02"]
         );
     }

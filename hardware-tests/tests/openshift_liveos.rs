@@ -31,7 +31,10 @@
 //! `ironic-agent.service` starting once, the deploy ramdisk never):
 //! * inspection (`inspect_interface = agent`): the inventory Ironic stores
 //!   is the live host's (its NIC's MAC and address from the bed's DHCP,
-//!   its disk, 2 GiB of RAM); the machine stays on (fast track);
+//!   its disk, 2 GiB of RAM); the machine stays on (fast track); its USB
+//!   NIC (QEMU's `usb-net`, which Linux binds to `cdc_ether`) is in neither
+//!   the inventory nor the lookup, as OpenShift's `filter_device` drops it
+//!   (the agent's log names it with its driver);
 //! * automated cleaning (`erase_devices_metadata`) on the running agent
 //!   removes the partition table put on the disk beforehand: `available`;
 //! * the deploy as the baremetal-operator asks for it: `deploy_steps`
@@ -50,8 +53,10 @@
 //!   kernel's command line ends with the config drive's kernel
 //!   arguments, and the image's first boot shows the Ignition config from
 //!   where CoreOS's Ignition reads it: the `user_data` plus the first-boot
-//!   host name. (Ignition itself is not run: Debian has none; the image's
-//!   stand-in shows the config.) Read from the host side after a power off
+//!   host name, and applies it: the files (`user_data`'s and the host
+//!   name) and the `core` user's SSH key are written where Ignition writes
+//!   them. (Ignition itself cannot run here: Debian has none; the image's
+//!   stand-in, `testimage::ignition`, applies those two stages.) Read from the host side after a power off
 //!   (a read-only loop device of the disk file, `bed::coreos_disk`): the
 //!   same config in the boot filesystem, the BLS entry, the image's
 //!   first-boot stamp kept, the root partition holding the image's bytes.
@@ -101,6 +106,13 @@ use hardware_tests::testimage;
 use serde_json::{json, Value};
 
 const MAC: &str = "52:54:00:47:00:01";
+/// The key `user_data` gives the `core` user.
+const SSH_KEY: &str = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOpenShiftLiveOsTest core@bed";
+/// A file `user_data` writes, and its text.
+const MOTD: (&str, &str) = ("/etc/motd.d/bed", "written by the deploy's Ignition");
+/// The first machine's USB NIC (QEMU's `usb-net`: `cdc_ether`), as a BMC
+/// shares one with its host; the container form leaves it out.
+const USB_MAC: &str = "52:54:00:47:00:0b";
 const GUEST: &str = "10.99.0.47";
 /// The second machine's NIC and address (the assisted installer's node).
 const MAC2: &str = "52:54:00:47:00:02";
@@ -162,8 +174,9 @@ fn unit_starts(flow: &Flow<'_, '_>) -> usize {
 /// The Ignition config the operator gives as `user_data`.
 fn user_data() -> Value {
     json!({"ignition": {"version": "3.2.0"},
-           "passwd": {"users": [{"name": "core",
-               "sshAuthorizedKeys": ["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOpenShiftLiveOsTest core@bed"]}]}})
+           "passwd": {"users": [{"name": "core", "sshAuthorizedKeys": [SSH_KEY]}]},
+           "storage": {"files": [{"path": MOTD.0, "mode": 420,
+               "contents": {"source": "data:,written%20by%20the%20deploy%27s%20Ignition"}}]}})
 }
 
 /// The baremetal-operator's deploy request for a `customDeploy` of
@@ -264,6 +277,7 @@ fn ironic_inspects_cleans_and_deploys_coreos_through_openshifts_agent_container_
         firmware: Firmware::Uefi {
             vars: work.path().join("OVMF_VARS.fd"),
         },
+        usb_nic: Some(USB_MAC.into()),
         ..VmSpec::new("node")
     };
     // A partition table that cleaning must remove.
@@ -283,6 +297,7 @@ fn ironic_inspects_cleans_and_deploys_coreos_through_openshifts_agent_container_
         firmware: Firmware::Uefi {
             vars: work.path().join("OVMF_VARS2.fd"),
         },
+        usb_nic: None,
         ..spec.clone()
     };
     let system = bmc.define(&spec).unwrap();
@@ -420,6 +435,13 @@ async fn inspect(flow: &mut Flow<'_, '_>) {
         },
     )
     .unwrap();
+    let usb_nic = stored["inventory"]["interfaces"]
+        .as_array()
+        .and_then(|l| l.iter().find(|i| i["mac_address"] == USB_MAC));
+    assert!(
+        usb_nic.is_none(),
+        "the USB NIC is in the inventory: {usb_nic:?}"
+    );
     assert_eq!(node["power_state"], "power on", "fast track keeps it on");
 }
 
@@ -471,6 +493,25 @@ async fn deploy_from_url(flow: &mut Flow<'_, '_>, url: &str, img: &BootableCoreo
         flow.ironic.log_path().display()
     );
     let agent = agent_log(flow.ironic);
+    // The USB NIC was there, on cdc_ether, and left out of the lookup and
+    // of the inventory.
+    assert!(
+        agent
+            .lines()
+            .any(|l| l.contains("Filtering out USB network device")
+                && l.contains(USB_MAC)
+                && l.contains("driver cdc_ether")),
+        "the agent filtered no cdc_ether NIC with {USB_MAC}:\n{agent}"
+    );
+    assert!(
+        agent.contains("(cdc_ether) left out of the lookup"),
+        "the USB NIC was not left out of the lookup:\n{agent}"
+    );
+    let lookup = agent
+        .lines()
+        .find(|l| l.contains("looking up the node"))
+        .unwrap_or_else(|| panic!("no lookup in the agent's log:\n{agent}"));
+    assert!(!lookup.contains(USB_MAC), "{lookup}");
     assert!(
         agent.contains("install_coreos: coreos-installer --insecure: the image is not verified"),
         "no warning about the unverified image in the agent's log:\n{agent}"
@@ -507,8 +548,25 @@ async fn deploy_from_url(flow: &mut Flow<'_, '_>, url: &str, img: &BootableCoreo
     );
     let shown = testimage::ignition_config(&console)
         .unwrap_or_else(|| panic!("the first boot showed no Ignition config:\n{console}"));
-    let mut shown: Value = serde_json::from_str(&shown).unwrap();
-    check_ignition(&mut shown);
+    let shown: Value = serde_json::from_str(&shown).unwrap();
+    let hostname = check_ignition(&shown);
+    // The image's stand-in for Ignition applied it (files and users).
+    let applied = testimage::ignition::applied(&console)
+        .unwrap_or_else(|| panic!("the first boot applied no Ignition config:\n{console}"));
+    assert_eq!(applied.get("/etc/hostname"), Some(&hostname), "{applied:?}");
+    assert_eq!(
+        applied.get(MOTD.0).map(String::as_str),
+        Some(MOTD.1),
+        "{applied:?}"
+    );
+    assert_eq!(
+        applied
+            .get("/home/core/.ssh/authorized_keys.d/ignition")
+            .map(String::as_str),
+        Some(SSH_KEY),
+        "{applied:?}"
+    );
+    assert_eq!(applied.len(), 3, "{applied:?}");
     flow.power_off().await.unwrap();
 
     let disk = ReadOnlyDisk::attach(flow.machine.disk()).unwrap();
@@ -522,8 +580,8 @@ async fn deploy_from_url(flow: &mut Flow<'_, '_>, url: &str, img: &BootableCoreo
             ],
         )
         .unwrap();
-    let mut written: Value = serde_json::from_str(&files[0]).unwrap();
-    check_ignition(&mut written);
+    let written: Value = serde_json::from_str(&files[0]).unwrap();
+    assert_eq!(check_ignition(&written), hostname);
     assert_eq!(
         files[1],
         img.bls.replace(
@@ -542,16 +600,20 @@ async fn deploy_from_url(flow: &mut Flow<'_, '_>, url: &str, img: &BootableCoreo
 }
 
 /// `config` is `user_data` plus the first-boot host name (the one file
-/// OpenShift's manager adds).
-fn check_ignition(config: &mut Value) {
-    let storage = config
-        .as_object_mut()
-        .and_then(|o| o.remove("storage"))
-        .unwrap_or_default();
-    assert_eq!(*config, user_data(), "the Ignition config is user_data's");
-    let files_added = storage["files"].as_array().cloned().unwrap_or_default();
-    assert_eq!(files_added.len(), 1, "{storage}");
-    assert_eq!(files_added[0]["path"], "/etc/hostname", "{storage}");
+/// OpenShift's manager adds); the host name it sets.
+fn check_ignition(config: &Value) -> String {
+    let mut config = config.clone();
+    let files = config["storage"]["files"].as_array_mut().unwrap();
+    let at = files
+        .iter()
+        .position(|f| f["path"] == "/etc/hostname")
+        .unwrap_or_else(|| panic!("no /etc/hostname in {files:?}"));
+    let hostname = files.remove(at);
+    assert_eq!(config, user_data(), "the Ignition config is user_data's");
+    let name = hostname["contents"]["source"].as_str().unwrap_or_default();
+    let name = name.strip_prefix("data:,").unwrap_or_default();
+    assert!(!name.is_empty(), "{hostname}");
+    name.to_string()
 }
 
 /// On an `available` node booting over Redfish virtual media, the

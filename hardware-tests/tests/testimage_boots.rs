@@ -418,12 +418,13 @@ fn without_a_config_drive_the_booted_system_says_so() {
 /// OVMF through systemd-boot from its BLS entry: the kernel's command line
 /// is the entry's `options` after the initrd's path, and its first boot
 /// shows the Ignition config put where coreos-installer puts it
-/// (`ignition/config.ign` in the `boot` filesystem, here with mtools).
+/// (`ignition/config.ign` in the `boot` filesystem, here with mtools) and
+/// its stand-in for Ignition applies it (a file and a user's SSH key).
 #[test]
 fn ovmf_boots_the_coreos_like_image_from_its_bls_entry() {
     let dir = tempfile::tempdir().unwrap();
     let img = hardware_tests::coreosimage::bootable_coreos_image(dir.path(), "fcos-like").unwrap();
-    let config = r#"{"ignition":{"version":"3.2.0"}}"#;
+    let config = r#"{"ignition":{"version":"3.2.0"},"passwd":{"users":[{"name":"core","sshAuthorizedKeys":["ssh-ed25519 AAAA bed"]}]},"storage":{"files":[{"path":"/etc/hostname","mode":420,"contents":{"source":"data:,fcos%2Dlike"}}]}}"#;
     let ign = dir.path().join("config.ign");
     std::fs::write(&ign, config).unwrap();
     let fat = format!("{}@@1M", img.raw.display());
@@ -458,6 +459,20 @@ fn ovmf_boots_the_coreos_like_image_from_its_bls_entry() {
     assert_eq!(
         testimage::ignition_config(&b.console).as_deref(),
         Some(config),
+        "{}",
+        dump(&b)
+    );
+    let applied = testimage::ignition::applied(&b.console).unwrap_or_default();
+    let want = [
+        ("/etc/hostname", "fcos-like"),
+        (
+            "/home/core/.ssh/authorized_keys.d/ignition",
+            "ssh-ed25519 AAAA bed",
+        ),
+    ];
+    assert_eq!(
+        applied,
+        want.map(|(p, c)| (p.to_string(), c.to_string())).into(),
         "{}",
         dump(&b)
     );

@@ -61,7 +61,7 @@ pub async fn run(args: &LookupArgs) -> Result<()> {
         .await
         .context("reading the conductor's API version")?
         .min(NO_TOKEN_VERSION);
-    let mut macs = crate::net::mac_addresses(std::path::Path::new("/sys"));
+    let mut macs = crate::net::mac_addresses(std::path::Path::new("/sys"), &[]);
     macs.extend(c.extra_macs.iter().map(|m| m.to_ascii_lowercase()));
     macs.sort();
     macs.dedup();

@@ -45,8 +45,11 @@ pub fn domain_xml(spec: &VmSpec, taps: &[String], console: &Path) -> Result<Stri
     );
     anyhow::ensure!(taps.len() == spec.nics.len(), "one tap per NIC");
     anyhow::ensure!(
-        !spec.ipmi && spec.blkdebug.is_none() && spec.multipath_disks.is_empty(),
-        "{}: the Arm domain offers no IPMI simulator, blkdebug or multipath disks",
+        !spec.ipmi
+            && spec.blkdebug.is_none()
+            && spec.multipath_disks.is_empty()
+            && spec.usb_nic.is_none(),
+        "{}: the Arm domain offers no IPMI simulator, blkdebug, multipath disks or USB NIC",
         spec.name
     );
     let (code, template, vars) = match &spec.firmware {

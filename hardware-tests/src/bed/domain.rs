@@ -234,10 +234,18 @@ pub fn domain_xml(spec: &VmSpec, taps: &[String], console: &Path) -> Result<Stri
         "    <serial type='file'><source path='{}' append='on'/><target port='0'/></serial>",
         path_attr(console)
     );
-    let _ = writeln!(x, "    <controller type='usb' model='none'/>");
+    // A USB NIC needs a USB controller; libvirt 9.0 has no `<interface>`
+    // for QEMU's usb-net, so the device goes to QEMU's command line.
+    let mut args = blkdebug.unwrap_or_default();
+    if let Some(mac) = &spec.usb_nic {
+        let _ = writeln!(x, "    <controller type='usb' model='qemu-xhci'/>");
+        args.extend(usb_nic_args(mac));
+    } else {
+        let _ = writeln!(x, "    <controller type='usb' model='none'/>");
+    }
     let _ = writeln!(x, "    <memballoon model='none'/>");
     let _ = writeln!(x, "  </devices>");
-    if let Some(args) = blkdebug {
+    if !args.is_empty() {
         let _ = writeln!(x, "  <qemu:commandline>");
         for arg in args {
             let _ = writeln!(x, "    <qemu:arg value='{}'/>", xml_escape(&arg));
@@ -246,6 +254,23 @@ pub fn domain_xml(spec: &VmSpec, taps: &[String], console: &Path) -> Result<Stri
     }
     let _ = writeln!(x, "</domain>");
     Ok(x)
+}
+
+/// QEMU arguments for a USB network device with `mac` on the domain's xHCI
+/// controller (libvirt names its bus `usb.0`), on a hub port of its own:
+/// no traffic leaves it. In JSON, as libvirt gives its devices: QEMU 7.2
+/// creates every `-device` in the older syntax before any in JSON, so an
+/// older-syntax one would not find the controller's bus.
+fn usb_nic_args(mac: &str) -> Vec<String> {
+    let device = serde_json::json!({
+        "driver": "usb-net", "netdev": "usbnic0", "mac": mac, "bus": "usb.0",
+    });
+    vec![
+        "-netdev".into(),
+        "hubport,id=usbnic0,hubid=9".into(),
+        "-device".into(),
+        device.to_string(),
+    ]
 }
 
 /// QEMU arguments for a virtio disk on `image` behind QEMU's `blkdebug`

@@ -148,6 +148,10 @@ pub struct VmSpec {
     /// A QMP socket ([`Vm::qmp_socket`], see [`super::qmp`]); the machine
     /// then stays (stopped) after a power off, so it can still be asked.
     pub qmp: bool,
+    /// A USB network device with this MAC (QEMU's `usb-net` on an xHCI
+    /// controller, on no network): Linux binds it to `cdc_ether`, as a
+    /// BMC's USB NIC. Offered on the Redfish bed's x86_64 domains only.
+    pub usb_nic: Option<String>,
 }
 
 impl VmSpec {
@@ -168,6 +172,7 @@ impl VmSpec {
             multipath_disks: Vec::new(),
             arch: Arch::X86_64,
             qmp: false,
+            usb_nic: None,
         }
     }
 }
@@ -307,8 +312,8 @@ impl<'n> Vm<'n> {
             }
         }
         anyhow::ensure!(
-            spec.blkdebug.is_none(),
-            "{}: blkdebug disks are offered on the Redfish bed's domains only",
+            spec.blkdebug.is_none() && spec.usb_nic.is_none(),
+            "{}: blkdebug disks and USB NICs are offered on the Redfish bed's domains only",
             spec.name
         );
         let bios_disk_boot =

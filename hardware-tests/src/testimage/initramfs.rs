@@ -11,6 +11,7 @@ use image_builder::cpio::{Entry, Writer};
 use image_builder::kernel::{closure, Kernel};
 
 use super::disk::ESP_LABEL;
+use super::ignition::{APPLIED_BEGIN, APPLIED_END, APPLY_SH, FLATTEN_AWK};
 use super::{
     marker_line, CMDLINE, CONFIG_DRIVE_BEGIN, CONFIG_DRIVE_END, CONFIG_DRIVE_UNMOUNTABLE,
     IGNITION_BEGIN, IGNITION_END, NO_CONFIG_DRIVE,
@@ -35,7 +36,9 @@ pub const MODULES: &[&str] = &[
 
 /// busybox applets `/init` uses, linked in `/bin`.
 const APPLETS: &[&str] = &[
-    "sh", "mount", "insmod", "findfs", "cat", "echo", "sleep", "poweroff",
+    "sh", "mount", "insmod", "findfs", "cat", "echo", "sleep", "poweroff", // the init
+    "awk", "base64", "mkdir", "dirname", "chmod", "printf", "find", "sort", "rm",
+    "mktemp", // Ignition's stand-in
 ];
 
 /// The `/init` script for `marker` (already checked to need no quoting).
@@ -84,13 +87,22 @@ fi
 # The CoreOS-like image's stand-in for Ignition
 # (hardware_tests::coreosimage::bootable_coreos_image): on a first boot
 # (`ignition.firstboot` in the `boot` filesystem) it shows the config from
-# where CoreOS's Ignition reads it.
+# where CoreOS's Ignition reads it, then applies its files and users to
+# /sysroot (a tmpfs) and lists what it wrote (testimage/ignition.rs).
 if bdev=$(findfs LABEL=boot 2>/dev/null) && mount -t vfat -o ro "$bdev" /boot 2>/dev/null; then
     if [ -f /boot/ignition.firstboot ] && [ -f /boot/ignition/config.ign ]; then
         echo "{IGNITION_BEGIN} $bdev"
         cat /boot/ignition/config.ign
         echo
         echo "{IGNITION_END}"
+        mount -t tmpfs tmpfs /sysroot
+        if out=$(/bin/ignition-apply /boot/ignition/config.ign /sysroot); then
+            echo "{APPLIED_BEGIN}"
+            echo "$out"
+            echo "{APPLIED_END}"
+        else
+            echo "$out"
+        fi
     fi
 fi
 echo "testimage: partitions:"
@@ -147,6 +159,8 @@ pub fn build(kernel: &Kernel, busybox: &std::path::Path, marker: &str) -> Result
         "mnt",
         "proc",
         "sys",
+        "sysroot",
+        "tmp",
     ] {
         t.insert(d.into(), dir());
     }
@@ -175,6 +189,20 @@ pub fn build(kernel: &Kernel, busybox: &std::path::Path, marker: &str) -> Result
             },
         );
     }
+    t.insert(
+        "bin/ignition-apply".into(),
+        Entry::File {
+            mode: 0o755,
+            data: APPLY_SH.as_bytes().to_vec(),
+        },
+    );
+    t.insert(
+        "lib/ignition-flatten.awk".into(),
+        Entry::File {
+            mode: 0o644,
+            data: FLATTEN_AWK.as_bytes().to_vec(),
+        },
+    );
     t.insert(
         "init".into(),
         Entry::File {
@@ -233,6 +261,8 @@ mod tests {
             CMDLINE,
             IGNITION_BEGIN,
             IGNITION_END,
+            APPLIED_BEGIN,
+            APPLIED_END,
         ] {
             assert!(s.contains(l), "{l}");
         }

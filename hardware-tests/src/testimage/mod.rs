@@ -60,6 +60,7 @@
 
 mod disk;
 mod fat_times;
+pub mod ignition;
 pub mod initramfs;
 
 use std::path::{Path, PathBuf};
