@@ -105,7 +105,7 @@ mod tests {
     #[test]
     fn sysrq_keys_as_ipa_writes_them() {
         // The refusal on a host that is not live is tested through the
-        // container itself (hardware-tests/tests/container_form.rs), never
+        // container itself (hardware-tests/tests/host/container_form.rs), never
         // by calling the power path in a unit test.
         assert_eq!(sysrq_key(PowerAction::PowerOff), "o");
         assert_eq!(sysrq_key(PowerAction::Reboot), "b");

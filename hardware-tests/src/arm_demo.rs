@@ -1,5 +1,5 @@
 //! `demo --arch aarch64` (issue 33): the Arm server flow of
-//! `tests/arm_ironic_flow.rs` ([`crate::bed::arm_server`]) told as the
+//! `tests/qemu/arm_ironic_flow.rs` ([`crate::bed::arm_server`]) told as the
 //! x86_64 demo tells its own. Unmodified Ironic 39.0.0 drives an emulated
 //! Arm server (an aarch64 libvirt domain: QEMU's `virt` board, Cortex-A57,
 //! TCG, AAVMF) behind the bed's Redfish BMC by virtual media: it picks the

@@ -1,6 +1,6 @@
 //! Validation with IPA's messages, path and partition resolution. Writing
 //! into real filesystems (mounting needs root) is tested on a loop device
-//! in `hardware-tests/tests/inject_files_loop.rs`.
+//! in `hardware-tests/tests/host/inject_files_loop.rs`.
 
 use serde_json::json;
 

@@ -1,5 +1,5 @@
 //! What the Arm Ironic flow ([`super::arm_server`], run by
-//! `tests/arm_ironic_flow.rs` and `demo --arch aarch64`; issue 33) needs from
+//! `tests/qemu/arm_ironic_flow.rs` and `demo --arch aarch64`; issue 33) needs from
 //! the bed besides the Arm domain: the files Ironic serves ([`ArmFiles`]),
 //! Ironic's configuration with the per-architecture deploy files
 //! (`[conductor] *_by_arch`) and x86_64 defaults for either boot interface

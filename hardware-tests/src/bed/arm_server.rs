@@ -1,5 +1,5 @@
 //! The Arm server flow under unmodified Ironic 39 (issue 33), one
-//! implementation for `tests/arm_ironic_flow.rs` (which asserts on its
+//! implementation for `tests/qemu/arm_ironic_flow.rs` (which asserts on its
 //! result) and the demo (`demo --arch aarch64`, which prints it): the files
 //! Ironic serves ([`ArmFiles`]: the aarch64 deploy kernel, ramdisk and
 //! ESP as the `*_by_arch` entries, x86_64 stand-ins as the defaults, the

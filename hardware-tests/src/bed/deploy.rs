@@ -1,5 +1,5 @@
 //! Deploying onto a bed machine and booting what was deployed: the pieces
-//! `tests/bed_deploy.rs` and the demo (`src/bin/demo.rs`) share.
+//! `tests/qemu/bed_deploy.rs` and the demo (`src/bin/demo.rs`) share.
 //!
 //! A [`Target`] is one machine (BIOS or UEFI, one NIC, one sparse
 //! virtio-blk disk, OVMF's NVRAM in a file kept across its boots). It

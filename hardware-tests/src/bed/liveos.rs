@@ -16,7 +16,7 @@ use crate::{repo_root, run};
 
 /// OpenShift's unit, as upstream has it (the container-form test runs the
 /// same lines on this machine).
-pub const UNIT: &str = include_str!("../../tests/container_form/ironic-agent.service");
+pub const UNIT: &str = include_str!("../../tests/host/container_form/ironic-agent.service");
 
 /// The live system's kernel and initramfs (`deploy.kernel`,
 /// `deploy.initramfs`), built by `image-builder/liveos.sh` unless built

@@ -137,7 +137,7 @@ pub struct VmSpec {
     pub rtc_base: Option<String>,
     /// QEMU's `blkdebug` rule file for the first disk (a virtio disk):
     /// read and write errors injected where the rules say (see
-    /// `tests/faults_disk_qemu.rs`). QEMU reads the file each time the
+    /// `tests/qemu/faults_disk_qemu.rs`). QEMU reads the file each time the
     /// machine starts. Offered on the Redfish bed's domains only.
     pub blkdebug: Option<PathBuf>,
     /// LUNs seen on several paths (after `disks`).

@@ -3,7 +3,7 @@
 //! of a QEMU machine on the test bed, a libvirt domain behind the bed's
 //! Redfish BMC (sushy-tools). Ironic drives it as it drives a server
 //! (hardware type `redfish`, `ipxe` boot; `hardware_tests::bed::ironic_flow`,
-//! as `tests/ironic_drives_ramdisk.rs` does): it powers the machine on with
+//! as `tests/qemu/ironic_drives_ramdisk.rs` does): it powers the machine on with
 //! PXE first whenever it wants the agent, and the machine network-boots the
 //! deploy ramdisk through Ironic's iPXE config. Ironic inspects it, cleans
 //! it (`provide` with automated cleaning) and deploys the bootable test
@@ -15,7 +15,7 @@
 //!
 //! `--test-conductor`: the earlier, quicker demo with the stand-in
 //! conductor (`agent::testconductor`, Ironic 39's `direct` deploy as the
-//! agent sees it; the pieces of `tests/bed_deploy.rs`,
+//! agent sees it; the pieces of `tests/qemu/bed_deploy.rs`,
 //! `hardware_tests::bed::deploy`): inspection and deploy, no cleaning.
 //!
 //! `--bmc …`: the same flow against the operator's own server by Redfish
@@ -24,7 +24,7 @@
 //! `--arch aarch64`: the same flow on an emulated Arm server (an aarch64
 //! libvirt domain, TCG, AAVMF) by Redfish virtual media, Ironic picking
 //! the aarch64 deploy files by `cpu_arch` (`hardware_tests::arm_demo`, on
-//! the flow `tests/arm_ironic_flow.rs` checks); `--arch x86_64` is the
+//! the flow `tests/qemu/arm_ironic_flow.rs` checks); `--arch x86_64` is the
 //! default.
 //!
 //! Usage (root): `demo [--bios] [--test-conductor]` (default UEFI,

@@ -1,6 +1,6 @@
 //! The problems an operator meets when pointing the demo at their own
 //! server, each with what to do about it: the messages `ci/demo --bmc`
-//! ends with (and `tests/bed_own_server.rs` checks).
+//! ends with (and `tests/qemu/bed_own_server.rs` checks).
 
 use std::path::PathBuf;
 

@@ -19,7 +19,7 @@
 //! deployed system. Every failure the operator can fix ends with the fix
 //! ([`error::Problem`]).
 //!
-//! `tests/bed_own_server.rs` runs this against the bed: sushy-tools in a
+//! `tests/qemu/bed_own_server.rs` runs this against the bed: sushy-tools in a
 //! namespace of its own at a routed address, over HTTPS with credentials.
 
 pub mod bmc;

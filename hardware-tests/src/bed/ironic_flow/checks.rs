@@ -1,6 +1,6 @@
 //! The inspection and cleaning checks every form of the agent passes on the
-//! bed: the deploy ramdisk (`tests/ironic_drives_ramdisk.rs`) and OpenShift's
-//! container on a live system (`tests/openshift_liveos.rs`) answer Ironic
+//! bed: the deploy ramdisk (`tests/qemu/ironic_drives_ramdisk.rs`) and OpenShift's
+//! container on a live system (`tests/qemu/openshift_liveos.rs`) answer Ironic
 //! with the same inventory of the same kind of machine, and leave its disk
 //! the same after cleaning.
 

@@ -1,5 +1,5 @@
 //! Real Ironic driving a machine on the bed through its Redfish BMC: the
-//! pieces `tests/ironic_drives_ramdisk.rs` and the demo (`src/bin/demo.rs`)
+//! pieces `tests/qemu/ironic_drives_ramdisk.rs` and the demo (`src/bin/demo.rs`)
 //! share.
 //!
 //! The machine is a libvirt domain behind the bed's BMC
