@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Stages the OCI runtime of the container steps (IPA's
-# ContainerHardwareManager; agent/src/container_steps/): Debian's crun with
+# ContainerHardwareManager; agent/crates/contents/src/container_steps/): Debian's crun with
 # exactly the shared libraries it needs and the dynamic loader
 # (stage-dynamic.sh), and podman's default seccomp profile (the containers
 # project's seccomp.json from Debian's golang-github-containers-common, at

@@ -16,13 +16,15 @@ use anyhow::{bail, Context, Result};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use crate::conductor::lookup::{decide_token, TokenDecision};
-use crate::conductor::{
+use crate::{api, inspect, server};
+use agent_base::config::{ApiUrls, Config, RunMode};
+use agent_base::{net, tls};
+use agent_conductor::conductor::lookup::{decide_token, TokenDecision};
+use agent_conductor::conductor::{
     ApiVersion, Conductor, ConductorClient, ConductorError, Heartbeat, LookupResult,
 };
-use crate::config::{ApiUrls, Config, RunMode};
-use crate::state::{AgentEvent, AgentState, PowerAction};
-use crate::{api, inspect, net, power, server, tls};
+use agent_core::power;
+use agent_core::state::{AgentEvent, AgentState, PowerAction};
 
 /// Gap after a failed heartbeat: `ERROR_RETRY × U(1, 2)` (PROTOCOL.md §2.4).
 const ERROR_RETRY: Duration = Duration::from_secs(5);
@@ -47,10 +49,12 @@ pub struct RunningAgent {
 /// conductor URL, the agent inspects and then idles (as IPA does).
 pub async fn run(config: Config) -> Result<()> {
     crate::startup::prepare(&config).await;
-    crate::commands::managers::Managers::load(&crate::commands::context::ManagerSources {
-        config: std::sync::Arc::new(config.clone()),
-        lookup: None,
-    })
+    agent_core::commands::managers::Managers::load(
+        &agent_core::commands::context::ManagerSources {
+            config: std::sync::Arc::new(config.clone()),
+            lookup: None,
+        },
+    )
     .log_summary();
     if config.api_urls == ApiUrls::None && inspect::callback_urls(&config).is_some() {
         let http = tls::http_client_with(
@@ -129,7 +133,7 @@ pub async fn start(mut config: Config) -> Result<RunningAgent> {
     // The container form looks up as it inventories: without a BMC's USB
     // NIC (inspect::live_options).
     let skip: &[&str] = if config.host_root.is_some() {
-        &crate::inventory::nics::USB_NETWORK_DRIVERS
+        &agent_devices::inventory::nics::USB_NETWORK_DRIVERS
     } else {
         &[]
     };
@@ -142,7 +146,7 @@ pub async fn start(mut config: Config) -> Result<RunningAgent> {
     // A boot phase: the ramdisk's console shows its time.
     tracing::info!(node = %session.node_uuid, "lookup done: node found");
     if config.mode == RunMode::Ramdisk {
-        crate::bootphases::record("lookup");
+        agent_base::bootphases::record("lookup");
     }
 
     // The operator's own certificate (listen_tls) replaces auto-TLS, as in
@@ -248,10 +252,10 @@ fn write_local_key(state: &AgentState, port: u16) -> Option<api::local_key::KeyF
 }
 
 /// Browses mDNS for the conductor until found or the lookup budget ends.
-async fn discover_conductor(config: &Config) -> Result<crate::discovery::Found> {
+async fn discover_conductor(config: &Config) -> Result<agent_base::discovery::Found> {
     let deadline = deadline(config.lookup_timeout);
     loop {
-        match crate::discovery::find(
+        match agent_base::discovery::find(
             "baremetal",
             Duration::from_secs(10),
             &config.mdns.interfaces,
@@ -417,9 +421,9 @@ async fn lookup_loop(
                         s.node_uuid = Some(uuid.clone());
                     })
                 };
-                crate::conductor::lookup_keys::log_ignored(&found.config.raw);
+                agent_conductor::conductor::lookup_keys::log_ignored(&found.config.raw);
                 state.set_lookup_config(found.config.clone());
-                match crate::node::Node::parse(found.node.clone()) {
+                match ironic_types::node::Node::parse(found.node.clone()) {
                     Ok(Some(node)) => state.cache_node(node),
                     Ok(None) => {}
                     Err(e) => tracing::warn!("the lookup's node is not cached: node.{e}"),
@@ -597,7 +601,7 @@ impl<C: Conductor> Session<C> {
                         server.stop();
                     }
                     tracing::warn!("locked down: API stopped, no more heartbeats");
-                    crate::commands::system::lock_down_and_idle(self.state.config.mode).await;
+                    agent_core::commands::system::lock_down_and_idle(self.state.config.mode).await;
                 }
             }
         }
@@ -696,18 +700,18 @@ impl<C: Conductor> Session<C> {
         if self.state.config.mode != RunMode::Ramdisk {
             return;
         }
-        let path = std::path::Path::new(crate::bootphases::RAMDISK_PATH);
-        if crate::bootphases::read_in(path)
+        let path = std::path::Path::new(agent_base::bootphases::RAMDISK_PATH);
+        if agent_base::bootphases::read_in(path)
             .iter()
             .any(|p| p.name == "first_heartbeat")
         {
             return;
         }
-        crate::bootphases::record("first_heartbeat");
-        let phases = crate::bootphases::read_in(path);
+        agent_base::bootphases::record("first_heartbeat");
+        let phases = agent_base::bootphases::read_in(path);
         tracing::info!(
             "boot phases (seconds since the kernel started): {}",
-            crate::bootphases::summary(&phases)
+            agent_base::bootphases::summary(&phases)
         );
     }
 

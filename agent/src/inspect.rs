@@ -11,20 +11,20 @@
 //! are here, so they are tested against a scripted conductor. Collector
 //! failures go into `error`, which makes Ironic fail the inspection visibly; unknown or
 //! unimplemented collectors are only logged. The optional collectors'
-//! readers live in [`crate::collectors`].
+//! readers live in [`agent_devices::collectors`].
 
 use std::time::Duration;
 
 use reqwest::StatusCode;
 use serde_json::{json, Map, Value};
 
-use crate::commands::context::ManagerSources;
-use crate::commands::managers::{exec, Managers};
-pub use crate::conductor::inspection::parse_answer;
-use crate::conductor::{Conductor, ConductorClient, ConductorError, InspectionAnswer};
-use crate::config::{Config, RunMode};
-use crate::inventory::{self, Inventory, Options};
-use crate::{collectors, hints, lldp};
+use agent_base::config::{Config, RunMode};
+pub use agent_conductor::conductor::inspection::parse_answer;
+use agent_conductor::conductor::{Conductor, ConductorClient, ConductorError, InspectionAnswer};
+use agent_core::commands::context::ManagerSources;
+use agent_core::commands::managers::{exec, Managers};
+use agent_devices::inventory::{self, Inventory, Options};
+use agent_devices::{collectors, hints, lldp};
 
 /// What Ironic's answer told us.
 pub type Outcome = InspectionAnswer;
@@ -113,7 +113,7 @@ pub fn managers(config: &Config) -> Value {
 /// devices (host mode) as extra disks.
 pub fn live_options(config: &Config) -> Options {
     let mut o = Options::live(config.bootif.clone());
-    o.extra_disks = crate::disk::allowed_kernel_names(config);
+    o.extra_disks = agent_devices::disk::allowed_kernel_names(config);
     o.filter_usb_nics = config.host_root.is_some();
     o
 }
@@ -231,10 +231,10 @@ pub async fn collect(config: &Config, opts: &Options) -> Value {
     if wants("logs") {
         let host_root = config.host_root.clone();
         match tokio::task::spawn_blocking(move || {
-            crate::logs::bundle(
+            agent_devices::logs::bundle(
                 false,
                 host_root.as_deref(),
-                &crate::uefi::efivars::log_part(),
+                &agent_contents::uefi::efivars::log_part(),
             )
         })
         .await
@@ -247,13 +247,16 @@ pub async fn collect(config: &Config, opts: &Options) -> Value {
         }
     }
     // Beside `inventory`: Ironic 39 keeps it as plugin data.
-    let phases = crate::bootphases::read_in(
+    let phases = agent_base::bootphases::read_in(
         &opts
             .root
-            .join(crate::bootphases::RAMDISK_PATH.trim_start_matches('/')),
+            .join(agent_base::bootphases::RAMDISK_PATH.trim_start_matches('/')),
     );
     if !phases.is_empty() {
-        doc.insert("boot_phases".into(), crate::bootphases::to_json(&phases));
+        doc.insert(
+            "boot_phases".into(),
+            agent_base::bootphases::to_json(&phases),
+        );
     }
     let reported = managers(config);
     doc.insert(
@@ -407,7 +410,7 @@ pub fn callback_urls(config: &Config) -> Option<String> {
         return Some(url.clone());
     }
     match &config.api_urls {
-        crate::config::ApiUrls::Urls(urls) if config.inspection_collectors_given => Some(
+        agent_base::config::ApiUrls::Urls(urls) if config.inspection_collectors_given => Some(
             urls.iter()
                 .map(|u| format!("{}/v1/continue_inspection", u.trim_end_matches('/')))
                 .collect::<Vec<_>>()
@@ -423,7 +426,7 @@ pub async fn run_if_configured(config: &Config, conductor: &impl Conductor) -> O
     let configured = callback_urls(config)?;
     // IPA: `mdns` looks up the inspector's advertisement and appends /v1/continue.
     let url = if configured == "mdns" {
-        match crate::discovery::discover(
+        match agent_base::discovery::discover(
             "baremetal-introspection",
             std::time::Duration::from_secs(10),
             &config.mdns.interfaces,
@@ -441,7 +444,7 @@ pub async fn run_if_configured(config: &Config, conductor: &impl Conductor) -> O
     };
     let started = std::time::Instant::now();
     if config.mode == RunMode::Ramdisk {
-        crate::bootphases::record("inspection");
+        agent_base::bootphases::record("inspection");
     }
     let doc = collect(config, &live_options(config)).await;
     tracing::info!(collected_in_s = started.elapsed().as_secs_f64(), %url, "posting inspection data");

@@ -8,7 +8,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use crate::config::{ApiUrls, Config, RunMode};
+use agent_base::config::{ApiUrls, Config, RunMode};
 
 /// How long the start waits between tries to set the clock when
 /// `fail_if_clock_not_set` holds it (IPA's service restarts after its
@@ -25,7 +25,8 @@ pub async fn prepare(config: &Config) {
         _ => None,
     };
     let ramdisk = config.mode == RunMode::Ramdisk;
-    while let Err(e) = crate::timesync::sync(config.ntp_server.as_deref(), conductor, ramdisk).await
+    while let Err(e) =
+        agent_base::timesync::sync(config.ntp_server.as_deref(), conductor, ramdisk).await
     {
         if !config.fail_if_clock_not_set {
             break;
@@ -58,7 +59,7 @@ pub async fn prepare(config: &Config) {
 pub async fn wait_for_disks(root: &Path, attempts: u32, delay: Duration) -> usize {
     let mut found = 0;
     for attempt in 1..=attempts.max(1) {
-        found = crate::inventory::disks::read(root, &[]).map_or(0, |d| d.len());
+        found = agent_devices::inventory::disks::read(root, &[]).map_or(0, |d| d.len());
         if found > 0 {
             if attempt > 1 {
                 tracing::info!(disks = found, attempt, "disks appeared");
@@ -104,7 +105,7 @@ mod tests {
                     .duration_since(std::time::UNIX_EPOCH)
                     .unwrap();
                 let stratum = if n < bad { 0 } else { 2 };
-                let a = crate::timesync::tests::answer(&buf, now, stratum);
+                let a = agent_base::timesync::answer(&buf, now, stratum);
                 server.send_to(&a, from).await.unwrap();
             }
         });
@@ -161,7 +162,7 @@ mod tests {
             .unwrap()
             .flatten()
             .map(|e| e.path())
-            .find(|p| crate::inventory::disks::read(p, &[]).is_ok_and(|d| !d.is_empty()))
+            .find(|p| agent_devices::inventory::disks::read(p, &[]).is_ok_and(|d| !d.is_empty()))
             .expect("a captured machine with a disk under tests/fixtures");
         let t = tokio::time::Instant::now();
         assert!(wait_for_disks(&root, 10, Duration::from_secs(3)).await > 0);

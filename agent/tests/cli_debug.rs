@@ -126,7 +126,7 @@ async fn status_shows_lookup_heartbeats_and_commands() {
     }
     assert!(running.state.session().heartbeats_accepted > 0);
     // A command for the list.
-    let http = agent::tls::http_client(true, None, Duration::from_secs(10)).unwrap();
+    let http = agent_base::tls::http_client(true, None, Duration::from_secs(10)).unwrap();
     let token = running.state.token().unwrap();
     let r = http
         .post(format!(

@@ -4,9 +4,10 @@
 
 use std::path::{Path, PathBuf};
 
-use agent::collectors::{dmi, extra, numa, usb};
-use agent::config::Config;
-use agent::{inspect, inventory};
+use agent::inspect;
+use agent_base::config::Config;
+use agent_devices::collectors::{dmi, extra, numa, usb};
+use agent_devices::inventory;
 use base64::Engine;
 use serde_json::{json, Value};
 

@@ -6,9 +6,9 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use agent::config::{Config, RunMode};
-use agent::state::AgentState;
-use agent::testconductor::image_server::{Fault, ImageServer};
+use agent_base::config::{Config, RunMode};
+use agent_core::state::AgentState;
+use agent_testkit::image_server::{Fault, ImageServer};
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use serde_json::{json, Value};
@@ -266,7 +266,7 @@ async fn config_drive_gets_a_partition_and_bad_ones_fail_before_the_disk_is_touc
     let dir = tempfile::tempdir().unwrap();
     let (img, sha) = image();
     std::fs::write(dir.path().join("test.raw"), &img).unwrap();
-    let cd = agent::configdrive::source::encode(&config_iso(dir.path()));
+    let cd = agent_contents::configdrive::source::encode(&config_iso(dir.path()));
     std::fs::write(dir.path().join("cd.gz.b64"), &cd).unwrap();
     let server = ImageServer::start().unwrap();
     server.route(
@@ -304,7 +304,7 @@ async fn config_drive_gets_a_partition_and_bad_ones_fail_before_the_disk_is_touc
         let start = u32::from_le_bytes(e[8..12].try_into().unwrap()) as usize * 512;
         assert_eq!(start, 32 * MIB);
         let file = std::fs::File::open(&disk).unwrap();
-        let label = agent::configdrive::probe_label(&file, start as u64, 64 << 20);
+        let label = agent_contents::configdrive::probe_label(&file, start as u64, 64 << 20);
         assert_eq!(label.as_deref(), Some("config-2"));
     }
 

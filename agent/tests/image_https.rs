@@ -14,7 +14,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use agent::testconductor::image_server::Fault;
+use agent_testkit::image_server::Fault;
 use image_support::*;
 
 /// How the TLS front behaves.
@@ -64,19 +64,19 @@ fn front(backend: &str, opts: FrontOpts<'_>) -> Front {
         .trim_end_matches('/')
         .parse()
         .unwrap();
-    let cert = agent::tls::generate_certificate(
+    let cert = agent_base::tls::generate_certificate(
         "127.0.0.1".parse().unwrap(),
         "image-server",
-        agent::config::TlsCurve::P256,
+        agent_base::config::TlsCurve::P256,
     )
     .unwrap();
     let mut served_pem = cert.pem.clone();
     let mut config = match opts.client_ca {
-        None => agent::tls::server_config(&cert, None, None).unwrap(),
+        None => agent_base::tls::server_config(&cert, None, None).unwrap(),
         Some(ca) => {
             let provider = Arc::new(rustls::crypto::ring::default_provider());
             let mut roots = rustls::RootCertStore::empty();
-            agent::tls::add_pem_roots(&mut roots, ca.as_bytes()).unwrap();
+            agent_base::tls::add_pem_roots(&mut roots, ca.as_bytes()).unwrap();
             let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
                 Arc::new(roots),
                 provider.clone(),
@@ -91,11 +91,11 @@ fn front(backend: &str, opts: FrontOpts<'_>) -> Front {
                 vec![rcgen::SanType::IpAddress("127.0.0.1".parse().unwrap())];
             let own = params.self_signed(&key).unwrap();
             served_pem = own.pem();
-            let files = agent::config::TlsFiles {
+            let files = agent_base::config::TlsFiles {
                 cert: write_tmp("server.pem", &served_pem),
                 key: write_tmp("server.key", &key.serialize_pem()),
             };
-            let (chain, key) = agent::tls::load_pair(&files).unwrap();
+            let (chain, key) = agent_base::tls::load_pair(&files).unwrap();
             let mut c = rustls::ServerConfig::builder_with_provider(provider)
                 .with_safe_default_protocol_versions()
                 .unwrap()
@@ -299,10 +299,10 @@ fn a_certificate_outside_the_ca_file_is_refused_at_once() {
     let plain = b.serve("/disk.img", &b.raw, &[], Fault::None);
     let (base, _) = tls_front(plain.trim_end_matches("/disk.img"));
     // Some other certificate for the same address: not the server's.
-    let other = agent::tls::generate_certificate(
+    let other = agent_base::tls::generate_certificate(
         "127.0.0.1".parse().unwrap(),
         "other",
-        agent::config::TlsCurve::P256,
+        agent_base::config::TlsCurve::P256,
     )
     .unwrap();
     let mut req = b.request(
@@ -347,7 +347,7 @@ fn a_server_that_asks_for_a_client_certificate_gets_the_configured_one() {
         write(&req, &target).0.is_err(),
         "a server requiring a client certificate served without one"
     );
-    req.http.client_certificate = Some(agent::config::TlsFiles {
+    req.http.client_certificate = Some(agent_base::config::TlsFiles {
         cert: write_pem(b.dir.path(), "client.pem", &client.pem()),
         key: write_pem(b.dir.path(), "client.key", &key.serialize_pem()),
     });

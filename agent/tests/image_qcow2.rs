@@ -7,8 +7,8 @@ mod image_support;
 
 use std::path::Path;
 
-use agent::image::ImageError;
-use agent::testconductor::image_server::Fault;
+use agent_contents::image::ImageError;
+use agent_testkit::image_server::Fault;
 use image_support::*;
 
 #[test]

@@ -8,11 +8,11 @@ use std::io::Write;
 use std::path::Path;
 use std::time::Duration;
 
-use agent::commands::image_errors::error_kind;
-use agent::image::checksum::Algo;
-use agent::image::progress::Progress;
-use agent::image::{write_image, ImageError};
-use agent::testconductor::image_server::Fault;
+use agent_contents::image::checksum::Algo;
+use agent_contents::image::progress::Progress;
+use agent_contents::image::{write_image, ImageError};
+use agent_core::commands::image_errors::error_kind;
+use agent_testkit::image_server::Fault;
 use image_support::*;
 
 #[test]
@@ -438,7 +438,7 @@ fn bad_tls_settings_are_found_before_the_disk_is_touched() {
     assert!(err.before_write(), "{err}");
     // The old disk is as it was: its partition table is still there.
     let f = std::fs::File::open(&target).unwrap();
-    let sigs = agent::disk::erase::probe_signatures(&f).unwrap();
+    let sigs = agent_devices::disk::erase::probe_signatures(&f).unwrap();
     assert!(sigs.iter().any(|s| s == "gpt"), "{sigs:?}");
 }
 
@@ -448,7 +448,7 @@ fn bad_tls_settings_are_found_before_the_disk_is_touched() {
 /// fail-closed, never half-written).
 #[test]
 fn formats_the_conductor_does_not_permit_are_refused_before_writing() {
-    use agent::image::FormatPolicy;
+    use agent_contents::image::FormatPolicy;
     let b = bed();
     let sha = format!("sha256:{}", sha256_hex(&b.raw));
     let zst = zstd::encode_all(&b.raw[..], 3).unwrap();

@@ -5,11 +5,11 @@
 
 use std::time::Duration;
 
-use agent::config::Config;
 use agent::inspect::{self, InspectError, RetryPolicy};
-use agent::inventory;
 use agent::testconductor::demo::host_config;
 use agent::testconductor::{Settings, TestConductor};
+use agent_base::config::Config;
+use agent_devices::inventory;
 use serde_json::json;
 
 const MAC: &str = "52:54:00:1a:5b:01";
@@ -47,7 +47,9 @@ async fn the_agent_inspects_then_looks_up_and_the_node_gets_its_properties() {
 
     // What the node learned is what this machine is.
     let live = inventory::collect(&inventory::Options::live(None)).unwrap();
-    let root = agent::hints::choose(&live.disks, None).unwrap().disk;
+    let root = agent_devices::hints::choose(&live.disks, None)
+        .unwrap()
+        .disk;
     assert_eq!(node.properties["cpus"], json!(live.cpu.count));
     assert_eq!(node.properties["cpu_arch"], json!(std::env::consts::ARCH));
     assert_eq!(
@@ -100,7 +102,7 @@ async fn the_agent_inspects_then_looks_up_and_the_node_gets_its_properties() {
 async fn refusals_are_not_retried_and_unreachable_urls_are() {
     let conductor = TestConductor::start(Settings::default()).await.unwrap();
     let uuid = conductor.enroll(&[MAC]);
-    let http = agent::tls::http_client(false, None, Duration::from_secs(5)).unwrap();
+    let http = agent_base::tls::http_client(false, None, Duration::from_secs(5)).unwrap();
     let url = format!("{}/v1/continue_inspection", conductor.url());
     let doc = json!({"inventory": {"interfaces": [{"mac_address": MAC}]}, "error": null});
 
@@ -206,9 +208,9 @@ async fn the_ramdisks_boot_phases_go_beside_the_inventory() {
         plain.get("boot_phases").is_none(),
         "no phases recorded (host mode): no key"
     );
-    let file = root.join(agent::bootphases::RAMDISK_PATH.trim_start_matches('/'));
+    let file = root.join(agent_base::bootphases::RAMDISK_PATH.trim_start_matches('/'));
     for (phase, secs) in [("init", 2.91), ("modules", 6.31), ("network", 6.44)] {
-        agent::bootphases::record_in(&file, phase, secs).unwrap();
+        agent_base::bootphases::record_in(&file, phase, secs).unwrap();
     }
     let doc = inspect::collect(&config, &inventory::Options::fixture(&root)).await;
     assert_eq!(

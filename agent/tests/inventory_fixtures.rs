@@ -3,8 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
-use agent::hints;
-use agent::inventory::{self, Inventory, Options};
+use agent_devices::hints;
+use agent_devices::inventory::{self, Inventory, Options};
 use serde_json::{json, Value};
 
 fn fixture(name: &str) -> PathBuf {

@@ -3,8 +3,8 @@
 //! supported is really parsed (its example value changes the agent's
 //! configuration, or the part of the ramdisk that reads it).
 
-use agent::config::ipa_params::{Param, Status, PARAMS};
-use agent::config::{files, Config, KernelParams};
+use agent_base::config::ipa_params::{Param, Status, PARAMS};
+use agent_base::config::{files, Config, KernelParams};
 
 /// The rows of `agent/docs/ipa-parameters.md`'s table: `option`,
 /// `kernel parameter`, `status`, `where or why`.
@@ -173,7 +173,7 @@ fn every_supported_parameter_is_parsed() {
         };
         if kernel == "ipa-enable-vlan-interfaces" {
             // Read by the ramdisk's init, not the agent's configuration.
-            let plan = agent::netconf::vlan::VlanPlan::parse(p.example);
+            let plan = agent_devices::netconf::vlan::VlanPlan::parse(p.example);
             assert_eq!(plan.explicit, [("eth0".to_string(), 100)]);
             checked += 1;
             continue;
@@ -201,7 +201,7 @@ fn supported_options_are_taken_from_configuration_files() {
         }
         let cmdline = root.path().join("cmdline");
         std::fs::write(&cmdline, "").unwrap();
-        let c = agent::config::load(Some(&cmdline), Some(root.path())).unwrap();
+        let c = agent_base::config::load(Some(&cmdline), Some(root.path())).unwrap();
         // The configuration names its files' places: compare without them.
         format!("{c:?}").replace(&root.path().display().to_string(), "ROOT")
     };
@@ -239,7 +239,7 @@ fn supported_options_are_taken_from_configuration_files() {
 
 /// The other two of the image server's options, for one of them.
 fn image_server_others(option: &str) -> Option<Vec<&'static str>> {
-    let all = agent::config::image_server::OPTIONS;
+    let all = agent_base::config::image_server::OPTIONS;
     all.contains(&option)
         .then(|| all.into_iter().filter(|o| *o != option).collect())
 }
@@ -249,7 +249,7 @@ fn image_server_others(option: &str) -> Option<Vec<&'static str>> {
 fn image_server_text(leave_out: &[&str]) -> String {
     let mut text = "[DEFAULT]\n".to_string();
     for p in PARAMS {
-        if agent::config::image_server::OPTIONS.contains(&p.option)
+        if agent_base::config::image_server::OPTIONS.contains(&p.option)
             && !leave_out.contains(&p.option)
         {
             text.push_str(&format!("{} = {}\n", p.option, p.example));

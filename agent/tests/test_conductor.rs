@@ -3,10 +3,11 @@
 
 use std::time::Duration;
 
-use agent::config::Config;
-use agent::disk::erase::probe_signatures;
-use agent::testconductor::demo::{host_config, write_demo_image};
+use agent::testconductor::demo::host_config;
 use agent::testconductor::{Settings, TestConductor};
+use agent_base::config::Config;
+use agent_devices::disk::erase::probe_signatures;
+use agent_testkit::write_demo_image;
 use serde_json::json;
 
 fn config(conductor: &TestConductor, mac: &str, device: &std::path::Path) -> Config {
@@ -148,20 +149,20 @@ async fn several_api_urls_are_tried_in_order_and_the_answering_one_is_kept() {
         .unwrap()
         .local_addr()
         .unwrap();
-    let http = agent::tls::http_client(false, None, Duration::from_secs(5)).unwrap();
-    let client = agent::conductor::ConductorClient::new(
+    let http = agent_base::tls::http_client(false, None, Duration::from_secs(5)).unwrap();
+    let client = agent_conductor::conductor::ConductorClient::new(
         http,
         vec![format!("http://{dead}"), conductor.url().to_string()],
         Some("req-1234".into()),
     );
     let v = client.max_version().await.unwrap();
-    assert_eq!(v, agent::conductor::ApiVersion(1, 115));
+    assert_eq!(v, agent_conductor::conductor::ApiVersion(1, 115));
     assert_eq!(client.current_url(), conductor.url());
     // Lookup for a node that is not waiting: a typed 404.
     conductor.enroll(&["52:54:00:aa:00:03"]);
     let err = client
         .lookup(
-            agent::conductor::ApiVersion(1, 68),
+            agent_conductor::conductor::ApiVersion(1, 68),
             &["52:54:00:aa:00:03".into()],
             None,
         )

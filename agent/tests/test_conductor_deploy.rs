@@ -7,10 +7,10 @@
 use std::path::Path;
 use std::time::Duration;
 
-use agent::config::Config;
 use agent::testconductor::demo::host_config;
-use agent::testconductor::image_server::{Fault, ImageServer};
 use agent::testconductor::{BootMode, DeployRequest, ImageInfo, Settings, TestConductor};
+use agent_base::config::Config;
+use agent_testkit::image_server::{Fault, ImageServer};
 
 const MIB: usize = 1 << 20;
 
@@ -63,7 +63,7 @@ fn config_drive(dir: &Path) -> String {
         .status()
         .expect("genisoimage is installed (ci/install-deps)");
     assert!(st.success());
-    agent::configdrive::source::encode(&std::fs::read(iso).unwrap())
+    agent_contents::configdrive::source::encode(&std::fs::read(iso).unwrap())
 }
 
 struct Setup {
@@ -176,7 +176,7 @@ async fn uefi_deploy_with_config_drive() {
     let start = u32::from_le_bytes(e[8..12].try_into().unwrap()) as u64 * 512;
     let file = std::fs::File::open(&s.disk).unwrap();
     assert_eq!(
-        agent::configdrive::probe_label(&file, start, 64 << 20).as_deref(),
+        agent_contents::configdrive::probe_label(&file, start, 64 << 20).as_deref(),
         Some("config-2")
     );
 

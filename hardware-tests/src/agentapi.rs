@@ -6,9 +6,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent::config::Config;
 use agent::server::Server;
-use agent::state::AgentState;
+use agent_base::config::Config;
+use agent_core::state::AgentState;
 use anyhow::{Context, Result};
 use serde_json::{json, Value};
 
@@ -38,7 +38,7 @@ impl AgentApi {
         )
         .await?;
         let url = format!("http://{}", server.local_addr);
-        let client = agent::tls::http_client(false, None, Duration::from_secs(600))?;
+        let client = agent_base::tls::http_client(false, None, Duration::from_secs(600))?;
         Ok(Self {
             state,
             url,

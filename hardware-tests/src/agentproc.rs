@@ -30,14 +30,17 @@ pub fn agent_binary() -> Result<PathBuf> {
                 bin.display()
             )
         })?;
-    // Refuse a binary older than the agent's sources (the test-conductor
-    // module is not part of it).
-    let mut stack = vec![crate::repo_root().join("agent/src")];
+    // Refuse a binary older than the agent's sources (the test conductor
+    // and the test kit are not part of it).
+    let mut stack = vec![
+        crate::repo_root().join("agent/src"),
+        crate::repo_root().join("agent/crates"),
+    ];
     while let Some(dir) = stack.pop() {
         for e in std::fs::read_dir(&dir)?.flatten() {
             let p = e.path();
             if p.is_dir() {
-                if !p.ends_with("testconductor") {
+                if !p.ends_with("testconductor") && !p.ends_with("testkit") {
                     stack.push(p);
                 }
             } else if p.extension().is_some_and(|x| x == "rs") && e.metadata()?.modified()? > built

@@ -1,5 +1,5 @@
 //! A Debian root filesystem that installs its own GRUB for BIOS boot, for
-//! the agent's `install_bootloader` under BIOS (`agent/src/grub.rs`): the
+//! the agent's `install_bootloader` under BIOS (`agent/crates/contents/src/grub.rs`): the
 //! programs come from Debian's packages (`grub-pc-bin`, `grub-common`,
 //! `grub2-common` and what they run and link: dash, coreutils, sed, grep,
 //! their libraries), unpacked by `ci/unpack-debs`, not installed; what

@@ -131,8 +131,11 @@ impl Ironic {
     ) -> Result<Self> {
         // Everything that can fail before the server runs comes first, so a
         // started Ironic is always owned by a value whose drop stops it.
-        let http =
-            agent::tls::http_client(false, tls.map(|(cert, _)| cert), Duration::from_secs(60))?;
+        let http = agent_base::tls::http_client(
+            false,
+            tls.map(|(cert, _)| cert),
+            Duration::from_secs(60),
+        )?;
         let state = tempfile::Builder::new().prefix("ironic-state-").tempdir()?;
         if let Some(conf) = extra_conf {
             std::fs::write(state.path().join("extra.conf"), conf)?;

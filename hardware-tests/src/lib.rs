@@ -113,6 +113,11 @@ pub fn sha256_prefix(path: &std::path::Path, len: u64) -> std::io::Result<String
     sha256_range(path, 0, len)
 }
 
+/// Hex sha256 of a whole file.
+pub fn file_sha256(path: &std::path::Path) -> std::io::Result<String> {
+    sha256_prefix(path, u64::MAX)
+}
+
 /// Hex sha256 of `len` bytes of a file from `offset` (fewer at its end).
 pub fn sha256_range(path: &std::path::Path, offset: u64, len: u64) -> std::io::Result<String> {
     use std::io::{Read, Seek};

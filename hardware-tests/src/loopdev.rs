@@ -184,14 +184,14 @@ impl LoopDevice {
 
     /// Partitions the kernel currently knows for this device.
     pub fn kernel_partitions(&self) -> Vec<PathBuf> {
-        agent::disk::Device::open(&self.path)
+        agent_devices::disk::Device::open(&self.path)
             .map(|d| d.partitions().into_iter().map(|p| p.path).collect())
             .unwrap_or_default()
     }
 
     /// Signatures libblkid finds on the device.
     pub fn signatures(&self) -> Result<Vec<String>> {
-        agent::disk::erase::probe_signatures(&std::fs::File::open(&self.path)?)
+        agent_devices::disk::erase::probe_signatures(&std::fs::File::open(&self.path)?)
     }
 }
 

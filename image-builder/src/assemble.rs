@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
-use crate::cpio::{Entry, Writer};
+use crate::cpio::{xz, Entry, Writer};
 use crate::kernel::{self, Kernel};
 
 /// Inputs of one image.
@@ -58,7 +58,7 @@ pub struct Inputs {
 }
 
 /// Where the agent in the ramdisk looks for executable hardware managers
-/// (`agent::exec_steps::RAMDISK_DIR`, without the leading `/`).
+/// (`agent_contents::exec_steps::RAMDISK_DIR`, without the leading `/`).
 pub const MANAGERS_DIR: &str = "etc/ironic-python-agent/managers";
 
 /// What the tree holds besides its files.
@@ -75,7 +75,7 @@ pub struct Report {
 }
 
 /// Applets linked to busybox in `/bin` (`chroot`: the agent runs the
-/// deployed image's own `grub-install` in it, `agent/src/grub.rs`).
+/// deployed image's own `grub-install` in it, `agent/crates/contents/src/grub.rs`).
 const APPLETS: &[&str] = &[
     "sh", "ls", "cat", "cp", "mv", "rm", "mkdir", "mount", "umount", "ip", "ping", "ps", "dmesg",
     "free", "df", "less", "vi", "grep", "sed", "awk", "head", "tail", "lsmod", "wget", "sync",
@@ -233,17 +233,6 @@ pub fn tree(inputs: &Inputs) -> Result<(BTreeMap<String, Entry>, Report)> {
         );
     }
     Ok((t, report))
-}
-
-/// `data` as an .xz stream with a CRC32 check (the kernel's own xz decoder,
-/// used for firmware, knows no other), preset 6: the same bytes every time.
-pub fn xz(data: &[u8]) -> Result<Vec<u8>> {
-    use std::io::Write;
-    let stream = liblzma::stream::Stream::new_easy_encoder(6, liblzma::stream::Check::Crc32)
-        .context("xz encoder")?;
-    let mut enc = liblzma::write::XzEncoder::new_stream(Vec::new(), stream);
-    enc.write_all(data)?;
-    Ok(enc.finish()?)
 }
 
 /// Adds everything under `dir` (relative to `root`) to the tree.

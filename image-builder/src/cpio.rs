@@ -132,6 +132,18 @@ impl<W: Write> Writer<W> {
     }
 }
 
+/// `data` as an .xz stream with a CRC32 check (the kernel's own xz decoder,
+/// used for firmware and modules in the initramfs, knows no other), preset
+/// 6: the same bytes every time.
+pub fn xz(data: &[u8]) -> anyhow::Result<Vec<u8>> {
+    use anyhow::Context;
+    let stream = liblzma::stream::Stream::new_easy_encoder(6, liblzma::stream::Check::Crc32)
+        .context("xz encoder")?;
+    let mut enc = liblzma::write::XzEncoder::new_stream(Vec::new(), stream);
+    enc.write_all(data)?;
+    Ok(enc.finish()?)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -64,7 +64,7 @@ pub fn add(
             format!("lib/firmware/{name}.xz"),
             Entry::File {
                 mode: 0o644,
-                data: crate::assemble::xz(&data)?,
+                data: crate::cpio::xz(&data)?,
             },
         );
     }

@@ -11,10 +11,10 @@
 use std::sync::{Arc, OnceLock};
 
 use agent::api::router;
-use agent::commands::context::Context;
-use agent::commands::registry;
-use agent::config::Config;
-use agent::state::AgentState;
+use agent_core::commands::context::Context;
+use agent_core::commands::registry;
+use agent_base::config::Config;
+use agent_core::state::AgentState;
 use axum::body::Body;
 use axum::http::Request;
 use libfuzzer_sys::fuzz_target;

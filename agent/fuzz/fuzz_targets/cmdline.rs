@@ -2,8 +2,8 @@
 //! them, the conductor URLs, a static `ip=` and the VLAN plan.
 #![no_main]
 
-use agent::config::{parse_api_urls, parse_version, Config, KernelParams};
-use agent::netconf::{bootif_mac, static_ip, vlan};
+use agent_base::config::{parse_api_urls, parse_version, Config, KernelParams};
+use agent_devices::netconf::{bootif_mac, static_ip, vlan};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

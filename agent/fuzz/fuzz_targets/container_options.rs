@@ -6,7 +6,7 @@
 //! canonical words and parsed again.
 #![no_main]
 
-use agent::container_steps::options::{parse_pull, parse_run, Auth, OptionError, RunOptions};
+use agent_contents::container_steps::options::{parse_pull, parse_run, Auth, OptionError, RunOptions};
 use libfuzzer_sys::fuzz_target;
 
 fn field(e: &OptionError) -> &'static str {

@@ -3,9 +3,9 @@
 //! container policy with their own options, as a trusted step would be.
 #![no_main]
 
-use agent::container_steps::policy::{apply, Origin};
-use agent::container_steps::settings::ContainerSettings;
-use agent::container_steps::steps_file::StepsFile;
+use agent_contents::container_steps::policy::{apply, Origin};
+use agent_contents::container_steps::settings::ContainerSettings;
+use agent_contents::container_steps::steps_file::StepsFile;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

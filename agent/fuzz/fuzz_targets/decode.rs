@@ -8,12 +8,12 @@
 use std::sync::mpsc::sync_channel;
 use std::sync::Arc;
 
-use agent::image::buffers::Pool;
-use agent::image::checksum::{ChecksumSource, ChecksumSpec};
-use agent::image::decode::{decode, WriteOp};
-use agent::image::fetch::HttpOptions;
-use agent::image::progress::Progress;
-use agent::image::WriteRequest;
+use agent_contents::image::buffers::Pool;
+use agent_contents::image::checksum::{ChecksumSource, ChecksumSpec};
+use agent_contents::image::decode::{decode, WriteOp};
+use agent_contents::image::fetch::HttpOptions;
+use agent_contents::image::progress::Progress;
+use agent_contents::image::WriteRequest;
 use agent_fuzz::CoverageSink;
 use libfuzzer_sys::fuzz_target;
 
@@ -68,15 +68,15 @@ fuzz_target!(|data: &[u8]| {
                         announced = Some(n);
                     }
                     WriteOp::Shared { offset, block } => {
-                        agent::image::qcow2::Sink::data(&mut sink, offset, &block).unwrap();
+                        agent_contents::image::qcow2::Sink::data(&mut sink, offset, &block).unwrap();
                         written += block.len() as u64;
                     }
                     WriteOp::Owned { offset, buf } => {
-                        agent::image::qcow2::Sink::data(&mut sink, offset, &buf).unwrap();
+                        agent_contents::image::qcow2::Sink::data(&mut sink, offset, &buf).unwrap();
                         written += buf.len() as u64;
                     }
                     WriteOp::Zero { offset, len } => {
-                        agent::image::qcow2::Sink::zero(&mut sink, offset, len).unwrap();
+                        agent_contents::image::qcow2::Sink::zero(&mut sink, offset, len).unwrap();
                     }
                 }
             }

@@ -3,7 +3,7 @@
 //! client id must be the DUID of MAC 52:54:00:12:34:56).
 #![no_main]
 
-use agent::netconf::{dhcp, dhcp6};
+use agent_devices::netconf::{dhcp, dhcp6};
 use libfuzzer_sys::fuzz_target;
 
 const MAC: [u8; 6] = [0x52, 0x54, 0x00, 0x12, 0x34, 0x56];

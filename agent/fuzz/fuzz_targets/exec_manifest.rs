@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::Duration;
 
-use agent::exec_steps::manifest::{is_identifier, parse_manifest};
+use agent_contents::exec_steps::manifest::{is_identifier, parse_manifest};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -5,8 +5,8 @@
 //! forms of the CLI and of `image_info`.
 #![no_main]
 
-use agent::image::checksum::{file_name_of, find_in_checksum_file, Algo, ChecksumSpec, Expected};
-use agent::image::fetch::{parse_content_range, parse_response_head, ChunkedDecoder};
+use agent_contents::image::checksum::{file_name_of, find_in_checksum_file, Algo, ChecksumSpec, Expected};
+use agent_contents::image::fetch::{parse_content_range, parse_response_head, ChunkedDecoder};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

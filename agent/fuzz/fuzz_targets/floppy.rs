@@ -3,8 +3,8 @@
 //! Ironic's virtual media before the network.
 #![no_main]
 
-use agent::vmedia::floppy::{parameters, read_device};
-use agent::vmedia::MAX_FILE_BYTES;
+use agent_contents::vmedia::floppy::{parameters, read_device};
+use agent_contents::vmedia::MAX_FILE_BYTES;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

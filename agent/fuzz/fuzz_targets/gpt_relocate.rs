@@ -3,7 +3,7 @@
 //! planned backup lies on the disk, after the primary entries.
 #![no_main]
 
-use agent::disk::gpt::relocate_backup;
+use agent_devices::disk::gpt::relocate_backup;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -2,8 +2,8 @@
 //! `s==`, size ranges...) matched against a fixed set of disks.
 #![no_main]
 
-use agent::hints::choose;
-use agent::inventory::disks::Disk;
+use agent_devices::hints::choose;
+use agent_devices::inventory::disks::Disk;
 use libfuzzer_sys::fuzz_target;
 
 fn disk(name: &str, size: u64, serial: &str, rotational: bool) -> Disk {
@@ -43,7 +43,7 @@ fuzz_target!(|data: &[u8]| {
         assert!(disks.iter().any(|d| d.name == c.disk.name));
     }
     // The same document as a node: its hints, typed where it arrives.
-    if let Some(h) = agent::node::Node::from_document(v)
+    if let Some(h) = ironic_types::node::Node::from_document(v)
         .and_then(|n| n.root_device_hints().cloned())
     {
         let _ = choose(&disks, Some(&serde_json::Value::Object(h)));

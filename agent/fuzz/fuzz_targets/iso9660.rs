@@ -2,7 +2,7 @@
 //! primary names), as the Ignition config is read from a config drive.
 #![no_main]
 
-use agent::ignition::iso::read_file;
+use agent_contents::ignition::iso::read_file;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -2,7 +2,7 @@
 //! fields and the raw form sent to Ironic.
 #![no_main]
 
-use agent::lldp::tlv::{parse_frame, parse_neighbor, parse_tlvs, raw_form};
+use agent_devices::lldp::tlv::{parse_frame, parse_neighbor, parse_tlvs, raw_form};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

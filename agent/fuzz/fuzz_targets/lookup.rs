@@ -2,7 +2,7 @@
 //! timeout, TLS settings...) and the token decision.
 #![no_main]
 
-use agent::conductor::lookup::{decide_token, parse_lookup};
+use agent_conductor::conductor::lookup::{decide_token, parse_lookup};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

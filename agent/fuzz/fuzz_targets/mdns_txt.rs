@@ -7,8 +7,8 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use agent::config::Config;
-use agent::discovery::{overrides_of, url_of, Advert};
+use agent_base::config::Config;
+use agent_base::discovery::{overrides_of, url_of, Advert};
 use libfuzzer_sys::fuzz_target;
 
 /// `[port u16][n addresses u8][n × (kind u8, 4 or 16 bytes)][host\0][k=v\0]…`

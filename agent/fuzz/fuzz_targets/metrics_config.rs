@@ -6,9 +6,9 @@
 //! 1–65535 and keep IPA's timer prefix.
 #![no_main]
 
-use agent::config::files;
-use agent::config::groups::{metrics_defaults, overlay_metrics};
-use agent::metrics::Settings;
+use agent_base::config::files;
+use agent_base::config::groups::{metrics_defaults, overlay_metrics};
+use agent_base::metrics::Settings;
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
 

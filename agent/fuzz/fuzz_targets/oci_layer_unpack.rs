@@ -12,8 +12,8 @@ use std::path::Path;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use agent::container_steps::limits::{Budget, Limits};
-use agent::container_steps::unpack::unpack_layer;
+use agent_contents::container_steps::limits::{Budget, Limits};
+use agent_contents::container_steps::unpack::unpack_layer;
 use libfuzzer_sys::fuzz_target;
 
 const BYTES: u64 = 1 << 20;

@@ -4,7 +4,7 @@
 //! the disk, and reading the table again finds it.
 #![no_main]
 
-use agent::disk::table::{add_config_partition, read, Kind};
+use agent_devices::disk::table::{add_config_partition, read, Kind};
 use agent_fuzz::SparseDisk;
 use libfuzzer_sys::fuzz_target;
 

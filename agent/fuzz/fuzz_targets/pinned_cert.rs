@@ -6,7 +6,7 @@
 //! period.
 #![no_main]
 
-use agent::tls::{ca_file_verifier, pinned::validity};
+use agent_base::tls::{ca_file_verifier, pinned::validity};
 use libfuzzer_sys::fuzz_target;
 use rustls::client::danger::ServerCertVerifier;
 use rustls::pki_types::{ServerName, UnixTime};
@@ -20,7 +20,7 @@ fuzz_target!(|data: &[u8]| {
     let Ok(verifier) = ca_file_verifier(pem) else {
         return;
     };
-    let Ok(certs) = agent::tls::pem_certificates(pem) else {
+    let Ok(certs) = agent_base::tls::pem_certificates(pem) else {
         panic!("the verifier was built from certificates that do not parse");
     };
     let names = [

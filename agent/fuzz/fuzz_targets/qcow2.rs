@@ -3,7 +3,7 @@
 //! size exactly once ([`agent_fuzz::CoverageSink`]).
 #![no_main]
 
-use agent::image::qcow2::{convert, Limits};
+use agent_contents::image::qcow2::{convert, Limits};
 use agent_fuzz::{CoverageSink, MemReread};
 use libfuzzer_sys::fuzz_target;
 

@@ -4,7 +4,7 @@
 //! that registry, or a namespace of it the repository is in.
 #![no_main]
 
-use agent::container_steps::pull::authfile_credentials;
+use agent_contents::container_steps::pull::authfile_credentials;
 use base64::Engine;
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;

@@ -1,4 +1,4 @@
-//! The direct image path's TLS read side (`agent::image::fetch::connect_tls`,
+//! The direct image path's TLS read side (`agent_contents::image::fetch::connect_tls`,
 //! rustls's unbuffered client) against a scripted in-memory rustls server:
 //! the client never reads a byte the server did not send as application
 //! data, reads all of it from a server that only behaved, keeps its first

@@ -2,7 +2,7 @@
 //! the input, the agent copies it and fixes the dot entries).
 #![no_main]
 
-use agent::configdrive::vfat::{adapt, fat_sector_size};
+use agent_contents::configdrive::vfat::{adapt, fat_sector_size};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

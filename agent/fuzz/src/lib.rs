@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use std::io;
 use std::ops::Range;
 
-use agent::disk::table::Disk;
-use agent::image::qcow2::{Reread, Sink};
+use agent_devices::disk::table::Disk;
+use agent_contents::image::qcow2::{Reread, Sink};
 
 /// A disk of `size` bytes whose first bytes are `head` and the rest zeros.
 /// Writes past the head are checked for bounds and dropped.

@@ -1,6 +1,6 @@
 //! A scripted TLS server for the `tls_read` target: a real rustls server
 //! in memory, the transport under the agent's direct-path TLS client
-//! (`agent::image::fetch::connect_tls`). The handshake and the request are
+//! (`agent_contents::image::fetch::connect_tls`). The handshake and the request are
 //! genuine; after them the fuzz input is a script of what the server does:
 //! send application data, close_notify, a KeyUpdate, raw bytes, a flipped
 //! byte in its next records, a cut connection, and how many bytes each
@@ -45,7 +45,7 @@ fn servers() -> &'static [Arc<rustls::ServerConfig>; 2] {
 fn client() -> &'static Arc<rustls::ClientConfig> {
     static CLIENT: OnceLock<Arc<rustls::ClientConfig>> = OnceLock::new();
     CLIENT.get_or_init(|| {
-        Arc::new(agent::tls::client_config(true, None).expect("the client configuration"))
+        Arc::new(agent_base::tls::client_config(true, None).expect("the client configuration"))
     })
 }
 
@@ -205,7 +205,7 @@ impl Write for Peer<'_> {
 
 /// What one run came to.
 #[derive(Debug, Default)]
-pub struct Outcome {
+pub(crate) struct Outcome {
     /// Bytes the client read.
     pub read: usize,
     /// Application data the server sent before close_notify.
@@ -215,7 +215,7 @@ pub struct Outcome {
 }
 
 /// One run: `data` is `[flags][client read size u16][script]`.
-pub fn run(data: &[u8]) -> Outcome {
+pub(crate) fn run(data: &[u8]) -> Outcome {
     let [flags, r0, r1, script @ ..] = data else {
         return Outcome::default();
     };
@@ -240,7 +240,7 @@ pub fn run(data: &[u8]) -> Outcome {
     if flags & 2 != 0 {
         peer.chunk = usize::from(flags >> 2).max(1);
     }
-    let mut conn = agent::image::fetch::connect_tls(&mut peer, "127.0.0.1", client())
+    let mut conn = agent_contents::image::fetch::connect_tls(&mut peer, "127.0.0.1", client())
         .expect("the handshake with a genuine server");
     conn.write_all(b"GET /disk.img HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         .expect("the request");

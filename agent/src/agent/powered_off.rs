@@ -17,8 +17,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::conductor::{ConductorError, LookupResult};
-use crate::node::Node;
+use agent_conductor::conductor::{ConductorError, LookupResult};
+use ironic_types::node::Node;
 
 /// How long a simulated power-off lasts at most, should the conductor
 /// never show that it moved on (unreachable, or a node that stays put).

@@ -11,8 +11,8 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::*;
-use crate::conductor::fake::{found, found_deploying, http, Call, ScriptedConductor};
-use crate::state::PowerAction;
+use agent_conductor::conductor::fake::{found, found_deploying, http, Call, ScriptedConductor};
+use agent_core::state::PowerAction;
 
 fn token(c: char) -> String {
     c.to_string().repeat(43)

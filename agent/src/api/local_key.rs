@@ -1,5 +1,5 @@
 //! The key of `GET /v1/local/status`: a random secret of this start
-//! ([`crate::state::AgentState::local_key`]) that the agent writes, once
+//! ([`agent_core::state::AgentState::local_key`]) that the agent writes, once
 //! its API listens, into a file only root reads ([`path`]: under
 //! `/run/ironic-agent` ([`dir`]), named by the API's port, mode 0600), and that
 //! `agent status` reads and sends in the [`HEADER`] header. A loopback

@@ -1,7 +1,7 @@
 //! The IPA-compatible command API (PROTOCOL.md §1): routes, token check, body
 //! limits, and the mapping of command outcomes to HTTP replies. Handlers only
 //! parse and validate; running commands belongs to
-//! [`crate::command::history::CommandHistory`].
+//! [`agent_core::command::history::CommandHistory`].
 //!
 //! Both `/v1/commands` and `/v1/commands/` are served (Ironic always uses the
 //! trailing slash), with and without the `/v1` prefix as IPA does.
@@ -23,15 +23,15 @@ use serde_json::{json, Value};
 
 pub use error::ApiError;
 
-use crate::command::history::OnAsyncEnd;
-use crate::command::history::StartError;
-use crate::command::ErrorKind;
-use crate::commands::context::Context;
-use crate::commands::registry::{self, LookupError};
-use crate::state::{AgentEvent, AgentState};
+use agent_core::command::history::OnAsyncEnd;
+use agent_core::command::history::StartError;
+use agent_core::command::ErrorKind;
+use agent_core::commands::context::Context;
+use agent_core::commands::registry::{self, LookupError};
+use agent_core::state::{AgentEvent, AgentState};
 
 /// The agent's version string, sent as `agent_version` and served on `/v1/status`.
-pub use crate::AGENT_VERSION;
+pub use agent_base::AGENT_VERSION;
 
 type Params = Query<HashMap<String, String>>;
 

@@ -8,10 +8,10 @@ use serde_json::{json, Value};
 use tower::ServiceExt;
 
 use super::router;
-use crate::command::history::{Mode, Ready};
-use crate::commands::Outcome;
-use crate::config::Config;
-use crate::state::AgentState;
+use agent_base::config::Config;
+use agent_core::command::history::{Mode, Ready};
+use agent_core::commands::Outcome;
+use agent_core::state::AgentState;
 
 const TOKEN: &str = "0123456789abcdef0123456789abcdef0123456789a";
 
@@ -337,7 +337,7 @@ async fn busy_while_an_async_command_runs_then_free() {
         .unwrap();
     assert_eq!(
         running.command_status,
-        crate::commands::CommandStatus::Running
+        agent_core::commands::CommandStatus::Running
     );
     let (st, v) = post(
         &s,
@@ -400,7 +400,7 @@ async fn busy_while_an_async_command_runs_then_free() {
 async fn execute_clean_step_echoes_the_step_and_checks_versions() {
     let dir = tempfile::tempdir().unwrap();
     let img = dir.path().join("d.img");
-    crate::testconductor::demo::write_demo_image(&img).unwrap();
+    agent_testkit::write_demo_image(&img).unwrap();
     let s = state_with(Config {
         allowed_devices: vec![img.clone()],
         ..Config::default()
@@ -413,7 +413,9 @@ async fn execute_clean_step_echoes_the_step_and_checks_versions() {
     assert_eq!(v["command_result"]["clean_step"], step);
     assert_eq!(v["command_result"]["clean_result"], Value::Null);
     let f = std::fs::File::open(&img).unwrap();
-    assert!(crate::disk::erase::probe_signatures(&f).unwrap().is_empty());
+    assert!(agent_devices::disk::erase::probe_signatures(&f)
+        .unwrap()
+        .is_empty());
 
     let (_, v) = post(&s, &cmd_uri("&wait=true"), json!({"name": "clean.execute_clean_step",
         "params": {"step": step, "node": {}, "ports": [], "clean_version": {"generic_hardware_manager": "1.1"}}})).await;
@@ -438,7 +440,7 @@ async fn execute_clean_step_echoes_the_step_and_checks_versions() {
 async fn a_refused_device_fails_the_step_with_a_precise_error() {
     let dir = tempfile::tempdir().unwrap();
     let ok = dir.path().join("ok.img");
-    crate::testconductor::demo::write_demo_image(&ok).unwrap();
+    agent_testkit::write_demo_image(&ok).unwrap();
     let s = state_with(Config {
         allowed_devices: vec![ok.clone(), std::path::PathBuf::from("/dev/null")],
         ..Config::default()

@@ -2,7 +2,7 @@
 //! the OCI image's entrypoint (agent/docs/container-form.md). The host (a
 //! CoreOS live system) did PID 1's work — modules, mounts, network, clock,
 //! console — so this only reads the configuration as that image does
-//! ([`crate::config::container`]), makes the host's udev database visible,
+//! ([`agent_base::config::container`]), makes the host's udev database visible,
 //! and runs the agent: lookup, heartbeats, the command API. The mode is
 //! [`RunMode::Container`] when the host root shows a live system, else
 //! host mode (only `--allow-device` devices written, power simulated).
@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use clap::Args;
 
-use crate::config::{self, Config, RunMode};
+use agent_base::config::{self, Config, RunMode};
 
 /// Flags of `agent container` (none in OpenShift's unit; tests set them).
 #[derive(Debug, Args)]
@@ -80,7 +80,7 @@ pub async fn run(args: &ContainerArgs, debug: bool) -> Result<()> {
     // then the container's own, never a machine's).
     if config.mode == RunMode::Container && std::process::id() == 1 {
         if let Some(root) = &config.host_root {
-            let outcome = crate::hostroot::hostname::fix_at_start(root)
+            let outcome = agent_devices::hostroot::hostname::fix_at_start(root)
                 .context("Failed to update hostname")?;
             tracing::info!(?outcome, "the host's name at start");
         }

@@ -1,6 +1,6 @@
 //! `agent erase`: one disk erased from a console (the ramdisk's debug
 //! shell, or a host), with the same code and checks as the `erase_devices`
-//! clean step ([`crate::disk::fullerase::erase_with`]) and a progress bar.
+//! clean step ([`agent_devices::disk::fullerase::erase_with`]) and a progress bar.
 //!
 //! Outside the ramdisk the device must be named twice, with `--device` and
 //! `--allow-device`, exactly as `agent serve --allow-device` works: nothing
@@ -16,10 +16,10 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 
 use super::progress_view::ProgressView;
-use crate::config::{Config, RunMode};
-use crate::disk::fullerase::{erase_with, Knobs, Method};
-use crate::disk::{ioctl, WritePolicy};
-use crate::image::progress::{bar_cells, human_bytes};
+use agent_base::config::{Config, RunMode};
+use agent_contents::image::progress::{bar_cells, human_bytes};
+use agent_devices::disk::fullerase::{erase_with, Knobs, Method};
+use agent_devices::disk::{ioctl, WritePolicy};
 
 /// Flags of `agent erase`.
 #[derive(Debug, Args)]
@@ -52,7 +52,7 @@ pub fn run(args: &EraseArgs) -> Result<()> {
             args.method
         )
     })?;
-    let mode = if crate::power::in_ramdisk() {
+    let mode = if agent_core::power::in_ramdisk() {
         RunMode::Ramdisk
     } else {
         RunMode::Host

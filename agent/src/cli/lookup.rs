@@ -15,8 +15,8 @@ use anyhow::{Context, Result};
 use clap::Args;
 use serde_json::Value;
 
-use crate::conductor::{ApiVersion, ConductorClient};
-use crate::config::ApiUrls;
+use agent_base::config::ApiUrls;
+use agent_conductor::conductor::{ApiVersion, ConductorClient};
 
 /// The lookup version: the newest without token issuing.
 const NO_TOKEN_VERSION: ApiVersion = ApiVersion(1, 61);
@@ -43,7 +43,7 @@ pub async fn run(args: &LookupArgs) -> Result<()> {
     let c = args.conductor.config()?;
     let urls = match &c.api_urls {
         ApiUrls::Urls(u) => u.clone(),
-        ApiUrls::Mdns => vec![crate::discovery::discover(
+        ApiUrls::Mdns => vec![agent_base::discovery::discover(
             "baremetal",
             Duration::from_secs(10),
             &c.mdns.interfaces,
@@ -54,14 +54,15 @@ pub async fn run(args: &LookupArgs) -> Result<()> {
             "no conductor configured: give --api-url or set ipa-api-url on the kernel command line"
         ),
     };
-    let http = crate::tls::http_client(c.insecure, c.cafile.as_deref(), Duration::from_secs(30))?;
+    let http =
+        agent_base::tls::http_client(c.insecure, c.cafile.as_deref(), Duration::from_secs(30))?;
     let client = ConductorClient::new(http, urls.clone(), None);
     let version = client
         .max_version()
         .await
         .context("reading the conductor's API version")?
         .min(NO_TOKEN_VERSION);
-    let mut macs = crate::net::mac_addresses(std::path::Path::new("/sys"), &[]);
+    let mut macs = agent_base::net::mac_addresses(std::path::Path::new("/sys"), &[]);
     macs.extend(c.extra_macs.iter().map(|m| m.to_ascii_lowercase()));
     macs.sort();
     macs.dedup();

@@ -20,7 +20,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 
-use crate::config::{self, Config, RunMode};
+use agent_base::config::{self, Config, RunMode};
 
 /// Bare-metal deploy agent, compatible with Ironic's ironic-python-agent.
 #[derive(Debug, Parser)]
@@ -90,7 +90,7 @@ pub struct InventoryArgs {
     #[arg(long)]
     pub lldp: bool,
     /// LLDP listening time in seconds.
-    #[arg(long, default_value_t = crate::lldp::DEFAULT_TIMEOUT.as_secs())]
+    #[arg(long, default_value_t = agent_devices::lldp::DEFAULT_TIMEOUT.as_secs())]
     pub lldp_timeout: u64,
 }
 
@@ -184,7 +184,7 @@ impl ConductorArgs {
                 .map_err(|e| anyhow::anyhow!("--api-url: {e}"))?;
         }
         for m in &self.mac {
-            if !crate::net::is_valid_mac(&m.to_ascii_lowercase()) {
+            if !agent_base::net::is_valid_mac(&m.to_ascii_lowercase()) {
                 anyhow::bail!("--mac {m:?}: expected six colon-separated hex bytes");
             }
         }
@@ -221,7 +221,7 @@ pub fn init_tracing(debug: bool) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(crate::logs::memlog::Tee)
+        .with_writer(agent_devices::logs::memlog::Tee)
         .with_target(false)
         .with_ansi(colours(
             std::io::IsTerminal::is_terminal(&std::io::stderr()),
@@ -262,26 +262,26 @@ pub async fn run(cli: Cli) -> Result<()> {
     }
 }
 
-fn inventory_options(root: Option<&std::path::Path>) -> Result<crate::inventory::Options> {
+fn inventory_options(root: Option<&std::path::Path>) -> Result<agent_devices::inventory::Options> {
     Ok(match root {
-        Some(r) => crate::inventory::Options::fixture(r),
+        Some(r) => agent_devices::inventory::Options::fixture(r),
         None => {
             let params = config::read_kernel_params(None)?;
             let bootif = params.get("BOOTIF").map(String::from);
-            crate::inventory::Options::live(bootif.filter(|b| !b.is_empty()))
+            agent_devices::inventory::Options::live(bootif.filter(|b| !b.is_empty()))
         }
     })
 }
 
 async fn print_inventory(args: &InventoryArgs) -> Result<()> {
     let opts = inventory_options(args.root.as_deref())?;
-    let mut inv = crate::inventory::collect(&opts)?;
+    let mut inv = agent_devices::inventory::collect(&opts)?;
     if args.lldp {
-        let lldp = crate::lldp::collect(&inv, Duration::from_secs(args.lldp_timeout)).await;
-        crate::lldp::apply(&mut inv, &lldp);
+        let lldp = agent_devices::lldp::collect(&inv, Duration::from_secs(args.lldp_timeout)).await;
+        agent_devices::lldp::apply(&mut inv, &lldp);
     }
     if args.human {
-        print!("{}", crate::inventory::human::render(&inv));
+        print!("{}", agent_devices::inventory::human::render(&inv));
         if args.root.is_none() {
             print!("{}", signature_lines(&inv.disks));
         }
@@ -293,14 +293,14 @@ async fn print_inventory(args: &InventoryArgs) -> Result<()> {
 
 fn print_root_disk(args: &RootDiskArgs) -> Result<()> {
     let opts = inventory_options(args.root.as_deref())?;
-    let inv = crate::inventory::collect(&opts)?;
+    let inv = agent_devices::inventory::collect(&opts)?;
     let hints: Option<serde_json::Value> = args
         .hints
         .as_deref()
         .map(serde_json::from_str)
         .transpose()
         .context("--hints is not JSON")?;
-    let choice = crate::hints::choose(&inv.disks, hints.as_ref())?;
+    let choice = agent_devices::hints::choose(&inv.disks, hints.as_ref())?;
     println!("root device: {} ({})", choice.disk.name, choice.reason);
     for r in &choice.rejected {
         println!("  not {}: {}", r.name, r.reason);
@@ -312,10 +312,10 @@ fn print_root_disk(args: &RootDiskArgs) -> Result<()> {
 }
 
 /// What libblkid finds on each disk (read-only probe), one line each.
-fn signature_lines(disks: &[crate::inventory::Disk]) -> String {
+fn signature_lines(disks: &[agent_devices::inventory::Disk]) -> String {
     let mut out = String::from("\nOn-disk signatures (libblkid)\n");
     for d in disks {
-        let s = match crate::inventory::signatures::probe(std::path::Path::new(&d.name)) {
+        let s = match agent_devices::inventory::signatures::probe(std::path::Path::new(&d.name)) {
             Ok(s) => s.summary(),
             Err(e) => format!("cannot probe: {e:#}"),
         };
@@ -328,17 +328,17 @@ fn signature_lines(disks: &[crate::inventory::Disk]) -> String {
 /// address DHCP gave the preferred NIC.
 pub fn ramdisk_config(args: &RamdiskArgs, debug: bool) -> Result<Config> {
     // Ramdisk mode may write any unmounted disk: never outside the ramdisk.
-    if !crate::power::in_ramdisk() {
+    if !agent_core::power::in_ramdisk() {
         anyhow::bail!(
             "`agent ramdisk` runs only inside the deploy ramdisk (its root is the initramfs and {} exists); use `agent serve` on other machines",
-            crate::power::RAMDISK_MARKER
+            agent_core::power::RAMDISK_MARKER
         );
     }
     let mut c = config::load(None, Some(std::path::Path::new("/")))?;
     c.mode = RunMode::Ramdisk;
     c.debug |= debug;
-    c.network_record = Some(crate::netconf::record::RAMDISK_PATH.into());
-    c.exec_managers_dir = Some(crate::exec_steps::RAMDISK_DIR.into());
+    c.network_record = Some(agent_devices::netconf::record::RAMDISK_PATH.into());
+    c.exec_managers_dir = Some(agent_contents::exec_steps::RAMDISK_DIR.into());
     if c.advertise_host.is_none() {
         c.advertise_host = args.advertise_host;
     }

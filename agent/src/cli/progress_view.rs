@@ -1,7 +1,7 @@
 //! Showing a long operation's progress on the console: on a terminal a bar
 //! redrawn in place four times a second, otherwise (serial console, log
 //! file) one line every five seconds. The caller supplies the text; the
-//! counters live in [`crate::image::progress`] or the erase code.
+//! counters live in [`agent_contents::image::progress`] or the erase code.
 
 use std::io::IsTerminal;
 use std::sync::mpsc::{channel, RecvTimeoutError, Sender};

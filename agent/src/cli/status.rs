@@ -11,7 +11,7 @@ use clap::Args;
 use serde_json::Value;
 
 use crate::api::local_key;
-use crate::image::progress::{bar_cells, human_bytes};
+use agent_contents::image::progress::{bar_cells, human_bytes};
 
 /// Flags of `agent status`.
 #[derive(Debug, Args)]
@@ -28,7 +28,7 @@ pub struct StatusArgs {
 pub async fn run(args: &StatusArgs) -> Result<()> {
     // The agent's certificate is self-signed and made at start; over
     // loopback there is nobody in between to verify against.
-    let http = crate::tls::http_client(true, None, Duration::from_secs(10))?;
+    let http = agent_base::tls::http_client(true, None, Duration::from_secs(10))?;
     let bases = match &args.url {
         Some(u) => vec![u.trim_end_matches('/').to_string()],
         None => vec![

@@ -11,13 +11,13 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 
 use super::progress_view::ProgressView;
-use crate::config::{Config, RunMode};
-use crate::disk::WritePolicy;
-use crate::image::checksum::ChecksumSpec;
-use crate::image::fetch::HttpOptions;
-use crate::image::format::Format;
-use crate::image::progress::{human_bytes, Progress};
-use crate::image::WriteRequest;
+use agent_base::config::{Config, RunMode};
+use agent_contents::image::checksum::ChecksumSpec;
+use agent_contents::image::fetch::HttpOptions;
+use agent_contents::image::format::Format;
+use agent_contents::image::progress::{human_bytes, Progress};
+use agent_contents::image::WriteRequest;
+use agent_devices::disk::WritePolicy;
 
 /// Flags of `agent write-image`.
 #[derive(Debug, Args)]
@@ -70,7 +70,7 @@ pub async fn run(args: WriteImageArgs) -> Result<()> {
         md5_allowed: args.allow_md5,
         format,
         // The operator's own command: no conductor policy applies.
-        formats: crate::image::FormatPolicy::any(),
+        formats: agent_contents::image::FormatPolicy::any(),
         http: HttpOptions {
             insecure: args.insecure,
             cafile: args.cafile.clone(),
@@ -80,7 +80,7 @@ pub async fn run(args: WriteImageArgs) -> Result<()> {
             ..HttpOptions::default()
         },
     };
-    let mode = if crate::power::in_ramdisk() {
+    let mode = if agent_core::power::in_ramdisk() {
         RunMode::Ramdisk
     } else {
         RunMode::Host
@@ -101,10 +101,11 @@ pub async fn run(args: WriteImageArgs) -> Result<()> {
         }
     }));
     let (p, dev) = (progress.clone(), args.device.clone());
-    let result =
-        tokio::task::spawn_blocking(move || crate::image::write_image(&req, &dev, &policy, &p))
-            .await
-            .context("the image writer crashed")?;
+    let result = tokio::task::spawn_blocking(move || {
+        agent_contents::image::write_image(&req, &dev, &policy, &p)
+    })
+    .await
+    .context("the image writer crashed")?;
     view.finish();
     match result {
         Ok(r) => {
@@ -126,12 +127,12 @@ pub async fn run(args: WriteImageArgs) -> Result<()> {
         Err(e) if e.before_write() => {
             bail!(
                 "{e} ({}); the device was not touched",
-                crate::commands::image_errors::error_kind(&e).type_name()
+                agent_core::commands::image_errors::error_kind(&e).type_name()
             )
         }
         Err(e) => bail!(
             "{e} ({}); the device was left without a partition table",
-            crate::commands::image_errors::error_kind(&e).type_name()
+            agent_core::commands::image_errors::error_kind(&e).type_name()
         ),
     }
 }

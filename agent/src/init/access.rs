@@ -13,7 +13,7 @@
 //! (dropbear's `-g` cannot do it: it refuses passwords to every uid 0, and
 //! the `rescue` user is uid 0 because this ramdisk has no sudo).
 
-use crate::config::KernelParams;
+use agent_base::config::KernelParams;
 
 /// A passwordless root shell on the console (`agent.shell=1`): anyone at
 /// the console, the BMC's serial-over-LAN or KVM included, is root.

@@ -1,7 +1,7 @@
 //! Boot phase timestamps: seconds since the kernel started (CLOCK_BOOTTIME,
 //! the clock of the kernel's own log), printed on the console per phase.
 
-pub use crate::bootphases::since_boot;
+pub use agent_base::bootphases::since_boot;
 
 /// Prints one console line `[   3.412] init: <msg>`.
 pub fn say(msg: &str) {

@@ -31,14 +31,14 @@ use std::time::Duration;
 
 use clock::say;
 
-use crate::bootphases;
-use crate::config::KernelParams;
+use agent_base::bootphases;
+use agent_base::config::KernelParams;
 
 /// Whether this process should act as init: it is PID 1 or was started as `/init`.
 pub fn is_init() -> bool {
     is_init_for(
         std::env::args_os().next().as_deref(),
-        std::path::Path::new(crate::power::RAMDISK_MARKER).exists(),
+        std::path::Path::new(agent_core::power::RAMDISK_MARKER).exists(),
     )
 }
 
@@ -63,13 +63,13 @@ pub fn main() -> ! {
     std::env::set_var("PATH", "/bin:/sbin:/usr/bin:/usr/sbin");
     // The agent's binary for executable steps' scripts (`"$AGENT_EXE"
     // json-get`): `/init` itself would be taken for PID 1's code.
-    std::env::set_var(crate::exec_steps::run::AGENT_EXE, "/bin/agent");
+    std::env::set_var(agent_contents::exec_steps::run::AGENT_EXE, "/bin/agent");
     say("phase mounts done");
     // /run is mounted now: the phases go to the file the agent reads.
     bootphases::record_at("init", started);
     bootphases::record("mounts");
 
-    let cmdline = crate::config::read_cmdline(None).unwrap_or_else(|e| {
+    let cmdline = agent_base::config::read_cmdline(None).unwrap_or_else(|e| {
         say(&format!("{e}; using the defaults"));
         String::new()
     });
@@ -104,7 +104,7 @@ pub fn main() -> ! {
     // Multipath devices over the paths of each SAN LUN, as multipathd makes
     // them in IPA's ramdisk, before anything lists the disks (RAID members
     // included: an array on a LUN is assembled on its multipath device).
-    let (assembled, failures) = crate::disk::multipath::assemble();
+    let (assembled, failures) = agent_devices::disk::multipath::assemble();
     for f in failures {
         say(&format!("multipath: {f}"));
     }
@@ -120,8 +120,8 @@ pub fn main() -> ! {
     // Software RAID arrays on the disks start now, as udev and mdadm
     // --incremental start them in IPA's ramdisk (a deploy onto /dev/md0
     // after the clean that built it runs in a new boot).
-    if let Ok(disks) = crate::disk::whole_disks(Path::new("/sys")) {
-        for dev in crate::raid::ops::assemble_existing(&disks) {
+    if let Ok(disks) = agent_devices::disk::whole_disks(Path::new("/sys")) {
+        for dev in agent_contents::raid::ops::assemble_existing(&disks) {
             say(&format!("raid: {} assembled", dev.display()));
         }
     }
@@ -130,7 +130,7 @@ pub fn main() -> ! {
     }
     say(&format!(
         "phase firmware: {}",
-        crate::lockdown::describe(Path::new("/sys"))
+        agent_devices::lockdown::describe(Path::new("/sys"))
     ));
     bootphases::record("firmware");
 
@@ -141,7 +141,7 @@ pub fn main() -> ! {
     };
     say("phase vmedia done");
     bootphases::record("vmedia");
-    for note in crate::config::merge_local(&mut params, Path::new("/")).notes {
+    for note in agent_base::config::merge_local(&mut params, Path::new("/")).notes {
         say(&format!("config: {note}"));
     }
     let plan = network_data.as_deref().and_then(vmedia::plan);
@@ -151,29 +151,34 @@ pub fn main() -> ! {
     }
 
     let bootif = params.get("BOOTIF").map(String::from);
-    let fixed = params.get("ip").and_then(crate::netconf::static_ip::parse);
-    let (nics, advertise) = crate::netconf::bring_up(
+    let fixed = params
+        .get("ip")
+        .and_then(agent_devices::netconf::static_ip::parse);
+    let (nics, advertise) = agent_devices::netconf::bring_up(
         bootif.as_deref(),
         fixed.as_ref(),
         plan.as_ref(),
-        &crate::netconf::vlan::VlanPlan::parse(
+        &agent_devices::netconf::vlan::VlanPlan::parse(
             params.get("ipa-enable-vlan-interfaces").unwrap_or_default(),
         ),
         secs(
             &params,
             "ipa-lldp-timeout",
-            crate::lldp::DEFAULT_TIMEOUT.as_secs_f64(),
+            agent_devices::lldp::DEFAULT_TIMEOUT.as_secs_f64(),
         ),
         Duration::from_secs(5),
         secs(&params, "agent.dhcp-timeout", 30.0),
     );
     for n in &nics {
-        say(&format!("net: {}", crate::netconf::describe(n)));
+        say(&format!("net: {}", agent_devices::netconf::describe(n)));
     }
     // For `coreos_copy_network`: what the network ended up as.
-    let record =
-        crate::netconf::record::NetRecord::from_bringup(plan.as_ref(), fixed.as_ref(), &nics);
-    let record_path = Path::new(crate::netconf::record::RAMDISK_PATH);
+    let record = agent_devices::netconf::record::NetRecord::from_bringup(
+        plan.as_ref(),
+        fixed.as_ref(),
+        &nics,
+    );
+    let record_path = Path::new(agent_devices::netconf::record::RAMDISK_PATH);
     match record.save(record_path) {
         Ok(()) => say(&format!(
             "net: {} interface(s) recorded in {}",
@@ -208,13 +213,15 @@ pub fn main() -> ! {
         None => false,
     };
     let logins = match rootpwd_from_cmdline(&cmdline) {
-        Some(hash) => match crate::rescue::account::set_root_password(Path::new("/"), &hash) {
-            Ok(()) => true,
-            Err(e) => {
-                say(&format!("{e:#}; no console login"));
-                false
+        Some(hash) => {
+            match agent_devices::rescue::account::set_root_password(Path::new("/"), &hash) {
+                Ok(()) => true,
+                Err(e) => {
+                    say(&format!("{e:#}; no console login"));
+                    false
+                }
             }
-        },
+        }
         None => false,
     };
     if access.debug_logging {

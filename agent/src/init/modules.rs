@@ -248,7 +248,7 @@ impl Loader {
             match finit(&self.dir.join(&file), opts) {
                 Ok(()) => n += 1,
                 Err(nix::errno::Errno::EEXIST) => {}
-                Err(e) => match crate::lockdown::explain(Path::new("/sys"), e as i32) {
+                Err(e) => match agent_devices::lockdown::explain(Path::new("/sys"), e as i32) {
                     Some(why) => eprintln!("init: module {name}: {e}: {why}"),
                     None => eprintln!("init: module {name}: {e}"),
                 },

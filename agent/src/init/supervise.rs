@@ -32,7 +32,7 @@ pub struct Services {
 
 /// Runs forever.
 pub fn run(services: &Services) -> ! {
-    let mut rescued = crate::rescue::account::rescued(Path::new("/"));
+    let mut rescued = agent_devices::rescue::account::rescued(Path::new("/"));
     let mut agent = if rescued { None } else { spawn_agent(services) };
     let mut shell = services.shell.then(spawn_shell).flatten();
     let mut ssh = services.ssh.then(spawn_ssh).flatten();
@@ -66,7 +66,7 @@ pub fn run(services: &Services) -> ! {
             _ => continue,
         };
         if Some(pid) == agent {
-            if crate::rescue::account::rescued(Path::new("/")) {
+            if agent_devices::rescue::account::rescued(Path::new("/")) {
                 say(&format!(
                     "the agent {reason} after rescue; it stays stopped"
                 ));
@@ -134,7 +134,7 @@ fn enter_rescue(
         let _ = waitpid(pid, None);
     }
     let (args, note) = rescue_root(services.rootpwd_after_rescue, || {
-        crate::rescue::account::lock_root_password(Path::new("/"))
+        agent_devices::rescue::account::lock_root_password(Path::new("/"))
     });
     if let Some(note) = note {
         say(&note);

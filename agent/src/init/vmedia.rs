@@ -7,9 +7,9 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crate::config::KernelParams;
-use crate::netconf::network_data;
-use crate::vmedia;
+use agent_base::config::KernelParams;
+use agent_contents::vmedia;
+use agent_devices::netconf::network_data;
 
 use super::say;
 
@@ -25,7 +25,7 @@ pub fn booted_from_vmedia(params: &KernelParams) -> bool {
 
 /// Reads the virtual media; returns `network_data.json`'s bytes if the ISO
 /// has it. Floppy parameters are written where the agent's configuration
-/// reads them ([`crate::config::VMEDIA_PARAMS`]) and merged into `params`.
+/// reads them ([`agent_base::config::VMEDIA_PARAMS`]) and merged into `params`.
 pub fn read(params: &mut KernelParams) -> Option<Vec<u8>> {
     let (sys, dev, root) = (Path::new("/sys"), Path::new("/dev"), Path::new("/"));
     let started = Instant::now();
@@ -55,7 +55,7 @@ pub fn read(params: &mut KernelParams) -> Option<Vec<u8>> {
         say(&format!("vmedia: {note}"));
     }
     if let Some((from, text)) = floppy.found {
-        let path = root.join(crate::config::VMEDIA_PARAMS);
+        let path = root.join(agent_base::config::VMEDIA_PARAMS);
         let written = path
             .parent()
             .map_or(Ok(()), std::fs::create_dir_all)
@@ -104,7 +104,7 @@ pub fn read(params: &mut KernelParams) -> Option<Vec<u8>> {
             path.display()
         )),
     }
-    let nd = crate::ignition::iso::read_file_from(
+    let nd = agent_contents::ignition::iso::read_file_from(
         &disc,
         network_data::PATH_ON_MEDIA,
         network_data::MAX_BYTES,
@@ -129,7 +129,7 @@ pub fn read(params: &mut KernelParams) -> Option<Vec<u8>> {
 
 /// The plan for this machine from `bytes`, or the reason there is none.
 pub fn plan(bytes: &[u8]) -> Option<network_data::Plan> {
-    let nics = crate::netconf::physical_nics(Path::new("/sys"));
+    let nics = agent_devices::netconf::physical_nics(Path::new("/sys"));
     match network_data::plan(bytes, &nics) {
         Ok(p) => Some(p),
         Err(e) => {

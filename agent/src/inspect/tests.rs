@@ -9,7 +9,7 @@ use serde_json::json;
 use tokio::time::Instant;
 
 use super::*;
-use crate::conductor::fake::{found, http, Call, ScriptedConductor};
+use agent_conductor::conductor::fake::{found, http, Call, ScriptedConductor};
 
 const IRONIC: &str = "http://conductor.test:6385/v1/continue_inspection";
 const INSPECTOR: &str = "http://inspector.test:5050/v1/continue";
@@ -129,7 +129,7 @@ async fn unusable_callback_urls_are_refused_without_a_call() {
 
 #[test]
 fn inspection_goes_where_ipa_13_sends_it() {
-    use crate::config::{ApiUrls, Config};
+    use agent_base::config::{ApiUrls, Config};
     let api = |collectors: bool| Config {
         api_urls: ApiUrls::Urls(vec![
             "http://conductor.test:6385/".into(),

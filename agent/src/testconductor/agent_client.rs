@@ -35,7 +35,7 @@ impl AgentClient {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let mut roots = rustls::RootCertStore::empty();
         if let Some(pem) = &node.agent_verify_ca {
-            crate::tls::add_pem_roots(&mut roots, pem.as_bytes())?;
+            agent_base::tls::add_pem_roots(&mut roots, pem.as_bytes())?;
         }
         let tls = rustls::ClientConfig::builder_with_provider(provider)
             .with_protocol_versions(&[&rustls::version::TLS13])?
@@ -101,7 +101,7 @@ impl AgentClient {
             .get("hardware_manager_version")
             .filter(|v| v.is_object())
             .cloned()
-            .unwrap_or_else(crate::commands::steps::hardware_manager_version);
+            .unwrap_or_else(agent_core::commands::steps::hardware_manager_version);
         let (name, params) = match kind {
             StepKind::Clean => {
                 step["requires_ramdisk"] = json!(true);

@@ -10,8 +10,9 @@ use anyhow::{Context, Result};
 use serde_json::json;
 
 use super::{Settings, TestConductor};
-use crate::config::{ApiUrls, Config, RunMode};
-use crate::disk::erase::probe_signatures;
+use agent_base::config::{ApiUrls, Config, RunMode};
+use agent_devices::disk::erase::probe_signatures;
+use agent_testkit::write_demo_image;
 
 /// The MAC the demo node is enrolled with.
 const DEMO_MAC: &str = "52:54:00:de:00:01";
@@ -107,24 +108,4 @@ fn tempdir_in(workdir: Option<PathBuf>) -> Result<PathBuf> {
 
 fn signatures(path: &std::path::Path) -> Result<Vec<String>> {
     probe_signatures(&std::fs::File::open(path)?)
-}
-
-/// A 64 MiB image with a protective MBR, primary and backup GPT headers and
-/// an ext4 superblock magic.
-pub fn write_demo_image(path: &std::path::Path) -> Result<()> {
-    use std::os::unix::fs::FileExt;
-    let size: u64 = 64 << 20;
-    let f = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
-    f.set_len(size)?;
-    let mut mbr = [0u8; 512];
-    mbr[446 + 4] = 0xee;
-    mbr[446 + 8..446 + 12].copy_from_slice(&1u32.to_le_bytes());
-    mbr[446 + 12..446 + 16].copy_from_slice(&((size / 512 - 1) as u32).to_le_bytes());
-    mbr[510] = 0x55;
-    mbr[511] = 0xaa;
-    f.write_all_at(&mbr, 0)?;
-    f.write_all_at(b"EFI PART", 512)?;
-    f.write_all_at(b"EFI PART", size - 512)?;
-    f.write_all_at(&0xef53u16.to_le_bytes(), 1080)?;
-    Ok(())
 }

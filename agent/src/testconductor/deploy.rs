@@ -40,7 +40,7 @@ pub(super) struct HrefError {
 /// image URL must answer 2xx.
 pub(super) async fn validate_image_href(url: &str) -> Result<(), HrefError> {
     let reason = async {
-        let http = crate::tls::http_client(false, None, std::time::Duration::from_secs(30))?;
+        let http = agent_base::tls::http_client(false, None, std::time::Duration::from_secs(30))?;
         let resp = http.head(url).send().await?;
         anyhow::ensure!(
             resp.status().is_success(),

@@ -13,7 +13,6 @@ mod agent_client;
 pub mod demo;
 mod deploy;
 mod driver;
-pub mod image_server;
 mod inspection;
 pub mod node;
 
@@ -557,7 +556,7 @@ fn api_version(headers: &HeaderMap) -> (u32, u32) {
     headers
         .get("X-OpenStack-Ironic-API-Version")
         .and_then(|v| v.to_str().ok())
-        .and_then(crate::config::parse_version)
+        .and_then(agent_base::config::parse_version)
         .unwrap_or((1, 1))
 }
 

@@ -8,17 +8,17 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use agent::config::{Config, RunMode};
-use agent::disk::WritePolicy;
-use agent::image::checksum::ChecksumSpec;
-use agent::image::fetch::HttpOptions;
-use agent::image::progress::Progress;
-use agent::image::{write_image, ImageError, WriteReport, WriteRequest};
-use agent::testconductor::image_server::{Fault, ImageServer};
+use agent_base::config::{Config, RunMode};
+use agent_contents::image::checksum::ChecksumSpec;
+use agent_contents::image::fetch::HttpOptions;
+use agent_contents::image::progress::Progress;
+use agent_contents::image::{write_image, ImageError, WriteReport, WriteRequest};
+use agent_devices::disk::WritePolicy;
+use agent_testkit::image_server::{Fault, ImageServer};
 
-pub const MIB: u64 = 1 << 20;
+pub(crate) const MIB: u64 = 1 << 20;
 
-pub struct Bed {
+pub(crate) struct Bed {
     pub dir: tempfile::TempDir,
     pub server: ImageServer,
     pub image: PathBuf,
@@ -27,7 +27,7 @@ pub struct Bed {
 
 /// A 24 MiB GPT disk image: partition 1 random data, partition 2 zeros
 /// with a text marker, and the backup GPT at its end.
-pub fn make_image(path: &Path) -> Vec<u8> {
+pub(crate) fn make_image(path: &Path) -> Vec<u8> {
     let f = std::fs::File::create(path).unwrap();
     f.set_len(24 * MIB).unwrap();
     drop(f);
@@ -53,12 +53,12 @@ pub fn make_image(path: &Path) -> Vec<u8> {
     raw
 }
 
-pub fn sha256_hex(data: &[u8]) -> String {
+pub(crate) fn sha256_hex(data: &[u8]) -> String {
     let d = ring::digest::digest(&ring::digest::SHA256, data);
     d.as_ref().iter().map(|b| format!("{b:02x}")).collect()
 }
 
-pub fn bed() -> Bed {
+pub(crate) fn bed() -> Bed {
     let dir = tempfile::tempdir().unwrap();
     let image = dir.path().join("disk.img");
     let raw = make_image(&image);
@@ -74,7 +74,7 @@ pub fn bed() -> Bed {
 impl Bed {
     /// A target "disk" of `size` bytes, holding an old GPT disk so that
     /// tests can see it is gone after a failure.
-    pub fn target(&self, name: &str, size: u64) -> PathBuf {
+    pub(crate) fn target(&self, name: &str, size: u64) -> PathBuf {
         let path = self.dir.path().join(name);
         std::fs::copy(&self.image, &path).unwrap();
         std::fs::OpenOptions::new()
@@ -86,7 +86,7 @@ impl Bed {
         path
     }
 
-    pub fn request(&self, url: String, checksum: &str) -> WriteRequest {
+    pub(crate) fn request(&self, url: String, checksum: &str) -> WriteRequest {
         WriteRequest {
             urls: vec![url],
             checksum: ChecksumSpec::parse_cli(checksum).unwrap(),
@@ -102,7 +102,7 @@ impl Bed {
         }
     }
 
-    pub fn serve(&self, path: &str, data: &[u8], script: &[Fault], then: Fault) -> String {
+    pub(crate) fn serve(&self, path: &str, data: &[u8], script: &[Fault], then: Fault) -> String {
         let file = self
             .dir
             .path()
@@ -113,7 +113,7 @@ impl Bed {
     }
 }
 
-pub fn policy(device: &Path) -> WritePolicy {
+pub(crate) fn policy(device: &Path) -> WritePolicy {
     WritePolicy::from_config(&Config {
         mode: RunMode::Host,
         allowed_devices: vec![device.to_path_buf()],
@@ -121,7 +121,10 @@ pub fn policy(device: &Path) -> WritePolicy {
     })
 }
 
-pub fn write(req: &WriteRequest, target: &Path) -> (Result<WriteReport, ImageError>, Progress) {
+pub(crate) fn write(
+    req: &WriteRequest,
+    target: &Path,
+) -> (Result<WriteReport, ImageError>, Progress) {
     let progress = Progress::default();
     (
         write_image(req, target, &policy(target), &progress),
@@ -131,9 +134,9 @@ pub fn write(req: &WriteRequest, target: &Path) -> (Result<WriteReport, ImageErr
 
 /// No partition table or other signature anywhere libblkid looks, and the
 /// first MiB is zero.
-pub fn assert_wiped(target: &Path) {
+pub(crate) fn assert_wiped(target: &Path) {
     let f = std::fs::File::open(target).unwrap();
-    let sigs = agent::disk::erase::probe_signatures(&f).unwrap();
+    let sigs = agent_devices::disk::erase::probe_signatures(&f).unwrap();
     assert!(
         sigs.is_empty(),
         "signatures left on {}: {sigs:?}",
@@ -146,7 +149,7 @@ pub fn assert_wiped(target: &Path) {
     );
 }
 
-pub fn sfdisk_dump(target: &Path) -> String {
+pub(crate) fn sfdisk_dump(target: &Path) -> String {
     let out = Command::new("sfdisk")
         .arg("-d")
         .arg(target)
@@ -160,7 +163,7 @@ pub fn sfdisk_dump(target: &Path) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-pub fn qemu_img(args: &[&str]) {
+pub(crate) fn qemu_img(args: &[&str]) {
     let out = Command::new("qemu-img")
         .args(args)
         .output()

@@ -16,6 +16,7 @@ use image_builder::arch::Arch;
 use super::arm_pxe::{pxe_conf_lines, ArmBoot};
 use super::redfish::{self, Bmc};
 use super::{arm_domain, metal3};
+use crate::file_sha256;
 use crate::testimage;
 
 /// Ironic's configuration for the Arm server booted as `files.boot` says,
@@ -77,11 +78,6 @@ pub fn ironic_conf(files: &ArmFiles, http_url: &str) -> String {
         boot = files.boot.interface(),
         kernel = files.boot.kernel_file(),
     )
-}
-
-/// A whole file's sha256.
-pub fn file_sha256(path: &Path) -> std::io::Result<String> {
-    crate::sha256_prefix(path, u64::MAX)
 }
 
 /// The sha256 of `path` on the ISO `iso` (`isoinfo -x`), `None` when it

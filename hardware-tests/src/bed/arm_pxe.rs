@@ -23,7 +23,7 @@ use std::path::Path;
 
 use image_builder::arch::Arch;
 
-use super::arm_flow::file_sha256;
+use crate::file_sha256;
 
 /// How Ironic boots the Arm server's deploy ramdisk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

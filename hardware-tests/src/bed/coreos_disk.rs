@@ -36,7 +36,7 @@ impl ReadOnlyDisk {
     /// meanwhile; a `vfat` one is read with mtools instead (this machine's
     /// kernel has no vfat).
     pub fn boot_files(&self, fstype: &str, rel: &[&str]) -> Result<Vec<String>> {
-        let boot = agent::ignition::boot_partition(&self.path)?
+        let boot = agent_contents::ignition::boot_partition(&self.path)?
             .with_context(|| format!("no boot partition on {}", self.path.display()))?;
         if fstype == "vfat" {
             let image = format!("{}@@{}", self.path.display(), boot.start);
@@ -56,8 +56,9 @@ impl ReadOnlyDisk {
                 })
                 .collect();
         }
-        let m =
-            agent::ignition::mount::Mounted::new(&self.path, boot.start, boot.len, fstype, true)?;
+        let m = agent_contents::ignition::mount::Mounted::new(
+            &self.path, boot.start, boot.len, fstype, true,
+        )?;
         let read: Result<Vec<String>> = rel
             .iter()
             .map(|r| {
@@ -83,8 +84,8 @@ impl ReadOnlyDisk {
     /// partition table, filesystems) and the GPT headers; empty when none.
     pub fn bootable_leftovers(&self) -> Result<Vec<String>> {
         let f = std::fs::File::open(&self.path)?;
-        let size = agent::disk::ioctl::size_bytes(&f)?;
-        let mut found = agent::disk::erase::probe_signatures(&f)?;
+        let size = agent_devices::disk::ioctl::size_bytes(&f)?;
+        let mut found = agent_devices::disk::erase::probe_signatures(&f)?;
         let mut head = [0u8; 8];
         for (at, what) in [
             (512, "primary GPT header"),

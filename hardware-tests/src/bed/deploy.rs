@@ -115,7 +115,9 @@ pub fn config_drive(dir: &Path, meta_data: &Value) -> Result<String> {
         .arg(&iso)
         .arg(dir.join("configdrive")))
     .context("genisoimage (ci/install-deps installs it)")?;
-    Ok(agent::configdrive::source::encode(&std::fs::read(&iso)?))
+    Ok(agent_contents::configdrive::source::encode(&std::fs::read(
+        &iso,
+    )?))
 }
 
 /// A random version-4 UUID (for config drives' `meta_data.json`).

@@ -9,8 +9,7 @@ use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 
-use super::redfish::{OVMF_CODE, OVMF_VARS};
-use super::vm::{Boot, Bus, Firmware, VmSpec};
+use super::vm::{Boot, Bus, Firmware, VmSpec, OVMF_CODE, OVMF_VARS};
 
 pub(crate) fn xml_escape(s: &str) -> String {
     s.replace('&', "&amp;")

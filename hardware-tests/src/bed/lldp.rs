@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use agent::lldp::socket::PacketSocket;
-use agent::lldp::tlv::{build_frame, switch_tlvs, ETHERTYPE};
+use agent_devices::lldp::socket::PacketSocket;
+use agent_devices::lldp::tlv::{build_frame, switch_tlvs, ETHERTYPE};
 use anyhow::{Context, Result};
 
 use super::net::Net;
@@ -29,7 +29,7 @@ impl Switch {
     }
 
     /// [`Switch::start`] with `extra` TLVs after the usual ones (e.g. a
-    /// management address, [`agent::lldp::tlv::management_address_tlv`]).
+    /// management address, [`agent_devices::lldp::tlv::management_address_tlv`]).
     pub fn start_with(
         net: &Net,
         chassis: [u8; 6],

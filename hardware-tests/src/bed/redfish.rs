@@ -41,7 +41,7 @@ use anyhow::{bail, Context, Result};
 use serde_json::Value;
 
 use super::net::{Net, Proc, BRIDGE_IP};
-use super::vm::VmSpec;
+use super::vm::{VmSpec, OVMF_CODE, OVMF_VARS};
 use crate::{repo_root, run};
 
 /// The port sushy-emulator listens on (at [`BRIDGE_IP`]).
@@ -50,9 +50,6 @@ pub const PORT: u16 = 8000;
 pub const USER: &str = "admin";
 /// The BMC's password.
 pub const PASSWORD: &str = "bed-redfish";
-
-pub(crate) const OVMF_CODE: &str = "/usr/share/OVMF/OVMF_CODE_4M.fd";
-pub(crate) const OVMF_VARS: &str = "/usr/share/OVMF/OVMF_VARS_4M.fd";
 
 /// An EFI system partition image in `dir` for Ironic's `[DEFAULT] esp_image`: grub
 /// (grub-mkimage, modules built in) that finds the ISO's
@@ -632,7 +629,7 @@ impl<'n> Bmc<'n> {
     pub fn client(&self) -> Result<Client> {
         Ok(Client {
             base: self.url(),
-            http: agent::tls::http_client(false, None, Duration::from_secs(60))?,
+            http: agent_base::tls::http_client(false, None, Duration::from_secs(60))?,
         })
     }
 

@@ -189,8 +189,8 @@ pub struct Vm<'n> {
     qemu: Option<Proc>,
 }
 
-const OVMF_CODE: &str = "/usr/share/OVMF/OVMF_CODE_4M.fd";
-const OVMF_VARS: &str = "/usr/share/OVMF/OVMF_VARS_4M.fd";
+pub(crate) const OVMF_CODE: &str = "/usr/share/OVMF/OVMF_CODE_4M.fd";
+pub(crate) const OVMF_VARS: &str = "/usr/share/OVMF/OVMF_VARS_4M.fd";
 const OVMF_CODE_SECBOOT: &str = "/usr/share/OVMF/OVMF_CODE_4M.secboot.fd";
 const OVMF_VARS_MS: &str = "/usr/share/OVMF/OVMF_VARS_4M.ms.fd";
 // AAVMF (package qemu-efi-aarch64): the 64 MiB flash images `virt` takes;

@@ -37,8 +37,8 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use agent::testconductor::image_server::{Fault, ImageServer};
 use agent::testconductor::{BootMode, DeployRequest, ImageInfo, Settings, TestConductor};
+use agent_testkit::image_server::{Fault, ImageServer};
 use anyhow::{bail, Context, Result};
 use hardware_tests::bed::deploy::{self, Event, Printer, Target, HEARTBEAT};
 use hardware_tests::bed::ironic_flow::{self, Flow, Machine, PxeRoot};

@@ -87,7 +87,7 @@ impl BmcClient {
             system: opts.system_path.clone(),
             user: opts.user.clone(),
             password: opts.password.clone(),
-            http: agent::tls::http_client(insecure, ca, Duration::from_secs(20))?,
+            http: agent_base::tls::http_client(insecure, ca, Duration::from_secs(20))?,
         })
     }
 

@@ -193,7 +193,7 @@ fn copy_sparse(src: &Path, dst: &File, offset: u64) -> Result<()> {
 }
 
 /// Builds the raw image at `out`, using `work` for intermediate files.
-pub fn assemble(work: &Path, inputs: &Inputs, initrd: &[u8], out: &Path) -> Result<()> {
+pub(super) fn assemble(work: &Path, inputs: &Inputs, initrd: &[u8], out: &Path) -> Result<()> {
     let esp = esp(work, inputs, initrd)?;
     let _ = std::fs::remove_file(out);
     let disk = File::options()

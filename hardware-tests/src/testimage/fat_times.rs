@@ -22,7 +22,7 @@ fn u32_at(b: &[u8], at: usize) -> u64 {
 
 /// Sets creation, access and modification time of each root entry of the
 /// FAT32 filesystem in `image`.
-pub fn normalise_root(image: &Path) -> Result<()> {
+pub(super) fn normalise_root(image: &Path) -> Result<()> {
     let f = File::options().read(true).write(true).open(image)?;
     let mut boot = [0u8; 512];
     f.read_exact_at(&mut boot, 0)?;

@@ -16,8 +16,8 @@
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use agent::burnin::network::Role;
-use agent::burnin::pairing::find_partner;
+use agent_devices::burnin::network::Role;
+use agent_devices::burnin::pairing::find_partner;
 use hardware_tests::debs::Etcd;
 use hardware_tests::repo_root;
 
@@ -64,7 +64,7 @@ fn hostname() -> String {
 }
 
 fn client() -> reqwest::Client {
-    agent::tls::http_client(false, None, Duration::from_secs(30)).unwrap()
+    agent_base::tls::http_client(false, None, Duration::from_secs(30)).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

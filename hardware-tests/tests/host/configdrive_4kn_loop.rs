@@ -69,7 +69,7 @@ fn a_512_byte_vfat_config_drive_is_rebuilt_for_a_4kn_disk() {
         .unwrap();
     assert!(child.wait().unwrap().success());
 
-    let placed = agent::configdrive::write(&disk.path, &cd).unwrap();
+    let placed = agent_contents::configdrive::write(&disk.path, &cd).unwrap();
     assert!(!placed.reused);
     assert_eq!(placed.label.as_deref(), Some("CONFIG-2"));
     let part = disk.wait_partition(placed.part.number).unwrap();

@@ -21,16 +21,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agent::api::{self, local_key};
-use agent::config::Config;
-use agent::container_steps::limits::Limits;
-use agent::container_steps::policy::{apply, Origin};
-use agent::container_steps::settings::ContainerSettings;
-use agent::container_steps::{
+use agent::server::Server;
+use agent_base::config::Config;
+use agent_base::tls;
+use agent_contents::container_steps::limits::Limits;
+use agent_contents::container_steps::policy::{apply, Origin};
+use agent_contents::container_steps::settings::ContainerSettings;
+use agent_contents::container_steps::{
     run_container, run_container_within, runtime_available, ContainerError,
 };
-use agent::server::Server;
-use agent::state::AgentState;
-use agent::tls;
+use agent_core::state::AgentState;
 use hardware_tests::loopdev::LoopDevice;
 use hardware_tests::registry::{isolation_probe, probe_report, with_crun_cgroups, Registry};
 use hardware_tests::slow_proxy::SlowProxy;
@@ -151,7 +151,8 @@ async fn container_step_pulls_over_tls_and_writes_the_device() {
     };
     let p = apply(&insecure, &tool, &[], &[], Origin::Arguments).unwrap();
     assert!(!p.pull.tls_verify);
-    let verified_pulls = String::from_utf8_lossy(&agent::logs::memlog::snapshot()).into_owned();
+    let verified_pulls =
+        String::from_utf8_lossy(&agent_devices::logs::memlog::snapshot()).into_owned();
     // (Other tests of this binary log such pulls of their own images.)
     assert!(!verified_pulls
         .lines()
@@ -161,7 +162,7 @@ async fn container_step_pulls_over_tls_and_writes_the_device() {
         .unwrap();
     assert_eq!(marker_at_sector_one(&disk.path), MARKER);
     // ...and said so, naming the image.
-    let log = String::from_utf8_lossy(&agent::logs::memlog::snapshot()).into_owned();
+    let log = String::from_utf8_lossy(&agent_devices::logs::memlog::snapshot()).into_owned();
     let warning = log
         .lines()
         .find(|l| l.contains("WITHOUT TLS verification"))
@@ -216,7 +217,7 @@ async fn a_plain_http_registry_is_used_only_without_tls_verification() {
         .await
         .unwrap();
     assert_eq!(marker_at_sector_one(&disk.path), MARKER);
-    let log = String::from_utf8_lossy(&agent::logs::memlog::snapshot()).into_owned();
+    let log = String::from_utf8_lossy(&agent_devices::logs::memlog::snapshot()).into_owned();
     let warning = log
         .lines()
         .find(|l| l.contains("speaks plain HTTP: pulling"))
@@ -348,7 +349,7 @@ async fn registry_credentials_from_creds_or_an_authfile() {
 /// The error of running `p` within `limits` (it must fail), with the work
 /// directory checked empty after.
 async fn refused_within(
-    p: &agent::container_steps::policy::Permitted,
+    p: &agent_contents::container_steps::policy::Permitted,
     ca: &std::path::Path,
     limits: &Limits,
 ) -> ContainerError {

@@ -8,9 +8,9 @@
 //! user data is refused before the disk is touched; an image without a
 //! checksum is written unverified; no image is the ramdisk form's error.
 
-use agent::config::{Config, RunMode};
-use agent::ignition::mount::Mounted;
-use agent::testconductor::image_server::{Fault, ImageServer};
+use agent_base::config::{Config, RunMode};
+use agent_contents::ignition::mount::Mounted;
+use agent_testkit::image_server::{Fault, ImageServer};
 use hardware_tests::agentapi::AgentApi;
 use hardware_tests::coreosimage::{coreos_image, BLS, STAMP};
 use hardware_tests::loopdev::LoopDevice;
@@ -107,7 +107,7 @@ async fn install_coreos_writes_the_image_ignition_and_kernel_arguments() {
         "{msg}"
     );
 
-    let boot = agent::ignition::boot_partition(&disk.path)
+    let boot = agent_contents::ignition::boot_partition(&disk.path)
         .unwrap()
         .unwrap();
     let read = |rel: &str| {
@@ -178,7 +178,7 @@ async fn install_coreos_writes_the_image_ignition_and_kernel_arguments() {
     assert_eq!(r["command_status"], "FAILED", "{r}");
     assert_eq!(
         r["command_error"]["details"],
-        agent::commands::coreos::NO_OFFLINE_IMAGE
+        agent_core::commands::coreos::NO_OFFLINE_IMAGE
     );
 }
 
@@ -190,7 +190,7 @@ async fn install_coreos_writes_the_image_ignition_and_kernel_arguments() {
 /// fails before anything is downloaded.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn install_coreos_copies_the_ramdisks_network() {
-    use agent::netconf::{dhcp::Lease, network_data, record::NetRecord, NicResult};
+    use agent_devices::netconf::{dhcp::Lease, network_data, record::NetRecord, NicResult};
     let f = fixture();
     let (sha, server, disk) = (&f.sha, &f.server, &f.disk);
     let dir = tempfile::tempdir().unwrap();
@@ -265,7 +265,7 @@ async fn install_coreos_copies_the_ramdisks_network() {
         .unwrap();
     assert_eq!(r["command_status"], "SUCCEEDED", "{r}");
 
-    let boot = agent::ignition::boot_partition(&disk.path)
+    let boot = agent_contents::ignition::boot_partition(&disk.path)
         .unwrap()
         .unwrap();
     let m = Mounted::new(&disk.path, boot.start, boot.len, "ext4", true).unwrap();

@@ -27,9 +27,9 @@
 use std::path::Path;
 use std::time::Duration;
 
-use agent::config::{Config, RunMode};
-use agent::ignition::mount::Mounted;
-use agent::testconductor::image_server::{Fault, ImageServer};
+use agent_base::config::{Config, RunMode};
+use agent_contents::ignition::mount::Mounted;
+use agent_testkit::image_server::{Fault, ImageServer};
 use hardware_tests::agentapi::AgentApi;
 use hardware_tests::coreosimage::{coreos_image, BLS, STAMP};
 use hardware_tests::liveroot::{LiveRoot, TOOLS};
@@ -106,7 +106,7 @@ fn step(instance_info: Value) -> Value {
 /// Runs the step and returns its result and the agent's log lines written
 /// meanwhile.
 async fn install(api: &AgentApi, instance_info: Value) -> (Value, String) {
-    let before = agent::logs::memlog::snapshot().len();
+    let before = agent_devices::logs::memlog::snapshot().len();
     let r = tokio::time::timeout(
         Duration::from_secs(300),
         api.run("deploy.execute_deploy_step", step(instance_info)),
@@ -114,7 +114,7 @@ async fn install(api: &AgentApi, instance_info: Value) -> (Value, String) {
     .await
     .expect("install_coreos within 5 minutes")
     .unwrap();
-    let log = agent::logs::memlog::snapshot();
+    let log = agent_devices::logs::memlog::snapshot();
     let log = String::from_utf8_lossy(log.get(before..).unwrap_or(&log)).into_owned();
     (r, log)
 }
@@ -124,7 +124,7 @@ async fn install(api: &AgentApi, instance_info: Value) -> (Value, String) {
 fn leftovers(disk: &Path) -> Vec<String> {
     use std::os::unix::fs::FileExt;
     let f = std::fs::File::open(disk).unwrap();
-    let mut found = agent::disk::erase::probe_signatures(&f).unwrap();
+    let mut found = agent_devices::disk::erase::probe_signatures(&f).unwrap();
     let mut head = [0u8; 8];
     f.read_exact_at(&mut head, 512).unwrap();
     if &head == b"EFI PART" {
@@ -176,7 +176,7 @@ async fn an_image_without_checksum_is_installed_with_ignition_and_kernel_argumen
         "the Ignition file is removed"
     );
 
-    let boot = agent::ignition::boot_partition(&f.disk.path)
+    let boot = agent_contents::ignition::boot_partition(&f.disk.path)
         .unwrap()
         .unwrap();
     let m = Mounted::new(&f.disk.path, boot.start, boot.len, "ext4", true).unwrap();
@@ -360,7 +360,7 @@ async fn a_host_without_a_journal_keeps_the_agents_log_in_the_bundle() {
         .collect();
     assert!(names.contains(&"agent.log".to_string()), "{names:?}");
     assert!(!names.contains(&"journal".to_string()), "{names:?}");
-    let log = String::from_utf8_lossy(&agent::logs::memlog::snapshot()).into_owned();
+    let log = String::from_utf8_lossy(&agent_devices::logs::memlog::snapshot()).into_owned();
     assert!(
         log.contains("Abnormally small journalctl output: -- No entries --"),
         "{log}"

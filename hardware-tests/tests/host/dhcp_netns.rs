@@ -64,7 +64,7 @@ fn dhcp_client_gets_and_applies_a_lease_from_dnsmasq() {
     let mac = ns.ip(&["-br", "link", "show", "dhc"]).unwrap();
     let mac = mac.split_whitespace().nth(2).unwrap().to_string();
     let lease = ns
-        .enter(|| agent::netconf::configure("dhc", &mac, Duration::from_secs(15), true))
+        .enter(|| agent_devices::netconf::configure("dhc", &mac, Duration::from_secs(15), true))
         .unwrap()
         .unwrap();
     let last = lease.addr.octets()[3];

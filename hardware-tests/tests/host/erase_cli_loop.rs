@@ -36,7 +36,10 @@ fn formatted(size: u64) -> LoopDevice {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn erase_refuses_unlisted_and_mounted_devices_and_wipes_an_allowed_one() {
     hardware_tests::require_root("the agent erase loop-device test");
-    assert!(!agent::power::in_ramdisk(), "this test is for host mode");
+    assert!(
+        !agent_core::power::in_ramdisk(),
+        "this test is for host mode"
+    );
     let a = formatted(32 * MIB);
     let other = LoopDevice::new(8 * MIB).unwrap();
     let dev = a.path.to_str().unwrap();
@@ -128,8 +131,8 @@ async fn erase_refuses_unlisted_and_mounted_devices_and_wipes_an_allowed_one() {
 /// failed); asked for explicitly, the method fails with the reason.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ata_security_erase_falls_through_on_a_device_without_sg_io() {
-    use agent::config::{Config, RunMode};
-    use agent::disk::fullerase::{ata, erase_with, Erased, Knobs, Method};
+    use agent_base::config::{Config, RunMode};
+    use agent_devices::disk::fullerase::{ata, erase_with, Erased, Knobs, Method};
     use std::sync::atomic::{AtomicBool, AtomicU64};
 
     hardware_tests::require_root("the ATA fall-through loop-device test");
@@ -144,7 +147,7 @@ async fn ata_security_erase_falls_through_on_a_device_without_sg_io() {
     }
     drop(f);
 
-    let policy = agent::disk::WritePolicy::from_config(&Config {
+    let policy = agent_devices::disk::WritePolicy::from_config(&Config {
         mode: RunMode::Host,
         allowed_devices: vec![d.path.clone()],
         ..Config::default()

@@ -7,9 +7,9 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64};
 
-use agent::config::Config;
-use agent::disk::fullerase::{erase_disks, erase_with, methods, Erased, Knobs, Method};
-use agent::disk::WritePolicy;
+use agent_base::config::Config;
+use agent_devices::disk::fullerase::{erase_disks, erase_with, methods, Erased, Knobs, Method};
+use agent_devices::disk::WritePolicy;
 use hardware_tests::loopdev::LoopDevice;
 
 fn all_zero(dev: &LoopDevice) -> bool {

@@ -5,7 +5,7 @@
 
 use std::process::Command;
 
-use agent::ignition::mount::Mounted;
+use agent_contents::ignition::mount::Mounted;
 use hardware_tests::loopdev::LoopDevice;
 use hardware_tests::run;
 
@@ -57,22 +57,22 @@ fn ignition_from_the_config_drive_lands_in_the_boot_filesystem() {
         .arg(&disk.path)
         .arg("32M"))
     .unwrap();
-    let boot = agent::ignition::boot_partition(&disk.path)
+    let boot = agent_contents::ignition::boot_partition(&disk.path)
         .unwrap()
         .unwrap();
     assert_eq!((boot.number, boot.start), (1, MIB));
 
     // Cloud-init user data: nothing is injected.
     let cd = config_iso(dir.path(), "#cloud-config\n");
-    agent::configdrive::write(&disk.path, &cd).unwrap();
-    assert!(!agent::ignition::from_config_drive(&disk.path, &cd).unwrap());
+    agent_contents::configdrive::write(&disk.path, &cd).unwrap();
+    assert!(!agent_contents::ignition::from_config_drive(&disk.path, &cd).unwrap());
 
     let ign = r#"{"ignition": {"version": "3.4.0"}, "passwd": {"users": [{"name": "core"}]}}"#;
     let dir2 = tempfile::tempdir().unwrap();
     let cd = config_iso(dir2.path(), ign);
-    let placed = agent::configdrive::write(&disk.path, &cd).unwrap();
+    let placed = agent_contents::configdrive::write(&disk.path, &cd).unwrap();
     assert!(placed.reused);
-    assert!(agent::ignition::from_config_drive(&disk.path, &cd).unwrap());
+    assert!(agent_contents::ignition::from_config_drive(&disk.path, &cd).unwrap());
 
     let m = Mounted::new(&disk.path, boot.start, boot.len, "ext4", true).unwrap();
     assert_eq!(

@@ -16,11 +16,11 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agent::image::buffers::Pool;
-use agent::image::fetch::{fetch, FetchEnd, HttpOptions};
-use agent::image::progress::Progress;
-use agent::image::ImageError;
-use agent::testconductor::image_server::{Fault, ImageServer};
+use agent_contents::image::buffers::Pool;
+use agent_contents::image::fetch::{fetch, FetchEnd, HttpOptions};
+use agent_contents::image::progress::Progress;
+use agent_contents::image::ImageError;
+use agent_testkit::image_server::{Fault, ImageServer};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 
 const MIB: usize = 1 << 20;

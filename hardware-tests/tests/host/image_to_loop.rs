@@ -6,13 +6,13 @@
 use std::path::Path;
 use std::process::Command;
 
-use agent::config::{Config, RunMode};
-use agent::disk::WritePolicy;
-use agent::image::checksum::ChecksumSpec;
-use agent::image::fetch::HttpOptions;
-use agent::image::progress::Progress;
-use agent::image::{write_image, ImageError, WriteRequest};
-use agent::testconductor::image_server::{Fault, ImageServer};
+use agent_base::config::{Config, RunMode};
+use agent_contents::image::checksum::ChecksumSpec;
+use agent_contents::image::fetch::HttpOptions;
+use agent_contents::image::progress::Progress;
+use agent_contents::image::{write_image, ImageError, WriteRequest};
+use agent_devices::disk::WritePolicy;
+use agent_testkit::image_server::{Fault, ImageServer};
 use hardware_tests::loopdev::LoopDevice;
 
 const MIB: u64 = 1 << 20;

@@ -12,9 +12,9 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::process::Command;
 
-use agent::config::{Config, RunMode};
-use agent::ignition::mount::Mounted;
-use agent::testconductor::image_server::{Fault, ImageServer};
+use agent_base::config::{Config, RunMode};
+use agent_contents::ignition::mount::Mounted;
+use agent_testkit::image_server::{Fault, ImageServer};
 use hardware_tests::agentapi::AgentApi;
 use hardware_tests::loopdev::LoopDevice;
 use hardware_tests::run;

@@ -8,9 +8,9 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use agent::lldp::listen::{listen, Heard};
-use agent::lldp::socket::PacketSocket;
-use agent::lldp::tlv::{self, build_frame, switch_tlvs, ETHERTYPE};
+use agent_devices::lldp::listen::{listen, Heard};
+use agent_devices::lldp::socket::PacketSocket;
+use agent_devices::lldp::tlv::{self, build_frame, switch_tlvs, ETHERTYPE};
 use hardware_tests::netns::NetNs;
 
 const CHASSIS: [u8; 6] = [0x52, 0x54, 0x00, 0x5e, 0x1f, 0x01];
@@ -132,7 +132,7 @@ fn listening_ends_early_when_every_nic_has_heard_a_frame() {
         heard.values().all(|h| matches!(h, Heard::Frame(_))),
         "{heard:?}"
     );
-    let data = agent::lldp::from_heard(&heard);
+    let data = agent_devices::lldp::from_heard(&heard);
     assert_eq!(data.parsed["srv1"].port_id.as_deref(), Some("xe-0/0/2"));
     assert_eq!(data.raw["srv0"].last(), Some(&(0, String::new())));
 }
@@ -149,7 +149,10 @@ fn listening_ends_early_when_every_nic_has_heard_a_frame() {
 #[test]
 fn a_real_lldpd_on_its_30_s_timer_is_heard_within_the_default_wait() {
     hardware_tests::require_root("the LLDP namespace test");
-    assert_eq!(agent::lldp::DEFAULT_TIMEOUT, Duration::from_secs(30));
+    assert_eq!(
+        agent_devices::lldp::DEFAULT_TIMEOUT,
+        Duration::from_secs(30)
+    );
     let ns = NetNs::new("agent-lldp").unwrap();
     // No IPv6 on the pair: an address lldpd sees appear makes it send at
     // once, off its timer.
@@ -171,7 +174,7 @@ fn a_real_lldpd_on_its_30_s_timer_is_heard_within_the_default_wait() {
             let t0 = Instant::now();
             let quiet = rt.block_on(listen(&names, Duration::from_secs(5)));
             let t1 = Instant::now();
-            let timer = rt.block_on(listen(&names, agent::lldp::DEFAULT_TIMEOUT));
+            let timer = rt.block_on(listen(&names, agent_devices::lldp::DEFAULT_TIMEOUT));
             (first, quiet, (timer, t0.elapsed(), t1.elapsed()))
         })
         .unwrap();

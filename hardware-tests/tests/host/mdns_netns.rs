@@ -34,7 +34,7 @@ fn agent_finds_the_conductor_by_mdns_in_a_namespace() {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
             let info = mdns_sd::ServiceInfo::new(
-                agent::discovery::SERVICE_TYPE,
+                agent_base::discovery::SERVICE_TYPE,
                 "baremetal",
                 "conductor.local.",
                 "10.77.0.1",
@@ -43,14 +43,14 @@ fn agent_finds_the_conductor_by_mdns_in_a_namespace() {
             )
             .unwrap();
             announcer.register(info).unwrap();
-            let r = agent::discovery::find_blocking("baremetal", Duration::from_secs(20), &[]);
+            let r = agent_base::discovery::find_blocking("baremetal", Duration::from_secs(20), &[]);
             let _ = announcer.shutdown();
             r
         })
         .unwrap();
     let found = found.unwrap();
     assert_eq!(found.url, "http://10.77.0.1:6385/baremetal");
-    let mut config = agent::config::Config::default();
+    let mut config = agent_base::config::Config::default();
     let notes = config.apply_mdns_overrides(&found.overrides);
     assert_eq!(config.ntp_server.as_deref(), Some("10.77.0.1"), "{notes:?}");
     assert!(!config.debug, "ipa_debug must not apply: {notes:?}");
@@ -79,7 +79,7 @@ fn mdns_interfaces_restrict_the_browse() {
         .enter(|| {
             let announcer = mdns_sd::ServiceDaemon::new().unwrap();
             let info = mdns_sd::ServiceInfo::new(
-                agent::discovery::SERVICE_TYPE,
+                agent_base::discovery::SERVICE_TYPE,
                 "baremetal",
                 "conductor.local.",
                 "10.78.0.1",
@@ -90,8 +90,10 @@ fn mdns_interfaces_restrict_the_browse() {
             announcer.register(info).unwrap();
             let other: std::net::IpAddr = "10.79.0.1".parse().unwrap();
             let veth: std::net::IpAddr = "10.78.0.2".parse().unwrap();
-            let d = agent::discovery::find_blocking("baremetal", Duration::from_secs(6), &[other]);
-            let v = agent::discovery::find_blocking("baremetal", Duration::from_secs(20), &[veth]);
+            let d =
+                agent_base::discovery::find_blocking("baremetal", Duration::from_secs(6), &[other]);
+            let v =
+                agent_base::discovery::find_blocking("baremetal", Duration::from_secs(20), &[veth]);
             let _ = announcer.shutdown();
             (v, d)
         })

@@ -13,8 +13,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use agent::config::{Config, RunMode};
-use agent::testconductor::image_server::{Fault, ImageServer};
+use agent_base::config::{Config, RunMode};
+use agent_testkit::image_server::{Fault, ImageServer};
 use base64::Engine as _;
 use hardware_tests::agentapi::AgentApi;
 use hardware_tests::loopdev::LoopDevice;

@@ -9,9 +9,9 @@
 
 use std::process::Command;
 
-use agent::partimage::layout::{self, Role};
-use agent::partimage::params::{BootMode, Label, Params};
-use agent::partimage::{prepare, uuids};
+use agent_contents::partimage::layout::{self, Role};
+use agent_contents::partimage::params::{BootMode, Label, Params};
+use agent_contents::partimage::{prepare, uuids};
 use hardware_tests::loopdev::LoopDevice;
 
 const MIB: u64 = 1 << 20;
@@ -25,8 +25,8 @@ fn params() -> Params {
         preserve_ephemeral: false,
         deploy_boot_mode: None,
         disk_label: None,
-        esp_mb: agent::config::groups::EFI_SYSTEM_PARTITION_MB,
-        bios_boot_mb: agent::config::groups::BIOS_BOOT_PARTITION_MB,
+        esp_mb: agent_base::config::groups::EFI_SYSTEM_PARTITION_MB,
+        bios_boot_mb: agent_base::config::groups::BIOS_BOOT_PARTITION_MB,
     }
 }
 

@@ -8,8 +8,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use agent::config::{Config, RunMode};
-use agent::testconductor::image_server::{Fault, ImageServer};
+use agent_base::config::{Config, RunMode};
+use agent_testkit::image_server::{Fault, ImageServer};
 use hardware_tests::agentapi::AgentApi;
 use hardware_tests::loopdev::LoopDevice;
 use serde_json::{json, Value};

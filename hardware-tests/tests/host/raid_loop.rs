@@ -11,8 +11,8 @@
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-use agent::config::Config;
-use agent::raid::superblock::{self, ArrayInfo, MemberInfo};
+use agent_base::config::Config;
+use agent_contents::raid::superblock::{self, ArrayInfo, MemberInfo};
 use hardware_tests::agentapi::AgentApi;
 use hardware_tests::loopdev::LoopDevice;
 use serde_json::{json, Value};
@@ -25,7 +25,7 @@ fn step(name: &str, target_raid_config: &Value) -> Value {
         "node": {"uuid": "raid-loop", "target_raid_config": target_raid_config,
                  "properties": {}, "instance_info": {}, "driver_internal_info": {}},
         "ports": [],
-        "clean_version": agent::commands::steps::hardware_manager_version(),
+        "clean_version": agent_core::commands::steps::hardware_manager_version(),
     })
 }
 

@@ -6,7 +6,7 @@
 //!
 //! Also: every key of the `config` object real Ironic 39 sends in its lookup
 //! answer is one the agent classifies (honoured or ignored on purpose,
-//! `agent::conductor::lookup_keys`).
+//! `agent_conductor::conductor::lookup_keys`).
 
 use std::time::{Duration, Instant};
 
@@ -104,18 +104,18 @@ async fn every_lookup_config_key_of_ironic_39_is_classified() {
     let config = &answer["config"];
     assert!(config.is_object(), "{answer}");
     assert_eq!(
-        agent::conductor::lookup_keys::unclassified(config),
+        agent_conductor::conductor::lookup_keys::unclassified(config),
         Vec::<String>::new(),
         "keys in Ironic 39's lookup config the agent does not classify: {config}"
     );
     // Every classified key is there: the table is not stale either.
-    for (key, _) in agent::conductor::lookup_keys::KEYS {
+    for (key, _) in agent_conductor::conductor::lookup_keys::KEYS {
         assert!(
             config.get(key).is_some(),
             "Ironic 39 no longer sends {key}: {config}"
         );
     }
-    let parsed = agent::conductor::lookup::parse_lookup(&answer)
+    let parsed = agent_conductor::conductor::lookup::parse_lookup(&answer)
         .unwrap()
         .config;
     assert!(parsed.deep_image_inspection);

@@ -19,7 +19,7 @@ use std::io::{Read, Seek, SeekFrom};
 use std::time::Duration;
 
 use agent::testconductor::demo::host_config;
-use agent::testconductor::image_server::{Fault, ImageServer};
+use agent_testkit::image_server::{Fault, ImageServer};
 use hardware_tests::images;
 use hardware_tests::ironic::Ironic;
 use hardware_tests::loopdev::LoopDevice;

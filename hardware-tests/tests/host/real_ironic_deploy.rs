@@ -13,7 +13,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use agent::testconductor::demo::host_config;
-use agent::testconductor::image_server::{Fault, ImageServer};
+use agent_testkit::image_server::{Fault, ImageServer};
 use hardware_tests::images;
 use hardware_tests::ironic::Ironic;
 use hardware_tests::loopdev::LoopDevice;
@@ -48,7 +48,7 @@ fn config_drive(dir: &Path) -> String {
             .arg(dir.join("cd")),
     )
     .unwrap();
-    agent::configdrive::source::encode(&std::fs::read(iso).unwrap())
+    agent_contents::configdrive::source::encode(&std::fs::read(iso).unwrap())
 }
 
 /// The kernel's view of partition `k`, after asking it to re-read the table
@@ -120,13 +120,13 @@ async fn real_ironic_deploys_with_config_drive_undeploys_and_reports_bad_checksu
     let body = (2 * MIB) as usize..(31 * MIB) as usize;
     assert!(data[body.clone()] == img[body]);
     let f = std::fs::File::open(&disk.path).unwrap();
-    let table = agent::disk::table::read(&f, 512).unwrap().unwrap();
+    let table = agent_devices::disk::table::read(&f, 512).unwrap().unwrap();
     let names: Vec<&str> = table.parts.iter().map(|p| p.name.as_str()).collect();
     assert_eq!(names, ["root", "config-2"]);
     let cd_part = &table.parts[1];
     assert_eq!(cd_part.start + cd_part.len, 256 * MIB - 33 * 512);
     assert_eq!(
-        agent::configdrive::probe_label(&f, cd_part.start, cd_part.len).as_deref(),
+        agent_contents::configdrive::probe_label(&f, cd_part.start, cd_part.len).as_deref(),
         Some("config-2")
     );
     assert_eq!(kernel_label(&disk, 2), "config-2");
@@ -303,11 +303,13 @@ async fn real_ironic_deploys_a_coreos_like_image_and_the_agent_injects_ignition(
         .await
         .unwrap_or_else(|e| panic!("CoreOS deploy: {e:#}"));
     assert!(node["last_error"].is_null(), "{}", node["last_error"]);
-    let boot = agent::ignition::boot_partition(&disk.path)
+    let boot = agent_contents::ignition::boot_partition(&disk.path)
         .unwrap()
         .expect("the boot partition survives");
-    let m = agent::ignition::mount::Mounted::new(&disk.path, boot.start, boot.len, "ext4", true)
-        .unwrap();
+    let m = agent_contents::ignition::mount::Mounted::new(
+        &disk.path, boot.start, boot.len, "ext4", true,
+    )
+    .unwrap();
     let written = std::fs::read_to_string(m.path().join("ignition/config.ign"));
     let stamp = m.path().join("ignition.firstboot").exists();
     m.unmount().unwrap();
@@ -383,7 +385,8 @@ async fn real_ironic_runs_inject_files_from_a_deploy_template() {
         .await
         .unwrap_or_else(|e| panic!("deploy with the template: {e:#}"));
     assert!(node["last_error"].is_null(), "{}", node["last_error"]);
-    let m = agent::ignition::mount::Mounted::new(&disk.path, MIB, 32 * MIB, "ext4", true).unwrap();
+    let m = agent_contents::ignition::mount::Mounted::new(&disk.path, MIB, 32 * MIB, "ext4", true)
+        .unwrap();
     let injected = std::fs::read_to_string(m.path().join("etc/injected.conf"));
     let mode = std::fs::metadata(m.path().join("etc/injected.conf")).map(|md| {
         use std::os::unix::fs::PermissionsExt;

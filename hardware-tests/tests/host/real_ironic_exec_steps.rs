@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use agent::testconductor::demo::host_config;
-use agent::testconductor::image_server::{Fault, ImageServer};
+use agent_testkit::image_server::{Fault, ImageServer};
 use hardware_tests::images;
 use hardware_tests::ironic::{reached, Ironic, POLL_ANY};
 use hardware_tests::loopdev::LoopDevice;
@@ -46,7 +46,7 @@ fn script(dir: &Path, name: &str, body: &str) {
 /// built `agent` as `$AGENT_EXE` (exec_steps::run), not this binary.
 fn agent_exe_for_scripts() {
     let agent = hardware_tests::agentproc::agent_binary().expect("the agent binary");
-    std::env::set_var(agent::exec_steps::run::AGENT_EXE, agent);
+    std::env::set_var(agent_contents::exec_steps::run::AGENT_EXE, agent);
 }
 
 /// A value of the JSON on stdin (`$input`) by its path, for scripts
@@ -177,7 +177,7 @@ fn ironic_log_count(ironic: &Ironic, what: &str) -> usize {
 /// The partition names of the GPT on `dev`.
 fn gpt_names(dev: &Path) -> Vec<String> {
     let f = std::fs::File::open(dev).unwrap();
-    match agent::disk::table::read(&f, 512).unwrap() {
+    match agent_devices::disk::table::read(&f, 512).unwrap() {
         Some(t) => t.parts.into_iter().map(|p| p.name).collect(),
         None => Vec::new(),
     }
@@ -652,6 +652,6 @@ async fn real_ironic_runs_an_executable_step_from_a_deploy_template() {
 fn the_ramdisk_gets_managers_where_its_agent_looks() {
     assert_eq!(
         format!("/{}", image_builder::assemble::MANAGERS_DIR),
-        agent::exec_steps::RAMDISK_DIR
+        agent_contents::exec_steps::RAMDISK_DIR
     );
 }

@@ -7,9 +7,9 @@
 
 use std::time::{Duration, Instant};
 
-use agent::config::Config;
-use agent::inventory;
 use agent::testconductor::demo::host_config;
+use agent_base::config::Config;
+use agent_devices::inventory;
 use hardware_tests::ironic::Ironic;
 use serde_json::json;
 
@@ -71,7 +71,9 @@ async fn inspect_with(mac: &str, how: impl Fn(&str) -> Config) {
     assert!(node["last_error"].is_null(), "{}", node["last_error"]);
 
     let live = inventory::collect(&inventory::Options::live(None)).unwrap();
-    let root = agent::hints::choose(&live.disks, None).unwrap().disk;
+    let root = agent_devices::hints::choose(&live.disks, None)
+        .unwrap()
+        .disk;
     let p = &node["properties"];
     assert_eq!(p["cpus"], json!(live.cpu.count), "{p}");
     assert_eq!(

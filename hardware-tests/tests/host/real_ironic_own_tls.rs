@@ -10,8 +10,8 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use agent::config::{files, Config, KernelParams};
 use agent::testconductor::demo::host_config;
+use agent_base::config::{files, Config, KernelParams};
 use hardware_tests::ironic::{settled_in, Ironic, Watch, POLL_SETTLED};
 use hardware_tests::loopdev::LoopDevice;
 use serde_json::json;

@@ -14,7 +14,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use agent::testconductor::demo::host_config;
-use agent::testconductor::image_server::{Fault, ImageServer};
+use agent_testkit::image_server::{Fault, ImageServer};
 use hardware_tests::ironic::Ironic;
 use hardware_tests::loopdev::LoopDevice;
 use hardware_tests::partimage::{ext4_cat, fat_cat, BOOTX64, MARKER, ROOT_UUID};
@@ -36,7 +36,7 @@ fn config_drive(dir: &Path) -> String {
             .arg(dir.join("cd")),
     )
     .unwrap();
-    agent::configdrive::source::encode(&std::fs::read(iso).unwrap())
+    agent_contents::configdrive::source::encode(&std::fs::read(iso).unwrap())
 }
 
 fn blkid(dev: &Path, tag: &str) -> String {

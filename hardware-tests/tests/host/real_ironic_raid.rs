@@ -14,8 +14,8 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::time::Duration;
 
-use agent::raid::superblock::{self, ArrayInfo, MemberInfo};
 use agent::testconductor::demo::host_config;
+use agent_contents::raid::superblock::{self, ArrayInfo, MemberInfo};
 use hardware_tests::ironic::Ironic;
 use hardware_tests::loopdev::LoopDevice;
 use serde_json::json;

@@ -12,7 +12,7 @@
 use std::time::{Duration, Instant};
 
 use agent::testconductor::demo::host_config;
-use agent::testconductor::image_server::{Fault, ImageServer};
+use agent_testkit::image_server::{Fault, ImageServer};
 use hardware_tests::ironic::Ironic;
 use hardware_tests::loopdev::LoopDevice;
 use serde_json::json;

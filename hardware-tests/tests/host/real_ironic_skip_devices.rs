@@ -13,15 +13,15 @@
 //!   member disks byte-identical (superblocks included) and wipes the third.
 //!
 //! Serial and WWN entries need disks that report them: the selection's unit
-//! tests cover them (`agent/src/selection/tests.rs`), loop devices have none.
+//! tests cover them (`agent/crates/contents/src/selection/tests.rs`), loop devices have none.
 
 use std::os::unix::fs::FileExt;
 use std::time::Duration;
 
-use agent::config::Config;
-use agent::raid::superblock::{self, ArrayInfo, MemberInfo};
 use agent::testconductor::demo::host_config;
-use agent::testconductor::image_server::{Fault, ImageServer};
+use agent_base::config::Config;
+use agent_contents::raid::superblock::{self, ArrayInfo, MemberInfo};
+use agent_testkit::image_server::{Fault, ImageServer};
 use hardware_tests::images;
 use hardware_tests::ironic::Ironic;
 use hardware_tests::loopdev::LoopDevice;

@@ -24,7 +24,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use agent::testconductor::image_server::{Fault, ImageServer};
+use agent_testkit::image_server::{Fault, ImageServer};
 use hardware_tests::bed::redfish::{self, Bmc};
 use hardware_tests::bed::{Bus, Disk, Firmware, Net, NetOptions, Nic, VmSpec, BRIDGE_IP};
 use hardware_tests::ironic::Ironic;

@@ -13,7 +13,7 @@
 
 use std::io::{Read, Seek, SeekFrom};
 
-use agent::config::Config;
+use agent_base::config::Config;
 use hardware_tests::agentapi::AgentApi;
 use hardware_tests::loopdev::LoopDevice;
 use serde_json::json;

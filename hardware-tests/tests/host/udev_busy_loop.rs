@@ -2,7 +2,7 @@
 //! the disks the agent writes and, each time the agent closes one, re-reads
 //! its partition table and probes it and its partitions; meanwhile the
 //! kernel answers EBUSY to the agent's own re-read and exclusive opens.
-//! Before `agent::disk::busy` the metadata erase failed two times in three
+//! Before `agent_devices::disk::busy` the metadata erase failed two times in three
 //! with "re-reading the partition table: Device or resource busy".
 //!
 //! Here udevd (Debian's, `hardware_tests::udevd`: private mount namespace,
@@ -27,13 +27,19 @@ async fn agent(sub: &str, args: &[&str]) -> anyhow::Result<()> {
 }
 
 fn devno(path: &std::path::Path) -> (u64, u64) {
-    agent::disk::Device::open(path).unwrap().devno.unwrap()
+    agent_devices::disk::Device::open(path)
+        .unwrap()
+        .devno
+        .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn erase_and_write_succeed_every_time_with_udevd_probing_the_disk() {
     hardware_tests::require_root("the udev loop-device test");
-    assert!(!agent::power::in_ramdisk(), "this test is for host mode");
+    assert!(
+        !agent_core::power::in_ramdisk(),
+        "this test is for host mode"
+    );
     let scope = tempfile::tempdir().unwrap();
     let udevd = Udevd::start(scope.path()).unwrap();
     let d = LoopDevice::new_in(scope.path(), 48 * MIB).unwrap();
@@ -112,7 +118,7 @@ async fn erase_and_write_succeed_every_time_with_udevd_probing_the_disk() {
 
     println!(
         "{ROUNDS} rounds: the agent waited out EBUSY {} time(s)",
-        agent::disk::busy::waits()
+        agent_devices::disk::busy::waits()
     );
     let log = udevd.stop();
     // It kept working on this device through the rounds.

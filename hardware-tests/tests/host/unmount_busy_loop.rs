@@ -1,5 +1,5 @@
 //! Unmounting a partition the agent mounted while something still holds it
-//! (`agent::ignition::mount::umount`, host mode, an ext4 filesystem in an
+//! (`agent_contents::ignition::mount::umount`, host mode, an ext4 filesystem in an
 //! image file mounted through a loop device). The CI run on 2026-11-24
 //! failed `install_bootloader` once with "umount: target is busy": a tool
 //! started by another thread at that moment held copies of the agent's
@@ -15,7 +15,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use agent::ignition::mount::Mounted;
+use agent_contents::ignition::mount::Mounted;
 
 const MIB: u64 = 1 << 20;
 

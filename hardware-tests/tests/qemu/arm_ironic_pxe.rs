@@ -55,7 +55,7 @@ use std::sync::Mutex;
 use hardware_tests::bed::arm_pxe::{ArmBoot, GRUB_LOADER, SB_LOADER};
 use hardware_tests::bed::arm_server;
 use hardware_tests::bed::arm_suite::{self, ArmSeen};
-use hardware_tests::bed::{arm_flow, BRIDGE_IP};
+use hardware_tests::bed::BRIDGE_IP;
 use hardware_tests::require_root;
 
 /// One emulated Arm machine at a time: TCG on two cores.
@@ -111,7 +111,7 @@ fn check_common(seen: &ArmSeen, loader: &str) {
             GRUB_LOADER => "grubaa64.efi",
             _ => "shimaa64.efi",
         };
-        let want = arm_flow::file_sha256(&seen.files.ramdisk.join(src)).unwrap();
+        let want = hardware_tests::file_sha256(&seen.files.ramdisk.join(src)).unwrap();
         assert_eq!(sha.as_deref(), Some(want.as_str()), "Ironic's {name}");
     }
     // The firmware and GRUB fetched Ironic's files from dnsmasq.

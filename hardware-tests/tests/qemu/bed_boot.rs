@@ -41,7 +41,7 @@ fn boot_and_heartbeat(name: &str, mac: &str, firmware: Firmware, api_url: &str) 
             let props: std::collections::HashMap<String, String> =
                 [("protocol".to_string(), "http".to_string())].into();
             mdns.register(mdns_sd::ServiceInfo::new(
-                agent::discovery::SERVICE_TYPE,
+                agent_base::discovery::SERVICE_TYPE,
                 "baremetal",
                 "conductor.local.",
                 BRIDGE_IP,

@@ -13,8 +13,8 @@
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use agent::testconductor::image_server::{Fault, ImageServer};
 use agent::testconductor::{BootMode, DeployRequest, ImageInfo, Settings, TestConductor};
+use agent_testkit::image_server::{Fault, ImageServer};
 use hardware_tests::bed::deploy::{self, Event, Target};
 use hardware_tests::bed::{self, Net, NetOptions, BRIDGE_IP};
 use hardware_tests::require_root;

@@ -6,7 +6,7 @@
 //! `grub/grub.cfg` and boots Debian's signed kernel with the initramfs.
 //!
 //! Then, in that one boot and under the kernel's lockdown, the agent does
-//! everything it touches hardware with (`agent/src/lockdown.rs` lists what
+//! everything it touches hardware with (`agent/crates/devices/src/lockdown.rs` lists what
 //! lockdown refuses and what the agent calls):
 //!
 //! * **IPMI**: the machine has a BMC (QEMU's `ipmi-bmc-sim` behind KCS);
@@ -39,8 +39,8 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use agent::testconductor::image_server::{Fault, ImageServer};
 use agent::testconductor::{BootMode, DeployRequest, ImageInfo, Settings, TestConductor};
+use agent_testkit::image_server::{Fault, ImageServer};
 use hardware_tests::bed::deploy;
 use hardware_tests::bed::{self, Bus, Disk, Firmware, Net, NetOptions, Nic, Vm, VmSpec, BRIDGE_IP};
 use hardware_tests::{require_root, run, testimage};

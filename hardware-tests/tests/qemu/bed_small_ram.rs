@@ -16,8 +16,8 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use agent::testconductor::image_server::{Fault, ImageServer};
 use agent::testconductor::{BootMode, DeployRequest, ImageInfo, Settings, TestConductor};
+use agent_testkit::image_server::{Fault, ImageServer};
 use hardware_tests::bed::deploy::{self, Event, Target};
 use hardware_tests::bed::{self, Boot, Net, NetOptions, Vm, BRIDGE_IP};
 use hardware_tests::testimage;

@@ -83,7 +83,7 @@ use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use agent::testconductor::image_server::{Fault, ImageServer};
+use agent_testkit::image_server::{Fault, ImageServer};
 use hardware_tests::bed::deploy::write_progress;
 use hardware_tests::bed::disk_boot::{boot_disk_file, Booted};
 use hardware_tests::bed::ironic_flow::{self, command_list, Flow, Machine, PxeRoot};
@@ -212,9 +212,12 @@ impl AgentApi {
                 info["agent_secret_token"].as_str(),
                 info["agent_verify_ca"].as_str(),
             ) {
-                let http =
-                    agent::tls::http_client(false, Some(Path::new(ca)), Duration::from_secs(10))
-                        .unwrap();
+                let http = agent_base::tls::http_client(
+                    false,
+                    Some(Path::new(ca)),
+                    Duration::from_secs(10),
+                )
+                .unwrap();
                 let seen = Arc::new(Mutex::new(Vec::new()));
                 let watcher = tokio::spawn(watch_commands(
                     http.clone(),

@@ -27,7 +27,7 @@
 
 use std::time::{Duration, Instant};
 
-use agent::testconductor::image_server::{Fault, ImageServer};
+use agent_testkit::image_server::{Fault, ImageServer};
 use hardware_tests::bed::ironic_flow::{self, Flow, Machine, PxeRoot};
 use hardware_tests::bed::redfish::Bmc;
 use hardware_tests::bed::{self, deploy, Bus, Disk, Net, NetOptions, Nic, VmSpec, BRIDGE_IP};

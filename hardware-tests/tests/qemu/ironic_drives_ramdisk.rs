@@ -48,7 +48,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use agent::testconductor::image_server::{Fault, ImageServer};
+use agent_testkit::image_server::{Fault, ImageServer};
 use hardware_tests::bed::ironic_flow::{self, checks, Flow, Machine, PxeRoot};
 use hardware_tests::bed::redfish::Bmc;
 use hardware_tests::bed::{self, dirty_disk, Bus, Disk, Net, NetOptions, Nic, VmSpec, BRIDGE_IP};

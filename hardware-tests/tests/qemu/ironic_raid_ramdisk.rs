@@ -48,8 +48,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use agent::raid::{ops, superblock};
-use agent::testconductor::image_server::{Fault, ImageServer};
+use agent_contents::raid::{ops, superblock};
+use agent_testkit::image_server::{Fault, ImageServer};
 use anyhow::{bail, Context, Result};
 use hardware_tests::bed::ironic_flow::{self, Flow, Machine, PxeRoot};
 use hardware_tests::bed::redfish::Bmc;
@@ -125,7 +125,7 @@ fn md_superblocks(path: &Path, parts: &[(u64, u64)]) -> Vec<(u64, u64, String)> 
 /// The partitions of the disk file `path`: `(start, length)` in bytes.
 fn partitions(path: &Path) -> Vec<(u64, u64)> {
     let f = File::open(path).unwrap();
-    match agent::disk::table::read(&f, 512).unwrap() {
+    match agent_devices::disk::table::read(&f, 512).unwrap() {
         Some(t) => t.parts.iter().map(|p| (p.start, p.len)).collect(),
         None => Vec::new(),
     }
@@ -138,7 +138,7 @@ struct MemberData<'a> {
     base: u64,
 }
 
-impl agent::disk::table::Disk for MemberData<'_> {
+impl agent_devices::disk::table::Disk for MemberData<'_> {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
         self.f.read_exact_at(buf, self.base + offset)
     }
@@ -167,7 +167,8 @@ fn config_drive_in_array(path: &Path, parts: &[(u64, u64)], tmp: &Path) -> Resul
             f: &f,
             base: start + sb.data_offset * 512,
         };
-        let table = agent::disk::table::read(&array, 512)?.context("no table in the array")?;
+        let table =
+            agent_devices::disk::table::read(&array, 512)?.context("no table in the array")?;
         for p in &table.parts {
             let at = array.base + p.start;
             let probe = bed::direct::probe_partition(path, at, p.len);

@@ -50,7 +50,7 @@ use std::net::IpAddr;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use agent::lldp::tlv::management_address_tlv;
+use agent_devices::lldp::tlv::management_address_tlv;
 use hardware_tests::bed::http_root::HttpRoot;
 use hardware_tests::bed::lldp::Switch;
 use hardware_tests::bed::redfish::{self, Bmc};

@@ -29,8 +29,8 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
 
-use agent::config::{Config, RunMode};
-use agent::testconductor::image_server::{Fault, ImageServer};
+use agent_base::config::{Config, RunMode};
+use agent_testkit::image_server::{Fault, ImageServer};
 use hardware_tests::agentapi::AgentApi;
 use hardware_tests::loopdev::LoopDevice;
 use hardware_tests::{grubimage, run};
@@ -107,7 +107,7 @@ async fn bios_grub_from_the_image_is_refused_unless_allowed_and_fails_cleanly() 
                 "image_type": "partition", "root_mb": 256, "swap_mb": 16, "ephemeral_mb": 0,
                 "ephemeral_format": null, "preserve_ephemeral": false,
                 "deploy_boot_mode": "bios", "boot_option": "local", "disk_label": "msdos"},
-                "configdrive": agent::configdrive::source::encode(&cd)}),
+                "configdrive": agent_contents::configdrive::source::encode(&cd)}),
         )
         .await
         .unwrap();
@@ -135,7 +135,7 @@ async fn bios_grub_from_the_image_is_refused_unless_allowed_and_fails_cleanly() 
     );
 
     // 2. Allowed: GRUB from the image, which refuses a loop device.
-    let lookup = agent::conductor::lookup::parse_lookup(&json!({"node": {"uuid": "n"},
+    let lookup = agent_conductor::conductor::lookup::parse_lookup(&json!({"node": {"uuid": "n"},
         "config": {"heartbeat_timeout": 300, "enable_bios_bootloader_install": true}}))
     .unwrap();
     api.state.set_lookup_config(lookup.config);

@@ -16,8 +16,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use agent::config::{Config, RunMode};
-use agent::testconductor::image_server::{Fault, ImageServer};
+use agent_base::config::{Config, RunMode};
+use agent_testkit::image_server::{Fault, ImageServer};
 use hardware_tests::agentapi::AgentApi;
 use hardware_tests::loopdev::LoopDevice;
 use hardware_tests::run;
@@ -184,7 +184,7 @@ async fn ovmf_boots_a_deployed_uefi_partition_image() {
                 "image_type": "partition", "root_mb": 256, "swap_mb": 16, "ephemeral_mb": 0,
                 "ephemeral_format": null, "preserve_ephemeral": false,
                 "deploy_boot_mode": "uefi", "boot_option": "local", "disk_label": "gpt"},
-                "configdrive": agent::configdrive::source::encode(&cd)}),
+                "configdrive": agent_contents::configdrive::source::encode(&cd)}),
         )
         .await
         .unwrap();

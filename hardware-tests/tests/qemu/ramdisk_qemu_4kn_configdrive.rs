@@ -2,7 +2,7 @@
 //! ramdisk's kernel under QEMU (this host's kernel has no vfat): two
 //! virtio disks with 4096-byte logical sectors, one holding a vfat config
 //! drive as mkfs.vfat makes it (512-byte sectors), one holding the same
-//! drive after `agent::configdrive::vfat::adapt` rebuilt it for 4096-byte
+//! drive after `agent_contents::configdrive::vfat::adapt` rebuilt it for 4096-byte
 //! sectors (what the agent writes; its placement on a 4Kn disk is tested on
 //! a loop device in `configdrive_4kn_loop.rs`). Typed into the debug
 //! shell: the rebuilt one mounts and its files read back; the original is
@@ -49,7 +49,7 @@ fn the_rebuilt_vfat_config_drive_mounts_on_a_4kn_disk_in_the_ramdisk_kernel() {
     }
     let tmp = tempfile::tempdir().unwrap();
     let original = vfat_config_drive(tmp.path());
-    let rebuilt = agent::configdrive::vfat::adapt(&original, 4096, 64 << 20)
+    let rebuilt = agent_contents::configdrive::vfat::adapt(&original, 4096, 64 << 20)
         .unwrap()
         .expect("a 512-byte FAT is rebuilt for 4096-byte sectors");
     disk(&tmp.path().join("a.img"), &rebuilt);

@@ -25,9 +25,9 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use agent::raid::superblock;
-use agent::testconductor::image_server::{Fault, ImageServer};
 use agent::testconductor::{BootMode, DeployRequest, ImageInfo, Settings, TestConductor};
+use agent_contents::raid::superblock;
+use agent_testkit::image_server::{Fault, ImageServer};
 use hardware_tests::bed::BRIDGE_IP;
 use hardware_tests::bed::{self, deploy, direct, Bus, Disk, MultipathDisk, Net, NetOptions, Vm};
 use hardware_tests::{require_root, run};

@@ -17,8 +17,8 @@
 
 use std::time::{Duration, Instant};
 
-use agent::testconductor::image_server::{Fault, ImageServer};
 use agent::testconductor::{BootMode, DeployRequest, ImageInfo, Settings, TestConductor};
+use agent_testkit::image_server::{Fault, ImageServer};
 use hardware_tests::bed::deploy;
 use hardware_tests::bed::{
     self, Boot, Bus, Disk, Firmware, Net, NetOptions, Nic, Vm, VmSpec, BRIDGE_IP,

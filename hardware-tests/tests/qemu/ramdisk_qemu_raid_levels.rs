@@ -17,7 +17,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use agent::raid::superblock;
+use agent_contents::raid::superblock;
 use hardware_tests::bed::direct::{self, partitions};
 use hardware_tests::bed::{self, Net, NetOptions, Vm};
 use hardware_tests::{require_root, run};

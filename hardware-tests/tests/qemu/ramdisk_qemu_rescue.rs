@@ -19,7 +19,7 @@
 use std::process::Command;
 use std::time::Duration;
 
-use agent::rescue::crypt;
+use agent_devices::rescue::crypt;
 use hardware_tests::bed::{self, direct, Net, NetOptions, Vm};
 use hardware_tests::{require_root, run};
 

@@ -10,7 +10,7 @@
 
 use std::time::Duration;
 
-use agent::rescue::crypt;
+use agent_devices::rescue::crypt;
 use hardware_tests::bed::{self, direct, Net, NetOptions, Vm};
 use hardware_tests::require_root;
 

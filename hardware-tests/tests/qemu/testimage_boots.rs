@@ -19,12 +19,12 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use agent::config::{Config, RunMode};
-use agent::disk::WritePolicy;
-use agent::image::checksum::ChecksumSpec;
-use agent::image::fetch::HttpOptions;
-use agent::image::progress::Progress;
-use agent::image::{write_image, ImageError, WriteReport, WriteRequest};
+use agent_base::config::{Config, RunMode};
+use agent_contents::image::checksum::ChecksumSpec;
+use agent_contents::image::fetch::HttpOptions;
+use agent_contents::image::progress::Progress;
+use agent_contents::image::{write_image, ImageError, WriteReport, WriteRequest};
+use agent_devices::disk::WritePolicy;
 use hardware_tests::testimage::{self, marker_line, no_boot_lines, TestImage};
 
 const GIB: u64 = 1 << 30;
@@ -300,7 +300,8 @@ fn deploy_and_boot(fw: Firmware, qcow2: bool, buses: &[Bus]) {
         "the backup GPT was moved to the disk's end"
     );
     let uuid = random_uuid();
-    let placed = agent::configdrive::write(&disk, &config_drive(dir.path(), &uuid)).unwrap();
+    let placed =
+        agent_contents::configdrive::write(&disk, &config_drive(dir.path(), &uuid)).unwrap();
     assert!(
         !placed.reused,
         "the image has no config-2 partition of its own"

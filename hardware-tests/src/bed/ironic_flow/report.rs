@@ -102,7 +102,7 @@ impl Reporter {
         Ok(Some(AgentView {
             url: url.to_string(),
             token: token.to_string(),
-            http: agent::tls::http_client(false, Some(Path::new(ca)), Duration::from_secs(5))?,
+            http: agent_base::tls::http_client(false, Some(Path::new(ca)), Duration::from_secs(5))?,
         }))
     }
 

@@ -16,21 +16,21 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
 use std::time::Instant;
 
-use agent::image::buffers::AlignedBuf;
+use agent_contents::image::buffers::AlignedBuf;
 use anyhow::{bail, Context, Result};
 
 const BLOCK: usize = 4 << 20;
 
 /// Wall and machine-wide CPU seconds of one measured run.
 #[derive(Debug, Clone, Copy)]
-pub struct Cost {
+pub(crate) struct Cost {
     pub wall: f64,
     pub cpu: f64,
 }
 
 impl Cost {
     /// The shorter wall time and the lesser CPU time of two runs.
-    pub fn best(self, other: Cost) -> Cost {
+    pub(crate) fn best(self, other: Cost) -> Cost {
         Cost {
             wall: self.wall.min(other.wall),
             cpu: self.cpu.min(other.cpu),
@@ -40,7 +40,7 @@ impl Cost {
 
 /// One measured floor copy (`f` returns the bytes it moved), checked to
 /// have moved `size` bytes.
-pub fn copy_once(size: u64, f: &mut dyn FnMut() -> Result<u64>) -> Result<Cost> {
+pub(crate) fn copy_once(size: u64, f: &mut dyn FnMut() -> Result<u64>) -> Result<Cost> {
     let (c, n) = measure(f)?;
     if n != size {
         bail!("the floor copy moved {n} bytes, expected {size}");
@@ -75,7 +75,7 @@ fn busy_cpu_seconds() -> Result<f64> {
 }
 
 /// Runs `f`, returning its wall time and the CPU time the machine spent.
-pub fn measure<T>(f: impl FnOnce() -> Result<T>) -> Result<(Cost, T)> {
+pub(crate) fn measure<T>(f: impl FnOnce() -> Result<T>) -> Result<(Cost, T)> {
     let cpu0 = busy_cpu_seconds()?;
     let t = Instant::now();
     let v = f()?;
@@ -86,7 +86,7 @@ pub fn measure<T>(f: impl FnOnce() -> Result<T>) -> Result<(Cost, T)> {
 
 /// `GET url` over plain HTTP/1.1; the reader returned yields the body
 /// (Content-Length bytes) straight from the socket.
-pub fn http_body(url: &str) -> Result<impl Read> {
+pub(crate) fn http_body(url: &str) -> Result<impl Read> {
     let rest = url
         .strip_prefix("http://")
         .with_context(|| format!("{url}: only http:// is measured"))?;
@@ -102,7 +102,11 @@ pub fn http_body(url: &str) -> Result<impl Read> {
 /// Sends `request` on `conn` (in one write: one TLS record over TLS) and
 /// reads the response head; the reader returned yields exactly the body's
 /// Content-Length bytes (the server may keep the connection open).
-pub fn get_body<S: Read + Write>(mut conn: S, url: &str, request: &str) -> Result<impl Read> {
+pub(crate) fn get_body<S: Read + Write>(
+    mut conn: S,
+    url: &str,
+    request: &str,
+) -> Result<impl Read> {
     conn.write_all(request.as_bytes())?;
     conn.flush()?;
     let mut head = Vec::new();
@@ -137,7 +141,7 @@ pub fn get_body<S: Read + Write>(mut conn: S, url: &str, request: &str) -> Resul
 /// Copies `src` to `dev` in 4 MiB blocks: O_DIRECT writes, all-zero blocks
 /// by BLKZEROOUT (on a block device). No hashing and no other work. Returns
 /// the bytes copied.
-pub fn direct_copy(mut src: impl Read, dev: &Path) -> Result<u64> {
+pub(crate) fn direct_copy(mut src: impl Read, dev: &Path) -> Result<u64> {
     use std::os::unix::fs::FileTypeExt;
     let is_block = std::fs::metadata(dev)?.file_type().is_block_device();
     let out = OpenOptions::new()
@@ -175,7 +179,7 @@ pub fn direct_copy(mut src: impl Read, dev: &Path) -> Result<u64> {
 }
 
 fn zero(dev: &File, offset: u64, len: u64) -> Result<()> {
-    agent::disk::ioctl::zero_out(dev, offset, len).context("BLKZEROOUT")
+    agent_devices::disk::ioctl::zero_out(dev, offset, len).context("BLKZEROOUT")
 }
 
 fn is_zero(data: &[u8]) -> bool {
@@ -184,7 +188,7 @@ fn is_zero(data: &[u8]) -> bool {
 }
 
 /// The CPUs this process may run on (the `cores` of [`floor_secs`]).
-pub fn cores() -> f64 {
+pub(crate) fn cores() -> f64 {
     std::thread::available_parallelism().map_or(1, |n| n.get()) as f64
 }
 
@@ -192,7 +196,7 @@ pub fn cores() -> f64 {
 /// on one core, no stage faster than it runs alone (`longest_stage`, e.g.
 /// the decompressor), and everything else (`other_cpu`: transport, decoding
 /// and the device, measured without the hash) sharing what is left.
-pub fn floor_secs(cores: f64, hash_secs: f64, other_cpu: f64, longest_stage: f64) -> f64 {
+pub(crate) fn floor_secs(cores: f64, hash_secs: f64, other_cpu: f64, longest_stage: f64) -> f64 {
     hash_secs
         .max(longest_stage)
         .max((hash_secs + other_cpu) / cores.max(1.0))

@@ -16,7 +16,7 @@ use anyhow::{bail, Context, Result};
 const HARNESS: &str = include_str!("ipa_write.py");
 
 /// One image as IPA is asked to write it.
-pub struct Image<'a> {
+pub(crate) struct Image<'a> {
     /// Where the server has it.
     pub url: &'a str,
     /// Its sha256.
@@ -28,7 +28,7 @@ pub struct Image<'a> {
 /// IPA's best wall time over `reps` runs writing `image` to `dev` (with
 /// `python` from IPA's venv, temporary files in `workdir`), each checked
 /// by `check` to leave the image on the device.
-pub fn write(
+pub(crate) fn write(
     python: &Path,
     workdir: &Path,
     image: &Image<'_>,

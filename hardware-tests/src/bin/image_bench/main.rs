@@ -280,7 +280,7 @@ fn main() -> Result<()> {
         p("disk-c.qcow2")
     ))?;
 
-    let server = agent::testconductor::image_server::ImageServer::start()?;
+    let server = agent_testkit::image_server::ImageServer::start()?;
     let variants = [
         "disk.img",
         "disk.img.zst",
@@ -295,7 +295,7 @@ fn main() -> Result<()> {
             &format!("/{v}"),
             d.join(v),
             &[],
-            agent::testconductor::image_server::Fault::None,
+            agent_testkit::image_server::Fault::None,
         );
         digests.push(sha256_file(&d.join(v))?);
     }

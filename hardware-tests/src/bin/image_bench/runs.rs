@@ -17,7 +17,7 @@ use anyhow::{bail, Context, Result};
 use crate::{floor, sh, sha256_prefix, Opts};
 
 /// The device written and what it must hold afterwards.
-pub struct Device<'a> {
+pub(crate) struct Device<'a> {
     pub path: &'a Path,
     /// sha256 of the image's first `size` bytes.
     pub image_sha: &'a str,
@@ -25,7 +25,7 @@ pub struct Device<'a> {
 }
 
 /// What the agent wrote to the device.
-pub struct Write<'a> {
+pub(crate) struct Write<'a> {
     pub url: &'a str,
     /// `algo:hex`.
     pub checksum: &'a str,
@@ -33,7 +33,7 @@ pub struct Write<'a> {
 }
 
 /// The fastest of the agent's writes.
-pub struct Ours {
+pub(crate) struct Ours {
     pub secs: f64,
     /// Machine-wide CPU seconds of the fastest run.
     pub cpu: f64,
@@ -41,16 +41,16 @@ pub struct Ours {
 }
 
 /// A floor copy of the same image: returns the bytes it moved.
-pub type FloorCopy<'f> = &'f mut dyn FnMut() -> Result<u64>;
+pub(crate) type FloorCopy<'f> = &'f mut dyn FnMut() -> Result<u64>;
 
 /// The row's file hashed alone, on one core, by the faster implementation
 /// of this run: the row's hash bound.
-pub type HashRun<'f> = &'f mut dyn FnMut() -> Result<()>;
+pub(crate) type HashRun<'f> = &'f mut dyn FnMut() -> Result<()>;
 
 /// A row's figures: its fastest write, and from the runs right before each
 /// write the hash's shortest time and the floor's shortest wall and least
 /// CPU time.
-pub struct Row {
+pub(crate) struct Row {
     pub ours: Ours,
     pub hash_secs: f64,
     pub floor: Option<floor::Cost>,
@@ -58,7 +58,7 @@ pub struct Row {
 
 /// `o.reps` writes, each right after one run of `hash` and of `floor` if
 /// there is one.
-pub fn run_agent(
+pub(crate) fn run_agent(
     o: &Opts,
     w: &Write,
     dev: &Device,

@@ -24,7 +24,7 @@ use anyhow::{bail, Context, Result};
 const CHUNK: usize = 256 << 10;
 
 /// A running HTTPS server; runs until the process ends.
-pub struct Front {
+pub(crate) struct Front {
     /// `https://127.0.0.1:PORT`.
     pub base: String,
     /// The certificate (PEM) to trust.
@@ -34,7 +34,7 @@ pub struct Front {
 /// Starts an HTTPS server speaking only `version` on a free loopback port
 /// for the files in `dir` (`GET /NAME` answers `dir/NAME`), with a
 /// certificate made in `dir` (named by `tag`).
-pub fn start(
+pub(crate) fn start(
     dir: &Path,
     version: &'static rustls::SupportedProtocolVersion,
     tag: &str,
@@ -169,14 +169,14 @@ fn send_file(file: &File, to: &mut impl Write, buf: &mut [u8]) -> Result<()> {
 /// the agent's own direct-path TLS client (rustls's unbuffered API, records
 /// opened in place in its read buffer), so the floor moves the bytes as
 /// cheaply as the agent can.
-pub fn https_body(url: &str, cafile: &Path) -> Result<impl Read> {
+pub(crate) fn https_body(url: &str, cafile: &Path) -> Result<impl Read> {
     let rest = url
         .strip_prefix("https://")
         .with_context(|| format!("{url}: not https"))?;
     let (host, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-    let config = Arc::new(agent::tls::client_config(false, Some(cafile))?);
+    let config = Arc::new(agent_base::tls::client_config(false, Some(cafile))?);
     let bare = host.rsplit_once(':').map_or(host, |(h, _)| h);
-    let conn = agent::image::fetch::connect_tls(TcpStream::connect(host)?, bare, &config)
+    let conn = agent_contents::image::fetch::connect_tls(TcpStream::connect(host)?, bare, &config)
         .map_err(|e| anyhow::anyhow!("{url}: {e}"))?;
     crate::floor::get_body(
         conn,

@@ -40,13 +40,13 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc::sync_channel;
 use std::time::{Duration, Instant};
 
-use agent::config::{Config, RunMode};
-use agent::disk::WritePolicy;
-use agent::image::checksum::ChecksumSpec;
-use agent::image::fetch::HttpOptions;
-use agent::image::progress::Progress;
-use agent::image::{write_image, WriteRequest};
-use agent::testconductor::image_server::{Fault, ImageServer, Seen};
+use agent_base::config::{Config, RunMode};
+use agent_contents::image::checksum::ChecksumSpec;
+use agent_contents::image::fetch::HttpOptions;
+use agent_contents::image::progress::Progress;
+use agent_contents::image::{write_image, WriteRequest};
+use agent_devices::disk::WritePolicy;
+use agent_testkit::image_server::{Fault, ImageServer, Seen};
 use hardware_tests::agentapi::AgentApi;
 use hardware_tests::{run, sha256_prefix};
 use serde_json::{json, Value};
@@ -64,7 +64,7 @@ pub(crate) const GIB: u64 = 1 << 30;
 /// Peak resident memory allowed to `agent write-image` (debug build).
 pub(crate) const RSS_BOUND_MIB: f64 = 200.0;
 /// Safely past the image pipeline's window (`QCOW2_LOOKAHEAD`, 8 MiB in
-/// agent/src/image/decode.rs, plus up to a 1 MiB block and two clusters):
+/// agent/crates/contents/src/image/decode.rs, plus up to a 1 MiB block and two clusters):
 /// data further behind its table than this must be read again.
 pub(crate) const LOOKAHEAD: u64 = 16 * MIB;
 

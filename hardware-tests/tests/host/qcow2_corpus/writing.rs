@@ -514,7 +514,7 @@ impl Writer {
 /// No signature libblkid knows, and a zero first MiB.
 pub(crate) fn wiped(target: &Path) -> Result<(), String> {
     let f = std::fs::File::open(target).map_err(|e| e.to_string())?;
-    let sigs = agent::disk::erase::probe_signatures(&f).map_err(|e| format!("{e:#}"))?;
+    let sigs = agent_devices::disk::erase::probe_signatures(&f).map_err(|e| format!("{e:#}"))?;
     if !sigs.is_empty() {
         return Err(format!("signatures left: {sigs:?}"));
     }

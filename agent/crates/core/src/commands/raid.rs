@@ -1,0 +1,226 @@
+//! The software RAID steps of IPA's generic hardware manager (interface
+//! `raid`): `delete_configuration` and `create_configuration` (clean and
+//! service steps, priority 0) and `apply_configuration` (deploy and service
+//! step, priority 0, arguments `raid_config` and `delete_existing`). The
+//! work is [`agent_contents::raid`]; this reads the node, picks the disks the agent
+//! may use and turns failures into IPA's `SoftwareRAIDError` (its class,
+//! code and message, the specifics in `details`). Disks the node's
+//! `skip_block_devices` protect ([`agent_contents::selection`], a kept
+//! `volume_name` among them) are neither deleted nor built on.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+
+use super::step_call::StepCall;
+use super::{CommandError, ErrorKind};
+use crate::state::AgentState;
+use agent_contents::partimage::params::{self, BootMode};
+use agent_contents::raid::{config, ops, plan};
+use agent_devices::disk::{ioctl, WritePolicy};
+use ironic_types::node::Node;
+
+fn node_uuid(node: &Value) -> String {
+    node.get("uuid")
+        .and_then(Value::as_str)
+        .unwrap_or("(unknown node)")
+        .to_string()
+}
+
+fn error(kind: ErrorKind, what: &str, e: &anyhow::Error) -> CommandError {
+    CommandError::new(kind, format!("{what}: {e:#}"))
+}
+
+/// The disks RAID may use: the inventory's (in host mode only the allowed
+/// devices), md devices and protected disks aside.
+fn candidate_disks(
+    state: &AgentState,
+    node: &Value,
+) -> anyhow::Result<Vec<agent_devices::inventory::Disk>> {
+    let mut disks = super::target::machine_disks(&state.config)?;
+    disks.retain(|d| !d.name.starts_with("/dev/md"));
+    Ok(agent_contents::selection::unprotected_disks(node, disks)?)
+}
+
+fn geometry(path: &Path) -> anyhow::Result<plan::MemberDisk> {
+    use anyhow::Context;
+    let f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let sector = u64::from(ioctl::logical_sector_size(&f).context("reading the sector size")?);
+    let bytes = ioctl::size_bytes(&f).context("reading the size")?;
+    Ok(plan::MemberDisk {
+        path: path.to_path_buf(),
+        sector,
+        total: bytes / sector,
+    })
+}
+
+fn build(
+    state: &AgentState,
+    node: &Node,
+    raid_config: &Value,
+    kind: ErrorKind,
+) -> Result<Value, CommandError> {
+    let disks = candidate_disks(state, node.document())
+        .map_err(|e| error(kind, "Listing the disks for software RAID", &e))?;
+    let Some(cfg) = config::parse(raid_config, &node_uuid(node.document()), disks.len())
+        .map_err(|e| CommandError::new(kind, e.to_string()))?
+    else {
+        tracing::info!("no software RAID logical disks in the RAID configuration: nothing to do");
+        return Ok(json!({}));
+    };
+    let members =
+        plan::select_members(&disks, &cfg).map_err(|e| CommandError::new(kind, e.to_string()))?;
+    let mut geo = Vec::new();
+    for name in members.iter().flatten() {
+        if geo
+            .iter()
+            .any(|g: &plan::MemberDisk| g.path.as_os_str() == name.as_str())
+        {
+            continue;
+        }
+        geo.push(geometry(Path::new(name)).map_err(|e| error(kind, name, &e))?);
+    }
+    let ramdisk = if Path::new("/sys/firmware/efi").is_dir() {
+        BootMode::Uefi
+    } else {
+        BootMode::Bios
+    };
+    let mode = params::node_boot_mode(node, ramdisk);
+    let label = params::node_label(node);
+    let layout = plan::plan(&cfg, &members, &geo, mode, label)
+        .map_err(|e| CommandError::new(kind, e.to_string()))?;
+    tracing::info!(?mode, label = ?layout.label,
+        disks = ?layout.disks.iter().map(|d| (d.disk.path.display().to_string(), d.parts.len())).collect::<Vec<_>>(),
+        arrays = ?layout.arrays.iter().map(|a| (a.index, a.name.clone(), a.level.ironic(), a.size_bytes())).collect::<Vec<_>>(),
+        "software RAID layout");
+    let policy = WritePolicy::from_config(&state.config);
+    let built = ops::create(&layout, &policy)
+        .map_err(|e| error(kind, "Failed to create software RAID", &e))?;
+    tracing::info!(arrays = ?built.arrays, root = ?built.root, "Successfully created Software RAID");
+    // A deploy in this boot picks its root device by them (IPA's
+    // _raid_root_device_mapping; see commands/target.rs).
+    state.set_raid_root_marks(built.root_marks);
+    // IPA returns the configuration it applied; Ironic stores it as the
+    // node's raid_config.
+    Ok(raid_config.clone())
+}
+
+async fn blocking<F>(kind: ErrorKind, f: F) -> Result<Value, CommandError>
+where
+    F: FnOnce() -> Result<Value, CommandError> + Send + 'static,
+{
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| CommandError::new(kind, format!("the software RAID task failed: {e}")))?
+}
+
+/// `create_configuration`: builds the node's `target_raid_config` (`{}`
+/// when it has none or no software volumes).
+pub async fn create_configuration_step(
+    state: Arc<AgentState>,
+    call: StepCall,
+) -> Result<Value, CommandError> {
+    let kind = ErrorKind::SoftwareRaid;
+    let raid_config = call
+        .node_document()
+        .get("target_raid_config")
+        .cloned()
+        .unwrap_or(Value::Null);
+    let node = match call.node {
+        Some(node)
+            if !(raid_config.is_null()
+                || raid_config.as_object().is_some_and(|o| o.is_empty())) =>
+        {
+            node
+        }
+        _ => {
+            tracing::info!("No target_raid_config found");
+            return Ok(json!({}));
+        }
+    };
+    blocking(kind, move || build(&state, &node, &raid_config, kind)).await
+}
+
+/// `delete_configuration`: stops every array on the disks the agent may
+/// write and removes every md superblock and the tables of their disks;
+/// the disks the node protects (a kept `volume_name` among them) are left
+/// whole.
+pub async fn delete_configuration_step(
+    state: Arc<AgentState>,
+    call: StepCall,
+) -> Result<Value, CommandError> {
+    let kind = ErrorKind::SoftwareRaid;
+    blocking(kind, move || delete(&state, call.node_document(), kind)).await
+}
+
+/// `delete_configuration` for `install_coreos` (container form), which
+/// deletes any software RAID before coreos-installer runs.
+pub(crate) fn delete_all(state: &AgentState, node: &Value) -> Result<(), CommandError> {
+    delete(state, node, ErrorKind::SoftwareRaid).map(|_| ())
+}
+
+fn delete(state: &AgentState, node: &Value, kind: ErrorKind) -> Result<Value, CommandError> {
+    let policy = WritePolicy::from_config(&state.config);
+    let disks = agent_devices::disk::erasable_disks(&policy)
+        .and_then(|d| Ok(agent_contents::selection::unprotected(node, d)?))
+        .map_err(|e| error(kind, "Listing the disks", &e))?;
+    // The arrays go, and with them what is_root_volume said of them (IPA
+    // keeps its map, and would name a deleted array as the root device).
+    state.set_raid_root_marks(Vec::new());
+    let deleted = ops::delete(&disks, &policy)
+        .map_err(|e| error(kind, "Failed to delete software RAID", &e))?;
+    tracing::info!(stopped = ?deleted.stopped, zeroed = ?deleted.zeroed, wiped = ?deleted.wiped, "software RAID deleted");
+    Ok(Value::Null)
+}
+
+/// `apply_configuration`'s arguments.
+#[derive(Debug, Default, serde::Deserialize)]
+pub struct ApplyArgs {
+    /// The RAID configuration (checked by [`config::parse`]).
+    #[serde(default)]
+    raid_config: Option<Value>,
+    /// A boolean, or `"true"`/`"false"` in any case; missing or null: true.
+    #[serde(default)]
+    delete_existing: Option<Value>,
+}
+
+/// `apply_configuration` (deploy step): validates `raid_config`, deletes
+/// the existing arrays unless `delete_existing` is false, and builds it.
+pub async fn apply_configuration_step(
+    state: Arc<AgentState>,
+    call: StepCall<ApplyArgs>,
+) -> Result<Value, CommandError> {
+    let kind = ErrorKind::SoftwareRaid;
+    let Some(raid_config) = call.args.raid_config.clone().filter(|v| !v.is_null()) else {
+        return Err(CommandError::new(
+            ErrorKind::InvalidCommandParams,
+            "apply_configuration needs the argument raid_config (the RAID configuration to apply)",
+        ));
+    };
+    let delete_existing = match call.args.delete_existing.as_ref() {
+        None | Some(Value::Null) => true,
+        Some(Value::Bool(b)) => *b,
+        Some(Value::String(s)) if s.eq_ignore_ascii_case("true") => true,
+        Some(Value::String(s)) if s.eq_ignore_ascii_case("false") => false,
+        Some(other) => {
+            return Err(CommandError::new(
+                ErrorKind::InvalidCommandParams,
+                format!("apply_configuration: delete_existing must be a boolean, not {other}"),
+            ))
+        }
+    };
+    let node = call.node.unwrap_or_default();
+    blocking(kind, move || {
+        // Validate before deleting anything (IPA's order).
+        let disks = candidate_disks(&state, node.document())
+            .map_err(|e| error(kind, "Listing the disks for software RAID", &e))?;
+        config::parse(&raid_config, &node_uuid(node.document()), disks.len())
+            .map_err(|e| CommandError::new(kind, e.to_string()))?;
+        if delete_existing {
+            delete(&state, node.document(), kind)?;
+        }
+        build(&state, &node, &raid_config, kind)
+    })
+    .await
+}

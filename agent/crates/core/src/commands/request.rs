@@ -1,0 +1,102 @@
+//! The typed command: a request's JSON parsed once, where it arrives, into
+//! a [`Request`] carrying typed values (the [`Node`], step arguments, the
+//! checked image), so no handler takes loose JSON or reads the node from
+//! the agent's state. [`Request::ready`] turns it into the future the
+//! command history runs.
+
+use std::sync::Arc;
+
+use super::history::{CommandFuture, Mode, Ready};
+use super::params::InstallBootloader;
+use super::rescue::FinalizeRescue;
+use super::steps::{Execution, StepKind};
+use crate::state::AgentState;
+use ironic_types::node::Node;
+
+/// Every command Ironic sends, with its parameters parsed.
+#[derive(Debug)]
+pub enum Request {
+    /// `get_clean_steps`, `get_deploy_steps`, `get_service_steps`.
+    GetSteps {
+        /// Which steps.
+        kind: StepKind,
+        /// The node sent with it, cached for later commands.
+        node: Option<Node>,
+    },
+    /// `execute_clean_step`, `execute_deploy_step`, `execute_service_step`.
+    ExecuteStep(Execution),
+    /// `standby.prepare_image`.
+    PrepareImage(Box<super::image::PrepareImageRequest>),
+    /// `standby.get_partition_uuids`.
+    GetPartitionUuids,
+    /// `standby.sync`.
+    Sync,
+    /// `standby.power_off`.
+    PowerOff,
+    /// `standby.reboot` and `standby.run_image`.
+    Reboot,
+    /// `image.install_bootloader`, with the cached node.
+    InstallBootloader(InstallBootloader, Option<Node>),
+    /// `log.collect_system_logs`.
+    CollectSystemLogs,
+    /// `rescue.finalize_rescue`.
+    FinalizeRescue(FinalizeRescue),
+    /// `system.lockdown`.
+    Lockdown,
+}
+
+impl Request {
+    /// The command's work, on `state`.
+    pub fn run(self, state: Arc<AgentState>) -> CommandFuture {
+        match self {
+            Request::GetSteps { kind, node } => {
+                Box::pin(super::steps::get_steps(state, kind, node))
+            }
+            Request::ExecuteStep(e) => Box::pin(super::steps::execute_step(state, e)),
+            Request::PrepareImage(p) => Box::pin(super::image::prepare_image(state, *p)),
+            Request::GetPartitionUuids => Box::pin(super::standby::get_partition_uuids(state)),
+            Request::Sync => Box::pin(super::standby::sync(state)),
+            Request::PowerOff => Box::pin(super::standby::power_off(state)),
+            Request::Reboot => Box::pin(super::standby::reboot(state)),
+            Request::InstallBootloader(p, node) => {
+                Box::pin(super::bootloader::install_bootloader(state, p, node))
+            }
+            Request::CollectSystemLogs => Box::pin(super::logs::collect_system_logs(state)),
+            Request::FinalizeRescue(p) => Box::pin(super::rescue::finalize_rescue(state, p)),
+            Request::Lockdown => Box::pin(super::system::lockdown(state)),
+        }
+    }
+
+    /// The command ready for the history: `extension.method` and its mode.
+    pub fn ready(
+        self,
+        state: Arc<AgentState>,
+        extension: &str,
+        method: &'static str,
+        mode: Mode,
+    ) -> Ready {
+        Ready {
+            full_name: format!("{extension}.{method}"),
+            method,
+            mode,
+            work: self.run(state),
+        }
+    }
+}
+
+/// What parsing a request gives.
+pub type ParseResult = Result<Request, super::params::ParamsError>;
+
+/// Parses and runs the command `name` with `params` as the API would,
+/// without the history (tests of handlers through the command table).
+#[cfg(test)]
+pub async fn run_named(
+    state: Arc<AgentState>,
+    name: &str,
+    params: serde_json::Value,
+) -> super::Outcome {
+    let spec = super::registry::lookup(name).expect("a known command");
+    let request =
+        (spec.parse)(params, &super::context::Context::of(&state)).expect("parameters that parse");
+    request.run(state).await
+}
