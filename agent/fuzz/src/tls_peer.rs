@@ -205,7 +205,7 @@ impl Write for Peer<'_> {
 
 /// What one run came to.
 #[derive(Debug, Default)]
-pub(crate) struct Outcome {
+pub struct Outcome {
     /// Bytes the client read.
     pub read: usize,
     /// Application data the server sent before close_notify.
@@ -215,7 +215,7 @@ pub(crate) struct Outcome {
 }
 
 /// One run: `data` is `[flags][client read size u16][script]`.
-pub(crate) fn run(data: &[u8]) -> Outcome {
+pub fn run(data: &[u8]) -> Outcome {
     let [flags, r0, r1, script @ ..] = data else {
         return Outcome::default();
     };

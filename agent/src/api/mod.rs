@@ -6,7 +6,7 @@
 //! Both `/v1/commands` and `/v1/commands/` are served (Ironic always uses the
 //! trailing slash), with and without the `/v1` prefix as IPA does.
 
-pub mod error;
+pub(crate) mod error;
 pub mod local_key;
 
 use std::collections::HashMap;

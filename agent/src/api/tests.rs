@@ -237,6 +237,14 @@ async fn malformed_requests_get_400_404_405_with_faultstring() {
     .await;
     assert_eq!(st, StatusCode::BAD_REQUEST);
     assert_fault(&v, "Invalid command parameters");
+    let (st, v) = post(
+        &s,
+        &cmd_uri(""),
+        json!({"name": "deploy.execute_deploy_step", "params": {"step": {"step": ""}}}),
+    )
+    .await;
+    assert_eq!(st, StatusCode::BAD_REQUEST);
+    assert_fault(&v, "step.step: the step name is empty");
     let (st, v) = call(&s, Method::DELETE, &cmd_uri(""), None).await;
     assert_eq!(st, StatusCode::METHOD_NOT_ALLOWED);
     assert_fault(&v, "405");

@@ -34,7 +34,7 @@ pub struct ContainerArgs {
 
 /// The container's configuration ([`config::container::load`]), with the
 /// flags.
-pub fn container_config(args: &ContainerArgs, debug: bool) -> Result<Config> {
+pub(crate) fn container_config(args: &ContainerArgs, debug: bool) -> Result<Config> {
     let mut c = config::container::load(
         args.cmdline_file.as_deref(),
         &args.config_root,
@@ -68,7 +68,7 @@ pub fn container_config(args: &ContainerArgs, debug: bool) -> Result<Config> {
 
 /// Runs the container's agent until it fails or the container is stopped
 /// (SIGTERM: as PID 1 of its namespace the agent gets no default action).
-pub async fn run(args: &ContainerArgs, debug: bool) -> Result<()> {
+pub(crate) async fn run(args: &ContainerArgs, debug: bool) -> Result<()> {
     let config = container_config(args, debug)?;
     if std::process::id() == 1 {
         // Only inside the container: these paths are its own.
@@ -100,7 +100,7 @@ pub async fn run(args: &ContainerArgs, debug: bool) -> Result<()> {
 /// container's `/run/udev` (a symbolic link), so the inventory and the
 /// root-device hints see the disks' WWNs, serials and `by-path` names as
 /// the host's udev recorded them. Left alone when the container has one.
-pub fn link_host_udev(host_root: &Path, link: &Path) {
+pub(crate) fn link_host_udev(host_root: &Path, link: &Path) {
     let target = host_root.join("run/udev");
     if std::fs::symlink_metadata(link).is_ok() || !target.is_dir() {
         return;

@@ -45,7 +45,7 @@ pub struct EraseArgs {
 }
 
 /// Runs `agent erase`.
-pub fn run(args: &EraseArgs) -> Result<()> {
+pub(crate) fn run(args: &EraseArgs) -> Result<()> {
     let method = Method::parse(&args.method).with_context(|| {
         format!(
             "--method {:?}: expected auto, metadata, discard, overwrite, nvme or ata",

@@ -24,7 +24,7 @@ pub struct JsonGetArgs {
 }
 
 /// The value at `path` in `doc`.
-pub fn get<'a>(doc: &'a Value, path: &str) -> Option<&'a Value> {
+pub(crate) fn get<'a>(doc: &'a Value, path: &str) -> Option<&'a Value> {
     path.split('.').try_fold(doc, |v, key| match v {
         Value::Object(m) => m.get(key),
         Value::Array(a) => key.parse::<usize>().ok().and_then(|i| a.get(i)),
@@ -34,7 +34,7 @@ pub fn get<'a>(doc: &'a Value, path: &str) -> Option<&'a Value> {
 
 /// What `agent json-get` prints for `paths` of the document `input`: one
 /// line per path.
-pub fn render(input: &str, paths: &[String]) -> Result<String> {
+pub(crate) fn render(input: &str, paths: &[String]) -> Result<String> {
     let doc: Value = serde_json::from_str(input).context("stdin is not a JSON document")?;
     let mut out = String::new();
     for path in paths {
@@ -49,7 +49,7 @@ pub fn render(input: &str, paths: &[String]) -> Result<String> {
 }
 
 /// Runs `agent json-get`.
-pub fn run(args: &JsonGetArgs) -> Result<()> {
+pub(crate) fn run(args: &JsonGetArgs) -> Result<()> {
     let mut input = String::new();
     std::io::stdin()
         .take(64 << 20)

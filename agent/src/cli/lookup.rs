@@ -39,7 +39,7 @@ pub struct LookupArgs {
 }
 
 /// Runs `agent lookup`.
-pub async fn run(args: &LookupArgs) -> Result<()> {
+pub(crate) async fn run(args: &LookupArgs) -> Result<()> {
     let c = args.conductor.config()?;
     let urls = match &c.api_urls {
         ApiUrls::Urls(u) => u.clone(),
@@ -95,7 +95,7 @@ pub async fn run(args: &LookupArgs) -> Result<()> {
 }
 
 /// The lines `agent lookup` prints.
-pub fn summary(uuid: &str, node: &Value, urls: &[String], macs: &[String]) -> String {
+pub(crate) fn summary(uuid: &str, node: &Value, urls: &[String], macs: &[String]) -> String {
     let mut out = format!(
         "node {uuid}\n  conductor: {}\n  looked up by: {}\n",
         urls.join(", "),

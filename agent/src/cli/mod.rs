@@ -6,13 +6,13 @@
 //! for executable steps' scripts. Flags override the
 //! kernel command line, which is read from `/proc/cmdline` or `--cmdline-file`.
 
-pub mod container;
-pub mod erase;
-pub mod json_get;
-pub mod lookup;
-pub mod progress_view;
-pub mod status;
-pub mod write_image;
+pub(crate) mod container;
+pub(crate) mod erase;
+pub(crate) mod json_get;
+pub(crate) mod lookup;
+pub(crate) mod progress_view;
+pub(crate) mod status;
+pub(crate) mod write_image;
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -10,21 +10,20 @@ use std::time::Duration;
 
 /// A running progress display; [`ProgressView::finish`] prints the last state.
 #[derive(Debug)]
-pub struct ProgressView {
+pub(crate) struct ProgressView {
     /// Dropping it wakes the display thread at once (no polling interval
     /// to wait out when the operation ends).
     stop: Option<Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
-    tty: bool,
 }
 
 /// What to print: `render(true)` for the in-place bar, `render(false)` for
 /// a log line.
-pub type Render = Arc<dyn Fn(bool) -> String + Send + Sync>;
+pub(crate) type Render = Arc<dyn Fn(bool) -> String + Send + Sync>;
 
 impl ProgressView {
     /// Starts showing `render` on standard error.
-    pub fn start(render: Render) -> Self {
+    pub(crate) fn start(render: Render) -> Self {
         let tty = std::io::stderr().is_terminal();
         let every = if tty {
             Duration::from_millis(250)
@@ -51,17 +50,11 @@ impl ProgressView {
         Self {
             stop: Some(stop),
             thread: Some(thread),
-            tty,
         }
     }
 
-    /// Whether standard error is a terminal.
-    pub fn is_tty(&self) -> bool {
-        self.tty
-    }
-
     /// Stops the display (on a terminal the bar is drawn one last time).
-    pub fn finish(mut self) {
+    pub(crate) fn finish(mut self) {
         self.stop_now();
     }
 

@@ -25,7 +25,7 @@ pub struct StatusArgs {
 }
 
 /// Runs `agent status`.
-pub async fn run(args: &StatusArgs) -> Result<()> {
+pub(crate) async fn run(args: &StatusArgs) -> Result<()> {
     // The agent's certificate is self-signed and made at start; over
     // loopback there is nobody in between to verify against.
     let http = agent_base::tls::http_client(true, None, Duration::from_secs(10))?;
@@ -84,7 +84,7 @@ fn text(v: &Value) -> String {
 }
 
 /// The human-readable report.
-pub fn render(v: &Value) -> String {
+pub(crate) fn render(v: &Value) -> String {
     let mut out = format!(
         "agent {} ({} mode)\nconductor: {}\nlookup: {}\nnode: {}\ncallback: {}\n",
         text(&v["version"]),

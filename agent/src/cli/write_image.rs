@@ -55,7 +55,7 @@ pub struct WriteImageArgs {
 }
 
 /// Runs `agent write-image`.
-pub async fn run(args: WriteImageArgs) -> Result<()> {
+pub(crate) async fn run(args: WriteImageArgs) -> Result<()> {
     let format = match args.format.as_str() {
         "auto" => None,
         f => Some(Format::parse(f).with_context(|| {

@@ -17,18 +17,18 @@ use agent_base::config::KernelParams;
 
 /// A passwordless root shell on the console (`agent.shell=1`): anyone at
 /// the console, the BMC's serial-over-LAN or KVM included, is root.
-pub const SHELL: &str = "agent.shell";
+pub(crate) const SHELL: &str = "agent.shell";
 
 /// IPA's debug flag: the agent logs at debug level.
-pub const DEBUG: &str = "ipa-debug";
+pub(crate) const DEBUG: &str = "ipa-debug";
 
 /// After a rescue, root keeps its `rootpwd=` password (console and SSH,
 /// which then takes passwords); without it root's password is locked.
-pub const ROOTPWD_AFTER_RESCUE: &str = "agent.rootpwd-after-rescue";
+pub(crate) const ROOTPWD_AFTER_RESCUE: &str = "agent.rootpwd-after-rescue";
 
 /// What PID 1 offers, from the kernel parameters.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Access {
+pub(crate) struct Access {
     /// The passwordless root shell on the console ([`SHELL`]).
     pub shell: bool,
     /// `agent ramdisk --debug` ([`DEBUG`]).
@@ -44,7 +44,7 @@ impl Access {
     /// Reads the three options. Only a true boolean (`1/true/yes/on`, or the
     /// bare name) turns one on; anything malformed is off and noted, so a
     /// typo never opens a shell.
-    pub fn from_params(params: &KernelParams) -> Self {
+    pub(crate) fn from_params(params: &KernelParams) -> Self {
         let mut notes = Vec::new();
         let mut on = |key: &str| match params.bool(key) {
             Ok(v) => v.unwrap_or(false),
@@ -65,7 +65,7 @@ impl Access {
     }
 
     /// `agent` arguments for the service PID 1 supervises.
-    pub fn agent_args(&self) -> Vec<String> {
+    pub(crate) fn agent_args(&self) -> Vec<String> {
         let mut args = vec!["ramdisk".to_string()];
         if self.debug_logging {
             args.push("--debug".into());

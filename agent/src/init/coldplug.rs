@@ -10,7 +10,7 @@ use super::modules::{device_modaliases, Loader};
 
 /// What a coldplug pass did.
 #[derive(Debug, Default)]
-pub struct Report {
+pub(crate) struct Report {
     /// Module files loaded.
     pub loaded: usize,
     /// Distinct device modaliases seen.
@@ -19,7 +19,7 @@ pub struct Report {
 
 /// Preloads `always` (modules no device asks for: filesystems, crc32c,
 /// nls…), then loads drivers by modalias until quiet for `settle`, at most `max`.
-pub fn run(
+pub(crate) fn run(
     loader: &mut Loader,
     sys: &Path,
     always: &[String],

@@ -17,14 +17,14 @@
 //! `agent.settle=SECONDS` (coldplug quiet time, default 1),
 //! `agent.dhcp-timeout=SECONDS` (default 30).
 
-pub mod access;
-pub mod clock;
-pub mod coldplug;
+pub(crate) mod access;
+pub(crate) mod clock;
+pub(crate) mod coldplug;
 pub mod modules;
-pub mod mounts;
-pub mod ssh;
-pub mod supervise;
-pub mod vmedia;
+pub(crate) mod mounts;
+pub(crate) mod ssh;
+pub(crate) mod supervise;
+pub(crate) mod vmedia;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

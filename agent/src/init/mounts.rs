@@ -11,7 +11,7 @@ use nix::mount::{mount, MsFlags};
 type Spec = (&'static str, &'static str, &'static str, MsFlags);
 
 /// Mounts everything; returns what failed (logged by the caller).
-pub fn mount_all() -> Vec<String> {
+pub(crate) fn mount_all() -> Vec<String> {
     let nodev = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
     let specs: [Spec; 7] = [
         ("proc", "/proc", "proc", nodev),
@@ -48,7 +48,7 @@ pub fn mount_all() -> Vec<String> {
 
 /// Mounts efivarfs when the machine booted by UEFI (after the module
 /// phase: `efivarfs` is a module in Debian's kernel). Returns a failure.
-pub fn mount_efivarfs() -> Option<String> {
+pub(crate) fn mount_efivarfs() -> Option<String> {
     if !Path::new("/sys/firmware/efi").exists() {
         return None;
     }

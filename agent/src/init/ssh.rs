@@ -10,24 +10,24 @@ use std::path::Path;
 use anyhow::{bail, Context, Result};
 
 /// The SSH server in the ramdisk.
-pub const DROPBEAR: &str = "/usr/sbin/dropbear";
+pub(crate) const DROPBEAR: &str = "/usr/sbin/dropbear";
 
 /// Its arguments: foreground, log to stderr (the console), make host keys
 /// when first needed, no password logins, port 22.
-pub const DROPBEAR_ARGS: &[&str] = &["-F", "-E", "-R", "-s", "-p", "22"];
+pub(crate) const DROPBEAR_ARGS: &[&str] = &["-F", "-E", "-R", "-s", "-p", "22"];
 
 /// In rescue mode: the same, with password logins (the `rescue` user's).
 /// PID 1 locks root's password before starting it (`supervise.rs`,
 /// `rescue_root`). Not `-g`/`-w`: dropbear applies them to every uid 0,
 /// and the `rescue` user is uid 0 (no sudo here), so they would lock the
 /// tenant out.
-pub const DROPBEAR_RESCUE_ARGS: &[&str] = &["-F", "-E", "-R", "-p", "22"];
+pub(crate) const DROPBEAR_RESCUE_ARGS: &[&str] = &["-F", "-E", "-R", "-p", "22"];
 
 /// The `sshkey` value of a kernel command line. The kernel keeps
 /// `sshkey="TYPE BASE64 comment"` together, but boot loaders such as iPXE
 /// strip the quotes on the way, leaving `sshkey=TYPE BASE64 comment` as
 /// separate words: then the key type and the next word are joined.
-pub fn key_from_cmdline(cmdline: &str) -> Option<String> {
+pub(crate) fn key_from_cmdline(cmdline: &str) -> Option<String> {
     let start = cmdline.find("sshkey=")? + "sshkey=".len();
     if !(start == 7 || cmdline[..start - 7].ends_with(char::is_whitespace)) {
         return None;
@@ -50,7 +50,7 @@ pub fn key_from_cmdline(cmdline: &str) -> Option<String> {
 }
 
 /// Checks that `key` looks like one OpenSSH public key line.
-pub fn validate_key(key: &str) -> Result<()> {
+pub(crate) fn validate_key(key: &str) -> Result<()> {
     let mut parts = key.split_whitespace();
     let (Some(kind), Some(blob)) = (parts.next(), parts.next()) else {
         bail!("sshkey must be \"TYPE BASE64 [comment]\" (quote it on the kernel command line)");
@@ -74,7 +74,7 @@ pub fn validate_key(key: &str) -> Result<()> {
 
 /// Writes `key` as root's only authorized key under `root` (`/` in the
 /// ramdisk) with the modes sshd-style servers insist on.
-pub fn authorize(root: &Path, key: &str) -> Result<()> {
+pub(crate) fn authorize(root: &Path, key: &str) -> Result<()> {
     validate_key(key)?;
     let dir = root.join("root/.ssh");
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;

@@ -17,7 +17,7 @@ use super::clock::say;
 
 /// What PID 1 keeps running.
 #[derive(Debug)]
-pub struct Services {
+pub(crate) struct Services {
     /// Arguments of the agent service (run as `/proc/self/exe ARGS`).
     pub agent_args: Vec<String>,
     /// Open a passwordless root shell on the console too (`agent.shell=1`).
@@ -31,7 +31,7 @@ pub struct Services {
 }
 
 /// Runs forever.
-pub fn run(services: &Services) -> ! {
+pub(crate) fn run(services: &Services) -> ! {
     let mut rescued = agent_devices::rescue::account::rescued(Path::new("/"));
     let mut agent = if rescued { None } else { spawn_agent(services) };
     let mut shell = services.shell.then(spawn_shell).flatten();
@@ -194,7 +194,7 @@ fn open_logins(logins: &mut Vec<(Pid, String)>) {
 
 /// The terminals behind `/dev/console` (`/sys/class/tty/console/active`,
 /// e.g. `tty0 ttyS0`); `tty0`, the current virtual terminal, is `tty1`.
-pub fn console_ttys(active: &str) -> Vec<String> {
+pub(crate) fn console_ttys(active: &str) -> Vec<String> {
     let mut out: Vec<String> = active
         .split_whitespace()
         .map(|t| {

@@ -19,14 +19,14 @@ use super::say;
 const MEDIA_WAIT: Duration = Duration::from_secs(10);
 
 /// Whether Ironic says the ramdisk came from virtual media.
-pub fn booted_from_vmedia(params: &KernelParams) -> bool {
+pub(crate) fn booted_from_vmedia(params: &KernelParams) -> bool {
     params.get("boot_method") == Some("vmedia")
 }
 
 /// Reads the virtual media; returns `network_data.json`'s bytes if the ISO
 /// has it. Floppy parameters are written where the agent's configuration
 /// reads them ([`agent_base::config::VMEDIA_PARAMS`]) and merged into `params`.
-pub fn read(params: &mut KernelParams) -> Option<Vec<u8>> {
+pub(crate) fn read(params: &mut KernelParams) -> Option<Vec<u8>> {
     let (sys, dev, root) = (Path::new("/sys"), Path::new("/dev"), Path::new("/"));
     let started = Instant::now();
     let until = started + MEDIA_WAIT;
@@ -128,7 +128,7 @@ pub fn read(params: &mut KernelParams) -> Option<Vec<u8>> {
 }
 
 /// The plan for this machine from `bytes`, or the reason there is none.
-pub fn plan(bytes: &[u8]) -> Option<network_data::Plan> {
+pub(crate) fn plan(bytes: &[u8]) -> Option<network_data::Plan> {
     let nics = agent_devices::netconf::physical_nics(Path::new("/sys"));
     match network_data::plan(bytes, &nics) {
         Ok(p) => Some(p),

@@ -90,7 +90,7 @@ impl KernelParams {
 }
 
 /// Parses an IPA-style boolean. A bare flag (empty value) is true.
-pub fn parse_bool(raw: &str) -> Option<bool> {
+pub(crate) fn parse_bool(raw: &str) -> Option<bool> {
     match raw.trim().to_ascii_lowercase().as_str() {
         "" | "1" | "true" | "yes" | "on" => Some(true),
         "0" | "false" | "no" | "off" => Some(false),

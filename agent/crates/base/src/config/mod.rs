@@ -6,7 +6,7 @@
 //! if useful in host mode, a flag in `cli.rs` that overrides it. A malformed
 //! value is logged once and the default kept.
 
-pub mod cmdline;
+pub(crate) mod cmdline;
 pub mod container;
 pub mod files;
 mod from_params;

@@ -271,4 +271,4 @@ impl ConductorClient {
     }
 }
 
-pub use agent_base::errfmt::error_chain;
+pub(crate) use agent_base::errfmt::error_chain;

@@ -3,7 +3,7 @@
 //! (§4.4). Errors are typed so the main loop can tell "look up again" (token
 //! wiped) from "retry later".
 
-pub mod client;
+pub(crate) mod client;
 #[cfg(any(test, feature = "test-support"))]
 pub mod fake;
 pub mod inspection;

@@ -27,7 +27,7 @@ use super::options::RunOptions;
 use super::seccomp::{Profile, Target};
 
 /// podman's default capabilities (containers.conf `default_capabilities`).
-pub const PODMAN_CAPS: [&str; 11] = [
+pub(crate) const PODMAN_CAPS: [&str; 11] = [
     "CHOWN",
     "DAC_OVERRIDE",
     "FOWNER",
@@ -106,7 +106,7 @@ fn within<'a>(names: &[&'a str], bounding: u64) -> Vec<&'a str> {
 
 /// The bounding set in a `/proc/self/status` text (all capabilities when
 /// it does not say).
-pub fn bounding_set(status: &str) -> u64 {
+pub(crate) fn bounding_set(status: &str) -> u64 {
     status
         .lines()
         .find_map(|l| l.strip_prefix("CapBnd:"))
@@ -229,7 +229,7 @@ fn rule(
 
 /// What the bundle takes from the agent and the machine.
 #[derive(Debug, Clone, Copy)]
-pub struct Host<'a> {
+pub(crate) struct Host<'a> {
     /// The container's id: its cgroup is `/ID` under the hierarchy's root.
     pub id: &'a str,
     /// The container's hostname.
@@ -245,7 +245,7 @@ pub struct Host<'a> {
 
 /// The bundle's `config.json` for `image` run with `run` on `host`; its
 /// root filesystem is `rootfs` beside it.
-pub fn spec(image: &ImageConfiguration, run: &RunOptions, host: &Host<'_>) -> Result<Spec> {
+pub(crate) fn spec(image: &ImageConfiguration, run: &RunOptions, host: &Host<'_>) -> Result<Spec> {
     let mut spec = Spec::default();
     spec.set_hostname(Some(host.hostname.to_string()));
     let (uid, gid) = user(image)?;

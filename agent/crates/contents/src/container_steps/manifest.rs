@@ -33,7 +33,7 @@ const ERROR_BODY: usize = 1024;
 /// The image manifest of `image` (an index resolved to this platform) and
 /// its digest. `client` authenticates (its token cache is then what its
 /// blob pulls use); `http` makes the requests.
-pub async fn fetch(
+pub(crate) async fn fetch(
     client: &Client,
     http: &reqwest::Client,
     scheme: Scheme,
@@ -168,7 +168,11 @@ async fn read_bounded(
 
 /// The digest of `body` (`sha256:` or `sha512:` hex), which must be
 /// `expected` (the reference's) and the registry's `header` when given.
-pub fn verify_digest(body: &[u8], expected: Option<&str>, header: Option<&str>) -> Result<String> {
+pub(crate) fn verify_digest(
+    body: &[u8],
+    expected: Option<&str>,
+    header: Option<&str>,
+) -> Result<String> {
     let of = |algorithm: &str| -> Result<String> {
         let alg = match algorithm {
             "sha256" => &ring::digest::SHA256,
@@ -200,7 +204,7 @@ pub fn verify_digest(body: &[u8], expected: Option<&str>, header: Option<&str>) 
 }
 
 /// A schema 2 manifest or index.
-pub fn parse(body: &[u8]) -> Result<OciManifest> {
+pub(crate) fn parse(body: &[u8]) -> Result<OciManifest> {
     let manifest: OciManifest = serde_json::from_slice(body).context("not a manifest")?;
     let version = match &manifest {
         OciManifest::Image(m) => m.schema_version,

@@ -14,15 +14,15 @@
 //! state; the command layer's adapter maps [`ContainerError`] to IPA's
 //! error classes.
 
-pub mod bundle;
+pub(crate) mod bundle;
 pub mod limits;
-pub mod manifest;
+pub(crate) mod manifest;
 pub mod options;
 pub mod policy;
 pub mod pull;
 pub mod runtime;
-pub mod scheme;
-pub mod seccomp;
+pub(crate) mod scheme;
+pub(crate) mod seccomp;
 pub mod settings;
 pub mod steps_file;
 pub mod unpack;

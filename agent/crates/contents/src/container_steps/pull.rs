@@ -17,7 +17,7 @@
 //! checked. Credentials come from `--creds` or an `--authfile` in
 //! containers-auth.json(5) format.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
@@ -45,9 +45,7 @@ const LAYER_TYPES: [&str; 4] = [
 
 /// An image pulled and unpacked.
 #[derive(Debug)]
-pub struct PulledImage {
-    /// The unpacked root filesystem.
-    pub rootfs: PathBuf,
+pub(crate) struct PulledImage {
     /// The image's config (entrypoint, command, environment...).
     pub config: ImageConfiguration,
     /// The manifest's digest.
@@ -109,7 +107,11 @@ fn registry_client(
 }
 
 /// The credentials for `registry`/`repository` that `opts` give.
-pub fn registry_auth(opts: &PullOptions, registry: &str, repository: &str) -> Result<RegistryAuth> {
+pub(crate) fn registry_auth(
+    opts: &PullOptions,
+    registry: &str,
+    repository: &str,
+) -> Result<RegistryAuth> {
     match &opts.auth {
         None => Ok(RegistryAuth::Anonymous),
         Some(Auth::Creds { user, password }) => {
@@ -148,7 +150,7 @@ pub fn authfile_credentials(
 /// The user and password of containers-auth.json's most specific `auths`
 /// entry for `registry/repository` (an entry names a registry, or a
 /// registry and a namespace; a legacy `https://` prefix is ignored).
-pub fn authfile_entry(
+pub(crate) fn authfile_entry(
     doc: &Value,
     registry: &str,
     repository: &str,
@@ -191,7 +193,7 @@ pub fn authfile_entry(
 /// Pulls `reference` (no transport) into `dir` within `limits`:
 /// `dir/rootfs` holds the unpacked layers. Setting `stop` ends the pull
 /// at its next chunk of network data or of unpacking.
-pub async fn pull(
+pub(crate) async fn pull(
     reference: &str,
     opts: &PullOptions,
     cafile: Option<&Path>,
@@ -310,11 +312,7 @@ pub async fn pull(
         entries,
         "container image unpacked"
     );
-    Ok(PulledImage {
-        rootfs,
-        config,
-        digest,
-    })
+    Ok(PulledImage { config, digest })
 }
 
 /// A descriptor's size, refused when negative or over `max`.

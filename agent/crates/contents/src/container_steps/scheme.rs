@@ -17,7 +17,7 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The protocol of a registry's URLs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Scheme {
+pub(crate) enum Scheme {
     /// `https://`.
     Https,
     /// `http://`: only with `--tls-verify=false`.
@@ -26,7 +26,7 @@ pub enum Scheme {
 
 impl Scheme {
     /// The URL scheme.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Scheme::Https => "https",
             Scheme::Http => "http",
@@ -35,14 +35,14 @@ impl Scheme {
 }
 
 /// Whether a plain-HTTP answer to `GET /v2/` is a registry's.
-pub fn is_registry_answer(status: u16, api_version_header: bool) -> bool {
+pub(crate) fn is_registry_answer(status: u16, api_version_header: bool) -> bool {
     status == 200 || status == 401 || api_version_header
 }
 
 /// The scheme for `registry` when TLS is not verified: HTTPS when it
 /// answers HTTPS at all (any status), else HTTP when it answers there as a
 /// registry, else HTTPS (whose error the pull then reports).
-pub async fn unverified(http: &reqwest::Client, registry: &str) -> Scheme {
+pub(crate) async fn unverified(http: &reqwest::Client, registry: &str) -> Scheme {
     let https = http
         .get(format!("https://{registry}/v2/"))
         .timeout(PROBE_TIMEOUT)
@@ -59,7 +59,7 @@ pub async fn unverified(http: &reqwest::Client, registry: &str) -> Scheme {
 }
 
 /// Whether `registry` answers `GET /v2/` in plain HTTP as a registry.
-pub async fn answers_plain_http(http: &reqwest::Client, registry: &str) -> bool {
+pub(crate) async fn answers_plain_http(http: &reqwest::Client, registry: &str) -> bool {
     match http
         .get(format!("http://{registry}/v2/"))
         .timeout(PROBE_TIMEOUT)

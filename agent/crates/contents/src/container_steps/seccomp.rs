@@ -27,12 +27,12 @@ use oci_spec::runtime::{
 use serde::Deserialize;
 
 /// Where podman (containers.conf's default) and this agent read the profile.
-pub const DEFAULT_PROFILE: &str = "/usr/share/containers/seccomp.json";
+pub(crate) const DEFAULT_PROFILE: &str = "/usr/share/containers/seccomp.json";
 
 /// A containers-format seccomp profile.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Profile {
+pub(crate) struct Profile {
     default_action: LinuxSeccompAction,
     default_errno_ret: Option<u32>,
     architectures: Option<Vec<Arch>>,
@@ -70,7 +70,7 @@ struct Filter {
 
 /// The container and machine a profile is translated for.
 #[derive(Debug, Clone, Copy)]
-pub struct Target<'a> {
+pub(crate) struct Target<'a> {
     /// The machine's architecture in Go's names, as profiles spell it
     /// (`amd64`, `arm64`): [`native_arch`].
     pub arch: &'a str,
@@ -81,7 +81,7 @@ pub struct Target<'a> {
 }
 
 /// This machine's architecture in Go's names.
-pub fn native_arch() -> &'static str {
+pub(crate) fn native_arch() -> &'static str {
     if cfg!(target_arch = "x86_64") {
         "amd64"
     } else if cfg!(target_arch = "aarch64") {
@@ -102,7 +102,7 @@ fn seccomp_arch(go: &str) -> Option<Arch> {
 }
 
 /// (major, minor) of a kernel release such as `6.1.0-28-amd64`.
-pub fn kernel_version(release: &str) -> Option<(u32, u32)> {
+pub(crate) fn kernel_version(release: &str) -> Option<(u32, u32)> {
     let mut parts = release.trim().split(['.', '-', '+']);
     let major = parts.next()?.parse().ok()?;
     let minor = parts.next()?.parse().ok()?;
@@ -110,7 +110,7 @@ pub fn kernel_version(release: &str) -> Option<(u32, u32)> {
 }
 
 /// The running kernel's (major, minor).
-pub fn running_kernel() -> Option<(u32, u32)> {
+pub(crate) fn running_kernel() -> Option<(u32, u32)> {
     std::fs::read_to_string("/proc/sys/kernel/osrelease")
         .ok()
         .as_deref()
@@ -119,7 +119,7 @@ pub fn running_kernel() -> Option<(u32, u32)> {
 
 impl Profile {
     /// Parses a profile's JSON text.
-    pub fn parse(text: &str) -> Result<Self> {
+    pub(crate) fn parse(text: &str) -> Result<Self> {
         let p: Profile = serde_json::from_str(text).context("not a containers seccomp profile")?;
         if p.architectures.as_ref().is_some_and(|a| !a.is_empty())
             && p.arch_map.as_ref().is_some_and(|a| !a.is_empty())
@@ -130,14 +130,14 @@ impl Profile {
     }
 
     /// Reads the profile at `path`.
-    pub fn load(path: &Path) -> Result<Self> {
+    pub(crate) fn load(path: &Path) -> Result<Self> {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("the seccomp profile {}", path.display()))?;
         Self::parse(&text).with_context(|| format!("the seccomp profile {}", path.display()))
     }
 
     /// The OCI `linux.seccomp` of a container: see the module's header.
-    pub fn for_container(&self, t: &Target<'_>) -> Result<LinuxSeccomp> {
+    pub(crate) fn for_container(&self, t: &Target<'_>) -> Result<LinuxSeccomp> {
         let mut arches: Vec<Arch> = self.architectures.clone().unwrap_or_default();
         if let Some(native) = seccomp_arch(t.arch) {
             if let Some(m) = self

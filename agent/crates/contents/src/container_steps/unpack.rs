@@ -57,7 +57,7 @@ pub fn unpack_layer(input: impl Read, root: &Path, budget: &Budget) -> Result<Un
 
 /// Unpacks an uncompressed tar stream into `root`, within `budget`. A
 /// bound hit is the error, whatever the tar reader made of it.
-pub fn unpack_tar(input: impl Read, root: &Path, budget: &Budget) -> Result<Unpacked> {
+pub(crate) fn unpack_tar(input: impl Read, root: &Path, budget: &Budget) -> Result<Unpacked> {
     let counted = Counted {
         inner: input,
         budget,

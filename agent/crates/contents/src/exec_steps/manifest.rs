@@ -16,10 +16,10 @@ use serde_yaml_ng::Value;
 
 /// IPA's `HardwareSupport.SERVICE_PROVIDER`: the support level of a manager
 /// whose manifest does not say.
-pub const DEFAULT_SUPPORT: u32 = 3;
+pub(crate) const DEFAULT_SUPPORT: u32 = 3;
 
 /// A hook's time limit when its manifest does not give one.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(3600);
+pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(3600);
 
 /// The longest time limit a manifest may ask for (a week).
 const MAX_TIMEOUT_SECS: u64 = 7 * 24 * 3600;

@@ -5,7 +5,7 @@
 //! runs one of them with its JSON input, time limit and abort. How they
 //! become steps of the agent is `commands`' business (layers above).
 
-pub mod dir;
+pub(crate) mod dir;
 pub mod manifest;
 pub mod run;
 

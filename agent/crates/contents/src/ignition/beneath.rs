@@ -18,7 +18,7 @@ use nix::sys::stat::{fstat, mkdirat, Mode, SFlag};
 
 /// A directory, held open, under which paths are resolved.
 #[derive(Debug)]
-pub struct Beneath {
+pub(crate) struct Beneath {
     /// The open directory.
     fd: OwnedFd,
     /// Its path, for messages.
@@ -51,7 +51,7 @@ fn explain(e: Errno) -> String {
 
 impl Beneath {
     /// Opens `path` (which must be a directory and not a link).
-    pub fn open(path: &Path) -> Result<Beneath> {
+    pub(crate) fn open(path: &Path) -> Result<Beneath> {
         let fd = nix::fcntl::open(
             path,
             OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
@@ -65,7 +65,7 @@ impl Beneath {
     }
 
     /// The directory `rel` beneath this one.
-    pub fn dir(&self, rel: &str) -> Result<Beneath> {
+    pub(crate) fn dir(&self, rel: &str) -> Result<Beneath> {
         let path = self.path.join(rel);
         let fd = openat2(&self.fd, rel, how(OFlag::O_DIRECTORY, 0))
             .map_err(|e| anyhow::anyhow!("opening {}: {}", path.display(), explain(e)))?;
@@ -75,13 +75,13 @@ impl Beneath {
     /// Creates the directory `name` here (mode `mode`) unless something by
     /// that name exists; [`Beneath::dir`] then refuses anything but a
     /// directory.
-    pub fn ensure_dir(&self, name: &str, mode: u32) -> Result<()> {
+    pub(crate) fn ensure_dir(&self, name: &str, mode: u32) -> Result<()> {
         self.make_dir(name, mode).map(drop)
     }
 
     /// Creates the empty regular file `name` unless anything by that name
     /// (a file, a link, anything) exists. Returns whether it was created.
-    pub fn create_if_missing(&self, name: &str, mode: u32) -> Result<bool> {
+    pub(crate) fn create_if_missing(&self, name: &str, mode: u32) -> Result<bool> {
         let flags = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL;
         match openat2(&self.fd, name, how(flags, mode)) {
             Ok(_) => Ok(true),
@@ -114,7 +114,7 @@ impl Beneath {
 
     /// Replaces the contents of the regular file `name` (created with
     /// `mode` if missing) with `data`, and flushes it.
-    pub fn write_file(&self, name: &str, data: &[u8], mode: u32) -> Result<()> {
+    pub(crate) fn write_file(&self, name: &str, data: &[u8], mode: u32) -> Result<()> {
         let mut f = self.open_regular(name, true, mode)?;
         f.set_len(0)
             .and_then(|()| f.write_all(data))
@@ -123,7 +123,7 @@ impl Beneath {
     }
 
     /// Rewrites the existing regular file `name` with `edit(contents)`.
-    pub fn edit_file(&self, name: &str, edit: impl FnOnce(&str) -> String) -> Result<()> {
+    pub(crate) fn edit_file(&self, name: &str, edit: impl FnOnce(&str) -> String) -> Result<()> {
         let path = self.path.join(name);
         let mut f = self.open_regular(name, false, 0)?;
         let mut text = String::new();
@@ -140,7 +140,7 @@ impl Beneath {
     /// Creates the directory `name` here unless it exists; returns whether
     /// it was created (anything else by that name is refused later by
     /// [`Beneath::dir`]).
-    pub fn make_dir(&self, name: &str, mode: u32) -> Result<bool> {
+    pub(crate) fn make_dir(&self, name: &str, mode: u32) -> Result<bool> {
         match mkdirat(&self.fd, name, Mode::from_bits_truncate(mode)) {
             Ok(()) => Ok(true),
             Err(Errno::EEXIST) => Ok(false),
@@ -153,14 +153,14 @@ impl Beneath {
     }
 
     /// Sets this directory's mode.
-    pub fn chmod_self(&self, mode: u32) -> Result<()> {
+    pub(crate) fn chmod_self(&self, mode: u32) -> Result<()> {
         nix::sys::stat::fchmod(&self.fd, Mode::from_bits_truncate(mode))
             .map_err(|e| anyhow::anyhow!("chmod {}: {}", self.path.display(), explain(e)))
     }
 
     /// Sets the mode, owner and group of the regular file `name` (each only
     /// when given).
-    pub fn set_attrs(
+    pub(crate) fn set_attrs(
         &self,
         name: &str,
         mode: Option<u32>,
@@ -186,7 +186,7 @@ impl Beneath {
 
     /// Removes the file (or link) `name` here; a missing one is fine (IPA's
     /// `unlink_without_raise`), a directory is refused.
-    pub fn remove_file(&self, name: &str) -> Result<()> {
+    pub(crate) fn remove_file(&self, name: &str) -> Result<()> {
         match nix::unistd::unlinkat(&self.fd, name, nix::unistd::UnlinkatFlags::NoRemoveDir) {
             Ok(()) | Err(Errno::ENOENT) => Ok(()),
             Err(e) => bail!(
@@ -199,7 +199,7 @@ impl Beneath {
 
     /// The contents of the regular file `name`, opened read-only (no link
     /// followed); refused when larger than `limit` bytes.
-    pub fn read_regular(&self, name: &str, limit: u64) -> Result<Vec<u8>> {
+    pub(crate) fn read_regular(&self, name: &str, limit: u64) -> Result<Vec<u8>> {
         let path = self.path.join(name);
         let fd = openat2(&self.fd, name, how(OFlag::O_RDONLY | OFlag::O_NONBLOCK, 0))
             .map_err(|e| anyhow::anyhow!("opening {}: {}", path.display(), explain(e)))?;
@@ -222,7 +222,7 @@ impl Beneath {
     }
 
     /// The names in this directory, sorted.
-    pub fn names(&self) -> Result<Vec<String>> {
+    pub(crate) fn names(&self) -> Result<Vec<String>> {
         let dup = self
             .fd
             .try_clone()
@@ -240,7 +240,7 @@ impl Beneath {
     }
 
     /// The path of `name` here, for messages.
-    pub fn display(&self, name: &str) -> String {
+    pub(crate) fn display(&self, name: &str) -> String {
         self.path.join(name).display().to_string()
     }
 }

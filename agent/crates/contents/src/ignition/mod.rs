@@ -22,7 +22,7 @@
 //! boot filesystem is mounted by byte range ([`mount`]); nothing here needs
 //! the kernel's partition devices.
 
-pub mod beneath;
+pub(crate) mod beneath;
 pub mod iso;
 pub mod mount;
 

@@ -19,7 +19,7 @@
 pub mod buffers;
 pub mod checksum;
 pub mod decode;
-pub mod error;
+pub(crate) mod error;
 pub mod fetch;
 pub mod format;
 pub mod info;
@@ -28,7 +28,7 @@ pub mod progress;
 pub mod qcow2;
 mod reread;
 mod streams;
-pub mod target;
+pub(crate) mod target;
 
 use std::path::Path;
 use std::sync::mpsc::sync_channel;

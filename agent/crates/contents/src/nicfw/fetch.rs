@@ -20,7 +20,7 @@ use crate::image::progress::Progress;
 
 /// A downloaded image and the digest of its bytes.
 #[derive(Debug)]
-pub struct Downloaded {
+pub(crate) struct Downloaded {
     dir: PathBuf,
     /// The image file.
     pub path: PathBuf,
@@ -38,7 +38,7 @@ impl Drop for Downloaded {
 
 /// Brings `url` into a new directory under `scratch`, hashing it with
 /// `algo`. An unsupported scheme is IPA's `InvalidURLScheme`.
-pub fn download(
+pub(crate) fn download(
     url: &str,
     algo: Algo,
     http: &HttpOptions,

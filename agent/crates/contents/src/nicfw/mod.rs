@@ -21,9 +21,9 @@
 //! - [`settings`], `update_nvidia_nic_firmware_settings`.
 
 pub mod discovery;
-pub mod fetch;
+pub(crate) mod fetch;
 pub mod image;
-pub mod query;
+pub(crate) mod query;
 pub mod settings;
 pub mod tools;
 

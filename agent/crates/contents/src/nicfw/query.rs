@@ -27,7 +27,7 @@ impl FwQuery {
 }
 
 /// Parses `mstflint query` output; a later line wins, as in IPA.
-pub fn parse_flint_query(text: &str) -> FwQuery {
+pub(crate) fn parse_flint_query(text: &str) -> FwQuery {
     let mut q = FwQuery::default();
     for line in text.lines().map(str::trim) {
         if let Some(v) = line.strip_prefix("FW Version:").and_then(version) {
@@ -73,7 +73,7 @@ fn word(s: &str) -> Option<String> {
 
 /// One NVIDIA function from `lspci -Dn -d 15b3:`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PciFunction {
+pub(crate) struct PciFunction {
     /// Its address with domain (`0000:06:00.0`).
     pub pci: String,
     /// The device ID (`101b`).
@@ -82,7 +82,7 @@ pub struct PciFunction {
 
 /// The network-class (`02xx`) functions of `lspci -Dn -d 15b3:` output,
 /// as IPA keeps them; a line of another shape is an error naming it.
-pub fn parse_lspci(text: &str) -> Result<Vec<PciFunction>, String> {
+pub(crate) fn parse_lspci(text: &str) -> Result<Vec<PciFunction>, String> {
     let mut out = Vec::new();
     for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
         let bad = || format!("unexpected line in `lspci -Dn -d 15b3:` output: {line:?}");
@@ -112,7 +112,7 @@ pub fn parse_lspci(text: &str) -> Result<Vec<PciFunction>, String> {
 
 /// The `NAME value` table after the `Configurations:` line of
 /// `mstconfig -d DEV q` (empty when there is none, as in IPA).
-pub fn parse_mstconfig_query(text: &str) -> BTreeMap<String, String> {
+pub(crate) fn parse_mstconfig_query(text: &str) -> BTreeMap<String, String> {
     let mut lines = text.lines().filter(|l| !l.is_empty());
     if !lines.any(|l| l.contains("Configurations:")) {
         return BTreeMap::new();
@@ -128,7 +128,7 @@ pub fn parse_mstconfig_query(text: &str) -> BTreeMap<String, String> {
 /// Whether `mstconfig -d DEV i` output names parameter `name` (an array
 /// index dropped): the name as a whole word, where IPA looks for it as
 /// any substring of the text.
-pub fn known_to_mstconfig(info: &str, name: &str) -> bool {
+pub(crate) fn known_to_mstconfig(info: &str, name: &str) -> bool {
     let name = ArrayParam::parse(name).map_or(name, |a| a.name);
     let is_word = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
     info.match_indices(name).any(|(at, _)| {
@@ -140,7 +140,7 @@ pub fn known_to_mstconfig(info: &str, name: &str) -> bool {
 
 /// An array parameter as a setting names it: `NAME[i]` or `NAME[a..b]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ArrayParam<'a> {
+pub(crate) struct ArrayParam<'a> {
     /// The parameter.
     pub name: &'a str,
     /// The first index.
@@ -154,7 +154,7 @@ pub struct ArrayParam<'a> {
 impl<'a> ArrayParam<'a> {
     /// Parses `NAME[i]` / `NAME[a..b]` at the start of `s` (IPA's
     /// `re.match`: text after the `]` is ignored).
-    pub fn parse(s: &'a str) -> Option<Self> {
+    pub(crate) fn parse(s: &'a str) -> Option<Self> {
         let (name, rest) = s.split_once('[')?;
         if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
             return None;
@@ -178,7 +178,7 @@ impl<'a> ArrayParam<'a> {
     /// Whether the firmware's `Array[lo..hi]` value admits it, by IPA's
     /// rule: indices in `lo..hi` (the upper bound excluded), a range's
     /// first index below its last.
-    pub fn fits(&self, value: &str) -> bool {
+    pub(crate) fn fits(&self, value: &str) -> bool {
         let Some((lo, hi)) = array_value(value) else {
             return false;
         };

@@ -125,7 +125,7 @@ impl Fat {
 
 /// Repairs the `.`/`..` entries of every directory on the FAT filesystem
 /// `d`; returns how many directories were repaired.
-pub fn repair<D: Read + Write + Seek>(d: &mut D) -> Result<usize> {
+pub(crate) fn repair<D: Read + Write + Seek>(d: &mut D) -> Result<usize> {
     let fat = geometry(d)?;
     // (first cluster or None for a fixed root, fixed root's offset and
     // entries, whether the parent is the root directory)

@@ -14,11 +14,11 @@ use std::process::Command;
 use anyhow::{bail, Context, Result};
 
 /// IPA's labels.
-pub const ESP_LABEL: &str = "efi-part";
+pub(crate) const ESP_LABEL: &str = "efi-part";
 /// Swap's label.
-pub const SWAP_LABEL: &str = "swap1";
+pub(crate) const SWAP_LABEL: &str = "swap1";
 /// The ephemeral partition's label.
-pub const EPHEMERAL_LABEL: &str = "ephemeral0";
+pub(crate) const EPHEMERAL_LABEL: &str = "ephemeral0";
 
 fn open(path: &Path) -> Result<(File, u64)> {
     let mut f = OpenOptions::new()
@@ -35,7 +35,7 @@ fn open(path: &Path) -> Result<(File, u64)> {
 
 /// Formats the partition at `path` as vfat with `label` (a fresh volume id;
 /// FAT12/16/32 chosen by size, as mkfs.fat does) for `sector`-byte sectors.
-pub fn vfat(path: &Path, label: &str, sector: u64) -> Result<()> {
+pub(crate) fn vfat(path: &Path, label: &str, sector: u64) -> Result<()> {
     let (f, len) = open(path)?;
     let sector16 = u16::try_from(sector).context("sector size")?;
     let total = u32::try_from(len / sector)
@@ -67,7 +67,7 @@ pub fn vfat(path: &Path, label: &str, sector: u64) -> Result<()> {
 
 /// Writes a Linux swap signature (`mkswap -L label`): version 1, a fresh
 /// UUID, the last usable page, `SWAPSPACE2` at the end of the first page.
-pub fn swap(path: &Path, label: &str) -> Result<uuid::Uuid> {
+pub(crate) fn swap(path: &Path, label: &str) -> Result<uuid::Uuid> {
     let (f, len) = open(path)?;
     let page = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
         .ok()
@@ -101,7 +101,7 @@ pub fn swap(path: &Path, label: &str) -> Result<uuid::Uuid> {
 
 /// Checks, before the disk is touched, that a `fs` filesystem can be made:
 /// vfat always, the others when `mkfs.<fs>` is on the PATH.
-pub fn check_mkfs(fs: &str) -> Result<()> {
+pub(crate) fn check_mkfs(fs: &str) -> Result<()> {
     let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/sbin:/usr/bin:/sbin:/bin".into());
     check_mkfs_in(fs, &path)
 }
@@ -125,7 +125,7 @@ fn check_mkfs_in(fs: &str, path: &std::ffi::OsStr) -> Result<()> {
 
 /// Makes a `fs` filesystem labelled `label` on `path` (IPA's
 /// `utils.mkfs`): vfat natively, the others with `mkfs.<fs>`.
-pub fn mkfs(fs: &str, path: &Path, label: &str, sector: u64) -> Result<()> {
+pub(crate) fn mkfs(fs: &str, path: &Path, label: &str, sector: u64) -> Result<()> {
     let mut cmd = match fs {
         "vfat" => return vfat(path, label, sector),
         "ext2" | "ext3" | "ext4" => {

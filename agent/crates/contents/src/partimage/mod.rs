@@ -11,8 +11,8 @@
 //! wipes it again ([`wipe_after_failure`]), so no half-made layout boots.
 
 pub mod efi;
-pub mod fatdots;
-pub mod format;
+pub(crate) mod fatdots;
+pub(crate) mod format;
 pub mod layout;
 pub mod params;
 

@@ -6,7 +6,7 @@
 //! as `Path(type,subtype)`; a malformed path gives `None`.
 
 /// The device path of an `EFI_LOAD_OPTION` as text.
-pub fn load_option_path(option: &[u8]) -> Option<String> {
+pub(crate) fn load_option_path(option: &[u8]) -> Option<String> {
     let list_len = usize::from(u16::from_le_bytes([*option.get(4)?, *option.get(5)?]));
     // The description: UTF-16, NUL-terminated, after attributes and length.
     let mut at = 6;
@@ -21,7 +21,7 @@ pub fn load_option_path(option: &[u8]) -> Option<String> {
 }
 
 /// A device path list as text: nodes joined by `/`, instances by `,`.
-pub fn text(mut path: &[u8]) -> Option<String> {
+pub(crate) fn text(mut path: &[u8]) -> Option<String> {
     let mut out = String::new();
     while path.len() >= 4 {
         let (kind, sub) = (path[0], path[1]);
@@ -56,7 +56,7 @@ fn u64_at(d: &[u8], at: usize) -> Option<u64> {
 }
 
 /// A GUID in its on-disk (mixed-endian) bytes, as text.
-pub fn guid_text(g: &[u8; 16]) -> String {
+pub(crate) fn guid_text(g: &[u8; 16]) -> String {
     format!(
         "{:02x}{:02x}{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}-{:02x}{:02x}{:02x}{:02x}{:02x}{:02x}",
         g[3], g[2], g[1], g[0], g[5], g[4], g[7], g[6], g[8], g[9], g[10], g[11], g[12], g[13], g[14], g[15]

@@ -4,7 +4,7 @@
 //! efivarfs natively ([`efivars`], [`loadopt`]), first in `BootOrder`.
 //! Only the ramdisk calls this; host mode never touches NVRAM.
 
-pub mod devpath;
+pub(crate) mod devpath;
 pub mod efivars;
 pub mod loaders;
 pub mod loadopt;

@@ -4,7 +4,7 @@
 //! the busy rule ([`history::CommandHistory`]). The agent's state owns
 //! the history; the handlers ([`crate::commands`]) sit above both.
 
-pub mod error;
+pub(crate) mod error;
 pub mod history;
 
 use serde::Serialize;

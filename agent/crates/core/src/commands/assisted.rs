@@ -16,7 +16,7 @@ fn deploy_error(msg: impl std::fmt::Display) -> CommandError {
 }
 
 /// The `start_assisted_install` deploy step.
-pub async fn start_assisted_install(
+pub(crate) async fn start_assisted_install(
     state: Arc<AgentState>,
     _call: StepCall,
 ) -> Result<Value, CommandError> {

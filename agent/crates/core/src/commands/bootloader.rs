@@ -40,7 +40,7 @@ use ironic_types::node::Node;
 /// `node`: the node cached from the conductor's last command (Ironic sends
 /// none with this one): its root-device hints and protected disks choose
 /// the device, as for the image write.
-pub async fn install_bootloader(
+pub(crate) async fn install_bootloader(
     state: Arc<AgentState>,
     p: InstallBootloader,
     node: Option<Node>,

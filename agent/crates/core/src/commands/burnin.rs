@@ -76,7 +76,7 @@ fn finish<R: Serialize>(state: &AgentState, node: &Value, key: &str, report: &R)
 
 /// `burnin_cpu`: `agent_burnin_cpu_cpu` workers (0: one per CPU) for
 /// `agent_burnin_cpu_timeout`.
-pub async fn burnin_cpu_step(
+pub(crate) async fn burnin_cpu_step(
     state: Arc<AgentState>,
     call: StepCall,
 ) -> Result<Value, CommandError> {
@@ -102,7 +102,7 @@ pub async fn burnin_cpu_step(
 /// (`/opt/gpu-burn`), the GPUs counted first when `agent_burnin_gpu_count`
 /// is set, then burnt with `agent_burnin_gpu_memory` (`95%`) for
 /// `agent_burnin_gpu_timeout` seconds (86400), as IPA 13.
-pub async fn burnin_gpu_step(
+pub(crate) async fn burnin_gpu_step(
     state: Arc<AgentState>,
     call: StepCall,
 ) -> Result<Value, CommandError> {
@@ -138,7 +138,7 @@ fn memory_bytes(node: &Value, mode: RunMode, available: u64) -> Result<u64, Burn
 
 /// `burnin_memory`: `agent_burnin_vm_vm` workers (0: one per CPU) over
 /// `agent_burnin_vm_vm-bytes` for `agent_burnin_vm_timeout`.
-pub async fn burnin_memory_step(
+pub(crate) async fn burnin_memory_step(
     state: Arc<AgentState>,
     call: StepCall,
 ) -> Result<Value, CommandError> {
@@ -170,7 +170,7 @@ pub async fn burnin_memory_step(
 /// `burnin_disk`: every disk the erase steps may touch (less the node's
 /// `skip_block_devices`), `agent_burnin_fio_disk_loops` passes (4), or
 /// passes for `agent_burnin_fio_disk_runtime` seconds when that is not 0.
-pub async fn burnin_disk_step(
+pub(crate) async fn burnin_disk_step(
     state: Arc<AgentState>,
     call: StepCall,
 ) -> Result<Value, CommandError> {
@@ -293,7 +293,7 @@ async fn network_plan(state: &AgentState, node: &Value) -> Result<network::Plan,
 }
 
 /// `burnin_network`: both directions with the partner.
-pub async fn burnin_network_step(
+pub(crate) async fn burnin_network_step(
     state: Arc<AgentState>,
     call: StepCall,
 ) -> Result<Value, CommandError> {

@@ -46,11 +46,12 @@ use agent_devices::hostroot::installer::{self, Plan};
 use ironic_types::node::{ConfigDrive, InstanceInfo};
 
 /// IPA's text for a pre-rendered config drive.
-pub const PRE_RENDERED: &str = "Cannot use a pre-rendered configdrive, please pass it as JSON data";
+pub(crate) const PRE_RENDERED: &str =
+    "Cannot use a pre-rendered configdrive, please pass it as JSON data";
 /// The environment's extra kernel arguments (OpenShift's unit sets them).
-pub const IP_OPTIONS_ENV: &str = "IPA_COREOS_IP_OPTIONS";
+pub(crate) const IP_OPTIONS_ENV: &str = "IPA_COREOS_IP_OPTIONS";
 /// The environment's default for `--copy-network`.
-pub const COPY_NETWORK_ENV: &str = "IPA_COREOS_COPY_NETWORK";
+pub(crate) const COPY_NETWORK_ENV: &str = "IPA_COREOS_COPY_NETWORK";
 /// UEFI boot entries: tries and the pause between them (a firmware that
 /// is slow to take the variables, Red Hat bug 2057668).
 const UEFI_TRIES: u32 = 6;
@@ -66,7 +67,7 @@ fn invalid(msg: impl Into<String>) -> CommandError {
 
 /// The environment variables OpenShift's manager reads.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct HostEnv {
+pub(crate) struct HostEnv {
     /// `IPA_COREOS_IP_OPTIONS`.
     pub ip_options: Option<String>,
     /// `IPA_COREOS_COPY_NETWORK` is `true` (any case).
@@ -75,7 +76,7 @@ pub struct HostEnv {
 
 impl HostEnv {
     /// From the agent's environment.
-    pub fn from_process() -> Self {
+    pub(crate) fn from_process() -> Self {
         Self {
             ip_options: std::env::var(IP_OPTIONS_ENV).ok(),
             copy_network: std::env::var(COPY_NETWORK_ENV)
@@ -86,7 +87,7 @@ impl HostEnv {
 
 /// Everything the install needs but the device, checked.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Inputs {
+pub(crate) struct Inputs {
     /// The Ignition config to write, if any.
     pub ignition: Option<Value>,
     /// The plan (its `device` filled in later).
@@ -95,7 +96,7 @@ pub struct Inputs {
 
 /// The inputs from the step's arguments, the node's `instance_info`, the
 /// environment and the host name.
-pub fn inputs(
+pub(crate) fn inputs(
     args: &InstallCoreosArgs,
     ii: &InstanceInfo,
     env: &HostEnv,
@@ -187,7 +188,7 @@ pub(crate) fn meta_copy_network(ii: &InstanceInfo) -> Result<Option<bool>, Comma
 }
 
 /// The `install_coreos` deploy step in the container form.
-pub async fn install_coreos(
+pub(crate) async fn install_coreos(
     state: Arc<AgentState>,
     call: StepCall<InstallCoreosArgs>,
     host_root: PathBuf,

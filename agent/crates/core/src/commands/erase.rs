@@ -32,7 +32,7 @@ use agent_devices::disk::{
 /// filesystem stops the step before anything is written, as IPA 13's
 /// `safety_check_block_device`, unless the node or
 /// `ipa-guard-special-filesystems=0` allows it).
-pub async fn erase_devices_metadata_step(
+pub(crate) async fn erase_devices_metadata_step(
     state: Arc<AgentState>,
     call: StepCall,
 ) -> Result<Value, CommandError> {
@@ -99,7 +99,7 @@ fn refuse_special(devices: &[Device], knobs: &Knobs) -> Result<(), EraseFailure>
 /// get the generic erase. The result names the method per disk. A disk
 /// holding a shared cluster filesystem is never offered to a hook unless
 /// the node allows wiping it: the generic erase refuses it as before.
-pub async fn erase_devices_step(
+pub(crate) async fn erase_devices_step(
     state: Arc<AgentState>,
     call: StepCall,
 ) -> Result<Value, CommandError> {
@@ -151,7 +151,7 @@ pub async fn erase_devices_step(
 /// The `erase_devices_express` step: NVMe disks get a secure format when
 /// enabled and supported; then every device gets the metadata wipe (for
 /// the others it is the whole erase, as in IPA's fallback).
-pub async fn erase_devices_express_step(
+pub(crate) async fn erase_devices_express_step(
     state: Arc<AgentState>,
     call: StepCall,
 ) -> Result<Value, CommandError> {

@@ -16,11 +16,11 @@ use crate::state::AgentState;
 use agent_base::config::RunMode;
 
 /// IPA's default `match_patterns` (case-insensitive).
-pub const DEFAULT_NVRAM_PATTERNS: [&str; 3] = [r"^HD\(", r"shim.*\.efi", r"grub.*\.efi"];
+pub(crate) const DEFAULT_NVRAM_PATTERNS: [&str; 3] = [r"^HD\(", r"shim.*\.efi", r"grub.*\.efi"];
 
 /// `clean_uefi_nvram`'s arguments.
 #[derive(Debug, Default, Deserialize)]
-pub struct CleanNvramArgs {
+pub(crate) struct CleanNvramArgs {
     #[serde(default)]
     match_patterns: Option<Value>,
 }
@@ -69,7 +69,7 @@ fn failed(what: impl std::fmt::Display) -> CommandError {
 }
 
 /// The `clean_uefi_nvram` step.
-pub async fn clean_uefi_nvram_step(
+pub(crate) async fn clean_uefi_nvram_step(
     state: Arc<AgentState>,
     call: StepCall<CleanNvramArgs>,
 ) -> Result<Value, CommandError> {
@@ -106,7 +106,7 @@ pub async fn clean_uefi_nvram_step(
 
 /// The `erase_pstore` step: the pstore mount (mounted at its usual place
 /// first when nothing has mounted it), emptied.
-pub async fn erase_pstore_step(
+pub(crate) async fn erase_pstore_step(
     state: Arc<AgentState>,
     _call: StepCall,
 ) -> Result<Value, CommandError> {

@@ -66,7 +66,7 @@ pub struct ImageRequest {
 
 /// `standby.prepare_image`: the checked write, or the error its command
 /// ends with.
-pub type PrepareImageRequest = Result<ImageRequest, CommandError>;
+pub(crate) type PrepareImageRequest = Result<ImageRequest, CommandError>;
 
 /// Checks `image_info` with the agent's HTTP settings, and a partition
 /// image's layout keys, before anything is downloaded or touched.
@@ -94,7 +94,7 @@ fn check_image(
 /// itself is refused with HTTP 400 (IPA's validator); one the agent's
 /// settings refuse (an MD5 checksum the conductor disabled) fails the
 /// command, as IPA's download does.
-pub fn parse_prepare_image(
+pub(crate) fn parse_prepare_image(
     params: Value,
     ctx: &Context,
 ) -> Result<PrepareImageRequest, ParamsError> {
@@ -118,7 +118,7 @@ pub fn parse_prepare_image(
 }
 
 /// `standby.prepare_image` (async).
-pub async fn prepare_image(state: Arc<AgentState>, request: PrepareImageRequest) -> Outcome {
+pub(crate) async fn prepare_image(state: Arc<AgentState>, request: PrepareImageRequest) -> Outcome {
     match request {
         Ok(r) => write(state, r).await.into(),
         Err(e) => Outcome::Failed(e),
@@ -128,7 +128,10 @@ pub async fn prepare_image(state: Arc<AgentState>, request: PrepareImageRequest)
 /// The `write_image` deploy step's arguments: its image checked as
 /// `prepare_image`'s; without a `configdrive` argument, the one in
 /// `image_info`.
-pub fn prepare_write_image(call: RawCall, ctx: &Context) -> Result<PreparedStep, CommandError> {
+pub(crate) fn prepare_write_image(
+    call: RawCall,
+    ctx: &Context,
+) -> Result<PreparedStep, CommandError> {
     let args: WriteImageArgs = super::params::for_command(&Value::Object(call.args))?;
     let configdrive = args
         .configdrive
@@ -241,7 +244,7 @@ where
 /// Ironic 39 reads for them (`agent.py` `prepare_instance_boot` stores it as
 /// `root_uuid_or_disk_id` and passes it to `install_bootloader`; the EFI and
 /// PReP keys are read for partition images only).
-pub fn whole_disk_partition_uuids(device: &Path) -> Result<Value, CommandError> {
+pub(crate) fn whole_disk_partition_uuids(device: &Path) -> Result<Value, CommandError> {
     use std::os::unix::fs::FileExt;
     let fail = |what: &str, e: std::io::Error| {
         CommandError::new(

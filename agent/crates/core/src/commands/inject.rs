@@ -18,7 +18,7 @@ const MAX_URL_BYTES: usize = 64 << 20;
 
 /// The `inject_files` step's arguments.
 #[derive(Debug, Default, Deserialize)]
-pub struct Args {
+pub(crate) struct Args {
     /// The files (checked with the node's `inject_files` by
     /// [`inject::validate`]).
     #[serde(default)]
@@ -29,7 +29,7 @@ pub struct Args {
 }
 
 /// The `inject_files` step.
-pub async fn inject_files_step(
+pub(crate) async fn inject_files_step(
     state: Arc<AgentState>,
     call: StepCall<Args>,
 ) -> Result<Value, CommandError> {

@@ -11,7 +11,7 @@ use crate::state::AgentState;
 use agent_devices::logs::bundle;
 
 /// `log.collect_system_logs` (sync).
-pub async fn collect_system_logs(state: Arc<AgentState>) -> Outcome {
+pub(crate) async fn collect_system_logs(state: Arc<AgentState>) -> Outcome {
     // The conductor's `agent_skip_bmc_detect`: its BMC is known out of band.
     let skip_bmc = state.lookup_config().is_some_and(|c| c.skip_bmc_detect);
     let host_root = state.config.host_root.clone();

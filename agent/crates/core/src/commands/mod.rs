@@ -5,34 +5,34 @@
 //! and the history that runs it) is [`crate::command`], below the agent's
 //! state; the handlers here take the state.
 
-pub mod assisted;
-pub mod bootloader;
-pub mod burnin;
+pub(crate) mod assisted;
+pub(crate) mod bootloader;
+pub(crate) mod burnin;
 pub mod context;
 pub mod coreos;
-pub mod coreos_host;
-pub mod erase;
-pub mod firmware_state;
-pub mod image;
+pub(crate) mod coreos_host;
+pub(crate) mod erase;
+pub(crate) mod firmware_state;
+pub(crate) mod image;
 pub mod image_errors;
-pub mod inject;
-pub mod logs;
+pub(crate) mod inject;
+pub(crate) mod logs;
 pub mod managers;
-pub mod nicfw;
-pub mod node_check;
-pub mod params;
-pub mod partition_image;
-pub mod raid;
+pub(crate) mod nicfw;
+pub(crate) mod node_check;
+pub(crate) mod params;
+pub(crate) mod partition_image;
+pub(crate) mod raid;
 pub mod registry;
-pub mod request;
-pub mod rescue;
+pub(crate) mod request;
+pub(crate) mod rescue;
 #[cfg(test)]
 mod service;
-pub mod standby;
-pub mod step_call;
-pub mod step_kind;
+pub(crate) mod standby;
+pub(crate) mod step_call;
+pub(crate) mod step_kind;
 pub mod steps;
 pub mod system;
-pub mod target;
+pub(crate) mod target;
 
 pub use crate::command::{history, CommandError, CommandResult, CommandStatus, ErrorKind, Outcome};

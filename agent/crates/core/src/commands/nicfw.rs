@@ -19,7 +19,7 @@ use agent_contents::image::fetch::HttpOptions;
 use agent_contents::nicfw::{self, NicFwError};
 
 /// `update_nvidia_nic_firmware_image`, prepared.
-pub fn prepare_image(
+pub(crate) fn prepare_image(
     call: RawCall,
     ctx: &Context,
     search_path: OsString,
@@ -52,7 +52,7 @@ pub fn prepare_image(
 }
 
 /// `update_nvidia_nic_firmware_settings`, prepared.
-pub fn prepare_settings(
+pub(crate) fn prepare_settings(
     call: RawCall,
     search_path: OsString,
 ) -> Result<PreparedStep, CommandError> {
@@ -98,7 +98,7 @@ async fn blocking<T: Send + 'static>(
 }
 
 /// IPA's class of each failure.
-pub fn to_command_error(e: &NicFwError) -> CommandError {
+pub(crate) fn to_command_error(e: &NicFwError) -> CommandError {
     let kind = match e {
         NicFwError::ToolMissing { .. }
         | NicFwError::Tool { .. }

@@ -16,7 +16,7 @@ use ironic_types::node::Node;
 
 /// Checks the node's protected disks, root-device hints, files to inject
 /// and software RAID configuration.
-pub fn check(node: &Node) -> Result<(), ParamsError> {
+pub(crate) fn check(node: &Node) -> Result<(), ParamsError> {
     let doc = node.document();
     SkipList::from_node(doc).map_err(skip_error)?;
     root_device(node)?;

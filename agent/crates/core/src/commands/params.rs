@@ -33,7 +33,7 @@ impl ParamsError {
 }
 
 /// The parameters `params` as a `T`.
-pub fn parse<T: DeserializeOwned>(params: &Value) -> Result<T, ParamsError> {
+pub(crate) fn parse<T: DeserializeOwned>(params: &Value) -> Result<T, ParamsError> {
     serde_path_to_error::deserialize(params).map_err(|e| {
         let path = e.path().to_string();
         let reason = e.into_inner().to_string();
@@ -43,20 +43,15 @@ pub fn parse<T: DeserializeOwned>(params: &Value) -> Result<T, ParamsError> {
 
 /// [`parse`] for a handler: a bad parameter is the command's
 /// `InvalidCommandParams` failure.
-pub fn for_command<T: DeserializeOwned>(params: &Value) -> Result<T, CommandError> {
+pub(crate) fn for_command<T: DeserializeOwned>(params: &Value) -> Result<T, CommandError> {
     parse(params).map_err(|e| CommandError::new(ErrorKind::InvalidCommandParams, e.to_string()))
-}
-
-/// Checks that `params` fit a `T` (the command table's validation).
-pub fn check<T: DeserializeOwned>(params: &Value) -> Result<(), ParamsError> {
-    parse::<T>(params).map(drop)
 }
 
 /// The step a conductor asks `execute_clean_step`, `execute_deploy_step` or
 /// `execute_service_step`
 /// to run (the whole object is echoed back in the result).
 #[derive(Debug, Clone, Deserialize)]
-pub struct StepRequest {
+pub(crate) struct StepRequest {
     /// The step's name.
     pub step: String,
     /// Its arguments.
@@ -67,7 +62,7 @@ pub struct StepRequest {
 /// `clean.execute_clean_step` / `deploy.execute_deploy_step` /
 /// `service.execute_service_step`.
 #[derive(Debug, Clone, Deserialize)]
-pub struct ExecuteStep {
+pub(crate) struct ExecuteStep {
     /// The step.
     pub step: StepRequest,
     /// The node (cached for later steps).
@@ -87,18 +82,9 @@ pub struct ExecuteStep {
     pub service_version: Option<Value>,
 }
 
-/// Checks an `execute_*_step` request: a named step with object arguments.
-pub fn check_execute_step(params: &Value) -> Result<(), ParamsError> {
-    let p: ExecuteStep = parse(params)?;
-    if p.step.step.is_empty() {
-        return Err(ParamsError::at("step.step", "the step name is empty"));
-    }
-    Ok(())
-}
-
 /// `standby.prepare_image`.
 #[derive(Debug, Clone, Deserialize)]
-pub struct PrepareImage {
+pub(crate) struct PrepareImage {
     /// The image to write (validated by `image::info::parse`).
     pub image_info: Value,
     /// A config drive (gzip+base64 ISO, URL, or JSON), if any.
@@ -125,19 +111,16 @@ pub struct InstallBootloader {
 
 /// `get_clean_steps` / `get_deploy_steps`.
 #[derive(Debug, Clone, Default, Deserialize)]
-pub struct GetSteps {
+pub(crate) struct GetSteps {
     /// The node (cached for the steps; anything but an object is ignored).
     #[serde(default)]
     pub node: Value,
-    /// The node's ports.
-    #[serde(default)]
-    pub ports: Ports,
 }
 
 /// The `write_image` deploy step's arguments (as `prepare_image`'s, but
 /// both may be missing: the image check then names what is wrong).
 #[derive(Debug, Clone, Default, Deserialize)]
-pub struct WriteImageArgs {
+pub(crate) struct WriteImageArgs {
     /// The image to write (validated by `image::info::parse`).
     #[serde(default)]
     pub image_info: Value,
@@ -256,16 +239,19 @@ mod tests {
 
     use super::*;
 
+    /// Whether `params` parse as a `T`.
+    fn check<T: DeserializeOwned>(params: &Value) -> Result<(), ParamsError> {
+        parse::<T>(params).map(drop)
+    }
+
     #[test]
     fn a_bad_parameter_is_named_by_its_path() {
-        let e = check_execute_step(&json!({"step": {"step": "x", "args": "nope"}})).unwrap_err();
+        let e = check::<ExecuteStep>(&json!({"step": {"step": "x", "args": "nope"}})).unwrap_err();
         assert_eq!(e.path, "step.args");
         assert!(e.reason.contains("expected a map"), "{e}");
-        let e = check_execute_step(&json!({"node": {}})).unwrap_err();
+        let e = check::<ExecuteStep>(&json!({"node": {}})).unwrap_err();
         assert!(e.reason.contains("missing field `step`"), "{e}");
-        let e = check_execute_step(&json!({"step": {"step": ""}})).unwrap_err();
-        assert_eq!(e.to_string(), "step.step: the step name is empty");
-        check_execute_step(
+        check::<ExecuteStep>(
             &json!({"step": {"step": "write_image", "args": null, "priority": 80},
             "node": {"uuid": "u"}, "ports": [], "deploy_version": {"generic": "1.2"}, "extra": 1}),
         )

@@ -117,7 +117,7 @@ where
 
 /// `create_configuration`: builds the node's `target_raid_config` (`{}`
 /// when it has none or no software volumes).
-pub async fn create_configuration_step(
+pub(crate) async fn create_configuration_step(
     state: Arc<AgentState>,
     call: StepCall,
 ) -> Result<Value, CommandError> {
@@ -146,7 +146,7 @@ pub async fn create_configuration_step(
 /// write and removes every md superblock and the tables of their disks;
 /// the disks the node protects (a kept `volume_name` among them) are left
 /// whole.
-pub async fn delete_configuration_step(
+pub(crate) async fn delete_configuration_step(
     state: Arc<AgentState>,
     call: StepCall,
 ) -> Result<Value, CommandError> {
@@ -176,7 +176,7 @@ fn delete(state: &AgentState, node: &Value, kind: ErrorKind) -> Result<Value, Co
 
 /// `apply_configuration`'s arguments.
 #[derive(Debug, Default, serde::Deserialize)]
-pub struct ApplyArgs {
+pub(crate) struct ApplyArgs {
     /// The RAID configuration (checked by [`config::parse`]).
     #[serde(default)]
     raid_config: Option<Value>,
@@ -187,7 +187,7 @@ pub struct ApplyArgs {
 
 /// `apply_configuration` (deploy step): validates `raid_config`, deletes
 /// the existing arrays unless `delete_existing` is false, and builds it.
-pub async fn apply_configuration_step(
+pub(crate) async fn apply_configuration_step(
     state: Arc<AgentState>,
     call: StepCall<ApplyArgs>,
 ) -> Result<Value, CommandError> {

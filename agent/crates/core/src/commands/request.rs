@@ -85,12 +85,12 @@ impl Request {
 }
 
 /// What parsing a request gives.
-pub type ParseResult = Result<Request, super::params::ParamsError>;
+pub(crate) type ParseResult = Result<Request, super::params::ParamsError>;
 
 /// Parses and runs the command `name` with `params` as the API would,
 /// without the history (tests of handlers through the command table).
 #[cfg(test)]
-pub async fn run_named(
+pub(crate) async fn run_named(
     state: Arc<AgentState>,
     name: &str,
     params: serde_json::Value,

@@ -35,7 +35,7 @@ pub struct FinalizeRescue {
 }
 
 /// The hash to install: Ironic's, checked, or one made from the plain text.
-pub fn rescue_hash(p: &FinalizeRescue) -> Result<String, CommandError> {
+pub(crate) fn rescue_hash(p: &FinalizeRescue) -> Result<String, CommandError> {
     if p.rescue_password.is_empty() {
         // IPA would hash the empty string: a login without a password.
         return Err(CommandError::new(
@@ -57,7 +57,7 @@ pub fn rescue_hash(p: &FinalizeRescue) -> Result<String, CommandError> {
 }
 
 /// `rescue.finalize_rescue` (sync): `null`, then the agent stops.
-pub async fn finalize_rescue(state: Arc<AgentState>, p: FinalizeRescue) -> Outcome {
+pub(crate) async fn finalize_rescue(state: Arc<AgentState>, p: FinalizeRescue) -> Outcome {
     let hash = match rescue_hash(&p) {
         Ok(h) => h,
         Err(e) => return Outcome::Failed(e),

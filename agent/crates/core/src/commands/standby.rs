@@ -29,12 +29,12 @@ use agent_base::config::RunMode;
 /// ([`super::image::whole_disk_partition_uuids`]). Before an image was
 /// written, and after a failed write, there is nothing to report: `{}`, as
 /// with IPA.
-pub async fn get_partition_uuids(state: Arc<AgentState>) -> Outcome {
+pub(crate) async fn get_partition_uuids(state: Arc<AgentState>) -> Outcome {
     Outcome::Done(state.partition_uuids().unwrap_or_else(|| json!({})))
 }
 
 /// `standby.sync` (sync): flush every filesystem and block device buffer.
-pub async fn sync(state: Arc<AgentState>) -> Outcome {
+pub(crate) async fn sync(state: Arc<AgentState>) -> Outcome {
     match tokio::task::spawn_blocking(move || flush(&state)).await {
         Ok(_) => Outcome::Done(Value::Null),
         Err(e) => Outcome::Failed(CommandError::new(
@@ -45,12 +45,12 @@ pub async fn sync(state: Arc<AgentState>) -> Outcome {
 }
 
 /// `standby.power_off` (async).
-pub async fn power_off(state: Arc<AgentState>) -> Outcome {
+pub(crate) async fn power_off(state: Arc<AgentState>) -> Outcome {
     power(state, PowerAction::PowerOff).await
 }
 
 /// `standby.reboot` and `standby.run_image` (async).
-pub async fn reboot(state: Arc<AgentState>) -> Outcome {
+pub(crate) async fn reboot(state: Arc<AgentState>) -> Outcome {
     power(state, PowerAction::Reboot).await
 }
 

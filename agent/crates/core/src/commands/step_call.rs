@@ -55,18 +55,18 @@ impl StepCall {
 pub struct NoArgs {}
 
 /// A boxed step future.
-pub type StepFuture = Pin<Box<dyn Future<Output = Result<Value, CommandError>> + Send>>;
+pub(crate) type StepFuture = Pin<Box<dyn Future<Output = Result<Value, CommandError>> + Send>>;
 
 /// A step whose arguments were parsed: its work, given the agent's state.
-pub type PreparedStep = Box<dyn FnOnce(Arc<AgentState>) -> StepFuture + Send>;
+pub(crate) type PreparedStep = Box<dyn FnOnce(Arc<AgentState>) -> StepFuture + Send>;
 
 /// The arguments as they came (`step.args`).
-pub type RawCall = StepCall<Map<String, Value>>;
+pub(crate) type RawCall = StepCall<Map<String, Value>>;
 
 /// Parses `call`'s arguments as an `A` (a bad one is the command's
 /// `InvalidCommandParams` failure, naming it) and prepares `handler` with
 /// them.
-pub fn typed<A, F, Fut>(call: RawCall, handler: F) -> Result<PreparedStep, CommandError>
+pub(crate) fn typed<A, F, Fut>(call: RawCall, handler: F) -> Result<PreparedStep, CommandError>
 where
     A: DeserializeOwned + Send + 'static,
     F: FnOnce(Arc<AgentState>, StepCall<A>) -> Fut + Send + 'static,

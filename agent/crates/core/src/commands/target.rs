@@ -22,7 +22,10 @@ use ironic_types::node::Node;
 /// `is_root_volume: true` is the target whatever the hints say (a warning
 /// when there are hints); one with `is_root_volume: false` is never
 /// chosen, nor its member partitions and their disks.
-pub fn choose_device(state: &AgentState, node: Option<&Node>) -> Result<PathBuf, CommandError> {
+pub(crate) fn choose_device(
+    state: &AgentState,
+    node: Option<&Node>,
+) -> Result<PathBuf, CommandError> {
     let fail = |msg: String| CommandError::new(ErrorKind::Deployment, msg);
     let hints = node
         .and_then(Node::root_device_hints)
@@ -132,7 +135,9 @@ fn protected(
 /// The machine's whole disks as the inventory describes them; in host mode
 /// the allowed devices (loop devices, say) are listed too, and only they
 /// are kept.
-pub fn machine_disks(config: &Config) -> anyhow::Result<Vec<agent_devices::inventory::Disk>> {
+pub(crate) fn machine_disks(
+    config: &Config,
+) -> anyhow::Result<Vec<agent_devices::inventory::Disk>> {
     let extra = agent_devices::disk::allowed_kernel_names(config);
     let mut disks = agent_devices::inventory::disks::read(Path::new("/"), &extra)?;
     if config.mode == RunMode::Host {

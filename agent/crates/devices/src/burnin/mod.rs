@@ -24,7 +24,7 @@ pub mod network;
 pub mod nvme_health;
 pub mod pairing;
 pub mod settings;
-pub mod smart;
+pub(crate) mod smart;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;

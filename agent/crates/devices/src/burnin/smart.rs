@@ -21,7 +21,7 @@ use crate::disk::fullerase::ata::{AtaTransport, Attachment};
 
 /// A disk's self-test as SMART reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Status {
+pub(crate) enum Status {
     /// Completed without error.
     Passed,
     /// Still running, `n` percent left.
@@ -34,7 +34,7 @@ pub enum Status {
 
 /// The self-test execution status byte of the SMART data (byte 363): the
 /// high nibble is the result, the low one the tenths left.
-pub fn decode(data: &[u8; 512]) -> Status {
+pub(crate) fn decode(data: &[u8; 512]) -> Status {
     let b = data[363];
     let left = (b & 0x0f) * 10;
     let text = match b >> 4 {
@@ -54,7 +54,7 @@ pub fn decode(data: &[u8; 512]) -> Status {
 }
 
 /// One disk's SMART access.
-pub trait SelfTester {
+pub(crate) trait SelfTester {
     /// Starts the extended self-test.
     fn start(&self) -> anyhow::Result<()>;
     /// Its status now.
@@ -63,14 +63,14 @@ pub trait SelfTester {
 
 /// ATA SMART through SG_IO on an open disk.
 #[derive(Debug)]
-pub struct Ata(File);
+pub(crate) struct Ata(File);
 
 impl Ata {
     /// The disk at `path`, or why it gets no ATA self-test: an NVMe
     /// namespace (IPA 13 reads ATA self-test data only), a disk behind a
     /// USB or SAS bridge (no ATA pass-through trusted), one that does not
     /// open.
-    pub fn open(path: &Path) -> Result<Self, NoSelfTest> {
+    pub(crate) fn open(path: &Path) -> Result<Self, NoSelfTest> {
         let kernel = crate::disk::Device::open(path)
             .ok()
             .and_then(|d| d.kernel_name());
@@ -94,7 +94,7 @@ impl Ata {
 
 /// Why a disk gets no ATA self-test.
 #[derive(Debug, thiserror::Error)]
-pub enum NoSelfTest {
+pub(crate) enum NoSelfTest {
     /// An NVMe namespace.
     #[error("an NVMe disk (IPA 13 reads ATA self-test data only)")]
     Nvme,
@@ -138,7 +138,7 @@ pub struct Outcome {
 /// `every`, until each has a result; `stop` ends the wait early (an
 /// aborted or timed-out step), reporting the disks still running as
 /// failed.
-pub fn run(
+pub(crate) fn run(
     disks: &[(String, &dyn SelfTester)],
     every: Duration,
     stop: &dyn Fn() -> bool,

@@ -10,7 +10,7 @@ use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
 /// The control device (devtmpfs creates it when dm-mod loads).
-pub const CONTROL: &str = "/dev/mapper/control";
+pub(crate) const CONTROL: &str = "/dev/mapper/control";
 
 /// `sizeof(struct dm_ioctl)`.
 const HEADER: usize = 312;
@@ -42,7 +42,7 @@ pub struct Target {
 
 /// Why a device-mapper call failed.
 #[derive(Debug, thiserror::Error)]
-pub enum DmError {
+pub(crate) enum DmError {
     /// The control device cannot be opened (dm-mod not loaded?).
     #[error("opening {CONTROL} (is dm-mod loaded?): {0}")]
     Control(io::Error),
@@ -150,7 +150,7 @@ fn call(
 
 /// A device created by [`create`].
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Created {
+pub(crate) struct Created {
     /// `major:minor`.
     pub devno: (u64, u64),
     /// `/dev/dm-N`.
@@ -162,7 +162,7 @@ pub struct Created {
 /// Creates device `name` with `uuid` and `targets`, active (loaded and
 /// resumed), and its `/dev/mapper/NAME` link. Removed again when a later
 /// call fails.
-pub fn create(name: &str, uuid: &str, targets: &[Target]) -> Result<Created, DmError> {
+pub(crate) fn create(name: &str, uuid: &str, targets: &[Target]) -> Result<Created, DmError> {
     let ctl = control()?;
     let mut buf = request(name, uuid, &[])?;
     call(&ctl, DM_DEV_CREATE, "DEV_CREATE", name, &mut buf)?;
@@ -193,7 +193,7 @@ pub fn create(name: &str, uuid: &str, targets: &[Target]) -> Result<Created, DmE
 }
 
 /// Removes device `name` and its `/dev/mapper` link.
-pub fn remove(name: &str) -> Result<(), DmError> {
+pub(crate) fn remove(name: &str) -> Result<(), DmError> {
     let ctl = control()?;
     let mut buf = request(name, "", &[])?;
     call(&ctl, DM_DEV_REMOVE, "DEV_REMOVE", name, &mut buf)?;

@@ -6,14 +6,14 @@
 //! `--allow-device` (and their partitions) may be written at all.
 
 pub mod busy;
-pub mod dm;
+pub(crate) mod dm;
 pub mod erase;
 pub mod flush;
 pub mod fullerase;
 pub mod gpt;
 pub mod ioctl;
 pub mod multipath;
-pub mod nvme_admin;
+pub(crate) mod nvme_admin;
 pub mod probe;
 pub mod table;
 

@@ -67,7 +67,7 @@ fn admin(f: &File, cmd: &mut PassthruCmd) -> Result<()> {
 }
 
 /// An Identify page (`cns` 1: the controller, 0: namespace `nsid`).
-pub fn identify(f: &File, nsid: u32, cns: u32) -> Result<Vec<u8>> {
+pub(crate) fn identify(f: &File, nsid: u32, cns: u32) -> Result<Vec<u8>> {
     let mut page = vec![0u8; 4096];
     let mut cmd = PassthruCmd {
         opcode: IDENTIFY,
@@ -83,7 +83,7 @@ pub fn identify(f: &File, nsid: u32, cns: u32) -> Result<Vec<u8>> {
 
 /// The controller's SMART / Health Information log page (512 bytes, for
 /// all namespaces), as `nvme smart-log` reads it.
-pub fn smart_log(f: &File) -> Result<[u8; 512]> {
+pub(crate) fn smart_log(f: &File) -> Result<[u8; 512]> {
     let mut page = [0u8; 512];
     // NUMDL: the number of dwords minus one.
     let numd = (page.len() / 4 - 1) as u32;
@@ -100,7 +100,7 @@ pub fn smart_log(f: &File) -> Result<[u8; 512]> {
 }
 
 /// The namespace id of the block device `f` (`NVME_IOCTL_ID`).
-pub fn namespace_id(f: &File) -> Result<u32> {
+pub(crate) fn namespace_id(f: &File) -> Result<u32> {
     // SAFETY: valid fd; NVME_IOCTL_ID takes no argument and returns the nsid.
     let nsid = unsafe { nvme_ioctl_id(f.as_raw_fd()) }
         .map_err(crate::lockdown::annotate_errno)
@@ -110,7 +110,7 @@ pub fn namespace_id(f: &File) -> Result<u32> {
 
 /// Format NVM of namespace `nsid` with `cdw10` (LBA format, protection,
 /// secure erase setting), waiting up to `timeout_ms`.
-pub fn format_nvm(f: &File, nsid: u32, cdw10: u32, timeout_ms: u32) -> Result<()> {
+pub(crate) fn format_nvm(f: &File, nsid: u32, cdw10: u32, timeout_ms: u32) -> Result<()> {
     let mut cmd = PassthruCmd {
         opcode: FORMAT_NVM,
         nsid,

@@ -11,13 +11,13 @@ use std::path::Path;
 use agent_base::tool::ToolError;
 
 /// Output shorter than this is not a journal.
-pub const MIN_BYTES: usize = 50;
+pub(crate) const MIN_BYTES: usize = 50;
 /// The most of the journal the bundle keeps (its end).
-pub const MAX_BYTES: usize = 64 << 20;
+pub(crate) const MAX_BYTES: usize = 64 << 20;
 
 /// Why the journal is not in the bundle.
 #[derive(Debug, thiserror::Error)]
-pub enum JournalError {
+pub(crate) enum JournalError {
     /// `journalctl` could not run or failed.
     #[error("Could not get journal for the host: {0}")]
     Tool(#[from] ToolError),
@@ -27,14 +27,14 @@ pub enum JournalError {
 }
 
 /// The host's journal at `host_root`.
-pub fn read(host_root: &Path) -> Result<Vec<u8>, JournalError> {
+pub(crate) fn read(host_root: &Path) -> Result<Vec<u8>, JournalError> {
     let out = agent_base::tool::run(super::command(host_root, "journalctl").arg("--no-pager"))?;
     checked(out.stdout)
 }
 
 /// The size rules on `journalctl`'s output: too small is an error, too
 /// large keeps the end.
-pub fn checked(mut out: Vec<u8>) -> Result<Vec<u8>, JournalError> {
+pub(crate) fn checked(mut out: Vec<u8>) -> Result<Vec<u8>, JournalError> {
     if out.len() < MIN_BYTES {
         return Err(JournalError::TooSmall(
             String::from_utf8_lossy(&out).into_owned(),

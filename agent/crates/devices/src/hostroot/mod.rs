@@ -14,7 +14,7 @@
 
 pub mod hostname;
 pub mod installer;
-pub mod journal;
+pub(crate) mod journal;
 pub mod systemd;
 
 use std::path::Path;

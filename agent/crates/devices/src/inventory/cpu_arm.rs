@@ -70,7 +70,7 @@ fn number(text: &str) -> Option<u32> {
 /// the core's name when the table knows it (`Neoverse-N1`, as lscpu), else
 /// the vendor and the part number (`Ampere part 0xfff`), else both numbers
 /// (`CPU implementer 0x99 part 0x123`). `None` when neither field exists.
-pub fn model_name(implementer: Option<&str>, part: Option<&str>) -> Option<String> {
+pub(crate) fn model_name(implementer: Option<&str>, part: Option<&str>) -> Option<String> {
     let (imp_text, part_text) = match (implementer, part) {
         (None, None) => return None,
         (i, p) => (i.unwrap_or("?"), p.unwrap_or("?")),

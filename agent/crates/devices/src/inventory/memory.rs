@@ -18,14 +18,14 @@ pub struct Memory {
 }
 
 /// `MemTotal` in bytes from `/proc/meminfo` text.
-pub fn parse_meminfo_total(text: &str) -> Option<u64> {
+pub(crate) fn parse_meminfo_total(text: &str) -> Option<u64> {
     let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib * 1024)
 }
 
 /// Reads memory facts under `root`.
-pub fn read(root: &Path) -> Result<Memory> {
+pub(crate) fn read(root: &Path) -> Result<Memory> {
     let path = under(root, "/proc/meminfo");
     let text =
         std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
@@ -40,7 +40,7 @@ pub fn read(root: &Path) -> Result<Memory> {
 
 /// Online memory blocks × block size, in MiB (hot-pluggable memory
 /// sections; excludes firmware holes, so slightly below the installed size).
-pub fn memory_blocks_mib(root: &Path) -> Option<u64> {
+pub(crate) fn memory_blocks_mib(root: &Path) -> Option<u64> {
     let dir = under(root, "/sys/devices/system/memory");
     let block = u64::from_str_radix(&read_attr(&dir.join("block_size_bytes"))?, 16).ok()?;
     let online = std::fs::read_dir(&dir)

@@ -9,15 +9,15 @@
 //! Every field has IPA's name, type and unit; what cannot be known is `null`
 //! (or, for `system_vendor`, `""` as IPA sends), never a guess.
 
-pub mod bmc;
+pub(crate) mod bmc;
 pub mod cpu;
-pub mod cpu_arm;
+pub(crate) mod cpu_arm;
 pub mod disks;
 pub mod human;
-pub mod memory;
+pub(crate) mod memory;
 pub mod nics;
 pub mod signatures;
-pub mod smbios;
+pub(crate) mod smbios;
 pub mod system;
 
 use std::path::{Path, PathBuf};

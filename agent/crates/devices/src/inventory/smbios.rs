@@ -10,7 +10,7 @@
 
 /// One SMBIOS structure.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Structure<'a> {
+pub(crate) struct Structure<'a> {
     /// Structure type (0 BIOS, 1 system, 17 memory device, 127 end).
     pub kind: u8,
     formatted: &'a [u8],
@@ -20,25 +20,25 @@ pub struct Structure<'a> {
 impl<'a> Structure<'a> {
     /// Byte at `offset` of the formatted area (offsets as in DSP0134,
     /// counted from the start of the header).
-    pub fn byte(&self, offset: usize) -> Option<u8> {
+    pub(crate) fn byte(&self, offset: usize) -> Option<u8> {
         self.formatted.get(offset).copied()
     }
 
     /// Little-endian word at `offset`.
-    pub fn word(&self, offset: usize) -> Option<u16> {
+    pub(crate) fn word(&self, offset: usize) -> Option<u16> {
         let b = self.formatted.get(offset..offset + 2)?;
         Some(u16::from_le_bytes([b[0], b[1]]))
     }
 
     /// Little-endian double word at `offset`.
-    pub fn dword(&self, offset: usize) -> Option<u32> {
+    pub(crate) fn dword(&self, offset: usize) -> Option<u32> {
         let b = self.formatted.get(offset..offset + 4)?;
         Some(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
     }
 
     /// The string a string-index byte at `offset` points to, trimmed;
     /// `None` when absent or blank.
-    pub fn string(&self, offset: usize) -> Option<String> {
+    pub(crate) fn string(&self, offset: usize) -> Option<String> {
         let idx = usize::from(self.byte(offset)?);
         let raw = self.strings.get(idx.checked_sub(1)?)?;
         let s = String::from_utf8_lossy(raw).trim().to_string();
@@ -48,7 +48,7 @@ impl<'a> Structure<'a> {
 
 /// Splits a structure table into structures, stopping at the end-of-table
 /// structure (type 127) or at the first one that does not fit.
-pub fn parse(table: &[u8]) -> Vec<Structure<'_>> {
+pub(crate) fn parse(table: &[u8]) -> Vec<Structure<'_>> {
     let mut out = Vec::new();
     let mut pos = 0usize;
     while pos + 4 <= table.len() {
@@ -90,7 +90,7 @@ pub fn parse(table: &[u8]) -> Vec<Structure<'_>> {
 
 /// Size in MiB of an SMBIOS memory device (type 17); `None` for an empty
 /// slot or an unknown size.
-pub fn memory_device_mib(s: &Structure<'_>) -> Option<u64> {
+pub(crate) fn memory_device_mib(s: &Structure<'_>) -> Option<u64> {
     if s.kind != 17 {
         return None;
     }
@@ -109,7 +109,7 @@ pub fn memory_device_mib(s: &Structure<'_>) -> Option<u64> {
 }
 
 /// Total installed memory in MiB from the memory devices, if any is listed.
-pub fn physical_memory_mib(table: &[u8]) -> Option<u64> {
+pub(crate) fn physical_memory_mib(table: &[u8]) -> Option<u64> {
     let sizes: Vec<u64> = parse(table).iter().filter_map(memory_device_mib).collect();
     (!sizes.is_empty()).then(|| sizes.iter().sum())
 }

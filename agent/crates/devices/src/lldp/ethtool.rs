@@ -88,7 +88,7 @@ fn flag_count(reported: u32) -> Result<usize> {
 }
 
 /// Sets private flag `flag` of interface `name` to `value`.
-pub fn set_private_flag(name: &str, flag: &str, value: bool) -> Result<()> {
+pub(crate) fn set_private_flag(name: &str, flag: &str, value: bool) -> Result<()> {
     let names = flag_names(name)?;
     let Some(bit) = names.iter().position(|n| n == flag) else {
         bail!("no private flag {flag} (the driver has {names:?})");

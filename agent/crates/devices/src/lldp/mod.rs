@@ -7,7 +7,7 @@
 //! most once. Results go into `interfaces[].lldp` in IPA's raw form (what
 //! Ironic parses); the parsed form is for people and the `lldp_parsed` key.
 
-pub mod ethtool;
+pub(crate) mod ethtool;
 pub mod intel;
 pub mod listen;
 pub mod socket;

@@ -12,8 +12,8 @@
 //! agent's own log ([`crate::hostroot::journal`]).
 
 pub mod memlog;
-pub mod native;
-pub mod tar;
+pub(crate) mod native;
+pub(crate) mod tar;
 
 use std::io::Write;
 use std::process::Command;

@@ -11,13 +11,13 @@ use std::path::Path;
 use crate::disk::table;
 
 /// Largest part kept (the rest is cut with a note).
-pub const MAX_PART: usize = 4 << 20;
+pub(crate) const MAX_PART: usize = 4 << 20;
 
 /// Most devices described in `udev/`.
 const MAX_DEVICES: usize = 512;
 
 /// `(file name, contents)` of every native part; `root` is `/` live.
-pub fn parts(root: &Path) -> Vec<(String, Vec<u8>)> {
+pub(crate) fn parts(root: &Path) -> Vec<(String, Vec<u8>)> {
     let mut out = vec![
         (
             "partitions".to_string(),
@@ -93,7 +93,7 @@ fn properties(root: &Path, dir: &Path, kind: &str) -> BTreeMap<String, BTreeMap<
 }
 
 /// Every whole disk's partition table, as `parted -l` would summarize it.
-pub fn partitions(root: &Path) -> String {
+pub(crate) fn partitions(root: &Path) -> String {
     let disks = crate::disk::whole_disks(&root.join("sys")).unwrap_or_default();
     let mut out = String::new();
     for d in disks {
@@ -148,7 +148,7 @@ fn part_type(p: &table::Part) -> String {
 
 /// The device-mapper devices with their names, UUIDs and paths, as
 /// `multipath -ll` would name them.
-pub fn multipath(root: &Path) -> String {
+pub(crate) fn multipath(root: &Path) -> String {
     let block = root.join("sys/block");
     let mut names: Vec<String> = fs::read_dir(&block)
         .map(|d| {

@@ -2,7 +2,7 @@
 //! bundle Ironic stores (`tar.gz`, base64).
 
 /// Appends one regular file (mode 0644) to `out`.
-pub fn append_file(out: &mut Vec<u8>, name: &str, data: &[u8], mtime: u64) {
+pub(crate) fn append_file(out: &mut Vec<u8>, name: &str, data: &[u8], mtime: u64) {
     let mut h = [0u8; 512];
     let name = name.as_bytes();
     let n = name.len().min(100);
@@ -25,7 +25,7 @@ pub fn append_file(out: &mut Vec<u8>, name: &str, data: &[u8], mtime: u64) {
 }
 
 /// Ends the archive (two zero blocks).
-pub fn finish(out: &mut Vec<u8>) {
+pub(crate) fn finish(out: &mut Vec<u8>) {
     out.resize(out.len() + 1024, 0);
 }
 

@@ -17,7 +17,7 @@ fn write(sys: &Path, rel: &str, value: &str) -> Result<()> {
 /// Creates bond `name` with `bond`'s settings and members; `set_down`
 /// takes a member down before it is enslaved. An existing bond of that name
 /// is reused (its settings are written again).
-pub fn create(
+pub(crate) fn create(
     sys: &Path,
     name: &str,
     bond: &Bond,

@@ -17,7 +17,7 @@ use super::{
 
 /// What IPv6 gave one interface.
 #[derive(Debug, Clone)]
-pub struct Nic6 {
+pub(crate) struct Nic6 {
     /// Interface name.
     pub name: String,
     /// MAC, lower case.
@@ -29,7 +29,7 @@ pub struct Nic6 {
 }
 
 /// One console line for IPv6 on a NIC.
-pub fn describe6(r: &Nic6) -> String {
+pub(crate) fn describe6(r: &Nic6) -> String {
     let dhcp = match &r.dhcp {
         Ok(l) => format!(
             "{}/128 by DHCPv6 from {} dns [{}]",
@@ -345,7 +345,7 @@ fn add_dns6(resolv: &Mutex<Resolv>, r: &Nic6) {
 
 /// The IPv6 address to advertise: the BOOTIF NIC's before others; on a
 /// NIC, DHCPv6's before SLAAC's.
-pub fn pick6(v6: &[Nic6], boot_mac: Option<&str>) -> Option<Ipv6Addr> {
+pub(crate) fn pick6(v6: &[Nic6], boot_mac: Option<&str>) -> Option<Ipv6Addr> {
     let mut order: Vec<&Nic6> = v6.iter().collect();
     order.sort_by_key(|r| boot_mac != Some(r.mac.as_str()));
     order.iter().find_map(|r| {

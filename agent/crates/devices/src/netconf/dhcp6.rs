@@ -30,19 +30,19 @@ pub struct Lease6 {
 }
 
 /// DUID-LL (type 3, Ethernet) of `mac`.
-pub fn duid(mac: [u8; 6]) -> Vec<u8> {
+pub(crate) fn duid(mac: [u8; 6]) -> Vec<u8> {
     let mut d = vec![0, 3, 0, 1];
     d.extend_from_slice(&mac);
     d
 }
 
 /// The IA_NA identifier: the MAC's last four bytes (stable per NIC).
-pub fn iaid(mac: [u8; 6]) -> u32 {
+pub(crate) fn iaid(mac: [u8; 6]) -> u32 {
     u32::from_be_bytes([mac[2], mac[3], mac[4], mac[5]])
 }
 
 /// Builds a SOLICIT (`advert` None) or a REQUEST for an advertised lease.
-pub fn request_message(
+pub(crate) fn request_message(
     xid: [u8; 3],
     mac: [u8; 6],
     advert: Option<&Lease6>,
@@ -178,7 +178,7 @@ fn bound_socket(ifname: &str) -> Result<UdpSocket> {
 /// (retransmitting every second; sends fail while the link-local address
 /// is still tentative, which only delays the next try). Does not configure
 /// the interface.
-pub fn obtain(ifname: &str, mac: [u8; 6], timeout: Duration) -> Result<Lease6> {
+pub(crate) fn obtain(ifname: &str, mac: [u8; 6], timeout: Duration) -> Result<Lease6> {
     let sock = bound_socket(ifname).with_context(|| format!("DHCPv6 socket on {ifname}"))?;
     let index = nix::net::if_::if_nametoindex(ifname).context("interface index")?;
     let to = SocketAddrV6::new(Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 1, 2), 547, 0, index);

@@ -57,12 +57,12 @@ fn ioctl(fd: &OwnedFd, request: libc::Ioctl, arg: *mut libc::c_void, what: &str)
 }
 
 /// Sets IFF_UP on `name`.
-pub fn set_up(name: &str) -> Result<()> {
+pub(crate) fn set_up(name: &str) -> Result<()> {
     set_updown(name, true)
 }
 
 /// Clears IFF_UP on `name` (a NIC must be down to join a bond).
-pub fn set_down(name: &str) -> Result<()> {
+pub(crate) fn set_down(name: &str) -> Result<()> {
     set_updown(name, false)
 }
 
@@ -92,7 +92,7 @@ fn set_updown(name: &str, up: bool) -> Result<()> {
 }
 
 /// Sets the MTU of `name`.
-pub fn set_mtu(name: &str, mtu: u32) -> Result<()> {
+pub(crate) fn set_mtu(name: &str, mtu: u32) -> Result<()> {
     let fd = ctl_socket()?;
     let mut req = ifreq(name)?;
     req.ifr_ifru.ifru_mtu =
@@ -106,7 +106,7 @@ pub fn set_mtu(name: &str, mtu: u32) -> Result<()> {
 }
 
 /// Assigns `addr/prefix` to `name` (replacing its IPv4 address).
-pub fn set_ipv4(name: &str, addr: Ipv4Addr, prefix: u8) -> Result<()> {
+pub(crate) fn set_ipv4(name: &str, addr: Ipv4Addr, prefix: u8) -> Result<()> {
     let fd = ctl_socket()?;
     let mut req = ifreq(name)?;
     req.ifr_ifru.ifru_addr = sockaddr_in(addr);
@@ -128,12 +128,12 @@ pub fn set_ipv4(name: &str, addr: Ipv4Addr, prefix: u8) -> Result<()> {
 }
 
 /// Adds a default route via `gateway` on `name`; an existing one is kept.
-pub fn add_default_route(name: &str, gateway: Ipv4Addr) -> Result<()> {
+pub(crate) fn add_default_route(name: &str, gateway: Ipv4Addr) -> Result<()> {
     add_route4(name, Ipv4Addr::UNSPECIFIED, 0, gateway)
 }
 
 /// Adds a route to `dst/prefix` via `gateway` on `name`; an existing one is kept.
-pub fn add_route4(name: &str, dst: Ipv4Addr, prefix: u8, gateway: Ipv4Addr) -> Result<()> {
+pub(crate) fn add_route4(name: &str, dst: Ipv4Addr, prefix: u8, gateway: Ipv4Addr) -> Result<()> {
     let fd = ctl_socket()?;
     let mut dev: Vec<u8> = name.bytes().chain([0]).collect();
     let mask = Ipv4Addr::from(
@@ -172,7 +172,7 @@ struct In6Rtmsg {
 }
 
 /// Adds an IPv6 route to `dst/prefix` via `gateway` on `name`.
-pub fn add_route6(
+pub(crate) fn add_route6(
     name: &str,
     dst: std::net::Ipv6Addr,
     prefix: u8,
@@ -225,12 +225,12 @@ fn exists_is_fine(r: Result<()>) -> Result<()> {
 }
 
 /// Prefix length of a netmask.
-pub fn prefix_len(mask: Ipv4Addr) -> u8 {
+pub(crate) fn prefix_len(mask: Ipv4Addr) -> u8 {
     u32::from(mask).leading_ones() as u8
 }
 
 /// Adds `addr/prefix` to `name` (SIOCSIFADDR on an IPv6 socket).
-pub fn add_ipv6(name: &str, addr: std::net::Ipv6Addr, prefix: u8) -> Result<()> {
+pub(crate) fn add_ipv6(name: &str, addr: std::net::Ipv6Addr, prefix: u8) -> Result<()> {
     let fd = socket(
         AddressFamily::Inet6,
         SockType::Datagram,
@@ -256,7 +256,7 @@ pub fn add_ipv6(name: &str, addr: std::net::Ipv6Addr, prefix: u8) -> Result<()> 
 
 /// An IPv6 address of an interface, from `/proc/net/if_inet6`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Addr6 {
+pub(crate) struct Addr6 {
     /// The address.
     pub addr: std::net::Ipv6Addr,
     /// Prefix length.
@@ -271,7 +271,7 @@ pub struct Addr6 {
 
 /// Where duplicate address detection of some addresses stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Dad {
+pub(crate) enum Dad {
     /// Every address is usable.
     Done,
     /// Some are still tentative (or not listed yet).
@@ -281,7 +281,7 @@ pub enum Dad {
 }
 
 /// The DAD state of `wanted` among `addrs` (an interface's addresses).
-pub fn dad_state(addrs: &[Addr6], wanted: &[std::net::Ipv6Addr]) -> Dad {
+pub(crate) fn dad_state(addrs: &[Addr6], wanted: &[std::net::Ipv6Addr]) -> Dad {
     let mut pending = Vec::new();
     for w in wanted {
         match addrs.iter().find(|a| a.addr == *w) {
@@ -298,7 +298,7 @@ pub fn dad_state(addrs: &[Addr6], wanted: &[std::net::Ipv6Addr]) -> Dad {
 }
 
 /// Parses `/proc/net/if_inet6` text for interface `name`.
-pub fn parse_if_inet6(text: &str, name: &str) -> Vec<Addr6> {
+pub(crate) fn parse_if_inet6(text: &str, name: &str) -> Vec<Addr6> {
     text.lines()
         .filter_map(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
@@ -321,7 +321,7 @@ pub fn parse_if_inet6(text: &str, name: &str) -> Vec<Addr6> {
 }
 
 /// The IPv6 addresses of `name` now.
-pub fn ipv6_addrs(name: &str) -> Vec<Addr6> {
+pub(crate) fn ipv6_addrs(name: &str) -> Vec<Addr6> {
     parse_if_inet6(
         &std::fs::read_to_string("/proc/net/if_inet6").unwrap_or_default(),
         name,

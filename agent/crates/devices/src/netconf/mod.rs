@@ -13,11 +13,11 @@
 //! line; with no IPv4 address anywhere, the agent advertises an IPv6 one.
 //! The orchestration is in [`bringup`].
 
-pub mod bond;
-pub mod bringup;
+pub(crate) mod bond;
+pub(crate) mod bringup;
 pub mod dhcp;
 pub mod dhcp6;
-pub mod iface;
+pub(crate) mod iface;
 pub mod network_data;
 pub mod nm_keyfile;
 pub mod record;

@@ -151,9 +151,10 @@ pub enum Qcow2Error {
     },
 }
 
-/// Which party a [`Qcow2Error`] blames.
+/// Which party a [`Qcow2Error`] blames (the tests check each error's).
+#[cfg(test)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ErrorClass {
+pub(crate) enum ErrorClass {
     /// The input stream failed (download error).
     Input,
     /// The sink failed (disk write error).
@@ -162,9 +163,10 @@ pub enum ErrorClass {
     Image,
 }
 
+#[cfg(test)]
 impl Qcow2Error {
     /// Which party this error blames: the reader, the sink, or the image.
-    pub fn class(&self) -> ErrorClass {
+    pub(crate) fn class(&self) -> ErrorClass {
         match self {
             Qcow2Error::Read { .. }
             | Qcow2Error::Reread { .. }

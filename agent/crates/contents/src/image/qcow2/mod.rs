@@ -52,9 +52,13 @@ mod tests;
 
 use std::io;
 
-pub use decompress::DecompressError;
-pub use error::{ErrorClass, Qcow2Error};
-pub use source::{NoReread, Reread};
+pub(crate) use decompress::DecompressError;
+#[cfg(test)]
+pub(crate) use error::ErrorClass;
+pub use error::Qcow2Error;
+#[cfg(test)]
+pub(crate) use source::NoReread;
+pub use source::Reread;
 
 /// Where guest bytes go. Offsets are guest (virtual disk) byte offsets.
 pub trait Sink {
@@ -154,10 +158,7 @@ pub fn convert<R: io::Read, S: Sink>(
     stream::run(input, again, sink, limits, stream::BLOCK_SIZE)
 }
 
-/// Size of the blocks the input is read, digested and read again in.
-pub const BLOCK_SIZE: usize = stream::BLOCK_SIZE;
-
 /// Whether `first_bytes` starts with the qcow2 magic `"QFI\xfb"`.
-pub fn is_qcow2(first_bytes: &[u8]) -> bool {
+pub(crate) fn is_qcow2(first_bytes: &[u8]) -> bool {
     header::has_magic(first_bytes)
 }

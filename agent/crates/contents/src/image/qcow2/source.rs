@@ -18,9 +18,11 @@ pub trait Reread {
 }
 
 /// For sources that cannot be read again: every re-read fails with `why`.
+#[cfg(test)]
 #[derive(Debug, Clone)]
-pub struct NoReread(pub &'static str);
+pub(crate) struct NoReread(pub &'static str);
 
+#[cfg(test)]
 impl Reread for NoReread {
     fn reread(
         &mut self,

@@ -26,7 +26,7 @@ pub(crate) const BLOCK_SIZE: usize = 1 << 20;
 const HEADER_READ: u64 = 2 << 20;
 
 /// Converts like [`super::convert`], reading the input in `block_size` blocks.
-pub(crate) fn run<R: Read, S: Sink + ?Sized>(
+pub(super) fn run<R: Read, S: Sink + ?Sized>(
     mut input: R,
     again: &mut dyn Reread,
     sink: &mut S,

@@ -21,14 +21,14 @@ use agent_devices::disk::gpt;
 use agent_devices::disk::{ioctl, Device};
 
 /// Bytes held back until the checksum is verified.
-pub const HOLD: u64 = 1 << 20;
+pub(crate) const HOLD: u64 = 1 << 20;
 /// Granule of zero detection.
 const ZERO_GRANULE: usize = 64 * 1024;
 static ZEROS: [u8; ZERO_GRANULE] = [0; ZERO_GRANULE];
 
 /// What a successful commit reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Committed {
+pub(crate) struct Committed {
     /// Bytes of disk content the image defines.
     pub image_size: u64,
     /// MBR disk signature (offset 440), as `get_partition_uuids` reports it.
@@ -39,7 +39,7 @@ pub struct Committed {
 
 /// An open target device (or a regular file in tests and host mode).
 #[derive(Debug)]
-pub struct Target {
+pub(crate) struct Target {
     path: PathBuf,
     direct: File,
     buffered: File,
@@ -61,7 +61,7 @@ fn werr(path: &Path, what: &str, e: impl std::fmt::Display) -> ImageError {
 impl Target {
     /// Erases the device's metadata and opens it for writing (exclusively for
     /// block devices). The caller has checked it against the write policy.
-    pub fn open(path: &Path) -> Result<Self, ImageError> {
+    pub(crate) fn open(path: &Path) -> Result<Self, ImageError> {
         let dev = Device::open(path)?;
         let is_block = dev.devno.is_some();
         agent_devices::disk::erase::erase_metadata(path)
@@ -110,13 +110,8 @@ impl Target {
         })
     }
 
-    /// Device size, if fixed.
-    pub fn size(&self) -> Option<u64> {
-        self.size
-    }
-
     /// Fails early when an image of `needed` bytes cannot fit.
-    pub fn check_fits(&self, needed: u64) -> Result<(), ImageError> {
+    pub(crate) fn check_fits(&self, needed: u64) -> Result<(), ImageError> {
         match self.size {
             Some(size) if needed > size => Err(ImageError::TooLarge {
                 device: self.path.display().to_string(),
@@ -128,7 +123,7 @@ impl Target {
     }
 
     /// Writes image bytes at `offset`.
-    pub fn write(
+    pub(crate) fn write(
         &mut self,
         offset: u64,
         data: &[u8],
@@ -147,7 +142,12 @@ impl Target {
     }
 
     /// Makes `len` bytes at `offset` read as zeros.
-    pub fn zero(&mut self, offset: u64, len: u64, progress: &Progress) -> Result<(), ImageError> {
+    pub(crate) fn zero(
+        &mut self,
+        offset: u64,
+        len: u64,
+        progress: &Progress,
+    ) -> Result<(), ImageError> {
         let end = offset + len;
         self.check_fits(end)?;
         self.end = self.end.max(end);
@@ -262,7 +262,7 @@ impl Target {
 
     /// After the checksum matched: flush, fix up the GPT, write the first
     /// MiB, flush, and have the kernel re-read the partition table.
-    pub fn commit(mut self) -> Result<Committed, ImageError> {
+    pub(crate) fn commit(mut self) -> Result<Committed, ImageError> {
         if self.end == 0 {
             return Err(werr(
                 &self.path,
@@ -330,7 +330,7 @@ impl Target {
     /// After a failure: zero the first and last MiB of the device (and the
     /// sectors before the image's end, where its backup GPT would be), so no
     /// partition table is left and nothing boots.
-    pub fn abort(self) -> Result<(), ImageError> {
+    pub(crate) fn abort(self) -> Result<(), ImageError> {
         let mut ranges = vec![(0, HOLD)];
         let size = self.size.unwrap_or(self.end);
         if size > HOLD {

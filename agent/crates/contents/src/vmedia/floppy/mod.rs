@@ -19,10 +19,10 @@ use super::{FLOPPY_LABEL, MAX_FILE_BYTES};
 /// leaves room for any such presentation while bounding what a
 /// candidate that is not the floppy can cost (one read of at most this
 /// many bytes).
-pub const FLOPPY_MAX_BYTES: u64 = 16 << 20;
+pub(crate) const FLOPPY_MAX_BYTES: u64 = 16 << 20;
 
 /// The file the floppy carries.
-pub const PARAMETERS_FILE: &str = "parameters.txt";
+pub(crate) const PARAMETERS_FILE: &str = "parameters.txt";
 
 /// Why a device gave no parameters.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -68,7 +68,7 @@ pub enum Refusal {
 
 impl Refusal {
     /// Whether the device is simply not the floppy (nothing to warn about).
-    pub fn is_other_media(&self) -> bool {
+    pub(crate) fn is_other_media(&self) -> bool {
         matches!(self, Refusal::NotFat | Refusal::OtherLabel(_))
     }
 }

@@ -34,10 +34,10 @@ use agent_contents::container_steps::steps_file::{
 use agent_contents::container_steps::{run_container, runtime, ContainerError};
 
 /// IPA's `HARDWARE_MANAGER_NAME`.
-pub const NAME: &str = "ContainerHardwareManager";
+pub(crate) const NAME: &str = "ContainerHardwareManager";
 /// IPA's `HARDWARE_MANAGER_VERSION` (2: the step renamed, the allowlist
 /// enforced on untrusted steps).
-pub const VERSION: &str = "2";
+pub(crate) const VERSION: &str = "2";
 
 /// Whether crun runs here, asked once.
 fn crun_runs() -> bool {
@@ -55,7 +55,7 @@ fn crun_runs() -> bool {
 
 /// The container manager with its settings.
 #[derive(Debug)]
-pub struct ContainerManager {
+pub(crate) struct ContainerManager {
     settings: ContainerSettings,
     cafile: Option<PathBuf>,
     support: u32,
@@ -67,7 +67,7 @@ pub struct ContainerManager {
 impl ContainerManager {
     /// The manager as `sources` configure it: `[container]` from the
     /// configuration files, overlaid by the lookup's `agent_containers`.
-    pub fn new(sources: &ManagerSources, reserved: BTreeSet<String>) -> Self {
+    pub(crate) fn new(sources: &ManagerSources, reserved: BTreeSet<String>) -> Self {
         let mut notes = Vec::new();
         let mut settings =
             ContainerSettings::from_group(&sources.config.container_group, &mut notes);

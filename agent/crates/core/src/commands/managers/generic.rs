@@ -16,10 +16,10 @@ use crate::state::AgentState;
 
 /// The generic manager's group name in `get_*_steps` (Ironic flattens the
 /// groups).
-pub const NAME: &str = "GenericHardwareManager";
+pub(crate) const NAME: &str = "GenericHardwareManager";
 
 /// The generic manager's entry in `hardware_manager_version`.
-pub fn version() -> ManagerVersion {
+pub(crate) fn version() -> ManagerVersion {
     ManagerVersion {
         name: "generic_hardware_manager".into(),
         version: "1.2".into(),
@@ -28,7 +28,7 @@ pub fn version() -> ManagerVersion {
 
 /// Description of one step argument (`argsinfo`).
 #[derive(Debug)]
-pub struct ArgInfo {
+pub(crate) struct ArgInfo {
     /// Argument name.
     pub name: &'static str,
     /// Human description.
@@ -39,7 +39,7 @@ pub struct ArgInfo {
 
 /// One row of the step table.
 #[derive(Debug)]
-pub struct Step {
+pub(crate) struct Step {
     /// Step name (`erase_devices_metadata`).
     pub name: &'static str,
     /// Ironic interface the step belongs to (`deploy`, `raid`).
@@ -62,7 +62,7 @@ pub struct Step {
 }
 
 /// Every step this agent implements.
-pub static STEPS: &[Step] = &[
+pub(crate) static STEPS: &[Step] = &[
     Step {
         name: "write_image",
         interface: "deploy",
@@ -353,7 +353,7 @@ fn configured_priority(state: &AgentState, step: &str, kind: StepKind) -> Option
 
 /// The generic manager: [`STEPS`].
 #[derive(Debug, Default)]
-pub struct Generic;
+pub(crate) struct Generic;
 
 impl Manager for Generic {
     fn name(&self) -> &str {

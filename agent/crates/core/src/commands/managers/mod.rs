@@ -20,10 +20,10 @@
 //! `get_*_steps` then fails naming it: the operator sees the mistake in the
 //! node's `last_error` instead of a step that silently does something else.
 
-pub mod container;
+pub(crate) mod container;
 pub mod exec;
-pub mod generic;
-pub mod nvidia;
+pub(crate) mod generic;
+pub(crate) mod nvidia;
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};

@@ -20,17 +20,17 @@ use crate::state::AgentState;
 use agent_contents::nicfw::discovery::nic_present;
 
 /// IPA's `HARDWARE_MANAGER_NAME`.
-pub const NAME: &str = "MellanoxDeviceHardwareManager";
+pub(crate) const NAME: &str = "MellanoxDeviceHardwareManager";
 /// IPA's `HARDWARE_MANAGER_VERSION`.
-pub const VERSION: &str = "1";
+pub(crate) const VERSION: &str = "1";
 /// The firmware image step.
-pub const IMAGE_STEP: &str = "update_nvidia_nic_firmware_image";
+pub(crate) const IMAGE_STEP: &str = "update_nvidia_nic_firmware_image";
 /// The firmware settings step.
-pub const SETTINGS_STEP: &str = "update_nvidia_nic_firmware_settings";
+pub(crate) const SETTINGS_STEP: &str = "update_nvidia_nic_firmware_settings";
 
 /// The manager, with where its tools are looked for.
 #[derive(Debug, Clone)]
-pub struct NvidiaNicManager {
+pub(crate) struct NvidiaNicManager {
     support: u32,
     search_path: OsString,
 }
@@ -38,7 +38,7 @@ pub struct NvidiaNicManager {
 impl NvidiaNicManager {
     /// The manager of a machine whose sysfs is at `sysfs` (IPA's
     /// `evaluate_hardware_support`), its tools looked for on `search_path`.
-    pub fn detect(sysfs: &Path, search_path: OsString) -> Self {
+    pub(crate) fn detect(sysfs: &Path, search_path: OsString) -> Self {
         let support = if nic_present(sysfs) {
             tracing::debug!("Found Mellanox device");
             SUPPORT_MAINLINE
@@ -53,7 +53,7 @@ impl NvidiaNicManager {
     }
 
     /// The manager on a host: never loaded.
-    pub fn off() -> Self {
+    pub(crate) fn off() -> Self {
         NvidiaNicManager {
             support: SUPPORT_NONE,
             search_path: OsString::new(),

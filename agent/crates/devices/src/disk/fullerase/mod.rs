@@ -23,10 +23,10 @@
 
 pub mod ata;
 pub mod guard;
-pub mod knobs;
+pub(crate) mod knobs;
 pub mod methods;
-pub mod nvme;
-pub mod tree;
+pub(crate) mod nvme;
+pub(crate) mod tree;
 
 use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};

@@ -16,7 +16,7 @@ const FORMAT_TIMEOUT_MS: u32 = 3_600_000;
 
 /// What the controller offers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Caps {
+pub(crate) struct Caps {
     /// Format NVM supported (OACS bit 1).
     pub format: bool,
     /// Cryptographic erase supported (FNA bit 2).
@@ -25,7 +25,7 @@ pub struct Caps {
 
 impl Caps {
     /// From an Identify Controller page.
-    pub fn from_identify(ctrl: &[u8]) -> Self {
+    pub(crate) fn from_identify(ctrl: &[u8]) -> Self {
         let oacs = u16::from_le_bytes([ctrl[256], ctrl[257]]);
         Self {
             format: oacs & 0x2 != 0,
@@ -34,7 +34,7 @@ impl Caps {
     }
 
     /// Secure erase setting: 2 (crypto) when possible, else 1 (user data).
-    pub fn ses(self) -> u32 {
+    pub(crate) fn ses(self) -> u32 {
         if self.crypto {
             2
         } else {
@@ -45,7 +45,7 @@ impl Caps {
 
 /// CDW10 of Format NVM that keeps the namespace's current LBA format,
 /// metadata setting and protection information (Identify Namespace page).
-pub fn format_cdw10(ns: &[u8], ses: u32) -> u32 {
+pub(crate) fn format_cdw10(ns: &[u8], ses: u32) -> u32 {
     let flbas = u32::from(ns[26]);
     let dps = u32::from(ns[29]);
     let lbaf_low = flbas & 0xf;
@@ -57,13 +57,13 @@ pub fn format_cdw10(ns: &[u8], ses: u32) -> u32 {
 }
 
 /// The controller's capabilities (Identify Controller).
-pub fn caps(f: &File) -> Result<Caps> {
+pub(crate) fn caps(f: &File) -> Result<Caps> {
     Ok(Caps::from_identify(&identify(f, 0, 1)?))
 }
 
 /// Formats the namespace behind `f` with a secure erase; returns the SES
 /// used (1 user data, 2 cryptographic).
-pub fn secure_format(f: &File, caps: Caps) -> Result<u32> {
+pub(crate) fn secure_format(f: &File, caps: Caps) -> Result<u32> {
     if !caps.format {
         bail!("the controller does not support Format NVM");
     }

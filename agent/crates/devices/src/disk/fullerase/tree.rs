@@ -22,7 +22,7 @@ use super::{Erased, Knobs};
 
 /// What the secure erase of step 1 did.
 #[derive(Debug)]
-pub enum Secure {
+pub(crate) enum Secure {
     /// Erased the disk.
     Erased(Erased),
     /// Does not apply to this disk (why).
@@ -33,7 +33,7 @@ pub enum Secure {
 
 /// Steps 2 to 4: `discard` tries a verified discard (`Ok(false)`: the disk
 /// cannot, or does not read back zeros); `overwrite` overwrites.
-pub fn finish(
+pub(crate) fn finish(
     device: &str,
     secure: Secure,
     knobs: &Knobs,

@@ -71,14 +71,14 @@ nix::ioctl_readwrite_bad!(
 
 /// An open IPMI device.
 #[derive(Debug)]
-pub struct Device {
+pub(crate) struct Device {
     file: File,
     msgid: libc::c_long,
 }
 
 impl Device {
     /// Opens the device read-write (what the ioctls need).
-    pub fn open(path: &Path) -> Result<Self, IpmiError> {
+    pub(crate) fn open(path: &Path) -> Result<Self, IpmiError> {
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)

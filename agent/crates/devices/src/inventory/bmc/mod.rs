@@ -25,49 +25,46 @@
 //! transport failure no further request is sent, so a dead BMC costs one
 //! timeout, not 33.
 
-pub mod device;
+pub(crate) mod device;
 
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 
 /// NetFn Transport (requests).
-pub const NETFN_TRANSPORT: u8 = 0x0C;
+pub(crate) const NETFN_TRANSPORT: u8 = 0x0C;
 /// Get LAN Configuration Parameters.
-pub const CMD_GET_LAN_CONFIG: u8 = 0x02;
+pub(crate) const CMD_GET_LAN_CONFIG: u8 = 0x02;
 
 /// LAN configuration parameters used here (IPMI 2.0 table 23-4).
-pub mod param {
+pub(crate) mod param {
     /// IP address (4 bytes).
-    pub const IP: u8 = 3;
+    pub(crate) const IP: u8 = 3;
     /// MAC address (6 bytes).
-    pub const MAC: u8 = 5;
+    pub(crate) const MAC: u8 = 5;
     /// IPv6/IPv4 addressing enables (0 IPv4 only, 1 IPv6 only, 2 both).
-    pub const IPV6_ENABLES: u8 = 0x33;
+    pub(crate) const IPV6_ENABLES: u8 = 0x33;
     /// IPv6 status: static address count, dynamic address count, flags.
-    pub const IPV6_STATUS: u8 = 0x37;
+    pub(crate) const IPV6_STATUS: u8 = 0x37;
     /// IPv6 static addresses (one per set selector).
-    pub const IPV6_STATIC: u8 = 0x38;
+    pub(crate) const IPV6_STATIC: u8 = 0x38;
     /// IPv6 dynamic (SLAAC/DHCPv6) addresses (one per set selector).
-    pub const IPV6_DYNAMIC: u8 = 0x3B;
+    pub(crate) const IPV6_DYNAMIC: u8 = 0x3B;
 }
 
 /// LAN channels IPA asks: of 0–15 only 1–11 can be LAN media.
-pub const CHANNELS: std::ops::RangeInclusive<u8> = 1..=11;
+pub(crate) const CHANNELS: std::ops::RangeInclusive<u8> = 1..=11;
 
 /// Why a request got no usable answer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum IpmiError {
-    /// The BMC answered with a non-zero completion code.
-    #[error("completion code {0:#04x}")]
-    Completion(u8),
+pub(crate) enum IpmiError {
     /// The device could not be used (open, ioctl, timeout, short answer).
     #[error("{0}")]
     Transport(String),
 }
 
 /// One request/response exchange with the BMC (system interface, LUN 0).
-pub trait Transport {
+pub(crate) trait Transport {
     /// Sends `data` as (`netfn`, `cmd`); returns the response data with the
     /// completion code as its first byte.
     fn request(&mut self, netfn: u8, cmd: u8, data: &[u8]) -> Result<Vec<u8>, IpmiError>;
@@ -75,7 +72,7 @@ pub trait Transport {
 
 /// The three inventory fields.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct BmcAddresses {
+pub(crate) struct BmcAddresses {
     /// `bmc_address`.
     pub v4: Option<String>,
     /// `bmc_v6address`.
@@ -86,7 +83,7 @@ pub struct BmcAddresses {
 
 /// The IPMI device node, as IPA looks for it (`/dev/ipmi*`, `/dev/ipmi/*`,
 /// `/dev/ipmidev/*`; character devices only).
-pub fn find_device(root: &Path) -> Option<PathBuf> {
+pub(crate) fn find_device(root: &Path) -> Option<PathBuf> {
     use std::os::unix::fs::FileTypeExt;
     let dev = super::under(root, "/dev");
     let mut candidates: Vec<PathBuf> = Vec::new();
@@ -119,7 +116,7 @@ static LIVE: std::sync::OnceLock<BmcAddresses> = std::sync::OnceLock::new();
 /// `agent_skip_bmc_detect`, all unknown). For the live system (`/`) the
 /// first answer of a device is reused; a missing device is looked for again
 /// each time, so a driver that binds late is still found.
-pub fn read(root: &Path, skip: bool) -> BmcAddresses {
+pub(crate) fn read(root: &Path, skip: bool) -> BmcAddresses {
     if skip {
         return BmcAddresses::default();
     }
@@ -152,7 +149,7 @@ fn unconfigured() -> BmcAddresses {
 }
 
 /// Applies IPA's rules over `transport`.
-pub fn query(transport: &mut dyn Transport) -> BmcAddresses {
+pub(crate) fn query(transport: &mut dyn Transport) -> BmcAddresses {
     let mut lan = Lan {
         transport,
         cache: HashMap::new(),
@@ -222,15 +219,6 @@ impl Lan<'_> {
                     None
                 }
             },
-            Err(IpmiError::Completion(cc)) => {
-                tracing::debug!(
-                    channel,
-                    param,
-                    "LAN parameter refused: completion code {cc:#04x}"
-                );
-                self.refused = Some(cc);
-                None
-            }
             Err(e) => {
                 self.failed = Some(e);
                 None

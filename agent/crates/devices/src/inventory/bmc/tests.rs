@@ -186,13 +186,23 @@ impl Transport for Broken {
     }
 }
 
+/// A BMC that answers every request with this error completion code.
+struct Refusing(u8, usize);
+
+impl Transport for Refusing {
+    fn request(&mut self, _: u8, _: u8, _: &[u8]) -> Result<Vec<u8>, IpmiError> {
+        self.1 += 1;
+        Ok(vec![self.0])
+    }
+}
+
 #[test]
 fn a_dead_device_costs_one_request_and_reports_unconfigured() {
     let mut dead = Broken(IpmiError::Transport("no answer within 10 s".into()), 0);
     assert_eq!(query(&mut dead), unconfigured());
     assert_eq!(dead.1, 1, "no request after the first transport failure");
     // Error completion codes on every channel: all channels tried, defaults.
-    let mut refusing = Broken(IpmiError::Completion(0xcc), 0);
+    let mut refusing = Refusing(0xcc, 0);
     assert_eq!(query(&mut refusing), unconfigured());
     assert!(refusing.1 >= CHANNELS.count());
 }

@@ -13,7 +13,7 @@ use crate::netconf::{bond, iface, vlan};
 
 /// How one planned interface ended up.
 #[derive(Debug)]
-pub struct Applied {
+pub(crate) struct Applied {
     /// The plan for it.
     pub iface: Iface,
     /// Success, or the first step that failed.
@@ -21,7 +21,7 @@ pub struct Applied {
 }
 
 /// Applies `plan` (bonds through `sys`, normally `/sys`).
-pub fn apply(plan: &Plan, sys: &Path) -> Vec<Applied> {
+pub(crate) fn apply(plan: &Plan, sys: &Path) -> Vec<Applied> {
     let mut out: Vec<Applied> = plan
         .ifaces
         .iter()

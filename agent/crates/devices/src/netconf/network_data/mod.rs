@@ -16,7 +16,7 @@ use std::net::{IpAddr, Ipv4Addr};
 
 use serde::Deserialize;
 
-pub mod apply;
+pub(crate) mod apply;
 
 /// Where Ironic puts the file on the ISO.
 pub const PATH_ON_MEDIA: &str = "openstack/latest/network_data.json";

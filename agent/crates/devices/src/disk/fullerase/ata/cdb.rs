@@ -4,23 +4,23 @@
 //! control bits, words 1–16 the password, copied as bytes as hdparm does).
 
 /// IDENTIFY DEVICE.
-pub const IDENTIFY_DEVICE: u8 = 0xec;
+pub(crate) const IDENTIFY_DEVICE: u8 = 0xec;
 /// SECURITY SET PASSWORD.
-pub const SECURITY_SET_PASSWORD: u8 = 0xf1;
+pub(crate) const SECURITY_SET_PASSWORD: u8 = 0xf1;
 /// SECURITY UNLOCK.
-pub const SECURITY_UNLOCK: u8 = 0xf2;
+pub(crate) const SECURITY_UNLOCK: u8 = 0xf2;
 /// SECURITY ERASE PREPARE.
-pub const SECURITY_ERASE_PREPARE: u8 = 0xf3;
+pub(crate) const SECURITY_ERASE_PREPARE: u8 = 0xf3;
 /// SECURITY ERASE UNIT.
-pub const SECURITY_ERASE_UNIT: u8 = 0xf4;
+pub(crate) const SECURITY_ERASE_UNIT: u8 = 0xf4;
 /// SECURITY DISABLE PASSWORD.
-pub const SECURITY_DISABLE_PASSWORD: u8 = 0xf6;
+pub(crate) const SECURITY_DISABLE_PASSWORD: u8 = 0xf6;
 /// SMART (the feature register selects the subcommand).
-pub const SMART: u8 = 0xb0;
+pub(crate) const SMART: u8 = 0xb0;
 /// SMART READ DATA.
-pub const SMART_READ_DATA: u16 = 0xd0;
+pub(crate) const SMART_READ_DATA: u16 = 0xd0;
 /// SMART EXECUTE OFF-LINE IMMEDIATE.
-pub const SMART_EXECUTE_OFFLINE: u16 = 0xd4;
+pub(crate) const SMART_EXECUTE_OFFLINE: u16 = 0xd4;
 /// The SMART signature in LBA mid/high (0x4f, 0xc2).
 const SMART_LBA: u64 = 0xc2_4f00;
 
@@ -138,7 +138,7 @@ impl AtaCommand {
 
 /// Word 0 = `control`, words 1–16 = `password` (at most 32 bytes, zero
 /// padded), the rest zero.
-pub fn password_block(control: u16, password: &[u8]) -> [u8; 512] {
+pub(crate) fn password_block(control: u16, password: &[u8]) -> [u8; 512] {
     let mut b = [0u8; 512];
     b[..2].copy_from_slice(&control.to_le_bytes());
     let n = password.len().min(32);

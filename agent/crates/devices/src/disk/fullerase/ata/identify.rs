@@ -6,7 +6,7 @@
 
 /// The security state of a drive.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Security {
+pub(crate) struct Security {
     /// The security feature set is supported.
     pub supported: bool,
     /// A user password is set.
@@ -29,7 +29,7 @@ pub struct Security {
 
 /// A parsed IDENTIFY DEVICE block.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Identify {
+pub(crate) struct Identify {
     /// Model number (trimmed).
     pub model: String,
     /// Security state.
@@ -64,7 +64,7 @@ pub enum IdentifyError {
 
 /// Parses a block; `Err` when the integrity word says it is corrupt or the
 /// block is not from an ATA device (word 0 bit 15 set: ATAPI).
-pub fn parse(b: &[u8; 512]) -> Result<Identify, IdentifyError> {
+pub(crate) fn parse(b: &[u8; 512]) -> Result<Identify, IdentifyError> {
     if b[510] == 0xa5 {
         let sum = b.iter().fold(0u8, |a, x| a.wrapping_add(*x));
         if sum != 0 {

@@ -19,9 +19,9 @@
 //! own unlock attempts) can recover a drive left locked by a power loss
 //! mid-erase.
 
-pub mod cdb;
-pub mod identify;
-pub mod sgio;
+pub(crate) mod cdb;
+pub(crate) mod identify;
+pub(crate) mod sgio;
 
 use std::path::Path;
 use std::time::Duration;

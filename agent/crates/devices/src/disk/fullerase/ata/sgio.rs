@@ -47,7 +47,7 @@ const SG_DXFER_FROM_DEV: libc::c_int = -3;
 
 /// SG_IO on an open block device.
 #[derive(Debug)]
-pub struct SgIo<'a> {
+pub(crate) struct SgIo<'a> {
     /// The device.
     pub file: &'a File,
 }
