@@ -50,7 +50,7 @@ pub struct RunningAgent {
 pub async fn run(config: Config) -> Result<()> {
     crate::startup::prepare(&config).await;
     agent_core::commands::managers::Managers::load(
-        &agent_core::commands::context::ManagerSources {
+        &agent_core::commands::dispatch::context::ManagerSources {
             config: std::sync::Arc::new(config.clone()),
             lookup: None,
         },

@@ -21,7 +21,7 @@ use serde_json::{json, Map, Value};
 use agent_base::config::{Config, RunMode};
 pub use agent_conductor::conductor::inspection::parse_answer;
 use agent_conductor::conductor::{Conductor, ConductorClient, ConductorError, InspectionAnswer};
-use agent_core::commands::context::ManagerSources;
+use agent_core::commands::dispatch::context::ManagerSources;
 use agent_core::commands::managers::{exec, Managers};
 use agent_devices::inventory::{self, Inventory, Options};
 use agent_devices::{collectors, hints, lldp};

@@ -11,8 +11,8 @@
 use std::sync::{Arc, OnceLock};
 
 use agent::api::router;
-use agent_core::commands::context::Context;
-use agent_core::commands::registry;
+use agent_core::commands::dispatch::context::Context;
+use agent_core::commands::dispatch::registry;
 use agent_base::config::Config;
 use agent_core::state::AgentState;
 use axum::body::Body;

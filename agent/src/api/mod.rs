@@ -26,8 +26,8 @@ pub use error::ApiError;
 use agent_core::command::history::OnAsyncEnd;
 use agent_core::command::history::StartError;
 use agent_core::command::ErrorKind;
-use agent_core::commands::context::Context;
-use agent_core::commands::registry::{self, LookupError};
+use agent_core::commands::dispatch::context::Context;
+use agent_core::commands::dispatch::registry::{self, LookupError};
 use agent_core::state::{AgentEvent, AgentState};
 
 /// The agent's version string, sent as `agent_version` and served on `/v1/status`.

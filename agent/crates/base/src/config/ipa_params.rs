@@ -69,7 +69,7 @@ use Status::{Ignored, NotApplicable, Supported};
 const OWN_LOGS: &str =
     "logs go to the console and to the agent's log buffer (log.collect_system_logs)";
 const CONTAINER: &str = "[container] of a configuration file; the conductor's lookup (agent_containers) overrides it option by option, as in IPA (container_steps/settings.rs)";
-const IMAGE_SERVER_AUTH: &str = "[DEFAULT] of a configuration file: with http_basic and both a user and a password, HTTP basic authentication for image downloads whose image_info brings no credentials of its own (the conductor's win, as in IPA); http_basic without both is logged as an error and nothing is sent (config/image_server.rs, commands/context.rs)";
+const IMAGE_SERVER_AUTH: &str = "[DEFAULT] of a configuration file: with http_basic and both a user and a password, HTTP basic authentication for image downloads whose image_info brings no credentials of its own (the conductor's win, as in IPA); http_basic without both is logged as an error and nothing is sent (config/image_server.rs, commands/dispatch/context.rs)";
 const CONTAINER_OPTIONS: &str = "[container] of a configuration file, overridden by the conductor's lookup; podman's syntax, the subset the agent translates (container_steps/options.rs): --tls-verify, --authfile, --creds to pull; --rm, --network, --privileged, --volume, --device, --env to run; any other option fails the step naming it";
 const NO_QEMU_IMG: &str =
     "images are converted by the agent's own streaming code, never by qemu-img or dd";

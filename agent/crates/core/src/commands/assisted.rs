@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::step_call::StepCall;
+use super::dispatch::step_call::StepCall;
 use super::{CommandError, ErrorKind};
 use crate::state::AgentState;
 

@@ -30,7 +30,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::params::InstallBootloader;
+use super::dispatch::params::InstallBootloader;
 use super::{CommandError, ErrorKind, Outcome};
 use crate::state::AgentState;
 use agent_base::config::RunMode;

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use serde_json::Value;
 
-use super::step_call::StepCall;
+use super::dispatch::step_call::StepCall;
 use super::{CommandError, ErrorKind};
 use crate::state::AgentState;
 use agent_base::config::RunMode;

@@ -45,9 +45,9 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 
 use super::coreos_host::{kernel_args, meta_copy_network};
+use super::dispatch::params::{IgnitionText, InstallCoreosArgs};
+use super::dispatch::step_call::StepCall;
 use super::image::{parse_image_info, parse_image_info_unverified, write_whole_disk};
-use super::params::{IgnitionText, InstallCoreosArgs};
-use super::step_call::StepCall;
 use super::{CommandError, ErrorKind};
 use crate::state::AgentState;
 use agent_contents::image::checksum::ChecksumSource;
@@ -226,7 +226,7 @@ async fn ignition_config(
                 None => return Ok(None),
             },
             Some(rendered @ ConfigDrive::Rendered(_)) => {
-                let http = super::context::http_options(state);
+                let http = super::dispatch::context::http_options(state);
                 let rendered = rendered.to_value();
                 let iso = tokio::task::spawn_blocking(move || {
                     agent_contents::configdrive::source::load(&rendered, &http)
@@ -294,8 +294,10 @@ mod tests {
 
     #[test]
     fn kernel_args_from_the_argument_or_meta_data() {
-        let args: InstallCoreosArgs =
-            super::super::params::parse(&json!({"append_karg": "console=ttyS0, ip=dhcp"})).unwrap();
+        let args: InstallCoreosArgs = super::super::dispatch::params::parse(
+            &json!({"append_karg": "console=ttyS0, ip=dhcp"}),
+        )
+        .unwrap();
         let ii = info(json!({"configdrive": {"meta_data": {"coreos_append_karg": ["a=1"]}}}));
         assert_eq!(
             kernel_args(args.append_karg, &ii).unwrap(),
@@ -352,7 +354,7 @@ mod tests {
         let state = AgentState::new(agent_base::config::Config::default(), None);
         let arg = json!({"ignition": {"version": "3.4.0"}, "storage": {}});
         let args: InstallCoreosArgs =
-            super::super::params::parse(&json!({"ignition": arg.clone()})).unwrap();
+            super::super::dispatch::params::parse(&json!({"ignition": arg.clone()})).unwrap();
         let ii =
             info(json!({"configdrive": {"user_data": "{\"ignition\": {\"version\": \"3.2.0\"}}"}}));
         let got = ignition_config(&state, args.ignition, &ii)

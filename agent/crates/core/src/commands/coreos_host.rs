@@ -36,8 +36,8 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use super::params::{IgnitionText, InstallCoreosArgs, KernelArgs};
-use super::step_call::StepCall;
+use super::dispatch::params::{IgnitionText, InstallCoreosArgs, KernelArgs};
+use super::dispatch::step_call::StepCall;
 use super::{CommandError, ErrorKind};
 use crate::state::AgentState;
 use agent_base::config::RunMode;

@@ -6,7 +6,7 @@ fn info(v: Value) -> InstanceInfo {
 }
 
 fn args(v: Value) -> InstallCoreosArgs {
-    super::super::params::parse(&v).unwrap()
+    super::super::dispatch::params::parse(&v).unwrap()
 }
 
 #[test]

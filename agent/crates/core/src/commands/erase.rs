@@ -18,8 +18,8 @@ use std::sync::Arc;
 use anyhow::Result;
 use serde_json::{Map, Value};
 
+use super::dispatch::step_call::StepCall;
 use super::managers::exec;
-use super::step_call::StepCall;
 use super::{CommandError, ErrorKind};
 use crate::state::AgentState;
 use agent_devices::disk::fullerase::{self, Knobs};

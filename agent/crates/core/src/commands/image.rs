@@ -9,10 +9,10 @@ use std::sync::Arc;
 
 use serde_json::{json, Value};
 
-use super::context::{format_policy, http_options, md5_allowed, Context};
+use super::dispatch::context::{format_policy, http_options, md5_allowed, Context};
+use super::dispatch::params::{ParamsError, PrepareImage, WriteImageArgs};
+use super::dispatch::step_call::{PreparedStep, RawCall};
 use super::image_errors::{crashed, image_error};
-use super::params::{ParamsError, PrepareImage, WriteImageArgs};
-use super::step_call::{PreparedStep, RawCall};
 use super::target::choose_device;
 use super::{CommandError, ErrorKind, Outcome};
 use crate::state::AgentState;
@@ -98,7 +98,7 @@ pub(crate) fn parse_prepare_image(
     params: Value,
     ctx: &Context,
 ) -> Result<PrepareImageRequest, ParamsError> {
-    let p: PrepareImage = super::params::parse(&params)?;
+    let p: PrepareImage = super::dispatch::params::parse(&params)?;
     let configdrive = p.configdrive.unwrap_or(Value::Null);
     match check_image(&p.image_info, configdrive, ctx.cached_node.clone(), ctx) {
         Ok(r) => Ok(Ok(r)),
@@ -132,7 +132,7 @@ pub(crate) fn prepare_write_image(
     call: RawCall,
     ctx: &Context,
 ) -> Result<PreparedStep, CommandError> {
-    let args: WriteImageArgs = super::params::for_command(&Value::Object(call.args))?;
+    let args: WriteImageArgs = super::dispatch::params::for_command(&Value::Object(call.args))?;
     let configdrive = args
         .configdrive
         .or_else(|| args.image_info.get("configdrive").cloned())

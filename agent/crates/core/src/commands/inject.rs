@@ -8,7 +8,7 @@ use std::sync::Arc;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::step_call::StepCall;
+use super::dispatch::step_call::StepCall;
 use super::{CommandError, ErrorKind};
 use crate::state::AgentState;
 use agent_contents::inject::{self, InjectError};
@@ -45,7 +45,7 @@ pub(crate) async fn inject_files_step(
     // session too): the CA, client certificate, time limits and retries of
     // the configuration, the proxies of the agent's environment (requests'
     // trust_env in IPA); not the image server's credentials.
-    let mut opts = super::context::http_options(&state);
+    let mut opts = super::dispatch::context::http_options(&state);
     opts.authorization = None;
     if args.verify_ca == Some(false) {
         opts.insecure = true;

@@ -1,6 +1,6 @@
-//! Every command and step the agent serves: the table that maps
-//! `extension.method` names to parsers ([`registry`]), the typed request a
-//! parser makes of the JSON where it arrives ([`request::Request`]), and
+//! Every command and step the agent serves: [`dispatch`] takes a request
+//! from its JSON to a typed request and its handler (the command table,
+//! the checks at that edge, a step's typed call); the other modules are
 //! the handlers. What a command is whatever it does (its result, errors,
 //! and the history that runs it) is [`crate::command`], below the agent's
 //! state; the handlers here take the state.
@@ -8,9 +8,9 @@
 pub(crate) mod assisted;
 pub(crate) mod bootloader;
 pub(crate) mod burnin;
-pub mod context;
 pub mod coreos;
 pub(crate) mod coreos_host;
+pub mod dispatch;
 pub(crate) mod erase;
 pub(crate) mod firmware_state;
 pub(crate) mod image;
@@ -19,18 +19,12 @@ pub(crate) mod inject;
 pub(crate) mod logs;
 pub mod managers;
 pub(crate) mod nicfw;
-pub(crate) mod node_check;
-pub(crate) mod params;
 pub(crate) mod partition_image;
 pub(crate) mod raid;
-pub mod registry;
-pub(crate) mod request;
 pub(crate) mod rescue;
 #[cfg(test)]
 mod service;
 pub(crate) mod standby;
-pub(crate) mod step_call;
-pub(crate) mod step_kind;
 pub mod steps;
 pub mod system;
 pub(crate) mod target;

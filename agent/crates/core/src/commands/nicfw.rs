@@ -11,8 +11,8 @@ use std::ffi::OsString;
 
 use serde_json::{Map, Value};
 
-use super::context::Context;
-use super::step_call::{PreparedStep, RawCall};
+use super::dispatch::context::Context;
+use super::dispatch::step_call::{PreparedStep, RawCall};
 use super::{CommandError, ErrorKind};
 use crate::command::NicFirmwareError as Class;
 use agent_contents::image::fetch::HttpOptions;

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use serde_json::{json, Value};
 
-use super::context::format_policy;
+use super::dispatch::context::format_policy;
 use super::image_errors::{crashed, image_error};
 use super::target::choose_device;
 use super::{CommandError, ErrorKind};
@@ -156,7 +156,7 @@ mod tests {
             e.details
         );
         // A direct prepare_image is refused before it runs (HTTP 400).
-        let ctx = crate::commands::context::Context::default();
+        let ctx = crate::commands::dispatch::context::Context::default();
         let e = super::super::image::parse_prepare_image(json!({"image_info": info}), &ctx)
             .unwrap_err()
             .to_string();

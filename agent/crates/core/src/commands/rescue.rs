@@ -114,7 +114,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::commands::request::run_named;
+    use crate::commands::dispatch::request::run_named;
     use agent_base::config::Config;
 
     const HASH: &str = "$5$saltsalt$0IyaXrmV7.sGNS6tirgqHLqX/G.FBvgkYA.lpPdS5sA";

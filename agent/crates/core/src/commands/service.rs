@@ -10,7 +10,7 @@ mod tests {
 
     use serde_json::{json, Value};
 
-    use crate::commands::request::run_named;
+    use crate::commands::dispatch::request::run_named;
     use crate::commands::Outcome;
     use crate::state::AgentState;
     use agent_base::config::Config;

@@ -7,11 +7,11 @@ use std::sync::Arc;
 
 use serde_json::{json, Value};
 
-use super::context::{Context, ManagerSources};
+use super::dispatch::context::{Context, ManagerSources};
+use super::dispatch::params::{ExecuteStep, GetSteps, ParamsError};
+use super::dispatch::step_call::{PreparedStep, StepCall};
+pub use super::dispatch::step_kind::StepKind;
 use super::managers::Managers;
-use super::params::{ExecuteStep, GetSteps, ParamsError};
-use super::step_call::{PreparedStep, StepCall};
-pub use super::step_kind::StepKind;
 use super::{CommandError, ErrorKind, Outcome};
 use crate::state::AgentState;
 use ironic_types::node::Node;
@@ -24,12 +24,12 @@ pub fn hardware_manager_version() -> Value {
 }
 
 /// The node of a request's `node` parameter, a bad section or a bad entry
-/// the steps read ([`super::node_check`]) named below it.
+/// the steps read ([`super::dispatch::node_check`]) named below it.
 fn node_param(doc: Value) -> Result<Option<Node>, ParamsError> {
     let node =
         Node::parse(doc).map_err(|e| ParamsError::at(&format!("node.{}", e.path), e.reason))?;
     if let Some(node) = &node {
-        super::node_check::check(node)?;
+        super::dispatch::node_check::check(node)?;
     }
     Ok(node)
 }
@@ -37,7 +37,7 @@ fn node_param(doc: Value) -> Result<Option<Node>, ParamsError> {
 /// A `get_*_steps` request: the node, if it sent one (parameters that are
 /// not an object carry none).
 pub fn parse_get(params: Value) -> Result<Option<Node>, ParamsError> {
-    let request: GetSteps = super::params::parse(&params).unwrap_or_default();
+    let request: GetSteps = super::dispatch::params::parse(&params).unwrap_or_default();
     node_param(request.node)
 }
 
@@ -101,7 +101,7 @@ pub fn parse_execute(
     kind: StepKind,
     ctx: &Context,
 ) -> Result<Execution, ParamsError> {
-    let request: ExecuteStep = super::params::parse(&params)?;
+    let request: ExecuteStep = super::dispatch::params::parse(&params)?;
     let name = request.step.step.clone();
     if name.is_empty() {
         return Err(ParamsError::at("step.step", "the step name is empty"));

@@ -20,9 +20,9 @@ use serde_json::{Map, Value};
 
 use super::{ArgDesc, Manager, ManagerVersion, StepInfo, SUPPORT_MAINLINE, SUPPORT_NONE};
 use crate::command::ErrorKind;
-use crate::commands::context::{Context, ManagerSources};
-use crate::commands::step_call::{PreparedStep, RawCall};
-use crate::commands::step_kind::StepKind;
+use crate::commands::dispatch::context::{Context, ManagerSources};
+use crate::commands::dispatch::step_call::{PreparedStep, RawCall};
+use crate::commands::dispatch::step_kind::StepKind;
 use crate::commands::CommandError;
 use crate::state::AgentState;
 use agent_base::config::RunMode;

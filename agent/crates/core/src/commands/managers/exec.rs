@@ -14,9 +14,9 @@ use std::sync::Arc;
 use serde_json::{json, Map, Value};
 
 use super::{ArgDesc, Manager, ManagerVersion, StepInfo};
-use crate::commands::context::Context;
-use crate::commands::step_call::{PreparedStep, RawCall};
-use crate::commands::step_kind::StepKind;
+use crate::commands::dispatch::context::Context;
+use crate::commands::dispatch::step_call::{PreparedStep, RawCall};
+use crate::commands::dispatch::step_kind::StepKind;
 use crate::commands::{CommandError, ErrorKind};
 use crate::state::AgentState;
 use agent_base::config::Config;

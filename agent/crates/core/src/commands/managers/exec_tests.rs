@@ -9,9 +9,9 @@ use std::sync::Arc;
 use serde_json::{json, Map, Value};
 
 use super::*;
-use crate::commands::context::ManagerSources;
+use crate::commands::dispatch::context::ManagerSources;
+use crate::commands::dispatch::step_call::StepCall;
 use crate::commands::managers::Managers;
-use crate::commands::step_call::StepCall;
 use ironic_types::node::Node;
 
 fn script(dir: &Path, name: &str, body: &str) {

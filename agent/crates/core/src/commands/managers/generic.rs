@@ -8,9 +8,9 @@
 //! advertising an unimplemented one would make cleaning fail.
 
 use super::{ArgDesc, Manager, ManagerVersion, StepInfo, SUPPORT_GENERIC};
-use crate::commands::context::Context;
-use crate::commands::step_call::{typed, PreparedStep, RawCall};
-use crate::commands::step_kind::StepKind;
+use crate::commands::dispatch::context::Context;
+use crate::commands::dispatch::step_call::{typed, PreparedStep, RawCall};
+use crate::commands::dispatch::step_kind::StepKind;
 use crate::commands::CommandError;
 use crate::state::AgentState;
 

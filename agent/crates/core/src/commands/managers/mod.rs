@@ -32,9 +32,9 @@ use std::sync::Arc;
 
 use serde_json::{json, Map, Value};
 
-use super::context::{Context, ManagerSources};
-use super::step_call::{PreparedStep, RawCall};
-use super::step_kind::StepKind;
+use super::dispatch::context::{Context, ManagerSources};
+use super::dispatch::step_call::{PreparedStep, RawCall};
+use super::dispatch::step_kind::StepKind;
 use super::{CommandError, ErrorKind};
 use crate::state::AgentState;
 use agent_base::config::RunMode;

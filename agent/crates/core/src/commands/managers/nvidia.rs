@@ -12,9 +12,9 @@ use std::ffi::OsString;
 use std::path::Path;
 
 use super::{ArgDesc, Manager, ManagerVersion, StepInfo, SUPPORT_MAINLINE, SUPPORT_NONE};
-use crate::commands::context::Context;
-use crate::commands::step_call::{PreparedStep, RawCall};
-use crate::commands::step_kind::StepKind;
+use crate::commands::dispatch::context::Context;
+use crate::commands::dispatch::step_call::{PreparedStep, RawCall};
+use crate::commands::dispatch::step_kind::StepKind;
 use crate::commands::CommandError;
 use crate::state::AgentState;
 use agent_contents::nicfw::discovery::nic_present;

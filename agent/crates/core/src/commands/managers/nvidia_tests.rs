@@ -7,7 +7,7 @@ use std::sync::Arc;
 use serde_json::{json, Map, Value};
 
 use super::*;
-use crate::commands::context::Context;
+use crate::commands::dispatch::context::Context;
 use crate::commands::managers::{Manager, Managers};
 use crate::commands::ErrorKind;
 use crate::state::AgentState;
@@ -47,7 +47,7 @@ fn offered_only_where_a_mellanox_nic_is() {
     assert_eq!(with.list()[0].support(), SUPPORT_MAINLINE);
 
     // A host never loads it, whatever its NICs.
-    let host = Managers::load(&crate::commands::context::ManagerSources::default());
+    let host = Managers::load(&crate::commands::dispatch::context::ManagerSources::default());
     assert!(!host.list().iter().any(|m| m.name() == NAME));
 }
 

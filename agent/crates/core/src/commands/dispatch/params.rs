@@ -10,7 +10,7 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::{CommandError, ErrorKind};
+use crate::commands::{CommandError, ErrorKind};
 
 /// A parameter that does not fit its command.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

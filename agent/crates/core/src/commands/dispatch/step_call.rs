@@ -11,7 +11,7 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::CommandError;
+use crate::commands::CommandError;
 use crate::state::AgentState;
 use ironic_types::node::{Node, Ports};
 

@@ -1,6 +1,6 @@
 //! The three phases steps belong to: cleaning, deployment, servicing.
 
-use super::ErrorKind;
+use crate::commands::ErrorKind;
 
 /// Cleaning or deployment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

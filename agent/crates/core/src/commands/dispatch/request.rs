@@ -6,10 +6,10 @@
 
 use std::sync::Arc;
 
-use super::history::{CommandFuture, Mode, Ready};
 use super::params::InstallBootloader;
-use super::rescue::FinalizeRescue;
-use super::steps::{Execution, StepKind};
+use crate::commands::history::{CommandFuture, Mode, Ready};
+use crate::commands::rescue::FinalizeRescue;
+use crate::commands::steps::{Execution, StepKind};
 use crate::state::AgentState;
 use ironic_types::node::Node;
 
@@ -26,7 +26,7 @@ pub enum Request {
     /// `execute_clean_step`, `execute_deploy_step`, `execute_service_step`.
     ExecuteStep(Execution),
     /// `standby.prepare_image`.
-    PrepareImage(Box<super::image::PrepareImageRequest>),
+    PrepareImage(Box<crate::commands::image::PrepareImageRequest>),
     /// `standby.get_partition_uuids`.
     GetPartitionUuids,
     /// `standby.sync`.
@@ -50,20 +50,26 @@ impl Request {
     pub fn run(self, state: Arc<AgentState>) -> CommandFuture {
         match self {
             Request::GetSteps { kind, node } => {
-                Box::pin(super::steps::get_steps(state, kind, node))
+                Box::pin(crate::commands::steps::get_steps(state, kind, node))
             }
-            Request::ExecuteStep(e) => Box::pin(super::steps::execute_step(state, e)),
-            Request::PrepareImage(p) => Box::pin(super::image::prepare_image(state, *p)),
-            Request::GetPartitionUuids => Box::pin(super::standby::get_partition_uuids(state)),
-            Request::Sync => Box::pin(super::standby::sync(state)),
-            Request::PowerOff => Box::pin(super::standby::power_off(state)),
-            Request::Reboot => Box::pin(super::standby::reboot(state)),
-            Request::InstallBootloader(p, node) => {
-                Box::pin(super::bootloader::install_bootloader(state, p, node))
+            Request::ExecuteStep(e) => Box::pin(crate::commands::steps::execute_step(state, e)),
+            Request::PrepareImage(p) => Box::pin(crate::commands::image::prepare_image(state, *p)),
+            Request::GetPartitionUuids => {
+                Box::pin(crate::commands::standby::get_partition_uuids(state))
             }
-            Request::CollectSystemLogs => Box::pin(super::logs::collect_system_logs(state)),
-            Request::FinalizeRescue(p) => Box::pin(super::rescue::finalize_rescue(state, p)),
-            Request::Lockdown => Box::pin(super::system::lockdown(state)),
+            Request::Sync => Box::pin(crate::commands::standby::sync(state)),
+            Request::PowerOff => Box::pin(crate::commands::standby::power_off(state)),
+            Request::Reboot => Box::pin(crate::commands::standby::reboot(state)),
+            Request::InstallBootloader(p, node) => Box::pin(
+                crate::commands::bootloader::install_bootloader(state, p, node),
+            ),
+            Request::CollectSystemLogs => {
+                Box::pin(crate::commands::logs::collect_system_logs(state))
+            }
+            Request::FinalizeRescue(p) => {
+                Box::pin(crate::commands::rescue::finalize_rescue(state, p))
+            }
+            Request::Lockdown => Box::pin(crate::commands::system::lockdown(state)),
         }
     }
 
@@ -94,7 +100,7 @@ pub(crate) async fn run_named(
     state: Arc<AgentState>,
     name: &str,
     params: serde_json::Value,
-) -> super::Outcome {
+) -> crate::commands::Outcome {
     let spec = super::registry::lookup(name).expect("a known command");
     let request =
         (spec.parse)(params, &super::context::Context::of(&state)).expect("parameters that parse");

@@ -30,7 +30,7 @@ pub struct Context {
 }
 
 /// What the hardware managers are loaded from
-/// ([`super::managers::Managers::load`]): the agent's configuration (where
+/// ([`crate::commands::managers::Managers::load`]): the agent's configuration (where
 /// an operator's managers are) and the conductor's lookup answer (its
 /// `agent_containers` settings).
 #[derive(Debug, Clone, Default)]

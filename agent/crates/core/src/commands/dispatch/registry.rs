@@ -6,10 +6,10 @@
 use serde_json::Value;
 
 use super::context::Context;
-pub use super::history::{CommandFuture, Mode};
 use super::params::{self, InstallBootloader};
 use super::request::{ParseResult, Request};
-use super::steps::{self, StepKind};
+pub use crate::commands::history::{CommandFuture, Mode};
+use crate::commands::steps::{self, StepKind};
 
 /// One row of the command table.
 #[derive(Debug)]
@@ -90,7 +90,8 @@ pub static COMMANDS: &[CommandSpec] = &[
         method: "prepare_image",
         mode: Mode::Async,
         parse: |p, c| {
-            super::image::parse_prepare_image(p, c).map(|r| Request::PrepareImage(Box::new(r)))
+            crate::commands::image::parse_prepare_image(p, c)
+                .map(|r| Request::PrepareImage(Box::new(r)))
         },
     },
     CommandSpec {
