@@ -3,7 +3,6 @@
 //! and the checks on what a failed write leaves behind.
 #![allow(dead_code)]
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -31,18 +30,10 @@ pub(crate) fn make_image(path: &Path) -> Vec<u8> {
     let f = std::fs::File::create(path).unwrap();
     f.set_len(24 * MIB).unwrap();
     drop(f);
-    let mut sf = Command::new("sfdisk");
-    sf.args(["--quiet", "--no-reread", "--no-tell-kernel"])
-        .arg(path)
-        .stdin(std::process::Stdio::piped());
-    let mut child = sf.spawn().expect("sfdisk (package fdisk) is needed");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(b"label: gpt\nlabel-id: 0D1F8A2C-4B5E-4C6D-8E9F-0A1B2C3D4E5F\nstart=2048, size=20480, name=data\nstart=22528, size=20480, name=empty\n")
-        .unwrap();
-    assert!(child.wait().unwrap().success());
+    agent_testkit::sfdisk(
+        path,
+        "label: gpt\nlabel-id: 0D1F8A2C-4B5E-4C6D-8E9F-0A1B2C3D4E5F\nstart=2048, size=20480, name=data\nstart=22528, size=20480, name=empty\n",
+    );
     let mut raw = std::fs::read(path).unwrap();
     let mut rng = fastrand::Rng::with_seed(7);
     for b in &mut raw[(MIB as usize)..(6 * MIB as usize)] {
