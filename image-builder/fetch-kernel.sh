@@ -14,6 +14,10 @@ cache=${1:-target/ramdisk-cache}
 arch=${DEB_ARCH:-amd64}
 mkdir -p "$cache"
 cache=$(cd "$cache" && pwd)
+# One fetch at a time per cache: ci/test's host suites (the test disk
+# images boot this kernel) may start while the ramdisk's build fetches it.
+exec 9>"$cache/.fetch-kernel.lock"
+flock 9
 
 kpkg=${KERNEL_PACKAGE:-}
 if [ -z "$kpkg" ]; then
