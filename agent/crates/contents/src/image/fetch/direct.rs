@@ -1,39 +1,43 @@
-//! The image HTTP client: one HTTP/1.1 GET per attempt on a blocking
-//! socket, the body read straight into the pipeline's aligned pool buffers
-//! (no copy through an HTTP library's own read buffer, no task wake-up per
-//! read: on a CPU that hashes at 1.5 GB/s that extra work is what the
-//! other core lacks, see agent/docs/image-writing.md, "Benchmark").
+//! One attempt of an HTTP download (the retry loop is `retry.rs`'s): the
+//! GET of the image URL (or of where earlier redirects led) from the byte
+//! reached, its redirects followed, its body read on a blocking socket
+//! straight into the pipeline's aligned pool buffers (no copy through an
+//! HTTP library's own read buffer, no task wake-up per read: on a CPU that
+//! hashes at 1.5 GB/s that extra work is what the other core lacks, see
+//! agent/docs/image-writing.md, "Benchmark").
 //!
 //! It takes every image URL: http and https (TLS 1.2 and 1.3 through
 //! rustls's unbuffered client, `tls_conn.rs`, with the configuration of
 //! `agent_base::tls::client_config_with`: CA file, pinning, `ipa-insecure`,
 //! client certificate), IPv6 literal hosts, HTTP proxies (`route.rs`:
 //! absolute-form requests for http, a `CONNECT` tunnel then TLS for
-//! https), basic auth from user info in the URL, redirects, and bodies
-//! framed by `Content-Length`, by chunked transfer coding (`chunked.rs`,
-//! decoded in place in the pool buffers) or by the end of the connection.
+//! https; the sockets are `conn.rs`'s), basic auth from user info in the
+//! URL, redirects, and bodies framed by `Content-Length`, by chunked
+//! transfer coding (`chunked.rs`, decoded in place in the pool buffers) or
+//! by the end of the connection.
 //!
 //! Redirects (301, 302, 303, 307, 308) are followed up to
 //! [`MAX_REDIRECTS`] hops per attempt, `Location` resolved against the
 //! current URL; a redirect from https to http is refused, and the
 //! configured `Authorization` is not sent on once a hop changes scheme,
 //! host or port (as reqwest did). The URL reached is kept in [`HttpState`]:
-//! a resumed attempt asks it directly.
-//!
-//! Status handling, resumption and error texts are `super::accept_reply`'s
-//! and the retry loop's (`super::fetch_http`).
+//! a resumed attempt asks it directly. What a reply means (status,
+//! resumption, the end of a body) is `http.rs`'s.
 
 use std::io::{ErrorKind, Read, Write};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use reqwest::header::HeaderValue;
-use reqwest::{StatusCode, Url};
+use reqwest::Url;
 
 use super::chunked::Decoder;
-use super::route::{self, Proxy};
-use super::wire::{open, parse_head, read_head, Conn};
-use super::{accept_reply, AttemptError, Emitter, FetchEnd, HttpOptions, HttpState, ReplyHead};
+use super::conn::{open, read_head, Conn};
+use super::emitter::Emitter;
+use super::http::{self, Accepted, BodyEnd, Reply, RequestHead};
+use super::options::HttpOptions;
+use super::outcome::{AttemptError, FetchEnd};
+use super::route;
 use crate::image::ImageError;
 
 /// Most redirects followed in one attempt (reqwest's default too).
@@ -48,13 +52,82 @@ pub(super) struct Redirected {
     pub(super) keep_auth: bool,
 }
 
-/// The whole download took longer than `opts.total_timeout`.
-fn total_timeout(url: &str, opts: &HttpOptions, offset: u64) -> AttemptError {
-    AttemptError::Fatal(FetchEnd::Failed(ImageError::TotalTimeout {
-        url: url.to_string(),
-        secs: opts.total_timeout.map_or(0, |t| t.as_secs()),
-        offset,
-    }))
+/// State kept across attempts of one HTTP download.
+#[derive(Debug, Default)]
+pub(super) struct HttpState {
+    pub(super) total: Option<u64>,
+    /// The first whole reply's ETag, sent as `If-Range` when resuming.
+    pub(super) etag: Option<String>,
+    /// A reply came back whole (200) to a Range request.
+    pub(super) range_ignored: bool,
+    /// Where redirects of the current URL led: resumed attempts go there.
+    pub(super) redirected: Option<Redirected>,
+}
+
+impl HttpState {
+    /// Records what an accepted reply to the request from `out.offset`
+    /// says (the image's size, its ETag, a range ignored); returns how
+    /// many leading body bytes to drop.
+    fn record(&mut self, url: &str, accepted: Accepted, out: &Emitter<'_>) -> u64 {
+        let skip = match accepted {
+            Accepted::Partial { total } => {
+                if total.is_some() {
+                    self.total = total;
+                }
+                0
+            }
+            Accepted::Whole { skip, length, etag } => {
+                if skip > 0 {
+                    tracing::warn!(
+                        url,
+                        offset = skip,
+                        "server ignored the Range request; reading from the start again"
+                    );
+                }
+                self.range_ignored |= http::range_header(out.offset, out.limit).is_some();
+                self.total = length;
+                // Only a value that can go back out as a header.
+                self.etag = etag.filter(|e| HeaderValue::from_str(e).is_ok());
+                skip
+            }
+        };
+        if let Some(t) = self.total {
+            out.progress.set_download_total(t);
+        }
+        skip
+    }
+}
+
+/// An attempt's time limits: the stall timeout per read, and the whole
+/// download's deadline.
+pub(super) struct Clock<'a> {
+    pub(super) opts: &'a HttpOptions,
+    pub(super) deadline: Option<Instant>,
+}
+
+impl Clock<'_> {
+    /// How long the next read or connect may wait.
+    fn timeout(&self) -> Duration {
+        let stall = self.opts.stall_timeout;
+        match self.deadline {
+            Some(d) => stall.min(d.saturating_duration_since(Instant::now())),
+            None => stall,
+        }
+        .max(Duration::from_millis(1))
+    }
+
+    fn expired(&self) -> bool {
+        self.deadline.is_some_and(|d| Instant::now() >= d)
+    }
+
+    /// The whole download took longer than `opts.total_timeout`.
+    fn total_timeout(&self, url: &str, offset: u64) -> AttemptError {
+        AttemptError::Fatal(FetchEnd::Failed(ImageError::TotalTimeout {
+            url: url.to_string(),
+            secs: self.opts.total_timeout.map_or(0, |t| t.as_secs()),
+            offset,
+        }))
+    }
 }
 
 /// How the body of a reply ends.
@@ -67,249 +140,172 @@ enum Framing {
     Eof,
 }
 
+impl Framing {
+    fn of(reply: &Reply) -> Self {
+        match (reply.chunked, reply.content_length) {
+            (true, _) => Self::Chunked(Decoder::default()),
+            (false, Some(n)) => Self::Length(n),
+            (false, None) => Self::Eof,
+        }
+    }
+}
+
+/// A connection whose response head has been read: the reply, and the
+/// body bytes that came with the head.
+struct Answered {
+    conn: Conn,
+    reply: Reply,
+    leftover: Vec<u8>,
+}
+
 /// One GET of `url` (or of where earlier redirects led) from byte
 /// `out.offset`, the body read into `out`; `tls` is the client
 /// configuration for `https://` URLs.
 pub(super) fn attempt(
     url: &str,
-    opts: &HttpOptions,
     tls: &Arc<rustls::ClientConfig>,
     state: &mut HttpState,
     out: &mut Emitter<'_>,
-    deadline: Option<Instant>,
+    clock: &Clock<'_>,
 ) -> Result<(), AttemptError> {
-    let stall = opts.stall_timeout;
-    let timeout = |left: Option<Instant>| {
-        match left {
-            Some(d) => stall.min(d.saturating_duration_since(Instant::now())),
-            None => stall,
-        }
-        .max(Duration::from_millis(1))
-    };
     // The same rule as reqwest's: a header value with CR, LF or other
     // control bytes would inject headers into the request.
-    if let Some(auth) = &opts.authorization {
-        if HeaderValue::from_str(auth).is_err() {
-            return Err(AttemptError::Fatal(FetchEnd::Failed(
-                ImageError::InvalidParams("the Authorization value is not a valid header".into()),
-            )));
-        }
-    }
-    let Redirected {
-        url: mut current,
-        mut keep_auth,
-    } = match state.redirected.clone() {
-        Some(r) => r,
-        None => Redirected {
-            url: Url::parse(url).map_err(|e| {
-                AttemptError::fatal(url, out.offset, format!("the URL is not valid: {e}"))
-            })?,
-            keep_auth: true,
-        },
+    clock
+        .opts
+        .check_authorization()
+        .map_err(|e| AttemptError::Fatal(e.into()))?;
+    let current = match &state.redirected {
+        Some(r) => r.url.clone(),
+        None => Url::parse(url).map_err(|e| {
+            AttemptError::fatal(url, out.offset, format!("the URL is not valid: {e}"))
+        })?,
     };
+    let (
+        Answered {
+            mut conn,
+            reply,
+            leftover,
+        },
+        current,
+    ) = follow_redirects(current, tls, state, out, clock)?;
+    let url = current.as_str();
+    let asked = out.offset;
+    let skip = state.record(url, http::accept_reply(url, &reply, asked)?, out);
+    let body = Body {
+        url,
+        clock,
+        framing: Framing::of(&reply),
+        skip,
+    };
+    let (ended, skip_left) = body.read(&mut conn, leftover, out)?;
+    http::body_end(
+        url,
+        BodyEnd {
+            reached: out.reached(),
+            ended,
+            chunked: reply.chunked,
+            total: state.total,
+            offset: out.offset,
+            asked,
+            skip_left,
+        },
+    )
+}
+
+/// Asks `current` and follows its redirects; returns the connection that
+/// answered otherwise, and the URL it answered for (recorded in
+/// `state.redirected` once a redirect was followed).
+fn follow_redirects(
+    mut current: Url,
+    tls: &Arc<rustls::ClientConfig>,
+    state: &mut HttpState,
+    out: &Emitter<'_>,
+    clock: &Clock<'_>,
+) -> Result<(Answered, Url), AttemptError> {
+    let mut keep_auth = state.redirected.as_ref().is_none_or(|r| r.keep_auth);
     let mut hops = 0;
-    let (mut conn, reply, leftover) = loop {
-        if deadline.is_some_and(|d| Instant::now() >= d) {
-            return Err(total_timeout(url, opts, out.offset));
+    loop {
+        if clock.expired() {
+            return Err(clock.total_timeout(current.as_str(), out.offset));
         }
-        let mut conn = open(&current, opts, tls, timeout(deadline), out.offset)?;
-        let auth = keep_auth
-            .then(|| opts.authorization.clone())
-            .flatten()
-            .or_else(|| route::userinfo_authorization(&current));
-        let proxy = route::proxy_for(&current, opts).map_err(|e| AttemptError::Fatal(e.into()))?;
-        let absolute = current.scheme() == "http" && proxy.is_some();
-        let request = request(
-            &current,
-            absolute,
-            auth.as_deref(),
-            proxy.as_ref(),
-            state,
-            out,
-        );
-        if let Err(e) = conn
-            .write_all(request.as_bytes())
-            .and_then(|()| conn.flush())
-        {
-            return Err(AttemptError::Retry(format!("sending the request: {e}")));
-        }
-        let (head, leftover) =
-            read_head(&mut conn, stall).map_err(|e| AttemptError::Retry(e.to_string()))?;
-        let reply = parse_head(&head).map_err(|e| AttemptError::Retry(e.to_string()))?;
-        let location = match (reply.status, &reply.location) {
+        let answered = ask(&current, keep_auth, tls, state, out, clock)?;
+        let location = match (answered.reply.status, &answered.reply.location) {
             (301 | 302 | 303 | 307 | 308, Some(l)) => l,
-            _ => break (conn, reply, leftover),
+            _ => return Ok((answered, current)),
         };
-        let here = current.as_str().to_string();
         hops += 1;
         if hops > MAX_REDIRECTS {
             return Err(AttemptError::fatal(
-                &here,
+                current.as_str(),
                 out.offset,
                 format!("more than {MAX_REDIRECTS} redirects"),
             ));
         }
-        let next = current.join(location).map_err(|e| {
-            AttemptError::fatal(
-                &here,
-                out.offset,
-                format!("HTTP {} redirect to {location:?}: {e}", reply.status),
-            )
-        })?;
-        match (current.scheme(), next.scheme()) {
-            ("https", "http") => {
-                return Err(AttemptError::fatal(
-                    &here,
-                    out.offset,
-                    format!("refused a redirect from https to {next}"),
-                ))
-            }
-            (_, "http" | "https") => {}
-            (_, other) => {
-                return Err(AttemptError::fatal(
-                    &here,
-                    out.offset,
-                    format!("refused a redirect to a {other}: URL"),
-                ))
-            }
-        }
-        if next.scheme() != current.scheme()
-            || next.host_str() != current.host_str()
-            || next.port_or_known_default() != current.port_or_known_default()
-        {
-            keep_auth = false;
-        }
-        tracing::info!(from = %here, to = %next, status = reply.status, "image download redirected");
+        let (next, same_origin) =
+            http::next_hop(&current, answered.reply.status, location, out.offset)?;
+        keep_auth &= same_origin;
+        tracing::info!(from = %current, to = %next, status = answered.reply.status, "image download redirected");
         current = next;
         state.redirected = Some(Redirected {
             url: current.clone(),
             keep_auth,
         });
-    };
-    let url = current.as_str();
-
-    let Ok(status) = StatusCode::from_u16(reply.status) else {
-        return Err(AttemptError::Retry(format!(
-            "HTTP status {} not understood",
-            reply.status
-        )));
-    };
-    let head = ReplyHead {
-        status,
-        content_range: reply.content_range,
-        content_length: reply.content_length,
-        etag: reply
-            .etag
-            .as_deref()
-            .and_then(|e| HeaderValue::from_str(e).ok()),
-    };
-    let offset = out.offset;
-    let skip = accept_reply(url, head, state, out)?;
-    let framing = if reply.chunked {
-        Framing::Chunked(Decoder::default())
-    } else {
-        match reply.content_length {
-            Some(n) => Framing::Length(n),
-            None => Framing::Eof,
-        }
-    };
-    let body = Body {
-        url,
-        opts,
-        deadline,
-        framing,
-        skip,
-        timeout: &timeout,
-    };
-    let chunked = reply.chunked;
-    let (ended, skip) = body.read(&mut conn, leftover, out)?;
-
-    // A body that ends with the connection cannot tell a cut from the
-    // end: a known total (from a 206's Content-Range) still can; without
-    // one the image ends here, and a truncated image is caught by its
-    // checksum (the write fails closed), not resumed.
-    let total = state.total;
-    match total {
-        _ if out.reached() => Ok(()),
-        _ if !ended && chunked => Err(AttemptError::Retry(format!(
-            "connection closed at byte {} before the last chunk",
-            out.offset
-        ))),
-        Some(t) if !ended || out.offset < t => Err(AttemptError::Retry(format!(
-            "connection closed at byte {} of {t}",
-            out.offset
-        ))),
-        None if !ended => Err(AttemptError::Retry(format!(
-            "connection closed at byte {}",
-            out.offset
-        ))),
-        Some(t) if out.offset > t => Err(AttemptError::fatal(
-            url,
-            out.offset,
-            format!("server sent more than the {t} bytes it announced"),
-        )),
-        _ if skip > 0 => Err(AttemptError::Retry(format!(
-            "the full reply ended before byte {offset}"
-        ))),
-        _ => Ok(()),
     }
 }
 
-/// The request head: a GET of path and query (the absolute URL, without
-/// user info, through a proxy for http), with the credentials and the
-/// resumption headers.
-fn request(
+/// One request for `url` on a new connection, up to the response head.
+fn ask(
     url: &Url,
-    absolute: bool,
-    authorization: Option<&str>,
-    proxy: Option<&Proxy>,
+    keep_auth: bool,
+    tls: &Arc<rustls::ClientConfig>,
     state: &HttpState,
     out: &Emitter<'_>,
-) -> String {
-    let authority = route::authority(url);
-    let mut target = match absolute {
-        true => format!("{}://{authority}{}", url.scheme(), url.path()),
-        false => url.path().to_string(),
-    };
-    if let Some(q) = url.query() {
-        target.push('?');
-        target.push_str(q);
-    }
-    let mut r = format!(
-        "GET {target} HTTP/1.1\r\nHost: {authority}\r\nAccept: */*\r\nUser-Agent: {}\r\nConnection: close\r\n",
-        concat!("ironic-deploy-agent/", env!("CARGO_PKG_VERSION"))
+    clock: &Clock<'_>,
+) -> Result<Answered, AttemptError> {
+    let opts = clock.opts;
+    let mut conn = open(url, opts, tls, clock.timeout(), out.offset)?;
+    let authorization = keep_auth
+        .then(|| opts.authorization.clone())
+        .flatten()
+        .or_else(|| route::userinfo_authorization(url));
+    let proxy = route::proxy_for(url, opts.proxies()).map_err(|e| AttemptError::Fatal(e.into()))?;
+    let range = http::range_header(out.offset, out.limit);
+    let request = http::request(
+        url,
+        &RequestHead {
+            absolute: url.scheme() == "http" && proxy.is_some(),
+            authorization: authorization.as_deref(),
+            proxy_authorization: proxy.as_ref().and_then(|p| p.authorization.as_deref()),
+            if_range: range.as_ref().and(state.etag.as_deref()),
+            range,
+        },
     );
-    if let Some(auth) = authorization {
-        r.push_str(&format!("Authorization: {auth}\r\n"));
-    }
-    if let Some(auth) = proxy
-        .filter(|_| absolute)
-        .and_then(|p| p.authorization.as_ref())
+    if let Err(e) = conn
+        .write_all(request.as_bytes())
+        .and_then(|()| conn.flush())
     {
-        r.push_str(&format!("Proxy-Authorization: {auth}\r\n"));
+        return Err(AttemptError::Retry(format!("sending the request: {e}")));
     }
-    if let Some(range) = super::range_header(out.offset, out.limit) {
-        r.push_str(&format!("Range: {range}\r\n"));
-        if let Some(etag) = state.etag.as_ref().and_then(|e| e.to_str().ok()) {
-            r.push_str(&format!("If-Range: {etag}\r\n"));
-        }
-    }
-    r.push_str("\r\n");
-    r
+    let (head, leftover) =
+        read_head(&mut conn, opts.stall_timeout).map_err(|e| AttemptError::Retry(e.to_string()))?;
+    let reply = http::parse_head(&head).map_err(|e| AttemptError::Retry(e.to_string()))?;
+    Ok(Answered {
+        conn,
+        reply,
+        leftover,
+    })
 }
 
 /// Reading one reply's body.
-struct Body<'a, T: Fn(Option<Instant>) -> Duration> {
+struct Body<'a> {
     url: &'a str,
-    opts: &'a HttpOptions,
-    deadline: Option<Instant>,
+    clock: &'a Clock<'a>,
     framing: Framing,
     /// Leading bytes to drop (a 200 to a Range request).
     skip: u64,
-    timeout: &'a T,
 }
 
-impl<T: Fn(Option<Instant>) -> Duration> Body<'_, T> {
+impl Body<'_> {
     /// Removes the framing from `data` (bytes as received) in place;
     /// returns how many body bytes are left at its start.
     fn unframe(&mut self, data: &mut [u8]) -> Result<usize, AttemptError> {
@@ -363,9 +359,9 @@ impl<T: Fn(Option<Instant>) -> Duration> Body<'_, T> {
         let started = Instant::now();
         let mut scratch = Vec::new();
         while !self.ended() && !out.reached() {
-            if self.deadline.is_some() {
+            if self.clock.deadline.is_some() {
                 conn.socket()
-                    .set_read_timeout(Some((self.timeout)(self.deadline)))
+                    .set_read_timeout(Some(self.clock.timeout()))
                     .map_err(|e| AttemptError::Retry(format!("socket: {e}")))?;
             }
             let read = if self.skip > 0 {
@@ -399,10 +395,10 @@ impl<T: Fn(Option<Instant>) -> Duration> Body<'_, T> {
                 }
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
-                    if self.deadline.is_some_and(|d| Instant::now() >= d) {
-                        return Err(total_timeout(self.url, self.opts, out.offset));
+                    if self.clock.expired() {
+                        return Err(self.clock.total_timeout(self.url, out.offset));
                     }
-                    let stall = self.opts.stall_timeout;
+                    let stall = self.clock.opts.stall_timeout;
                     return Err(AttemptError::Retry(format!(
                         "stalled: no data for {} s at byte {} (after {:.0} s)",
                         stall.as_secs_f64(),

@@ -418,34 +418,3 @@ fn proxies_carry_http_absolute_and_https_tunnelled_unless_no_proxy() {
     let err = get(&plain.url("/img", "http"), &o).0.unwrap_err();
     assert!(err.to_string().contains("proxy 127.0.0.1:9"), "{err}");
 }
-
-#[test]
-fn requests_carry_the_resumption_headers() {
-    let pool = Pool::new(1, 4096);
-    let progress = Progress::default();
-    let mut emit = |_: crate::image::buffers::Block| true;
-    let mut out = Emitter {
-        pool: &pool,
-        progress: &progress,
-        emit: &mut emit,
-        cur: None,
-        offset: 42,
-        limit: u64::MAX,
-    };
-    let url = Url::parse("http://[::1]:8080/images/disk.img?sig=1").unwrap();
-    let state = HttpState {
-        total: Some(100),
-        etag: Some(HeaderValue::from_static("\"e\"")),
-        range_ignored: false,
-        redirected: None,
-    };
-    let r = request(&url, false, Some("Basic dTpw"), None, &state, &out);
-    assert!(r.starts_with("GET /images/disk.img?sig=1 HTTP/1.1\r\nHost: [::1]:8080\r\n"));
-    assert!(r.contains("\r\nAuthorization: Basic dTpw\r\n"));
-    assert!(r.contains("\r\nRange: bytes=42-\r\nIf-Range: \"e\"\r\n"));
-    assert!(r.ends_with("\r\n\r\n"));
-    out.offset = 0;
-    assert!(!request(&url, false, None, None, &state, &out).contains("Range"));
-    out.limit = 4096;
-    assert!(request(&url, false, None, None, &state, &out).contains("\r\nRange: bytes=0-4095\r\n"));
-}

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::FetchEnd;
+use super::outcome::FetchEnd;
 use crate::image::buffers::{Block, Pool, PooledBuf};
 use crate::image::progress::Progress;
 

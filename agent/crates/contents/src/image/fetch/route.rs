@@ -13,7 +13,6 @@ use base64::Engine as _;
 use percent_encoding::percent_decode_str;
 use reqwest::Url;
 
-use super::HttpOptions;
 use crate::image::ImageError;
 
 /// An HTTP proxy to send a request through.
@@ -111,19 +110,24 @@ pub(super) fn no_proxy_matches(no_proxy: &str, host: &str) -> bool {
     })
 }
 
+/// The proxies the download was given (`image_info.proxies`,
+/// `image_info.no_proxy`).
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Configured<'a> {
+    pub(super) http: Option<&'a str>,
+    pub(super) https: Option<&'a str>,
+    pub(super) no_proxy: Option<&'a str>,
+}
+
 /// The proxy for `url`, if one applies: the configured ones when any is
 /// set (and then the environment is not read, as with reqwest), else the
 /// environment's.
-pub(super) fn proxy_for(url: &Url, opts: &HttpOptions) -> Result<Option<Proxy>, ImageError> {
+pub(super) fn proxy_for(url: &Url, given: Configured<'_>) -> Result<Option<Proxy>, ImageError> {
     let host = url.host_str().unwrap_or_default();
     let https = url.scheme() == "https";
-    let (spec, no_proxy) = if opts.http_proxy.is_some() || opts.https_proxy.is_some() {
-        let spec = if https {
-            opts.https_proxy.clone()
-        } else {
-            opts.http_proxy.clone()
-        };
-        (spec, opts.no_proxy.clone())
+    let (spec, no_proxy) = if given.http.is_some() || given.https.is_some() {
+        let spec = if https { given.https } else { given.http };
+        (spec.map(str::to_string), given.no_proxy.map(str::to_string))
     } else {
         let spec = if https {
             env_var(&["https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"])
@@ -210,22 +214,21 @@ mod tests {
 
     #[test]
     fn the_configured_proxy_applies_per_scheme_unless_no_proxy_lists_the_host() {
-        let opts = HttpOptions {
-            http_proxy: Some("http://p1:3128".into()),
-            https_proxy: Some("http://p2:3129".into()),
-            no_proxy: Some("images.local".into()),
-            ..HttpOptions::default()
+        let given = Configured {
+            http: Some("http://p1:3128"),
+            https: Some("http://p2:3129"),
+            no_proxy: Some("images.local"),
         };
-        let get = |u: &str| proxy_for(&Url::parse(u).unwrap(), &opts).unwrap();
+        let get = |u: &str| proxy_for(&Url::parse(u).unwrap(), given).unwrap();
         assert_eq!(get("http://a/x").unwrap().host, "p1");
         assert_eq!(get("https://a/x").unwrap().port, 3129);
         assert_eq!(get("https://images.local/x"), None);
-        let only_http = HttpOptions {
-            http_proxy: Some("http://p1:3128".into()),
-            ..HttpOptions::default()
+        let only_http = Configured {
+            http: Some("http://p1:3128"),
+            ..Configured::default()
         };
         assert_eq!(
-            proxy_for(&Url::parse("https://a/x").unwrap(), &only_http).unwrap(),
+            proxy_for(&Url::parse("https://a/x").unwrap(), only_http).unwrap(),
             None
         );
     }

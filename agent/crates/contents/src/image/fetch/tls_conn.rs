@@ -24,9 +24,10 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;
 use std::sync::Arc;
 
-use rustls::client::UnbufferedClientConnection;
+use rustls::client::{ClientConnectionData, UnbufferedClientConnection};
 use rustls::unbuffered::{
-    ConnectionState, EncodeError, EncryptError, InsufficientSizeError, UnbufferedStatus,
+    ConnectionState, EncodeError, EncodeTlsData, EncryptError, InsufficientSizeError, ReadTraffic,
+    UnbufferedStatus, WriteTraffic,
 };
 
 /// The socket read buffer (records are decrypted in place in it).
@@ -193,45 +194,11 @@ impl<S: Read + Write> TlsConn<S> {
             .process_tls_records(&mut self.incoming[self.start..self.end]);
         let step = match state {
             Err(e) => Err(e),
-            Ok(ConnectionState::ReadTraffic(mut r)) => {
-                let mut n = 0;
-                let mut res = Ok(());
-                while let Some(record) = r.next_record() {
-                    match record {
-                        Ok(record) => {
-                            discard += record.discard;
-                            let k = record.payload.len().min(out.len() - n);
-                            out[n..n + k].copy_from_slice(&record.payload[..k]);
-                            n += k;
-                            self.pending.extend_from_slice(&record.payload[k..]);
-                        }
-                        Err(e) => {
-                            res = Err(e);
-                            break;
-                        }
-                    }
-                    if n == out.len() {
-                        break;
-                    }
-                }
-                res.map(|()| Step::Delivered(n))
+            Ok(ConnectionState::ReadTraffic(r)) => {
+                deliver(r, out, &mut self.pending, &mut discard).map(Step::Delivered)
             }
-            Ok(ConnectionState::EncodeTlsData(mut e)) => {
-                let at = self.outgoing.len();
-                let n = match e.encode(&mut []) {
-                    Err(EncodeError::InsufficientSize(InsufficientSizeError { required_size })) => {
-                        self.outgoing.resize(at + required_size, 0);
-                        e.encode(&mut self.outgoing[at..])
-                    }
-                    r => r,
-                };
-                match n {
-                    Ok(n) => {
-                        self.outgoing.truncate(at + n);
-                        Ok(Step::Again)
-                    }
-                    Err(e) => Err(rustls::Error::General(format!("encoding a record: {e}"))),
-                }
+            Ok(ConnectionState::EncodeTlsData(e)) => {
+                encode(e, &mut self.outgoing).map(|()| Step::Again)
             }
             Ok(ConnectionState::TransmitTlsData(t)) => {
                 // The bytes go out right after this call; rustls only
@@ -240,30 +207,9 @@ impl<S: Read + Write> TlsConn<S> {
                 Ok(Step::Transmit)
             }
             Ok(ConnectionState::BlockedHandshake) => Ok(Step::NeedInput),
-            Ok(ConnectionState::WriteTraffic(mut w)) => match send {
+            Ok(ConnectionState::WriteTraffic(w)) => match send {
                 None => Ok(Step::Writable),
-                Some(data) => {
-                    let at = self.outgoing.len();
-                    let sent = match w.encrypt(data, &mut []) {
-                        Err(EncryptError::InsufficientSize(InsufficientSizeError {
-                            required_size,
-                        })) => {
-                            self.outgoing.resize(at + required_size, 0);
-                            w.encrypt(data, &mut self.outgoing[at..])
-                        }
-                        r => r,
-                    };
-                    match sent {
-                        Ok(n) => {
-                            self.outgoing.truncate(at + n);
-                            Ok(Step::Encrypted)
-                        }
-                        Err(e) => {
-                            self.outgoing.truncate(at);
-                            Err(rustls::Error::General(format!("encrypting: {e}")))
-                        }
-                    }
-                }
+                Some(data) => encrypt(w, data, &mut self.outgoing).map(|()| Step::Encrypted),
             },
             Ok(ConnectionState::PeerClosed | ConnectionState::Closed) => Ok(Step::Closed),
             Ok(_) => Err(rustls::Error::General("unexpected TLS state".into())),
@@ -394,6 +340,78 @@ impl<S: Read + Write> Write for TlsConn<S> {
 
     fn flush(&mut self) -> std::io::Result<()> {
         self.sock.flush()
+    }
+}
+
+/// The plaintext of the records received, into `out` as far as it goes,
+/// the rest into `pending`; adds the bytes rustls is done with to
+/// `discard`. Returns how many bytes went into `out`.
+fn deliver(
+    mut r: ReadTraffic<'_, '_, ClientConnectionData>,
+    out: &mut [u8],
+    pending: &mut Vec<u8>,
+    discard: &mut usize,
+) -> Result<usize, rustls::Error> {
+    let mut n = 0;
+    while let Some(record) = r.next_record() {
+        let record = record?;
+        *discard += record.discard;
+        let k = record.payload.len().min(out.len() - n);
+        out[n..n + k].copy_from_slice(&record.payload[..k]);
+        n += k;
+        pending.extend_from_slice(&record.payload[k..]);
+        if n == out.len() {
+            break;
+        }
+    }
+    Ok(n)
+}
+
+/// A handshake record rustls has for the peer, appended to `outgoing`.
+fn encode(
+    mut e: EncodeTlsData<'_, ClientConnectionData>,
+    outgoing: &mut Vec<u8>,
+) -> Result<(), rustls::Error> {
+    let at = outgoing.len();
+    let n = match e.encode(&mut []) {
+        Err(EncodeError::InsufficientSize(InsufficientSizeError { required_size })) => {
+            outgoing.resize(at + required_size, 0);
+            e.encode(&mut outgoing[at..])
+        }
+        r => r,
+    };
+    match n {
+        Ok(n) => {
+            outgoing.truncate(at + n);
+            Ok(())
+        }
+        Err(e) => Err(rustls::Error::General(format!("encoding a record: {e}"))),
+    }
+}
+
+/// `data` encrypted as application data, appended to `outgoing`.
+fn encrypt(
+    mut w: WriteTraffic<'_, ClientConnectionData>,
+    data: &[u8],
+    outgoing: &mut Vec<u8>,
+) -> Result<(), rustls::Error> {
+    let at = outgoing.len();
+    let sent = match w.encrypt(data, &mut []) {
+        Err(EncryptError::InsufficientSize(InsufficientSizeError { required_size })) => {
+            outgoing.resize(at + required_size, 0);
+            w.encrypt(data, &mut outgoing[at..])
+        }
+        r => r,
+    };
+    match sent {
+        Ok(n) => {
+            outgoing.truncate(at + n);
+            Ok(())
+        }
+        Err(e) => {
+            outgoing.truncate(at);
+            Err(rustls::Error::General(format!("encrypting: {e}")))
+        }
     }
 }
 

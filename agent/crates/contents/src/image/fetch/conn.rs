@@ -1,11 +1,8 @@
-//! The HTTP/1.1 wire of the image download (`direct.rs`): the connection
-//! to the server or its proxy (a `CONNECT` tunnel, then TLS, for https;
-//! an https proxy is reached over TLS first, so an https image through it
-//! is TLS inside TLS),
-//! reading a response head (bounded to [`HEAD_LIMIT`]) and parsing what
-//! the download needs from it (status, lengths, range, ETag, transfer
-//! coding, `Location`). Nothing here panics on what a server sends: a head
-//! that does not parse is an error (`fetch_text` fuzzes it).
+//! The image download's socket I/O (`direct.rs` drives it): the
+//! connection to the server or its proxy (a `CONNECT` tunnel, then TLS,
+//! for https; an https proxy is reached over TLS first, so an https image
+//! through it is TLS inside TLS) and reading a response head, bounded to
+//! [`HEAD_LIMIT`]. What the bytes mean is `http.rs`'s.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
@@ -14,9 +11,11 @@ use std::time::Duration;
 
 use reqwest::Url;
 
+use super::http::parse_head;
+use super::options::HttpOptions;
+use super::outcome::AttemptError;
 use super::route::{self, Proxy};
 use super::tls_conn::{self, TlsConn};
-use super::{AttemptError, HttpOptions};
 
 /// Largest response head accepted.
 pub(super) const HEAD_LIMIT: usize = 64 << 10;
@@ -79,7 +78,7 @@ pub(super) fn open(
         .host_str()
         .ok_or_else(|| AttemptError::fatal(url.as_str(), offset, "no host in the URL".into()))?;
     let port = url.port_or_known_default().unwrap_or(80);
-    let proxy = route::proxy_for(url, opts).map_err(|e| AttemptError::Fatal(e.into()))?;
+    let proxy = route::proxy_for(url, opts.proxies()).map_err(|e| AttemptError::Fatal(e.into()))?;
     let sock = match &proxy {
         Some(p) => connect(&p.host, p.port, timeout)
             .map_err(|e| AttemptError::Retry(format!("proxy {}:{}: {e}", p.host, p.port)))?,
@@ -173,9 +172,10 @@ fn tunnel(
     Ok(())
 }
 
-/// Why the connection or the response head failed (the attempt is retried).
+/// Why the connection failed or no response head came (the attempt is
+/// retried).
 #[derive(Debug, thiserror::Error)]
-pub(super) enum DirectError {
+pub(super) enum ConnError {
     /// The host name does not resolve.
     #[error("resolving {host}: {source}")]
     Resolve {
@@ -207,38 +207,23 @@ pub(super) enum DirectError {
     /// The head is larger than allowed.
     #[error("response head longer than {HEAD_LIMIT} bytes")]
     HeadTooLong,
-    /// The head ended early.
-    #[error("incomplete response head")]
-    Incomplete,
-    /// The head is not HTTP.
-    #[error("response head not parsed: {0}")]
-    Unparsed(httparse::Error),
-    /// No status code.
-    #[error("no status code")]
-    NoStatus,
-    /// An unparsable Content-Length.
-    #[error("Content-Length {0:?}")]
-    ContentLength(String),
-    /// Two different Content-Length values.
-    #[error("conflicting Content-Length headers")]
-    ConflictingLength,
 }
 
 /// Connects to the first address of `host` that answers within `timeout`.
-pub(super) fn connect(host: &str, port: u16, timeout: Duration) -> Result<TcpStream, DirectError> {
+pub(super) fn connect(host: &str, port: u16, timeout: Duration) -> Result<TcpStream, ConnError> {
     let bare = host.trim_start_matches('[').trim_end_matches(']');
     let addrs: Vec<SocketAddr> = (bare, port)
         .to_socket_addrs()
-        .map_err(|source| DirectError::Resolve {
+        .map_err(|source| ConnError::Resolve {
             host: host.to_string(),
             source,
         })?
         .collect();
-    let mut last = DirectError::NoAddress(host.to_string());
+    let mut last = ConnError::NoAddress(host.to_string());
     for addr in addrs {
         match TcpStream::connect_timeout(&addr, timeout) {
             Ok(c) => return Ok(c),
-            Err(source) => last = DirectError::Connect { addr, source },
+            Err(source) => last = ConnError::Connect { addr, source },
         }
     }
     Err(last)
@@ -249,18 +234,18 @@ pub(super) fn connect(host: &str, port: u16, timeout: Duration) -> Result<TcpStr
 pub(super) fn read_head(
     conn: &mut impl Read,
     stall: Duration,
-) -> Result<(Vec<u8>, Vec<u8>), DirectError> {
+) -> Result<(Vec<u8>, Vec<u8>), ConnError> {
     let mut buf = Vec::with_capacity(4096);
     let mut chunk = [0u8; 4096];
     loop {
         let n = match conn.read(&mut chunk) {
-            Ok(0) => return Err(DirectError::Closed),
+            Ok(0) => return Err(ConnError::Closed),
             Ok(n) => n,
             Err(e) if e.kind() == ErrorKind::Interrupted => continue,
             Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
-                return Err(DirectError::NoResponse(stall))
+                return Err(ConnError::NoResponse(stall))
             }
-            Err(e) => return Err(DirectError::Read(e)),
+            Err(e) => return Err(ConnError::Read(e)),
         };
         buf.extend_from_slice(&chunk[..n]);
         if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
@@ -268,116 +253,7 @@ pub(super) fn read_head(
             return Ok((buf, rest));
         }
         if buf.len() > HEAD_LIMIT {
-            return Err(DirectError::HeadTooLong);
+            return Err(ConnError::HeadTooLong);
         }
-    }
-}
-
-/// The parts of a response head the download needs.
-#[derive(Debug, PartialEq)]
-pub(super) struct Reply {
-    pub(super) status: u16,
-    /// `Content-Length` (`None` when a transfer coding is set, which
-    /// overrides it, RFC 9112 §6.3).
-    pub(super) content_length: Option<u64>,
-    pub(super) content_range: Option<(u64, Option<u64>)>,
-    pub(super) etag: Option<String>,
-    /// `Transfer-Encoding` ends in `chunked`.
-    pub(super) chunked: bool,
-    /// `Location`, for a redirect.
-    pub(super) location: Option<String>,
-}
-
-pub(super) fn parse_head(head: &[u8]) -> Result<Reply, DirectError> {
-    let mut headers = [httparse::EMPTY_HEADER; 64];
-    let mut resp = httparse::Response::new(&mut headers);
-    match resp.parse(head) {
-        Ok(httparse::Status::Complete(_)) => {}
-        Ok(httparse::Status::Partial) => return Err(DirectError::Incomplete),
-        Err(e) => return Err(DirectError::Unparsed(e)),
-    }
-    let status = resp.code.ok_or(DirectError::NoStatus)?;
-    let mut reply = Reply {
-        status,
-        content_length: None,
-        content_range: None,
-        etag: None,
-        chunked: false,
-        location: None,
-    };
-    let mut transfer_coded = false;
-    for h in resp.headers.iter() {
-        let value = std::str::from_utf8(h.value).unwrap_or("").trim();
-        match h.name.to_ascii_lowercase().as_str() {
-            "content-length" => {
-                let n = value
-                    .parse()
-                    .map_err(|_| DirectError::ContentLength(value.to_string()))?;
-                if reply.content_length.is_some_and(|m| m != n) {
-                    return Err(DirectError::ConflictingLength);
-                }
-                reply.content_length = Some(n);
-            }
-            "content-range" => reply.content_range = super::parse_content_range(value),
-            "etag" => reply.etag = Some(value.to_string()),
-            "transfer-encoding" => {
-                // The last coding decides: chunked, or (any other) the body
-                // runs to the end of the connection.
-                transfer_coded = true;
-                reply.chunked = value
-                    .rsplit(',')
-                    .next()
-                    .is_some_and(|c| c.trim().eq_ignore_ascii_case("chunked"));
-            }
-            "location" => reply.location = Some(value.to_string()),
-            _ => {}
-        }
-    }
-    if transfer_coded {
-        reply.content_length = None;
-    }
-    Ok(reply)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn response_heads_are_read_for_what_the_download_needs() {
-        let r = parse_head(
-            b"HTTP/1.1 206 Partial Content\r\nContent-Length: 10\r\nContent-Range: bytes 90-99/100\r\nETag: \"x1\"\r\n\r\n",
-        )
-        .unwrap();
-        assert_eq!(
-            r,
-            Reply {
-                status: 206,
-                content_length: Some(10),
-                content_range: Some((90, Some(100))),
-                etag: Some("\"x1\"".into()),
-                chunked: false,
-                location: None,
-            }
-        );
-        let r = parse_head(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n").unwrap();
-        assert!(r.chunked && r.content_length.is_none());
-        // Transfer-Encoding overrides Content-Length; only a final
-        // `chunked` is chunked.
-        let r = parse_head(
-            b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: gzip, Chunked\r\n\r\n",
-        )
-        .unwrap();
-        assert!(r.chunked && r.content_length.is_none());
-        let r = parse_head(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n").unwrap();
-        assert!(!r.chunked && r.content_length.is_none());
-        let r = parse_head(b"HTTP/1.1 301 Moved\r\nLocation: /b/c.img\r\n\r\n").unwrap();
-        assert_eq!(r.location.as_deref(), Some("/b/c.img"));
-        assert!(
-            parse_head(b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n")
-                .is_err()
-        );
-        assert!(parse_head(b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n").is_err());
-        assert!(parse_head(b"garbage\r\n\r\n").is_err());
     }
 }
