@@ -124,7 +124,7 @@ pub const PARAMS: &[Param] = &[
     p("ironic_api_version", Some("ipa-ironic-api-version"), Supported("forced conductor API version (agent.rs)"), "1.68"),
     p("enable_vlan_interfaces", Some("ipa-enable-vlan-interfaces"), Supported("VLAN interfaces made by the ramdisk's init (netconf/vlan.rs)"), "eth0.100"),
     p("ignore_bootloader_failure", Some("ipa-ignore-bootloader-failure"), Supported("default of install_bootloader's ignore_bootloader_failure (commands/bootloader.rs)"), "true"),
-    p("inject_files_priority", Some("ipa-inject-files-priority"), Supported("priority of the inject_files deploy step (commands/managers/generic.rs)"), "50"),
+    p("inject_files_priority", Some("ipa-inject-files-priority"), Supported("priority of the inject_files deploy step (commands/managers/generic/mod.rs)"), "50"),
     p("guard-special-filesystems", Some("ipa-guard-special-filesystems"), Supported("off: disks holding VMFS, GPFS or gfs2 are erased and burnt in without asking the node (disk/fullerase/guard.rs)"), "false"),
     p("enable_discard_erase", Some("ipa-enable-discard-erase"), Supported("a verified discard counts as an erase; off by default as in IPA (disk/fullerase)"), "true"),
     p("md5_enabled", None, Ignored("the conductor's lookup decides (agent_md5_checksum_enable)"), "true"),

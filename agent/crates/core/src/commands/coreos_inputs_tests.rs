@@ -1,5 +1,6 @@
-//! Unit tests of `install_coreos`'s container form: its inputs.
+//! Unit tests of `install_coreos`'s inputs in the container form.
 use super::*;
+use serde_json::json;
 
 fn info(v: Value) -> InstanceInfo {
     serde_json::from_value(v).unwrap()

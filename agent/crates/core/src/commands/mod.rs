@@ -10,6 +10,7 @@ pub(crate) mod bootloader;
 pub(crate) mod burnin;
 pub mod coreos;
 pub(crate) mod coreos_host;
+pub(crate) mod coreos_inputs;
 pub mod dispatch;
 pub(crate) mod erase;
 pub(crate) mod firmware_state;
