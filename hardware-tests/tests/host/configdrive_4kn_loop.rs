@@ -72,6 +72,10 @@ fn a_512_byte_vfat_config_drive_is_rebuilt_for_a_4kn_disk() {
     let placed = agent_contents::configdrive::write(&disk.path, &cd).unwrap();
     assert!(!placed.reused);
     assert_eq!(placed.label.as_deref(), Some("CONFIG-2"));
+    // Settled: beside a real udevd (ci/test's with-udevd job), the close
+    // after the write makes it re-read the table, and the partitions'
+    // nodes go away for a moment.
+    disk.settled_partitions(2).unwrap();
     let part = disk.wait_partition(placed.part.number).unwrap();
     assert_eq!(bytes_per_sector(&part), 4096);
     run(Command::new("fsck.fat").arg("-n").arg(&part)).expect("fsck.fat finds no error");
