@@ -12,9 +12,8 @@ use std::time::Duration;
 use reqwest::Url;
 
 use super::http::parse_head;
-use super::options::HttpOptions;
 use super::outcome::AttemptError;
-use super::route::{self, Proxy};
+use super::route::Proxy;
 use super::tls_conn::{self, TlsConn};
 
 /// Largest response head accepted.
@@ -65,11 +64,11 @@ impl Write for Conn {
     }
 }
 
-/// Connects to the server of `url` (through its proxy, if one applies,
-/// with a tunnel for https) and makes the TLS handshake for https.
+/// Connects to the server of `url` (through `proxy`, the one that applies
+/// to it, with a tunnel for https) and makes the TLS handshake for https.
 pub(super) fn open(
     url: &Url,
-    opts: &HttpOptions,
+    proxy: Option<&Proxy>,
     tls: &Arc<rustls::ClientConfig>,
     timeout: Duration,
     offset: u64,
@@ -78,8 +77,7 @@ pub(super) fn open(
         .host_str()
         .ok_or_else(|| AttemptError::fatal(url.as_str(), offset, "no host in the URL".into()))?;
     let port = url.port_or_known_default().unwrap_or(80);
-    let proxy = route::proxy_for(url, opts.proxies()).map_err(|e| AttemptError::Fatal(e.into()))?;
-    let sock = match &proxy {
+    let sock = match proxy {
         Some(p) => connect(&p.host, p.port, timeout)
             .map_err(|e| AttemptError::Retry(format!("proxy {}:{}: {e}", p.host, p.port)))?,
         None => connect(host, port, timeout).map_err(|e| AttemptError::Retry(e.to_string()))?,
@@ -89,7 +87,7 @@ pub(super) fn open(
         .and_then(|()| sock.set_write_timeout(Some(timeout)))
         .map_err(|e| AttemptError::Retry(format!("socket: {e}")))?;
     let target = format!("{host}:{port}");
-    match proxy.as_ref().filter(|p| p.tls) {
+    match proxy.filter(|p| p.tls) {
         // An https proxy: TLS to it first (its certificate checked as the
         // image server's would be), then the request or the tunnel inside.
         Some(p) => {
@@ -107,7 +105,7 @@ pub(super) fn open(
                 return Ok(Conn::Plain(sock));
             }
             let mut sock = sock;
-            if let Some(p) = &proxy {
+            if let Some(p) = proxy {
                 tunnel(&mut sock, p, &target, timeout)?;
             }
             Ok(Conn::Tls(Box::new(handshake(

@@ -168,12 +168,6 @@ pub(super) fn attempt(
     out: &mut Emitter<'_>,
     clock: &Clock<'_>,
 ) -> Result<(), AttemptError> {
-    // The same rule as reqwest's: a header value with CR, LF or other
-    // control bytes would inject headers into the request.
-    clock
-        .opts
-        .check_authorization()
-        .map_err(|e| AttemptError::Fatal(e.into()))?;
     let current = match &state.redirected {
         Some(r) => r.url.clone(),
         None => Url::parse(url).map_err(|e| {
@@ -263,12 +257,12 @@ fn ask(
     clock: &Clock<'_>,
 ) -> Result<Answered, AttemptError> {
     let opts = clock.opts;
-    let mut conn = open(url, opts, tls, clock.timeout(), out.offset)?;
+    let proxy = route::proxy_for(url, opts.proxies()).map_err(|e| AttemptError::Fatal(e.into()))?;
+    let mut conn = open(url, proxy.as_ref(), tls, clock.timeout(), out.offset)?;
     let authorization = keep_auth
         .then(|| opts.authorization.clone())
         .flatten()
         .or_else(|| route::userinfo_authorization(url));
-    let proxy = route::proxy_for(url, opts.proxies()).map_err(|e| AttemptError::Fatal(e.into()))?;
     let range = http::range_header(out.offset, out.limit);
     let request = http::request(
         url,

@@ -106,6 +106,20 @@ pub(super) struct Reply {
     pub(super) location: Option<String>,
 }
 
+impl Reply {
+    /// A reply with `status` and no header the download reads.
+    pub(super) fn new(status: u16) -> Self {
+        Self {
+            status,
+            content_length: None,
+            content_range: None,
+            etag: None,
+            chunked: false,
+            location: None,
+        }
+    }
+}
+
 /// Parses a response head (status line and headers, up to the blank line).
 pub(super) fn parse_head(head: &[u8]) -> Result<Reply, HeadError> {
     let mut headers = [httparse::EMPTY_HEADER; 64];
@@ -116,14 +130,7 @@ pub(super) fn parse_head(head: &[u8]) -> Result<Reply, HeadError> {
         Err(e) => return Err(HeadError::Unparsed(e)),
     }
     let status = resp.code.ok_or(HeadError::NoStatus)?;
-    let mut reply = Reply {
-        status,
-        content_length: None,
-        content_range: None,
-        etag: None,
-        chunked: false,
-        location: None,
-    };
+    let mut reply = Reply::new(status);
     let mut transfer_coded = false;
     for h in resp.headers.iter() {
         let value = std::str::from_utf8(h.value).unwrap_or("").trim();

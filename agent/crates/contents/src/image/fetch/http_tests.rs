@@ -3,17 +3,6 @@
 use super::*;
 use crate::image::fetch::FetchEnd;
 
-fn reply(status: u16) -> Reply {
-    Reply {
-        status,
-        content_length: None,
-        content_range: None,
-        etag: None,
-        chunked: false,
-        location: None,
-    }
-}
-
 fn retried(r: Result<impl std::fmt::Debug, AttemptError>) -> String {
     match r {
         Err(AttemptError::Retry(why)) => why,
@@ -127,7 +116,7 @@ fn requests_carry_the_credentials_and_the_resumption_headers() {
 #[test]
 fn replies_decide_how_a_download_goes_on() {
     let url = "http://h/img";
-    let mut partial = reply(206);
+    let mut partial = Reply::new(206);
     partial.content_range = Some((100, Some(1000)));
     assert_eq!(
         accept_reply(url, &partial, 100).unwrap(),
@@ -136,7 +125,7 @@ fn replies_decide_how_a_download_goes_on() {
     assert!(retried(accept_reply(url, &partial, 50)).contains("asked for byte 50"));
     partial.content_range = None;
     assert!(retried(accept_reply(url, &partial, 100)).contains("Content-Range"));
-    let mut whole = reply(200);
+    let mut whole = Reply::new(200);
     whole.content_length = Some(1000);
     whole.etag = Some("\"v2\"".into());
     assert_eq!(
@@ -148,14 +137,14 @@ fn replies_decide_how_a_download_goes_on() {
         }
     );
     assert!(matches!(
-        fatal(accept_reply(url, &reply(404), 0)),
+        fatal(accept_reply(url, &Reply::new(404), 0)),
         ImageError::HttpStatus { status: 404, .. }
     ));
     assert_eq!(
-        retried(accept_reply(url, &reply(503), 0)),
+        retried(accept_reply(url, &Reply::new(503), 0)),
         "HTTP 503 Service Unavailable"
     );
-    assert!(retried(accept_reply(url, &reply(1000), 0)).contains("not understood"));
+    assert!(retried(accept_reply(url, &Reply::new(1000), 0)).contains("not understood"));
 }
 
 #[test]
