@@ -15,9 +15,11 @@
 //!   unit's exactly); the machine's container storage is never touched;
 //! - each podman command runs in a private mount namespace (util-linux's
 //!   `unshare`), where `/etc` is an overlay whose upper directory is a
-//!   temporary one: the unit's `/etc/ironic-python-agent.conf` is written
-//!   there (pointing at the in-process test conductor on 127.0.0.1), never
-//!   in this machine's `/etc`;
+//!   temporary one of that command's own: the unit's
+//!   `/etc/ironic-python-agent.conf` is placed there before the mount
+//!   (pointing at the in-process test conductor on 127.0.0.1), never in
+//!   this machine's `/etc`, and no later command rewrites the file the
+//!   running agent reads;
 //! - the container is stopped and removed by its name, and its processes
 //!   (conmon's and the agent's PIDs from `podman inspect`) are checked gone.
 //!
@@ -115,13 +117,15 @@ fn command(key: &str, registry: &str, podman_flags: &str) -> Vec<String> {
 /// `/etc` is an overlay on the test's directory.
 struct Podman {
     dir: tempfile::TempDir,
+    /// Commands run so far: each gets its own overlay directories.
+    runs: std::sync::atomic::AtomicUsize,
 }
 
 impl Podman {
     fn new(conf: &str) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
-        for sub in ["storage", "run", "tmp", "etc-upper", "etc-work"] {
+        for sub in ["storage", "run", "tmp"] {
             std::fs::create_dir_all(d.join(sub)).unwrap();
         }
         std::fs::write(
@@ -153,24 +157,38 @@ impl Podman {
         )
         .unwrap();
         std::fs::write(d.join("ironic-python-agent.conf"), conf).unwrap();
-        Self { dir }
+        Self {
+            dir,
+            runs: Default::default(),
+        }
     }
 
     /// `argv` (a podman or skopeo command line) in its own private mount
     /// namespace: `/etc` an overlay with the unit's configuration file in
-    /// its upper directory; a tmpfs over `/var/lib/containers` (skopeo's
+    /// an upper directory of this command's own, written before the mount
+    /// (a `cp` per command once truncated the file while the container's
+    /// agent read it, and two live overlays must not share an upper
+    /// directory); a tmpfs over `/var/lib/containers` (skopeo's
     /// blob cache; podman keeps its own under its storage); the hybrid
     /// cgroup layout's `unified` mount unmounted (crun refuses the hybrid
     /// layout; v1 is what it runs on here).
     fn command(&self, argv: &[String]) -> Command {
         let d = self.dir.path();
+        let n = self.runs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let etc = d.join(format!("etc-{n}"));
+        std::fs::create_dir_all(etc.join("upper")).unwrap();
+        std::fs::create_dir_all(etc.join("work")).unwrap();
+        std::fs::copy(
+            d.join("ironic-python-agent.conf"),
+            etc.join("upper/ironic-python-agent.conf"),
+        )
+        .unwrap();
         let script = format!(
-            "set -e; mount -t overlay overlay -o lowerdir=/etc,upperdir={0}/etc-upper,workdir={0}/etc-work /etc; \
-             cp {0}/ironic-python-agent.conf /etc/ironic-python-agent.conf; \
+            "set -e; mount -t overlay overlay -o lowerdir=/etc,upperdir={0}/upper,workdir={0}/work /etc; \
              if [ -d /var/lib/containers ]; then mount -t tmpfs tmpfs /var/lib/containers; fi; \
              if mountpoint -q /sys/fs/cgroup/unified; then umount /sys/fs/cgroup/unified; fi; \
              exec \"$@\"",
-            d.display()
+            etc.display()
         );
         let mut c = Command::new("unshare");
         c.args([
