@@ -69,6 +69,8 @@ struct Shared {
     stop: AtomicBool,
     /// Body bytes sent, all requests together.
     sent: std::sync::atomic::AtomicU64,
+    /// Body bytes a second one response may send (0: no limit).
+    rate: std::sync::atomic::AtomicU64,
 }
 
 /// A running server; stopped on drop.
@@ -118,6 +120,13 @@ impl ImageServer {
     /// `http://ADDRESS:PORT{path}`.
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{path}", self.addr)
+    }
+
+    /// Holds every response's body to `bytes_per_second` (0: no limit),
+    /// as a long path holds each TCP stream whatever the link: a client
+    /// with several connections gets more.
+    pub fn limit_rate(&self, bytes_per_second: u64) {
+        self.shared.rate.store(bytes_per_second, Ordering::Relaxed);
     }
 
     /// Serves `file` at `path`: the faults in `script` apply to the first
@@ -265,24 +274,30 @@ fn respond(
         return true;
     };
     let size = file.metadata().map(|m| m.len()).unwrap_or(0);
-    let start = match (range, fault) {
-        (Some(r), f) if f != Fault::IgnoreRange => r
-            .strip_prefix("bytes=")
-            .and_then(|r| r.split('-').next())
-            .and_then(|s| s.parse::<u64>().ok())
-            .unwrap_or(0),
-        _ => 0,
-    };
+    // `bytes=A-` or `bytes=A-B` (B past the end counts as the end).
+    let asked = range
+        .filter(|_| fault != Fault::IgnoreRange)
+        .and_then(|r| r.strip_prefix("bytes="))
+        .and_then(|r| r.split_once('-'))
+        .map(|(a, b)| {
+            let start = a.trim().parse::<u64>().unwrap_or(0);
+            let last = b.trim().parse::<u64>().unwrap_or(u64::MAX);
+            (start, last)
+        });
     let etag = format!("\"{size:x}\"");
-    let head = if range.is_some() && fault != Fault::IgnoreRange {
-        if start >= size {
+    let (start, stop) = match asked {
+        Some((start, _)) if start >= size => {
             let _ = write!(conn, "HTTP/1.1 416 Range Not Satisfiable\r\nContent-Range: bytes */{size}\r\nContent-Length: 0\r\n\r\n");
             return true;
         }
+        Some((start, last)) => (start, last.min(size - 1) + 1),
+        None => (0, size),
+    };
+    let head = if asked.is_some() {
         format!(
             "HTTP/1.1 206 Partial Content\r\nContent-Length: {}\r\nContent-Range: bytes {start}-{}/{size}\r\nETag: {etag}\r\nAccept-Ranges: bytes\r\n\r\n",
-            size - start,
-            size - 1
+            stop - start,
+            stop - 1
         )
     } else {
         format!("HTTP/1.1 200 OK\r\nContent-Length: {size}\r\nETag: {etag}\r\nAccept-Ranges: bytes\r\n\r\n")
@@ -295,13 +310,19 @@ fn respond(
         return true;
     }
     let limit = match fault {
-        Fault::DropAfter(n) | Fault::ResetAfter(n) => n.min(size - start),
-        Fault::StallAt(n) => n.saturating_sub(start).min(size - start),
-        _ => size - start,
+        Fault::DropAfter(n) | Fault::ResetAfter(n) => n.min(stop - start),
+        Fault::StallAt(n) => n.saturating_sub(start).min(stop - start),
+        _ => stop - start,
     };
     let mut offset = start as i64;
     let end = start + limit;
+    let rate = shared.rate.load(Ordering::Relaxed);
+    let began = std::time::Instant::now();
     while (offset as u64) < end {
+        if rate > 0 {
+            let due = Duration::from_secs_f64((offset as u64 - start) as f64 / rate as f64);
+            std::thread::sleep(due.saturating_sub(began.elapsed()));
+        }
         if let Fault::FlipByteAt(at) = fault {
             if at == offset as u64 {
                 let mut byte = [0u8; 1];
@@ -316,6 +337,10 @@ fn respond(
             }
         }
         let mut count = ((end - offset as u64) as usize).min(4 << 20);
+        if rate > 0 {
+            // An eighth of a second's worth at a time.
+            count = count.min((rate / 8).max(4096) as usize);
+        }
         if let Fault::FlipByteAt(at) = fault {
             if at > offset as u64 && at < end {
                 // Stop just before the byte to change.
