@@ -52,6 +52,11 @@ pub struct WriteImageArgs {
     /// Retries after failures that made no progress.
     #[arg(long, default_value_t = 9)]
     pub retries: u32,
+    /// Most connections for the download: a large image from a server that
+    /// takes ranges comes in segments over several (1: a single stream; at
+    /// most 8).
+    #[arg(long, default_value_t = agent_base::config::DEFAULT_IMAGE_DOWNLOAD_CONNECTIONS)]
+    pub connections: u32,
 }
 
 /// Runs `agent write-image`.
@@ -77,6 +82,7 @@ pub(crate) async fn run(args: WriteImageArgs) -> Result<()> {
             stall_timeout: Duration::from_secs(args.stall_timeout.max(1)),
             retries: args.retries,
             total_timeout: (args.max_duration > 0).then(|| Duration::from_secs(args.max_duration)),
+            connections: args.connections.clamp(1, 8) as usize,
             ..HttpOptions::default()
         },
     };

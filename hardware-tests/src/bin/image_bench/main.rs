@@ -16,7 +16,7 @@
 //! ([`ipa`]) and the table gets ours / IPA.
 //!
 //! Usage (root): `image-bench [--size-mib 2048] [--reps 3] [--agent PATH]
-//! [--ipa PYTHON] [--only raw,zstd,gzip,xz,qcow2,qcow2c] [--check-targets]`
+//! [--ipa PYTHON] [--only raw,zstd,gzip,xz,qcow2,qcow2c] [--connections N] [--check-targets]`
 
 mod floor;
 mod ipa;
@@ -39,6 +39,8 @@ struct Opts {
     check: bool,
     only: Option<Vec<String>>,
     ipa: Option<PathBuf>,
+    /// `agent write-image --connections` (the agent's default when unset).
+    connections: Option<u32>,
 }
 
 fn parse_args() -> Result<Opts> {
@@ -49,6 +51,7 @@ fn parse_args() -> Result<Opts> {
         check: false,
         only: None,
         ipa: None,
+        connections: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -58,6 +61,9 @@ fn parse_args() -> Result<Opts> {
             "--agent" => o.agent = args.next().context("--agent PATH")?.into(),
             "--check-targets" => o.check = true,
             "--ipa" => o.ipa = Some(args.next().context("--ipa PYTHON")?.into()),
+            "--connections" => {
+                o.connections = Some(args.next().context("--connections N")?.parse()?)
+            }
             "--only" => {
                 o.only = Some(
                     args.next()

@@ -124,6 +124,11 @@ fn write_once(o: &Opts, w: &Write, dev: &Device) -> Result<(floor::Cost, String)
                         .iter()
                         .flat_map(|c| [std::ffi::OsStr::new("--cafile"), c.as_os_str()]),
                 )
+                .args(
+                    o.connections
+                        .iter()
+                        .flat_map(|n| ["--connections".to_string(), n.to_string()]),
+                )
                 .env("RUST_LOG", "warn"),
         )
     })?;

@@ -108,6 +108,9 @@ pub(crate) fn request(url: String, sha: &str) -> WriteRequest {
             stall_timeout: Duration::from_secs(30),
             retries: 2,
             retry_interval: Duration::from_millis(200),
+            // One stream: the corpus counts the requests that read parts
+            // again, and a parallel download's segments would count too.
+            connections: 1,
             ..HttpOptions::default()
         },
     }
@@ -190,7 +193,14 @@ pub(crate) fn cli_write(agent: &Path, url: &str, sha: &str, target: &Path) -> (b
         .arg(format!("sha256:{sha}"))
         .arg("--device")
         .arg(target)
-        .args(["--retries", "2", "--stall-timeout", "30"])
+        .args([
+            "--retries",
+            "2",
+            "--stall-timeout",
+            "30",
+            "--connections",
+            "1",
+        ])
         .env("RUST_LOG", "info")
         .env("NO_COLOR", "1")
         .stdout(Stdio::piped())
@@ -265,6 +275,8 @@ impl Writer {
             .block_on(AgentApi::start(Config {
                 mode: RunMode::Host,
                 allowed_devices: vec![target.clone()],
+                // One stream, as for write-image above.
+                image_download_connections: 1,
                 ..Config::default()
             }))
             .unwrap();

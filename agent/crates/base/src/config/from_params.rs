@@ -158,6 +158,9 @@ fn more_params(p: &KernelParams, c: &mut Config, errors: &mut Vec<ParamError>) {
     ) {
         c.image_download_connection_retries = v;
     }
+    if let Some(v) = take(errors, p.number::<u32>("ipa-image-download-connections")) {
+        c.image_download_connections = v.clamp(1, 8);
+    }
     if let Some(v) = secs(errors, "ipa-image-download-connection-retry-interval") {
         c.image_download_connection_retry_interval = v;
     }

@@ -5,7 +5,8 @@
 //! table; a test (`tests/ipa_params.rs`) keeps the two equal and proves
 //! each supported option is parsed. Configuration files ([`super::files`])
 //! take supported options by their option name. One row is this agent's
-//! own option, not IPA's (`container.require_tls_verify`).
+//! own options, not IPA's (`container.require_tls_verify`,
+//! `image_download_connections`).
 
 /// What the agent does with one IPA option.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -120,6 +121,7 @@ pub const PARAMS: &[Param] = &[
     p("image_download_connection_timeout", Some("ipa-image-download-connection-timeout"), Supported("connect and stall timeout of image downloads (commands/image.rs)"), "30"),
     p("image_download_connection_retries", Some("ipa-image-download-connection-retries"), Supported("image download retries (commands/image.rs)"), "3"),
     p("image_download_connection_retry_interval", Some("ipa-image-download-connection-retry-interval"), Supported("longest pause between image download retries (commands/image.rs)"), "2"),
+    p("image_download_connections", Some("ipa-image-download-connections"), Supported("this agent's option and kernel parameter, not IPA's: most connections one image download opens; a large image from a server that takes ranges comes in segments over up to this many (at most 8), added while the rate grows; 1 is a single stream, as IPA's (image/fetch/parallel.rs; default 8)"), "2"),
     p("image_download_max_duration", Some("ipa-image-download-max-duration"), Supported("limit on one image download (commands/image.rs)"), "3600"),
     p("ironic_api_version", Some("ipa-ironic-api-version"), Supported("forced conductor API version (agent.rs)"), "1.68"),
     p("enable_vlan_interfaces", Some("ipa-enable-vlan-interfaces"), Supported("VLAN interfaces made by the ramdisk's init (netconf/vlan.rs)"), "eth0.100"),

@@ -66,6 +66,9 @@ pub enum RunMode {
     Container,
 }
 
+/// The default cap on one image download's connections.
+pub const DEFAULT_IMAGE_DOWNLOAD_CONNECTIONS: u32 = 8;
+
 /// Everything the agent needs to know at start.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -184,6 +187,9 @@ pub struct Config {
     pub image_download_connection_timeout: Duration,
     /// Image download retries (`ipa-image-download-connection-retries`).
     pub image_download_connection_retries: u32,
+    /// Most connections one image download opens
+    /// (`ipa-image-download-connections`, this agent's own; 1: one stream).
+    pub image_download_connections: u32,
     /// Longest pause between image download retries
     /// (`ipa-image-download-connection-retry-interval`).
     pub image_download_connection_retry_interval: Duration,
@@ -301,6 +307,7 @@ impl Default for Config {
             disk_wait_delay: Duration::from_secs(3),
             image_download_connection_timeout: Duration::from_secs(60),
             image_download_connection_retries: 9,
+            image_download_connections: DEFAULT_IMAGE_DOWNLOAD_CONNECTIONS,
             image_download_connection_retry_interval: Duration::from_secs(10),
             tls_min_version: None,
             tls_cipher_suites: None,

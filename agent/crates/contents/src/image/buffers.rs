@@ -108,6 +108,7 @@ struct PoolInner {
 pub struct Pool {
     inner: Arc<PoolInner>,
     buf_size: usize,
+    count: usize,
 }
 
 impl Pool {
@@ -120,12 +121,28 @@ impl Pool {
                 returned: Condvar::new(),
             }),
             buf_size,
+            count,
         }
+    }
+
+    /// How many buffers the pool has in all.
+    pub fn count(&self) -> usize {
+        self.count
     }
 
     /// Size of each buffer.
     pub fn buf_size(&self) -> usize {
         self.buf_size
+    }
+
+    /// How many buffers are free now (a sample: the stages holding the
+    /// others may give them back at once).
+    pub fn available(&self) -> usize {
+        self.inner
+            .free
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .len()
     }
 
     /// Waits for a free buffer; it comes back empty (`len() == 0`).

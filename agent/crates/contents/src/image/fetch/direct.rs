@@ -21,14 +21,17 @@
 //! current URL; a redirect from https to http is refused, and the
 //! configured `Authorization` is not sent on once a hop changes scheme,
 //! host or port (as reqwest did). The URL reached is kept in [`HttpState`]:
-//! a resumed attempt asks it directly. What a reply means (status,
-//! resumption, the end of a body) is `http.rs`'s.
+//! a resumed attempt asks it directly. So is, for the segments of a
+//! parallel download (`parallel.rs`), a connection whose reply ended at
+//! its `Content-Length`: the next request to the same origin goes on it
+//! (`Connection: keep-alive`), and on a new one if the server closed it.
+//! What a reply means (status, resumption, the end of a body) is
+//! `http.rs`'s.
 
 use std::io::{ErrorKind, Read, Write};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use reqwest::header::HeaderValue;
 use reqwest::Url;
 
 use super::chunked::Decoder;
@@ -38,65 +41,11 @@ use super::http::{self, Accepted, BodyEnd, Reply, RequestHead};
 use super::options::HttpOptions;
 use super::outcome::{AttemptError, FetchEnd};
 use super::route;
+use super::state::{origin, HttpState, Idle, Redirected};
 use crate::image::ImageError;
 
 /// Most redirects followed in one attempt (reqwest's default too).
 pub(super) const MAX_REDIRECTS: u32 = 10;
-
-/// Where a download's requests go after its redirects.
-#[derive(Debug, Clone)]
-pub(super) struct Redirected {
-    /// The URL reached.
-    pub(super) url: Url,
-    /// Whether the configured `Authorization` still applies to it.
-    pub(super) keep_auth: bool,
-}
-
-/// State kept across attempts of one HTTP download.
-#[derive(Debug, Default)]
-pub(super) struct HttpState {
-    pub(super) total: Option<u64>,
-    /// The first whole reply's ETag, sent as `If-Range` when resuming.
-    pub(super) etag: Option<String>,
-    /// A reply came back whole (200) to a Range request.
-    pub(super) range_ignored: bool,
-    /// Where redirects of the current URL led: resumed attempts go there.
-    pub(super) redirected: Option<Redirected>,
-}
-
-impl HttpState {
-    /// Records what an accepted reply to the request from `out.offset`
-    /// says (the image's size, its ETag, a range ignored); returns how
-    /// many leading body bytes to drop.
-    fn record(&mut self, url: &str, accepted: Accepted, out: &Emitter<'_>) -> u64 {
-        let skip = match accepted {
-            Accepted::Partial { total } => {
-                if total.is_some() {
-                    self.total = total;
-                }
-                0
-            }
-            Accepted::Whole { skip, length, etag } => {
-                if skip > 0 {
-                    tracing::warn!(
-                        url,
-                        offset = skip,
-                        "server ignored the Range request; reading from the start again"
-                    );
-                }
-                self.range_ignored |= http::range_header(out.offset, out.limit).is_some();
-                self.total = length;
-                // Only a value that can go back out as a header.
-                self.etag = etag.filter(|e| HeaderValue::from_str(e).is_ok());
-                skip
-            }
-        };
-        if let Some(t) = self.total {
-            out.progress.set_download_total(t);
-        }
-        skip
-    }
-}
 
 /// An attempt's time limits: the stall timeout per read, and the whole
 /// download's deadline.
@@ -184,7 +133,35 @@ pub(super) fn attempt(
     ) = follow_redirects(current, tls, state, out, clock)?;
     let url = current.as_str();
     let asked = out.offset;
-    let skip = state.record(url, http::accept_reply(url, &reply, asked)?, out);
+    let accepted = http::accept_reply(url, &reply, asked)?;
+    if state.segments && asked > 0 && matches!(accepted, Accepted::Whole { .. }) {
+        return Err(AttemptError::fatal(
+            url,
+            asked,
+            format!(
+                "the server answered the Range request for byte {asked} with the whole image \
+                 (status {}): the image changed on the server, or its ranges are not served",
+                reply.status
+            ),
+        ));
+    }
+    if let Some(probe) = state.probe.take() {
+        let ranges = reply.status == 200 && reply.accept_ranges && !reply.chunked;
+        let large = reply.content_length.is_some_and(|n| n >= probe.min_total);
+        probe.splittable.store(
+            asked == 0 && ranges && large,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+    }
+    let skip = state.record(url, accepted, out);
+    // Only a body framed by its length, with nothing of the next reply
+    // already read, leaves the connection at a reply's boundary.
+    let reusable = state.segments
+        && !reply.close
+        && !reply.chunked
+        && reply
+            .content_length
+            .is_some_and(|n| leftover.len() as u64 <= n);
     let body = Body {
         url,
         clock,
@@ -192,6 +169,12 @@ pub(super) fn attempt(
         skip,
     };
     let (ended, skip_left) = body.read(&mut conn, leftover, out)?;
+    if reusable && ended && skip_left == 0 {
+        state.idle = Some(Idle {
+            origin: origin(&current),
+            conn,
+        });
+    }
     http::body_end(
         url,
         BodyEnd {
@@ -247,18 +230,48 @@ fn follow_redirects(
     }
 }
 
-/// One request for `url` on a new connection, up to the response head.
+/// One request for `url`, up to the response head: on the connection the
+/// last reply left open when it goes to the same origin without a proxy
+/// (once more on a new one if that fails: the server may have closed it),
+/// else on a new connection.
 fn ask(
     url: &Url,
     keep_auth: bool,
     tls: &Arc<rustls::ClientConfig>,
-    state: &HttpState,
+    state: &mut HttpState,
     out: &Emitter<'_>,
     clock: &Clock<'_>,
 ) -> Result<Answered, AttemptError> {
     let opts = clock.opts;
     let proxy = route::proxy_for(url, opts.proxies()).map_err(|e| AttemptError::Fatal(e.into()))?;
-    let mut conn = open(url, proxy.as_ref(), tls, clock.timeout(), out.offset)?;
+    let idle = state
+        .idle
+        .take()
+        .filter(|i| proxy.is_none() && i.origin == origin(url));
+    if let Some(idle) = idle {
+        match ask_on(idle.conn, url, keep_auth, proxy.as_ref(), state, out, clock) {
+            Ok(answered) => return Ok(answered),
+            Err(AttemptError::Retry(e)) => {
+                tracing::debug!(url = %url, "the kept connection failed ({e}); a new one");
+            }
+            Err(fatal) => return Err(fatal),
+        }
+    }
+    let conn = open(url, proxy.as_ref(), tls, clock.timeout(), out.offset)?;
+    ask_on(conn, url, keep_auth, proxy.as_ref(), state, out, clock)
+}
+
+/// The request for `url` on `conn`, up to the response head.
+fn ask_on(
+    mut conn: Conn,
+    url: &Url,
+    keep_auth: bool,
+    proxy: Option<&route::Proxy>,
+    state: &HttpState,
+    out: &Emitter<'_>,
+    clock: &Clock<'_>,
+) -> Result<Answered, AttemptError> {
+    let opts = clock.opts;
     let authorization = keep_auth
         .then(|| opts.authorization.clone())
         .flatten()
@@ -269,9 +282,10 @@ fn ask(
         &RequestHead {
             absolute: url.scheme() == "http" && proxy.is_some(),
             authorization: authorization.as_deref(),
-            proxy_authorization: proxy.as_ref().and_then(|p| p.authorization.as_deref()),
+            proxy_authorization: proxy.and_then(|p| p.authorization.as_deref()),
             if_range: range.as_ref().and(state.etag.as_deref()),
             range,
+            keep_alive: state.segments && proxy.is_none(),
         },
     );
     if let Err(e) = conn
@@ -409,4 +423,4 @@ impl Body<'_> {
 
 #[cfg(test)]
 #[path = "direct_tests.rs"]
-mod tests;
+pub(super) mod tests;

@@ -30,8 +30,9 @@ impl Drop for Server {
     }
 }
 
-/// Reads a request head byte by byte (nothing after it is consumed).
-fn read_request(conn: &mut (impl Read + ?Sized)) -> Option<String> {
+/// Reads a request head byte by byte (nothing after it is consumed); the
+/// parallel download's tests read theirs with it too.
+pub(crate) fn read_request(conn: &mut (impl Read + ?Sized)) -> Option<String> {
     let mut head = Vec::new();
     let mut b = [0u8; 1];
     while !head.ends_with(b"\r\n\r\n") {

@@ -36,6 +36,9 @@ pub(super) struct RequestHead<'a> {
     pub(super) range: Option<String>,
     /// `If-Range` value (the ETag the first reply gave), sent with a range.
     pub(super) if_range: Option<&'a str>,
+    /// Ask the server to keep the connection open for the next request
+    /// (the segments of a parallel download, `parallel.rs`).
+    pub(super) keep_alive: bool,
 }
 
 /// The request head: a GET of path and query (the absolute URL, without
@@ -52,8 +55,9 @@ pub(super) fn request(url: &Url, head: &RequestHead<'_>) -> String {
         target.push_str(q);
     }
     let mut r = format!(
-        "GET {target} HTTP/1.1\r\nHost: {authority}\r\nAccept: */*\r\nUser-Agent: {}\r\nConnection: close\r\n",
-        concat!("ironic-deploy-agent/", env!("CARGO_PKG_VERSION"))
+        "GET {target} HTTP/1.1\r\nHost: {authority}\r\nAccept: */*\r\nUser-Agent: {}\r\nConnection: {}\r\n",
+        concat!("ironic-deploy-agent/", env!("CARGO_PKG_VERSION")),
+        if head.keep_alive { "keep-alive" } else { "close" }
     );
     if let Some(auth) = head.authorization {
         r.push_str(&format!("Authorization: {auth}\r\n"));
@@ -104,6 +108,11 @@ pub(super) struct Reply {
     pub(super) chunked: bool,
     /// `Location`, for a redirect.
     pub(super) location: Option<String>,
+    /// `Accept-Ranges: bytes`: the server says it serves Range requests.
+    pub(super) accept_ranges: bool,
+    /// The server closes the connection after this reply (`Connection:
+    /// close`, or an HTTP/1.0 reply without `keep-alive`).
+    pub(super) close: bool,
 }
 
 impl Reply {
@@ -116,6 +125,8 @@ impl Reply {
             etag: None,
             chunked: false,
             location: None,
+            accept_ranges: false,
+            close: false,
         }
     }
 }
@@ -132,6 +143,7 @@ pub(super) fn parse_head(head: &[u8]) -> Result<Reply, HeadError> {
     let status = resp.code.ok_or(HeadError::NoStatus)?;
     let mut reply = Reply::new(status);
     let mut transfer_coded = false;
+    let mut keep_alive = false;
     for h in resp.headers.iter() {
         let value = std::str::from_utf8(h.value).unwrap_or("").trim();
         match h.name.to_ascii_lowercase().as_str() {
@@ -156,11 +168,24 @@ pub(super) fn parse_head(head: &[u8]) -> Result<Reply, HeadError> {
                     .is_some_and(|c| c.trim().eq_ignore_ascii_case("chunked"));
             }
             "location" => reply.location = Some(value.to_string()),
+            "accept-ranges" => {
+                reply.accept_ranges = value
+                    .split(',')
+                    .any(|u| u.trim().eq_ignore_ascii_case("bytes"));
+            }
+            "connection" => {
+                let has = |t: &str| value.split(',').any(|v| v.trim().eq_ignore_ascii_case(t));
+                reply.close |= has("close");
+                keep_alive |= has("keep-alive");
+            }
             _ => {}
         }
     }
     if transfer_coded {
         reply.content_length = None;
+    }
+    if resp.version != Some(1) && !keep_alive {
+        reply.close = true;
     }
     Ok(reply)
 }

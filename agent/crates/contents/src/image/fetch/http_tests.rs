@@ -32,8 +32,25 @@ fn response_heads_are_read_for_what_the_download_needs() {
             etag: Some("\"x1\"".into()),
             chunked: false,
             location: None,
+            accept_ranges: false,
+            close: false,
         }
     );
+    // Whether the server takes ranges and keeps the connection open.
+    let r = parse_head(
+        b"HTTP/1.1 200 OK\r\nAccept-Ranges: none\r\nConnection: Keep-Alive, close\r\n\r\n",
+    )
+    .unwrap();
+    assert!(!r.accept_ranges && r.close);
+    let r = parse_head(b"HTTP/1.1 200 OK\r\naccept-ranges: Bytes\r\n\r\n").unwrap();
+    assert!(
+        r.accept_ranges && !r.close,
+        "HTTP/1.1 keeps connections open"
+    );
+    let r = parse_head(b"HTTP/1.0 200 OK\r\n\r\n").unwrap();
+    assert!(r.close, "HTTP/1.0 closes them");
+    let r = parse_head(b"HTTP/1.0 200 OK\r\nConnection: keep-alive\r\n\r\n").unwrap();
+    assert!(!r.close, "unless it says keep-alive");
     let r = parse_head(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n").unwrap();
     assert!(r.chunked && r.content_length.is_none());
     // Transfer-Encoding overrides Content-Length; only a final

@@ -4,8 +4,11 @@
 //! the one image HTTP client (`retry.rs` resumes and retries attempts,
 //! `direct.rs` makes one: proxies, redirects, TLS, chunked bodies, over
 //! `conn.rs`'s sockets; `http.rs` says what the bytes mean), and local
-//! files (`file.rs`: `file://` URLs or plain paths). How the server is
-//! reached is `options.rs`'s, how a fetch ends `outcome.rs`'s.
+//! files (`file.rs`: `file://` URLs or plain paths). A large image from a
+//! server that takes ranges comes over several connections in segments
+//! (`parallel.rs`), still handed on in order. How the server is reached is
+//! `options.rs`'s, what a download remembers across attempts `state.rs`'s,
+//! how a fetch ends `outcome.rs`'s.
 //!
 //! HTTP downloads survive dropped connections: a failed or stalled transfer
 //! resumes with `Range: bytes=N-` from the last byte received (with
@@ -31,8 +34,10 @@ mod file;
 mod http;
 mod options;
 mod outcome;
+mod parallel;
 mod retry;
 mod route;
+mod state;
 mod tls_conn;
 /// The chunked body decoder, for the fuzz target `fetch_text`.
 #[doc(hidden)]
@@ -47,7 +52,9 @@ pub use tls_conn::{connect as connect_tls, HandshakeError, TlsConn};
 
 /// Reads the image at `url` (http(s), `file://` or a path) from the start,
 /// handing each full pool buffer to `emit` in order; `emit` returns false
-/// when the pipeline stopped. Returns the number of bytes read.
+/// when the pipeline stopped. Returns the number of bytes read. A large
+/// image from a server that takes ranges comes over several connections
+/// (`parallel.rs`) unless `opts.connections` is 1.
 pub fn fetch(
     urls: &[String],
     opts: &HttpOptions,
@@ -55,6 +62,12 @@ pub fn fetch(
     progress: &Progress,
     emit: &mut dyn FnMut(Block) -> bool,
 ) -> Result<u64, FetchEnd> {
+    let http = urls
+        .first()
+        .is_some_and(|u| u.starts_with("http://") || u.starts_with("https://"));
+    if http && opts.connections > 1 {
+        return parallel::fetch(urls, opts, pool, progress, emit);
+    }
     fetch_from(urls, opts, pool, progress, 0..u64::MAX, emit).map(|(end, _)| end)
 }
 
@@ -84,7 +97,10 @@ pub fn fetch_from(
     };
     let mut range_honoured = true;
     if first.starts_with("http://") || first.starts_with("https://") {
-        range_honoured = retry::fetch_http(urls, opts, &mut out)?;
+        let tls = opts.check()?;
+        let mut state = state::HttpState::default();
+        retry::fetch_http(urls, opts, &tls, &mut state, &mut out)?;
+        range_honoured = !state.range_ignored;
     } else {
         file::fetch_file(first, &mut out)?;
     }

@@ -38,6 +38,9 @@ pub struct HttpOptions {
     pub retries: u32,
     /// Longest wait between retries (back-off starts at a second).
     pub retry_interval: Duration,
+    /// Most connections one image download opens (`parallel.rs`; 1: a
+    /// single stream, as IPA's).
+    pub connections: usize,
 }
 
 impl Default for HttpOptions {
@@ -54,6 +57,7 @@ impl Default for HttpOptions {
             total_timeout: None,
             retries: 9,
             retry_interval: Duration::from_secs(10),
+            connections: agent_base::config::DEFAULT_IMAGE_DOWNLOAD_CONNECTIONS as usize,
         }
     }
 }

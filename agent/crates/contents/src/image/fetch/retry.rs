@@ -4,28 +4,31 @@
 //! the next URL when an attempt got nothing; a final error (4xx, a refused
 //! certificate, the total timeout) ends it at once.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::direct::{self, Clock, HttpState};
+use super::direct::{self, Clock};
 use super::emitter::Emitter;
 use super::options::HttpOptions;
 use super::outcome::{AttemptError, FetchEnd};
+use super::state::HttpState;
 use crate::image::ImageError;
 
-/// Downloads into `out` until its limit or the end of the file; returns
-/// whether no reply ignored a Range request.
+/// Downloads into `out` until its limit or the end of the file, with the
+/// client configuration `tls` (one for every attempt, and so one session
+/// cache) and the download's `state` (what earlier replies said).
 pub(super) fn fetch_http(
     urls: &[String],
     opts: &HttpOptions,
+    tls: &Arc<rustls::ClientConfig>,
+    state: &mut HttpState,
     out: &mut Emitter<'_>,
-) -> Result<bool, FetchEnd> {
-    // One TLS configuration (and so one session cache) for every attempt.
-    let tls = opts.check()?;
+) -> Result<(), FetchEnd> {
+    let started = *state.started.get_or_insert_with(Instant::now);
     let clock = Clock {
         opts,
-        deadline: opts.total_timeout.map(|t| Instant::now() + t),
+        deadline: opts.total_timeout.map(|t| started + t),
     };
-    let mut state = HttpState::default();
     let mut url_idx = 0;
     let mut failures = 0u32;
     loop {
@@ -33,8 +36,8 @@ pub(super) fn fetch_http(
             return Err(ImageError::InvalidParams("no image URL given".into()).into());
         };
         let before = out.offset;
-        let reason = match direct::attempt(url, &tls, &mut state, out, &clock) {
-            Ok(()) => return Ok(!state.range_ignored),
+        let reason = match direct::attempt(url, tls, state, out, &clock) {
+            Ok(()) => return Ok(()),
             Err(AttemptError::Fatal(e)) => return Err(e),
             Err(AttemptError::Retry(reason)) => reason,
         };

@@ -74,6 +74,7 @@ pub fn http_options(state: &AgentState) -> HttpOptions {
         stall_timeout: c.image_download_connection_timeout,
         retries: c.image_download_connection_retries,
         retry_interval: c.image_download_connection_retry_interval,
+        connections: c.image_download_connections as usize,
         ..HttpOptions::default()
     };
     // The files' image server credentials; an image_info's own replace
