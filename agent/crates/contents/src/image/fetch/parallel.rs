@@ -107,7 +107,15 @@ pub(super) fn fetch(
         (Err(FetchEnd::Stopped), Some(rate)) => rate,
         (Err(e), _) => return Err(e),
     };
-    let total = state.total.unwrap_or(start);
+    // A reply that let the stream be cut gave its length.
+    let Some(total) = state.total else {
+        return Err(FetchEnd::Failed(ImageError::Download {
+            url: urls[0].clone(),
+            attempts: 1,
+            offset: start,
+            reason: "the image's size was lost before its segments".into(),
+        }));
+    };
     let job = Job {
         urls,
         opts,
@@ -241,15 +249,21 @@ impl Shared {
     }
 
     fn finish(&self, k: u64, result: Result<(), FetchEnd>) {
-        let mut w = self.lock();
         match result {
-            Ok(()) => w.queues.entry(k).or_default().done = true,
-            Err(FetchEnd::Stopped) => {}
-            Err(e) => {
-                w.failed.get_or_insert(e);
-                w.stop = true;
+            Ok(()) => {
+                self.lock().queues.entry(k).or_default().done = true;
+                self.changed.notify_all();
             }
+            Err(FetchEnd::Stopped) => {}
+            Err(e) => self.fail(e),
         }
+    }
+
+    /// Ends the download with `e` (the first failure wins).
+    fn fail(&self, e: FetchEnd) {
+        let mut w = self.lock();
+        w.failed.get_or_insert(e);
+        w.stop = true;
         self.changed.notify_all();
     }
 
@@ -285,7 +299,7 @@ impl Job<'_> {
                 return Err(FetchEnd::Failed(ImageError::Download {
                     url: self.urls[0].clone(),
                     attempts: 0,
-                    offset: SEGMENT,
+                    offset: self.start,
                     reason: "no download thread could start".into(),
                 }));
             }
@@ -365,6 +379,7 @@ impl Job<'_> {
 
     /// One connection: takes the next segment until none is left.
     fn worker(&self) {
+        let _ended = Ended(self);
         let mut state = HttpState {
             segments: true,
             etag: self.etag.clone(),
@@ -434,6 +449,25 @@ impl Job<'_> {
             )));
         }
         Ok(())
+    }
+}
+
+/// Ends the download if a worker thread unwinds, so that the hand-on does
+/// not wait for its segment for ever (the scope then passes the panic on).
+struct Ended<'a, 'b>(&'a Job<'b>);
+
+impl Drop for Ended<'_, '_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let job = self.0;
+            let failure = ImageError::Download {
+                url: job.urls[0].clone(),
+                attempts: 1,
+                offset: job.start,
+                reason: "a download thread failed".into(),
+            };
+            job.shared.fail(FetchEnd::Failed(failure));
+        }
     }
 }
 
