@@ -61,7 +61,8 @@ fn a_large_image_over_a_slow_path_is_written_over_several_connections() {
     assert_eq!(asked.len(), seen.len() - 1, "{seen:?}");
     asked.sort();
     let cut = asked[0].0;
-    assert!((8 * MIB..64 * MIB).contains(&cut), "cut at {cut}");
+    // After one buffer at least; 32 MiB are left at the cut.
+    assert!((2 * MIB..=64 * MIB).contains(&cut), "cut at {cut}");
     let mut at = cut;
     for (a, z) in asked {
         assert_eq!(a, at, "asked twice or skipped");
