@@ -12,7 +12,7 @@ use agent_base::metrics::Settings;
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
 
-/// `INI text \0 lookup config JSON \0 hostname`
+// The input: `INI text \0 lookup config JSON \0 hostname`
 fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);
     let mut parts = text.splitn(3, '\0');

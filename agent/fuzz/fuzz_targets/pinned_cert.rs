@@ -11,7 +11,7 @@ use libfuzzer_sys::fuzz_target;
 use rustls::client::danger::ServerCertVerifier;
 use rustls::pki_types::{ServerName, UnixTime};
 
-/// `[now: u32 seconds since 2000][PEM text]`
+// The input: `[now: u32 seconds since 2000][PEM text]`
 fuzz_target!(|data: &[u8]| {
     let Some((now, pem)) = data.split_first_chunk::<4>() else {
         return;
