@@ -32,7 +32,7 @@ pub fn load(value: &Value, http: &HttpOptions) -> Result<Option<Vec<u8>>, Config
             )))
         }
     };
-    if text.starts_with("http://") || text.starts_with("https://") {
+    if fetch::is_http(text) {
         let body = download(text, http)?;
         // A body that is not base64 is the raw image (IPA's rule).
         return match decode_base64(&body) {

@@ -145,11 +145,7 @@ pub fn write_image(
     // Every setting that can be wrong (TLS, CA file, proxies, credentials)
     // is checked before the device is touched: such errors then truly leave
     // it as it was.
-    if req
-        .urls
-        .iter()
-        .any(|u| u.starts_with("http://") || u.starts_with("https://"))
-    {
+    if req.urls.iter().any(|u| fetch::is_http(u)) {
         req.http.check()?;
     }
     let expected = resolve_checksum(req)?;

@@ -41,7 +41,7 @@ use super::http::{self, Accepted, BodyEnd, Reply, RequestHead};
 use super::options::HttpOptions;
 use super::outcome::{AttemptError, FetchEnd};
 use super::route;
-use super::state::{origin, HttpState, Idle, Redirected};
+use super::state::{HttpState, Idle, Redirected};
 use crate::image::ImageError;
 
 /// Most redirects followed in one attempt (reqwest's default too).
@@ -171,7 +171,7 @@ pub(super) fn attempt(
     let (ended, skip_left) = body.read(&mut conn, leftover, out)?;
     if reusable && ended && skip_left == 0 {
         state.idle = Some(Idle {
-            origin: origin(&current),
+            url: current.clone(),
             conn,
         });
     }
@@ -247,7 +247,7 @@ fn ask(
     let idle = state
         .idle
         .take()
-        .filter(|i| proxy.is_none() && i.origin == origin(url));
+        .filter(|i| proxy.is_none() && http::same_origin(&i.url, url));
     if let Some(idle) = idle {
         match ask_on(idle.conn, url, keep_auth, proxy.as_ref(), state, out, clock) {
             Ok(answered) => return Ok(answered),

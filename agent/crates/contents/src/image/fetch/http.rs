@@ -293,10 +293,17 @@ pub(super) fn next_hop(
             ))
         }
     }
-    let same_origin = next.scheme() == current.scheme()
-        && next.host_str() == current.host_str()
-        && next.port_or_known_default() == current.port_or_known_default();
-    Ok((next, same_origin))
+    let same = same_origin(&next, current);
+    Ok((next, same))
+}
+
+/// Whether `a` and `b` have the same scheme, host and port: the
+/// configured `Authorization` goes to both, and a connection opened for
+/// one may carry a request for the other.
+pub(super) fn same_origin(a: &Url, b: &Url) -> bool {
+    a.scheme() == b.scheme()
+        && a.host_str() == b.host_str()
+        && a.port_or_known_default() == b.port_or_known_default()
 }
 
 /// How one reply's body stopped.

@@ -62,10 +62,7 @@ pub fn fetch(
     progress: &Progress,
     emit: &mut dyn FnMut(Block) -> bool,
 ) -> Result<u64, FetchEnd> {
-    let http = urls
-        .first()
-        .is_some_and(|u| u.starts_with("http://") || u.starts_with("https://"));
-    if http && opts.connections > 1 {
+    if urls.first().is_some_and(|u| is_http(u)) && opts.connections > 1 {
         return parallel::fetch(urls, opts, pool, progress, emit);
     }
     fetch_from(urls, opts, pool, progress, 0..u64::MAX, emit).map(|(end, _)| end)
@@ -96,7 +93,7 @@ pub fn fetch_from(
         limit: span.end,
     };
     let mut range_honoured = true;
-    if first.starts_with("http://") || first.starts_with("https://") {
+    if is_http(first) {
         let tls = opts.check()?;
         let mut state = state::HttpState::default();
         retry::fetch_http(urls, opts, &tls, &mut state, &mut out)?;
@@ -106,6 +103,12 @@ pub fn fetch_from(
     }
     out.flush()?;
     Ok((out.offset, range_honoured))
+}
+
+/// Whether `url` is fetched over HTTP (http or https) rather than read as
+/// a file.
+pub(crate) fn is_http(url: &str) -> bool {
+    url.starts_with("http://") || url.starts_with("https://")
 }
 
 /// Reads a small document (a checksum file, a file `inject_files` puts on

@@ -83,11 +83,14 @@ pub(super) fn fetch(
             if !emit(b) {
                 return false;
             }
-            let seen = progress.snapshot();
-            let left = seen
-                .download_total
-                .map(|t| t.saturating_sub(seen.downloaded));
-            let may = splittable.load(Ordering::Relaxed) && left.is_some_and(|l| l >= MIN_LEFT);
+            // Asked only when a tick is due.
+            let may = || {
+                let seen = progress.snapshot();
+                let left = seen
+                    .download_total
+                    .map(|t| t.saturating_sub(seen.downloaded));
+                splittable.load(Ordering::Relaxed) && left.is_some_and(|l| l >= MIN_LEFT)
+            };
             !meter.cut_now(Instant::now(), pool, may)
         };
         let mut first = Emitter {
@@ -154,12 +157,13 @@ struct Meter {
 }
 
 impl Meter {
-    /// After a block was handed on: whether to cut the stream now. `may`
-    /// says whether the server, the image and what is left allow it. Cut
+    /// After a block was handed on: whether to cut the stream now. `may()`
+    /// (asked once a tick is due) says whether the server, the image and
+    /// what is left allow it. Cut
     /// after a tick over which, on average, more than half of the pool's
     /// buffers were free: the stages after the download kept up, so the
     /// network held the stream back.
-    fn cut_now(&mut self, now: Instant, pool: &Pool, may: bool) -> bool {
+    fn cut_now(&mut self, now: Instant, pool: &Pool, may: impl FnOnce() -> bool) -> bool {
         let since = *self.since.get_or_insert(now);
         self.blocks += 1;
         self.free += pool.available() as u64;
@@ -173,7 +177,7 @@ impl Meter {
             since: Some(now),
             ..Self::default()
         };
-        if may && network_bound {
+        if network_bound && may() {
             self.cut = Some(rate);
             return true;
         }

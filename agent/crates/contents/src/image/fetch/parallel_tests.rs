@@ -472,30 +472,30 @@ fn the_first_stream_is_cut_only_after_a_tick_with_most_buffers_free() {
     let pool = Pool::new(4, 4096);
     let t0 = Instant::now();
     let mut m = Meter::default();
-    assert!(!m.cut_now(t0, &pool, true), "not before a tick");
-    assert!(!m.cut_now(t0 + TICK / 2, &pool, true));
-    assert!(m.cut_now(t0 + TICK, &pool, true), "every buffer free");
+    assert!(!m.cut_now(t0, &pool, || true), "not before a tick");
+    assert!(!m.cut_now(t0 + TICK / 2, &pool, || true));
+    assert!(m.cut_now(t0 + TICK, &pool, || true), "every buffer free");
     assert!(m.cut.is_some_and(|r| r > 0.0));
 
     let mut m = Meter::default();
-    assert!(!m.cut_now(t0, &pool, false));
+    assert!(!m.cut_now(t0, &pool, || false));
     assert!(
-        !m.cut_now(t0 + TICK, &pool, false),
+        !m.cut_now(t0 + TICK, &pool, || false),
         "not when the server or the image forbids"
     );
 
     // Three of four buffers held by the later stages: they are the bound.
     let held: Vec<_> = (0..3).map(|_| pool.take()).collect();
     let mut m = Meter::default();
-    assert!(!m.cut_now(t0, &pool, true));
+    assert!(!m.cut_now(t0, &pool, || true));
     assert!(
-        !m.cut_now(t0 + TICK, &pool, true),
+        !m.cut_now(t0 + TICK, &pool, || true),
         "the later stages are the bound"
     );
     drop(held);
     assert!(
-        !m.cut_now(t0 + TICK + TICK / 2, &pool, true),
+        !m.cut_now(t0 + TICK + TICK / 2, &pool, || true),
         "a new tick began"
     );
-    assert!(m.cut_now(t0 + 2 * TICK, &pool, true), "now they keep up");
+    assert!(m.cut_now(t0 + 2 * TICK, &pool, || true), "now they keep up");
 }

@@ -25,16 +25,18 @@ pub(super) struct Redirected {
 }
 
 /// A connection left open after a reply whose body ended as framed, for
-/// the next request to the same origin (`scheme://host:port`, no proxy).
+/// the next request to the same origin as `url` (`http::same_origin`, no
+/// proxy).
 pub(super) struct Idle {
-    pub(super) origin: String,
+    /// The URL whose reply left it open.
+    pub(super) url: Url,
     pub(super) conn: Conn,
 }
 
 impl std::fmt::Debug for Idle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Idle")
-            .field("origin", &self.origin)
+            .field("url", &self.url.as_str())
             .finish()
     }
 }
@@ -72,16 +74,6 @@ pub(super) struct HttpState {
     /// When the download started: its total time limit counts from here,
     /// across every attempt and every segment.
     pub(super) started: Option<Instant>,
-}
-
-/// `scheme://host:port` of `url`: which connections it may reuse.
-pub(super) fn origin(url: &Url) -> String {
-    format!(
-        "{}://{}:{}",
-        url.scheme(),
-        url.host_str().unwrap_or_default(),
-        url.port_or_known_default().unwrap_or(0)
-    )
 }
 
 impl HttpState {
