@@ -15,7 +15,9 @@
 //! the console), `agent.rootpwd-after-rescue=1` (root keeps that password
 //! after a rescue; see [`access`] for who gets in how),
 //! `agent.settle=SECONDS` (coldplug quiet time, default 1),
-//! `agent.dhcp-timeout=SECONDS` (default 30).
+//! `agent.dhcp-timeout=SECONDS` (default 30), `agent.multipath-queue=SECONDS`
+//! (how long a multipath device with no path queues I/O before it fails,
+//! default 60; see `agent_devices::disk::multipath::watch`).
 
 pub(crate) mod access;
 pub(crate) mod clock;
@@ -108,6 +110,7 @@ pub fn main() -> ! {
     for f in failures {
         say(&format!("multipath: {f}"));
     }
+    let multipath = !assembled.is_empty();
     for m in assembled {
         say(&format!(
             "multipath: {} ({}) assembled from {} (WWID {})",
@@ -116,6 +119,22 @@ pub fn main() -> ! {
             m.paths.join(", "),
             m.wwid
         ));
+    }
+    if multipath {
+        // Failover, paths coming back and the bound on queueing, as
+        // multipathd keeps them in IPA's ramdisk.
+        let queue = secs(
+            &params,
+            "agent.multipath-queue",
+            agent_devices::disk::multipath::watch::DEFAULT_QUEUE.as_secs_f64(),
+        );
+        match agent_devices::disk::multipath::watch::spawn(queue, say) {
+            Ok(_) => say(&format!(
+                "multipath: watching paths; no path queues I/O for at most {} s",
+                queue.as_secs()
+            )),
+            Err(e) => say(&format!("multipath: the path watch did not start: {e}")),
+        }
     }
     // Software RAID arrays on the disks start now, as udev and mdadm
     // --incremental start them in IPA's ramdisk (a deploy onto /dev/md0

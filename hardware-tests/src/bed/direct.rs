@@ -11,7 +11,7 @@ use std::process::Command;
 use agent::testconductor::{Settings, TestConductor};
 use image_builder::arch::Arch;
 
-use super::{Boot, Bus, Disk, Firmware, Nic, VmSpec, BRIDGE_IP};
+use super::{Boot, Bus, Disk, Firmware, MultipathDisk, Net, NetOptions, Nic, VmSpec, BRIDGE_IP};
 use crate::run;
 
 /// The stand-in conductor (default settings) where [`ramdisk_spec`]'s agent
@@ -41,6 +41,34 @@ pub fn virtio_disks(dir: &Path, serials: &[&str], size: u64) -> Vec<Disk> {
             model: None,
         })
         .collect()
+}
+
+/// The bed (`name`) and [`ramdisk_spec`]'s machine with a SAN LUN on
+/// several paths (`lun`) beside `disks`, as the multipath suites boot it:
+/// 1.5 GiB of memory, the inspection callback on the stand-in conductor,
+/// `extra_args` on the kernel command line.
+pub fn multipath_machine(
+    name: &str,
+    ramdisk: &Path,
+    mac: &str,
+    disks: &[Disk],
+    lun: MultipathDisk,
+    extra_args: &str,
+) -> anyhow::Result<(Net, VmSpec)> {
+    let mut opts = NetOptions::pxe(name, ramdisk, "");
+    opts.ramdisk = None;
+    let net = Net::start(opts)?;
+    let mut spec = ramdisk_spec(
+        ramdisk,
+        mac,
+        disks,
+        &format!(
+            "ipa-inspection-callback-url=http://{BRIDGE_IP}:6385/v1/continue_inspection {extra_args}"
+        ),
+    );
+    spec.memory_mb = 1536;
+    spec.multipath_disks.push(lun);
+    Ok((net, spec))
 }
 
 /// A machine named `vm` with one NIC (`mac`) and `disks` that boots the

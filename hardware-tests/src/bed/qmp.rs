@@ -1,7 +1,8 @@
 //! QEMU's machine protocol (QMP) over the unix socket a bed machine opens
-//! when its spec asks (`VmSpec::qmp`): one command per connection, and the
+//! when its spec asks (`VmSpec::qmp`): one command per connection, the
 //! guest's real-time clock read through it (`/machine`'s `rtc-time`, the
-//! date in the emulated MC146818's registers).
+//! date in the emulated MC146818's registers), and a multipath disk's paths
+//! taken away and given back (hot-unplug and hotplug of its `scsi-hd`s).
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
@@ -33,6 +34,44 @@ pub fn command(socket: &Path, execute: &str, arguments: Value) -> Result<Value> 
         Some(v) => Ok(v.clone()),
         None => bail!("QMP {execute}: {answer}"),
     }
+}
+
+/// Takes path `path` of multipath disk `disk` (the `disk`-th of
+/// `VmSpec::multipath_disks`, as `vm.rs` names its devices) away, as a
+/// SAN loses a path: `device_del` of its `scsi-hd` (QEMU drops its drive).
+pub fn remove_path(socket: &Path, disk: usize, path: u32) -> Result<()> {
+    command(
+        socket,
+        "device_del",
+        json!({"id": format!("mp{disk}p{path}d")}),
+    )?;
+    Ok(())
+}
+
+/// Gives multipath disk `disk` (backed by `d`) a path again, as a new
+/// `scsi-hd` on SCSI target `target` of its controller (one no present path
+/// uses), over a new drive on the same file: the guest sees a new disk with
+/// the LUN's serial and WWN.
+pub fn add_path(socket: &Path, disk: usize, d: &super::MultipathDisk, target: u32) -> Result<()> {
+    // Named as vm.rs names a path on target `target`, so [`remove_path`]
+    // takes it away again.
+    let node = format!("mp{disk}p{target}");
+    command(
+        socket,
+        "blockdev-add",
+        json!({"driver": "raw", "node-name": node,
+               "file": {"driver": "file", "filename": d.path, "locking": "off"}}),
+    )?;
+    let wwn = u64::from_str_radix(d.wwn.trim_start_matches("0x"), 16)
+        .with_context(|| format!("WWN {}", d.wwn))?;
+    command(
+        socket,
+        "device_add",
+        json!({"driver": "scsi-hd", "id": format!("{node}d"), "drive": node,
+               "bus": format!("mp{disk}.0"), "scsi-id": target, "lun": 0,
+               "share-rw": true, "serial": d.serial, "wwn": wwn}),
+    )?;
+    Ok(())
 }
 
 /// The next line that is not an asynchronous event.

@@ -542,7 +542,8 @@ fn multipath_args(disks: &[MultipathDisk], args: &mut Vec<String>) -> Result<()>
             ));
             args.push("-device".into());
             args.push(format!(
-                "scsi-hd,drive=mp{i}p{p},bus=mp{i}.0,scsi-id={p},lun=0,share-rw=on,serial={},wwn={}",
+                // id: QMP's device_del takes the path away (a lost path).
+                "scsi-hd,drive=mp{i}p{p},bus=mp{i}.0,scsi-id={p},lun=0,share-rw=on,serial={},wwn={},id=mp{i}p{p}d",
                 d.serial, d.wwn
             ));
         }

@@ -35,6 +35,7 @@ mod ramdisk_qemu_aarch64;
 mod ramdisk_qemu_clock;
 mod ramdisk_qemu_exec_steps;
 mod ramdisk_qemu_multipath;
+mod ramdisk_qemu_multipath_failover;
 mod ramdisk_qemu_raid;
 mod ramdisk_qemu_raid_boot;
 mod ramdisk_qemu_raid_levels;

@@ -29,7 +29,7 @@ use agent::testconductor::{BootMode, DeployRequest, ImageInfo, Settings, TestCon
 use agent_contents::raid::superblock;
 use agent_testkit::image_server::{Fault, ImageServer};
 use hardware_tests::bed::BRIDGE_IP;
-use hardware_tests::bed::{self, deploy, direct, Bus, Disk, MultipathDisk, Net, NetOptions, Vm};
+use hardware_tests::bed::{self, deploy, direct, Bus, Disk, MultipathDisk, Vm};
 use hardware_tests::{require_root, run};
 use serde_json::{json, Value};
 
@@ -91,9 +91,6 @@ fn ramdisk_lists_erases_and_deploys_through_a_multipath_device() {
         .unwrap();
     let sha = deploy::sha256_file(&image).unwrap();
 
-    let mut opts = NetOptions::pxe("multipath", &ramdisk, "");
-    opts.ramdisk = None;
-    let net = Net::start(opts).unwrap();
     let disks = [Disk {
         path: plain.clone(),
         size: 4 * GIB,
@@ -101,20 +98,15 @@ fn ramdisk_lists_erases_and_deploys_through_a_multipath_device() {
         serial: "PLAIN0001".into(),
         model: None,
     }];
-    let mut spec = direct::ramdisk_spec(
-        &ramdisk,
-        MAC,
-        &disks,
-        &format!("ipa-inspection-callback-url=http://{BRIDGE_IP}:6385/v1/continue_inspection"),
-    );
-    spec.memory_mb = 1536;
-    spec.multipath_disks.push(MultipathDisk {
+    let lun_disk = MultipathDisk {
         path: lun.clone(),
         size: 5 * GIB,
         serial: SERIAL.into(),
         wwn: WWN.into(),
         paths: 2,
-    });
+    };
+    let (net, spec) =
+        direct::multipath_machine("multipath", &ramdisk, MAC, &disks, lun_disk, "").unwrap();
     let workdir = tmp.path().to_path_buf();
     type Outcome = (
         Option<Value>,

@@ -1,5 +1,7 @@
 //! The device-mapper ioctls the agent needs (`linux/dm-ioctl.h`, interface
-//! version 4): create a device, load its table, resume it, remove it. No
+//! version 4): create a device, load its table, resume it, remove it;
+//! replace a live table without failing queued I/O ([`reload`]), read a
+//! target's status ([`status`]) and send it a message ([`message`]). No
 //! libdevmapper and no udev: the kernel's devtmpfs makes `/dev/dm-N`, and
 //! [`create`] makes the `/dev/mapper/NAME` link udev's rules would.
 #![allow(unsafe_code)]
@@ -26,6 +28,16 @@ const DM_DEV_CREATE: u8 = 3;
 const DM_DEV_REMOVE: u8 = 4;
 const DM_DEV_SUSPEND: u8 = 6;
 const DM_TABLE_LOAD: u8 = 9;
+const DM_TABLE_STATUS: u8 = 12;
+const DM_TARGET_MSG: u8 = 14;
+
+/// `dm_ioctl.flags`: suspend (else resume) on DEV_SUSPEND.
+const DM_SUSPEND_FLAG: u32 = 1 << 1;
+/// `dm_ioctl.flags`: the kernel's answer did not fit the buffer.
+const DM_BUFFER_FULL_FLAG: u32 = 1 << 8;
+/// `dm_ioctl.flags`: suspend without flushing queued I/O (a multipath
+/// device keeps what it queues while no path is up).
+const DM_NOFLUSH_FLAG: u32 = 1 << 11;
 
 /// One line of a table: `start length type params`, in 512-byte sectors.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -201,6 +213,112 @@ pub(crate) fn remove(name: &str) -> Result<(), DmError> {
     Ok(())
 }
 
+fn set_flags(buf: &mut [u8], flags: u32) {
+    buf[28..32].copy_from_slice(&flags.to_ne_bytes());
+}
+
+fn flags(buf: &[u8]) -> u32 {
+    u32::from_ne_bytes(buf[28..32].try_into().expect("4 bytes"))
+}
+
+/// Replaces the live table of device `name` with `targets` as multipathd
+/// does when paths come and go: the new table loaded, the device suspended
+/// without flushing (I/O a multipath target queues stays queued), then
+/// resumed on the new table, which takes the queued I/O.
+pub(crate) fn reload(name: &str, targets: &[Target]) -> Result<(), DmError> {
+    let ctl = control()?;
+    let mut buf = request(name, "", targets)?;
+    call(&ctl, DM_TABLE_LOAD, "TABLE_LOAD", name, &mut buf)?;
+    let mut buf = request(name, "", &[])?;
+    set_flags(&mut buf, DM_SUSPEND_FLAG | DM_NOFLUSH_FLAG);
+    call(
+        &ctl,
+        DM_DEV_SUSPEND,
+        "DEV_SUSPEND (noflush)",
+        name,
+        &mut buf,
+    )?;
+    let mut buf = request(name, "", &[])?;
+    call(&ctl, DM_DEV_SUSPEND, "DEV_SUSPEND (resume)", name, &mut buf)
+}
+
+/// The live table's targets of device `name` with each one's status line
+/// (`dmsetup status`) in `params`.
+pub(crate) fn status(name: &str) -> Result<Vec<Target>, DmError> {
+    let ctl = control()?;
+    let mut buf = request(name, "", &[])?;
+    call(&ctl, DM_TABLE_STATUS, "TABLE_STATUS", name, &mut buf)?;
+    if flags(&buf) & DM_BUFFER_FULL_FLAG != 0 {
+        return Err(DmError::Invalid(format!(
+            "the status of {name} is longer than {BUFFER} bytes"
+        )));
+    }
+    Ok(decode_status(&buf))
+}
+
+/// The targets of a TABLE_STATUS answer: `target_count` specs from
+/// `data_start`, each followed by its nul-terminated line, `next` counted
+/// from `data_start` (unlike a request's). What does not parse ends the list.
+fn decode_status(buf: &[u8]) -> Vec<Target> {
+    let u32_at = |at: usize| -> Option<u32> {
+        Some(u32::from_ne_bytes(buf.get(at..at + 4)?.try_into().ok()?))
+    };
+    let u64_at = |at: usize| -> Option<u64> {
+        Some(u64::from_ne_bytes(buf.get(at..at + 8)?.try_into().ok()?))
+    };
+    let cstr = |from: usize, max: usize| -> Option<String> {
+        let b = buf.get(from..(from + max).min(buf.len()))?;
+        let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+        Some(String::from_utf8_lossy(&b[..end]).into_owned())
+    };
+    let (Some(start), Some(count)) = (u32_at(16), u32_at(20)) else {
+        return Vec::new();
+    };
+    let start = start as usize;
+    let mut at = start;
+    let mut out = Vec::new();
+    for _ in 0..count {
+        let (Some(first), Some(length), Some(next), Some(kind), Some(params)) = (
+            u64_at(at),
+            u64_at(at + 8),
+            u32_at(at + 20),
+            cstr(at + 24, TYPE_LEN),
+            cstr(at + SPEC, BUFFER),
+        ) else {
+            break;
+        };
+        out.push(Target {
+            start: first,
+            length,
+            kind,
+            params: params.trim().to_string(),
+        });
+        let next = start + next as usize;
+        if next <= at {
+            break;
+        }
+        at = next;
+    }
+    out
+}
+
+/// Sends `message` to the target at sector 0 of device `name` (`dmsetup
+/// message NAME 0 MESSAGE`): a multipath target's `fail_if_no_path`,
+/// `queue_if_no_path`, `reinstate_path MAJ:MIN`…
+pub(crate) fn message(name: &str, message: &str) -> Result<(), DmError> {
+    if message.contains('\0') || message.len() + 9 > BUFFER - HEADER {
+        return Err(DmError::Invalid(format!(
+            "device-mapper message {message:?}"
+        )));
+    }
+    let ctl = control()?;
+    let mut buf = request(name, "", &[])?;
+    // struct dm_target_msg: the sector, then the nul-terminated text.
+    buf[HEADER..HEADER + 8].copy_from_slice(&0u64.to_ne_bytes());
+    buf[HEADER + 8..HEADER + 8 + message.len()].copy_from_slice(message.as_bytes());
+    call(&ctl, DM_TARGET_MSG, "TARGET_MSG", name, &mut buf)
+}
+
 /// `/dev/<kernel name>` of a device number, from sysfs.
 fn node_of((major, minor): (u64, u64)) -> Option<PathBuf> {
     let link = std::fs::read_link(format!("/sys/dev/block/{major}:{minor}")).ok()?;
@@ -278,6 +396,40 @@ mod tests {
             params: "8:0 0 ".repeat(4000),
         };
         assert!(request("x", "", &[huge]).is_err());
+    }
+
+    #[test]
+    fn status_answers_decode_with_next_from_the_data_start() {
+        // As the kernel's retrieve_status writes it: two targets.
+        let mut b = vec![0u8; BUFFER];
+        b[16..20].copy_from_slice(&(HEADER as u32).to_ne_bytes());
+        b[20..24].copy_from_slice(&2u32.to_ne_bytes());
+        let lines = [
+            ("multipath", "2 0 0 0 1 1 A 0 2 0 8:0 A 0 8:16 F 1 "),
+            ("linear", ""),
+        ];
+        let mut at = HEADER;
+        for (i, (kind, line)) in lines.iter().enumerate() {
+            b[at..at + 8].copy_from_slice(&(i as u64 * 100).to_ne_bytes());
+            b[at + 8..at + 16].copy_from_slice(&100u64.to_ne_bytes());
+            b[at + 24..at + 24 + kind.len()].copy_from_slice(kind.as_bytes());
+            b[at + SPEC..at + SPEC + line.len()].copy_from_slice(line.as_bytes());
+            let next = (at + SPEC + line.len() + 1).div_ceil(8) * 8;
+            b[at + 20..at + 24].copy_from_slice(&((next - HEADER) as u32).to_ne_bytes());
+            at = next;
+        }
+        let t = decode_status(&b);
+        assert_eq!(t.len(), 2);
+        assert_eq!(t[0].kind, "multipath");
+        assert_eq!(t[0].params, "2 0 0 0 1 1 A 0 2 0 8:0 A 0 8:16 F 1");
+        assert_eq!(
+            (t[1].start, t[1].length, t[1].kind.as_str()),
+            (100, 100, "linear")
+        );
+        // A count past what the buffer holds, or garbage: no panic.
+        b[20..24].copy_from_slice(&1000u32.to_ne_bytes());
+        assert!(decode_status(&b).len() >= 2);
+        assert!(decode_status(&[0u8; 10]).is_empty());
     }
 
     #[test]

@@ -52,9 +52,15 @@ pub(crate) struct Target {
 }
 
 fn werr(path: &Path, what: &str, e: impl std::fmt::Display) -> ImageError {
+    let mut reason = format!("{what}: {e}");
+    // A SAN LUN whose paths are all gone fails its I/O once the multipath
+    // watch stops queueing it: say so beside the I/O error.
+    if let Some(why) = agent_devices::disk::multipath::watch::no_path(path) {
+        reason = format!("{reason} ({why})");
+    }
     ImageError::Write {
         device: path.display().to_string(),
-        reason: format!("{what}: {e}"),
+        reason,
     }
 }
 

@@ -3,7 +3,10 @@
 //! `multipath` device in the ramdisk (what multipathd does in IPA 13's
 //! ramdisk), telling a multipath device and its paths apart in sysfs, and
 //! the partitions of a multipath device (dm `linear` maps, as kpartx makes
-//! them: the kernel creates no partitions on a dm device).
+//! them: the kernel creates no partitions on a dm device). Keeping the
+//! devices' paths up while the agent runs (failover, reinstatement, the
+//! bound on queueing) is [`watch`]'s; reading a device's path states is
+//! [`status`]'s.
 //!
 //! Everything that reads sysfs takes a root (`/` on the machine, a fixture
 //! tree in tests) and never panics on what it reads. Names are as
@@ -18,6 +21,9 @@ use anyhow::{bail, Context, Result};
 
 use super::dm::{self, Target};
 
+pub mod status;
+pub mod watch;
+
 /// The dm uuid prefix of a multipath device.
 pub const UUID_PREFIX: &str = "mpath-";
 
@@ -28,6 +34,9 @@ pub struct PathDev {
     pub name: String,
     /// `major:minor`.
     pub devno: (u64, u64),
+    /// Its priority as multipathd's `alua` prioritizer gives it (higher is
+    /// better): [`alua_priority`].
+    pub priority: u32,
 }
 
 /// The paths of one LUN, seen on two or more.
@@ -173,18 +182,18 @@ pub fn holder(root: &Path, kname: &str) -> Option<String> {
         .find(|h| multipath(root, h).is_some())
 }
 
-/// The whole SCSI disks (`sd*`) under `root` that no device holds yet,
-/// grouped by WWID; only groups of two or more paths of one size. Disks
-/// without a WWID are single paths.
-pub fn groups(root: &Path) -> Vec<Group> {
-    let mut by_wwid: BTreeMap<String, Vec<(PathDev, u64)>> = BTreeMap::new();
+/// The whole SCSI disks (`sd*`) under `root` that no device holds, of a
+/// non-zero size and with a WWID, as (path, size in sectors, WWID): the
+/// disks that may be paths of a LUN.
+fn candidates(root: &Path) -> Vec<(PathDev, u64, String)> {
+    let mut out = Vec::new();
     for name in list(&sys_block(root)) {
         if !name.starts_with("sd") {
             continue;
         }
         let b = sys_block(root).join(&name);
         if !list(&b.join("holders")).is_empty() {
-            tracing::debug!(disk = %name, "multipath: held already, not a path to group");
+            tracing::debug!(disk = %name, "multipath: held already, not a free path");
             continue;
         }
         let (Some(devno), Some(sectors)) = (
@@ -199,10 +208,23 @@ pub fn groups(root: &Path) -> Vec<Group> {
         let Some(w) = wwid(root, &name) else {
             continue;
         };
-        by_wwid
-            .entry(w)
-            .or_default()
-            .push((PathDev { name, devno }, sectors));
+        let path = PathDev {
+            priority: alua_priority(root, &name),
+            name,
+            devno,
+        };
+        out.push((path, sectors, w));
+    }
+    out
+}
+
+/// The whole SCSI disks (`sd*`) under `root` that no device holds yet,
+/// grouped by WWID; only groups of two or more paths of one size. Disks
+/// without a WWID are single paths.
+pub fn groups(root: &Path) -> Vec<Group> {
+    let mut by_wwid: BTreeMap<String, Vec<(PathDev, u64)>> = BTreeMap::new();
+    for (path, sectors, w) in candidates(root) {
+        by_wwid.entry(w).or_default().push((path, sectors));
     }
     by_wwid
         .into_iter()
@@ -240,20 +262,55 @@ pub fn uuid(wwid: &str) -> String {
     format!("{UUID_PREFIX}{}", wwid.replace(char::is_whitespace, "_"))
 }
 
-/// The multipath table of a group: one priority group, round-robin over
-/// every path (a repeat count of 1: the kernel's round-robin selector takes
-/// no other), no features, no hardware handler.
-pub fn table(g: &Group) -> Target {
-    let mut params = format!("0 0 1 1 round-robin 0 {} 1", g.paths.len());
-    for p in &g.paths {
-        params.push_str(&format!(" {}:{} 1", p.devno.0, p.devno.1));
+/// A path's priority from the ALUA state the kernel's `scsi_dh_alua`
+/// reports (`device/access_state`), as multipathd's `alua` prioritizer
+/// ranks it: active/optimized 50, active/non-optimized 10, lba-dependent
+/// 5, standby 1, anything else (unavailable, offline, transitioning) 0.
+/// A path without the attribute (no ALUA) ranks as active/optimized.
+pub fn alua_priority(root: &Path, name: &str) -> u32 {
+    let Some(state) = read(&sys_block(root).join(name).join("device/access_state")) else {
+        return 50;
+    };
+    match state.as_str() {
+        "active/optimized" => 50,
+        "active/non-optimized" => 10,
+        "lba-dependent" => 5,
+        "standby" => 1,
+        _ => 0,
+    }
+}
+
+/// The multipath table over `paths` of a LUN of `sectors`, as multipathd
+/// makes it with `path_grouping_policy group_by_prio`: one priority group
+/// per priority, the best first (the kernel sends I/O to the first group
+/// with a usable path, so an active/passive array's standby paths get none
+/// while an active path is up), round-robin inside a group (a repeat count
+/// of 1: the kernel's round-robin selector takes no other), and
+/// `queue_if_no_path`: while no path is up I/O waits, for as long as
+/// [`watch`] allows, instead of failing at once.
+pub fn table_over(paths: &[PathDev], sectors: u64) -> Target {
+    let mut priorities: Vec<u32> = paths.iter().map(|p| p.priority).collect();
+    priorities.sort_unstable_by(|a, b| b.cmp(a));
+    priorities.dedup();
+    let mut params = format!("1 queue_if_no_path 0 {} 1", priorities.len());
+    for prio in priorities {
+        let group: Vec<&PathDev> = paths.iter().filter(|p| p.priority == prio).collect();
+        params.push_str(&format!(" round-robin 0 {} 1", group.len()));
+        for p in group {
+            params.push_str(&format!(" {}:{} 1", p.devno.0, p.devno.1));
+        }
     }
     Target {
         start: 0,
-        length: g.sectors,
+        length: sectors,
         kind: "multipath".into(),
         params,
     }
+}
+
+/// The multipath table of a group ([`table_over`] its paths).
+pub fn table(g: &Group) -> Target {
+    table_over(&g.paths, g.sectors)
 }
 
 /// What [`assemble`] made.
@@ -494,20 +551,46 @@ mod tests {
             [
                 PathDev {
                     name: "sdb".into(),
-                    devno: (8, 16)
+                    devno: (8, 16),
+                    priority: 50,
                 },
                 PathDev {
                     name: "sdc".into(),
-                    devno: (8, 32)
+                    devno: (8, 32),
+                    priority: 50,
                 },
             ]
         );
         assert_eq!(
             table(&g[0]).params,
-            "0 0 1 1 round-robin 0 2 1 8:16 1 8:32 1"
+            "1 queue_if_no_path 0 1 1 round-robin 0 2 1 8:16 1 8:32 1"
         );
         assert_eq!(table(&g[0]).length, 4096);
         assert_eq!(uuid(&g[0].wwid), "mpath-naa.5000c50015ea71ad");
+        // An active/passive LUN: the standby path in a group of its own,
+        // after the active one's.
+        fs::write(
+            t.path().join("sys/block/sdb/device/access_state"),
+            "standby\n",
+        )
+        .unwrap();
+        fs::write(
+            t.path().join("sys/block/sdc/device/access_state"),
+            "active/optimized\n",
+        )
+        .unwrap();
+        let g = groups(t.path());
+        assert_eq!((g[0].paths[0].priority, g[0].paths[1].priority), (1, 50));
+        assert_eq!(
+            table(&g[0]).params,
+            "1 queue_if_no_path 0 2 1 round-robin 0 1 1 8:32 1 round-robin 0 1 1 8:16 1"
+        );
+        fs::write(
+            t.path().join("sys/block/sdb/device/access_state"),
+            "unavailable",
+        )
+        .unwrap();
+        assert_eq!(alua_priority(t.path(), "sdb"), 0);
         // A held path (already in a device) is not grouped again.
         fs::create_dir_all(t.path().join("sys/block/sdc/holders/dm-0")).unwrap();
         assert!(groups(t.path()).is_empty());
