@@ -119,6 +119,13 @@ pub fn main() -> ! {
             m.paths.join(", "),
             m.wwid
         ));
+        for (number, node, bytes) in &m.partitions {
+            say(&format!(
+                "multipath: {} partition {number} mapped at {} ({bytes} bytes)",
+                m.name,
+                node.display()
+            ));
+        }
     }
     if multipath {
         // Failover, paths coming back and the bound on queueing, as

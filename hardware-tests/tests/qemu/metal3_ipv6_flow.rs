@@ -26,7 +26,12 @@
 //! * the bed's LLDP switch announces an IPv6 management address
 //!   (`fd99::2`).
 //!
-//! One virtio disk and one NIC; 1 GiB of RAM. Checked from Ironic's own
+//! The machine's only disk is a SAN LUN on two paths (issue 50: a SAN root
+//! disk under UEFI; the same file as two shareable virtio-scsi disks with
+//! one serial and WWN): the agent deploys onto its multipath device, writes
+//! its UEFI boot entry there, and OVMF boots that entry (`ironic1`) from the
+//! LUN; the LUN's file holds the deployed GPT. One NIC; 1 GiB of RAM.
+//! Checked from Ironic's own
 //! records: the node ends `active`; while the agent runs (fast track,
 //! after cleaning) `driver_internal_info.agent_url` is
 //! `https://[fd99::60]:9999` and the certificate Ironic keeps for it (`agent_verify_ca`)
@@ -54,7 +59,7 @@ use agent_devices::lldp::tlv::management_address_tlv;
 use hardware_tests::bed::http_root::HttpRoot;
 use hardware_tests::bed::lldp::Switch;
 use hardware_tests::bed::redfish::{self, Bmc};
-use hardware_tests::bed::{self, metal3, Bus, Disk, Firmware, Net, NetOptions, Nic, VmSpec};
+use hardware_tests::bed::{self, metal3, Firmware, MultipathDisk, Net, NetOptions, Nic, VmSpec};
 use hardware_tests::bed::{vmedia_disc, BRIDGE_IP6};
 use hardware_tests::ironic::{settled_in, Ironic, Watch, POLL_SETTLED};
 use hardware_tests::{require_root, run, testimage};
@@ -155,12 +160,13 @@ fn ipv6_only_network_inspects_cleans_and_deploys_over_virtual_media() {
     spec.firmware = Firmware::Uefi {
         vars: tmp.path().join("metal3v6vm_VARS.fd"),
     };
-    spec.disks.push(Disk {
-        path: tmp.path().join("disk0.img"),
+    let lun = tmp.path().join("lun.img");
+    spec.multipath_disks.push(MultipathDisk {
+        path: lun.clone(),
         size: DISK_GIB << 30,
-        bus: Bus::Virtio,
-        serial: "metal3v6-disk0".into(),
-        model: None,
+        serial: "metal3v6-lun".into(),
+        wwn: "0x5000c500aa11bb66".into(),
+        paths: 2,
     });
     spec.nics = vec![Nic { mac: MAC.into() }];
     let sys = bmc.define(&spec).unwrap();
@@ -352,6 +358,24 @@ fn ipv6_only_network_inspects_cleans_and_deploys_over_virtual_media() {
         std::thread::sleep(Duration::from_secs(1));
     };
     println!("boot from disk: marker {} after active", secs(t));
+    // Through the agent's UEFI entry, from the LUN the agent wrote (the
+    // last entry OVMF started: the first was the virtual media's).
+    let entry = text.lines().rfind(|l| l.contains("BdsDxe: starting Boot"));
+    assert!(
+        entry.is_some_and(|e| e.contains("\"ironic1\"")),
+        "OVMF did not start the agent's boot entry: {entry:?}; console: {}",
+        sys.console.display()
+    );
+    assert!(
+        text.contains("multipath: /dev/dm-0 (mpatha) assembled from"),
+        "the ramdisk assembled no multipath device; console: {}",
+        sys.console.display()
+    );
+    let table = run(Command::new("sfdisk").arg("--dump").arg(&lun)).unwrap_or_default();
+    assert!(
+        table.contains("label: gpt"),
+        "the LUN holds no deployed GPT: {table}"
+    );
     let meta: Value = serde_json::from_str(&testimage::meta_data(&text).unwrap()).unwrap();
     assert_eq!(meta["uuid"], json!("metal3v6-cd"), "{meta}");
 

@@ -4,6 +4,8 @@
 //! (`device_del`, `blockdev-add` + `device_add`) while the image is being
 //! written (48 MiB, which the server sends at 2 MiB/s on one connection:
 //! below the size the agent splits over several, the write lasts ~24 s):
+//! - at boot, the LUN's MBR partitions are mapped as kpartx maps them: its
+//!   primary, its extended partition (1 KiB) and the two logical ones in it;
 //! - every path gone for longer than the bound (`agent.multipath-queue=15`):
 //!   the deploy fails with an error that names the multipath device and the
 //!   bound, and the LUN holds nothing bootable (no partition table);
@@ -21,6 +23,7 @@
 
 use std::os::unix::fs::FileExt;
 use std::path::Path;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use agent::testconductor::{BootMode, DeployRequest, ImageInfo, Settings, TestConductor};
@@ -28,7 +31,7 @@ use agent_testkit::image_server::{Fault, ImageServer};
 use hardware_tests::bed::{
     self, deploy, direct, dirty_disk, qmp, Bus, Disk, MultipathDisk, Vm, BRIDGE_IP,
 };
-use hardware_tests::require_root;
+use hardware_tests::{require_root, run};
 
 const MAC: &str = "52:54:00:12:34:5d";
 const MIB: u64 = 1 << 20;
@@ -52,6 +55,35 @@ fn image(path: &Path, size: u64) {
         fastrand::fill(&mut chunk);
         f.write_all_at(&chunk, mib * MIB).unwrap();
     }
+}
+
+/// The LUN before the test: an MBR with a primary partition and an
+/// extended one holding two logical partitions (5: 8 MiB, 6: 16 MiB).
+fn mbr_with_logical_partitions(path: &Path) {
+    std::fs::File::create(path)
+        .unwrap()
+        .set_len(LUN_SIZE)
+        .unwrap();
+    let script = path.with_extension("sfdisk");
+    std::fs::write(
+        &script,
+        "label: dos\nsize=16MiB, type=83\ntype=5\nsize=8MiB, type=83\nsize=16MiB, type=82\n",
+    )
+    .unwrap();
+    run(Command::new("sfdisk")
+        .arg("-q")
+        .arg(path)
+        .stdin(std::fs::File::open(&script).unwrap()))
+    .unwrap();
+}
+
+/// The size PID 1 said it mapped partition `n` of `mpatha` with.
+fn mapped(console: &str, n: u32) -> Option<u64> {
+    let line = console
+        .lines()
+        .find(|l| l.contains(&format!("mpatha partition {n} mapped at /dev/dm-")))?;
+    let bytes = line.rsplit_once('(')?.1.strip_suffix(" bytes)")?;
+    bytes.trim().parse().ok()
 }
 
 /// Bytes `[from, to)` of a file.
@@ -135,6 +167,7 @@ fn a_deploy_survives_lost_paths_and_fails_closed_past_the_queueing_bound() {
     let plain = tmp.path().join("PLAIN0002.img");
     let img = tmp.path().join("image.raw");
     image(&img, IMAGE_SIZE);
+    mbr_with_logical_partitions(&lun);
     let sha = deploy::sha256_file(&img).unwrap();
 
     let disks = [Disk {
@@ -192,8 +225,16 @@ fn a_deploy_survives_lost_paths_and_fails_closed_past_the_queueing_bound() {
                 .await
                 .map_err(|e| anyhow::anyhow!("inspection: {e:#}{}", ctx(&vm, &conductor)))?;
             println!("{} inspected", at());
+            let console = vm.console();
+            let maps: Vec<Option<u64>> =
+                [1, 2, 5, 6].iter().map(|&n| mapped(&console, n)).collect();
             anyhow::ensure!(
-                vm.console().contains("multipath: watching paths"),
+                maps == [Some(16 * MIB), Some(1024), Some(8 * MIB), Some(16 * MIB)],
+                "the LUN's MBR partitions (1, 2 extended, 5, 6) mapped as {maps:?}{}",
+                ctx(&vm, &conductor)
+            );
+            anyhow::ensure!(
+                console.contains("multipath: watching paths"),
                 "the multipath watch did not start{}",
                 ctx(&vm, &conductor)
             );

@@ -1,7 +1,8 @@
 //! Mounting one partition of a disk (or disk image) by byte range. When the
 //! kernel has a partition device for exactly that range (a block device
-//! whose table it read, e.g. after an image write in the ramdisk), or the
-//! range is a whole block device, that device is mounted with mount(2)
+//! whose table it read, e.g. after an image write in the ramdisk), a
+//! multipath device has a partition map for it, or the range is a whole
+//! block device, that device is mounted with mount(2)
 //! itself: no program is needed, which OpenShift's container form (an
 //! image holding the agent only) has none of, and the deploy ramdisk's
 //! kernel has no loop driver loaded. Otherwise `mount -o
@@ -135,7 +136,10 @@ impl Mounted {
         let block = match partition_device(Path::new("/sys/class/block"), device, offset, len) {
             _ if whole => Some(device.to_path_buf()),
             Some(part) => Some(Path::new("/dev").join(part)),
-            None => None,
+            // A SAN disk's multipath device: its partition maps hold it, so
+            // neither it nor a loop device over it can be mounted; the map
+            // of that partition can.
+            None => agent_devices::disk::multipath::partition_map_at(device, offset, len),
         };
         let mounted = match block {
             Some(source_device) => {

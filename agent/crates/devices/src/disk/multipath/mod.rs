@@ -324,6 +324,8 @@ pub struct Assembled {
     pub wwid: String,
     /// Paths.
     pub paths: Vec<String>,
+    /// Its partition maps: (number, `/dev/dm-N`, size in bytes).
+    pub partitions: Vec<(u32, PathBuf, u64)>,
 }
 
 /// Creates a multipath device for every group of paths on the running
@@ -350,14 +352,19 @@ pub fn assemble() -> (Vec<Assembled>, Vec<String>) {
                 tracing::info!(device = %c.node.display(), %name, wwid = %g.wwid, paths = ?paths,
                     "multipath device assembled");
                 taken.push(name.clone());
-                if let Err(e) = sync_partitions(&c.node) {
-                    failures.push(format!("{} ({name}) partitions: {e:#}", c.node.display()));
-                }
+                let partitions = match sync_partitions(&c.node) {
+                    Ok(maps) => maps.unwrap_or_default(),
+                    Err(e) => {
+                        failures.push(format!("{} ({name}) partitions: {e:#}", c.node.display()));
+                        Vec::new()
+                    }
+                };
                 out.push(Assembled {
                     name,
                     node: c.node,
                     wwid: g.wwid,
                     paths,
+                    partitions,
                 });
             }
             Err(e) => failures.push(format!(
@@ -416,6 +423,32 @@ pub fn is_multipath(dev: &Path) -> bool {
     multipath_of(dev).is_some()
 }
 
+/// The partition map (`/dev/dm-N`) of multipath device `dev` that covers
+/// exactly `len` bytes from byte `offset` (a partition of the table on it,
+/// logical ones included): what mounts a partition of a SAN disk, whose
+/// device the partition maps hold (so it cannot be mounted itself).
+pub fn partition_map_at(dev: &Path, offset: u64, len: u64) -> Option<PathBuf> {
+    let m = multipath_of(dev)?;
+    let f = std::fs::File::open(dev).ok()?;
+    let sector = u64::from(super::ioctl::logical_sector_size(&f).unwrap_or(512)).max(512);
+    let table = super::table::read(&f, sector).ok()??;
+    let logical = super::table::logical::logical_partitions(&f, &table).unwrap_or_default();
+    let number = table
+        .parts
+        .iter()
+        .chain(&logical)
+        .find(|p| p.start == offset && p.len == len)?
+        .number;
+    let root = Path::new("/");
+    let (_, kname) = partition_maps(root, &m.kname)
+        .into_iter()
+        .find(|(n, _)| *n == number)?;
+    let sectors: u64 = read(&sys_block(root).join(&kname).join("size"))?
+        .parse()
+        .ok()?;
+    (sectors * 512 == len).then(|| Path::new("/dev").join(kname))
+}
+
 /// Removes the partition maps of `dev` when it is a multipath device (as
 /// `kpartx -d`): they hold it, so it cannot be opened exclusively, and a
 /// write of a new table or image makes them stale.
@@ -435,7 +468,7 @@ pub fn drop_partitions(dev: &Path) -> Result<()> {
 
 /// Makes the partition maps of `dev` (a multipath device) match the
 /// partition table on it, as kpartx does: stale maps removed, a `linear`
-/// map for each partition. Returns (number, `/dev/dm-N`, size in bytes) of
+/// map for each partition (an MBR's logical ones included). Returns (number, `/dev/dm-N`, size in bytes) of
 /// each partition. Not a multipath device: nothing, `Ok(None)`.
 pub fn sync_partitions(dev: &Path) -> Result<Option<Vec<(u32, PathBuf, u64)>>> {
     let Some(m) = multipath_of(dev) else {
@@ -452,8 +485,16 @@ pub fn sync_partitions(dev: &Path) -> Result<Option<Vec<(u32, PathBuf, u64)>>> {
     let parent = dm_uuid(Path::new("/"), &m.kname).unwrap_or_default();
     let devno = read(&sys_block(Path::new("/")).join(&m.kname).join("dev"))
         .with_context(|| format!("the device number of {}", m.kname))?;
+    // An MBR's logical partitions are mapped too (5, 6, …), and its
+    // extended partition as the kernel and kpartx show it: its first 1 KiB.
+    let logical = super::table::logical::logical_partitions(&f, &table)
+        .with_context(|| format!("reading the logical partitions of {}", dev.display()))?;
     let mut out = Vec::new();
-    for p in &table.parts {
+    for p in table.parts.iter().chain(&logical) {
+        let mut p = p.clone();
+        if super::table::logical::is_extended(&p) {
+            p.len = p.len.min(1024);
+        }
         if p.start % 512 != 0 || p.len % 512 != 0 || p.len == 0 {
             bail!(
                 "partition {} of {} is not in whole 512-byte sectors",

@@ -11,6 +11,7 @@
 use std::os::unix::fs::FileExt;
 
 pub mod create;
+pub mod logical;
 
 use super::gpt::{header_crc, put_u32, put_u64, u32_at, u64_at};
 
