@@ -50,6 +50,8 @@ struct Tracked {
     ticks: u32,
     /// Reads of failed paths still running (a dead path may block).
     checks: BTreeMap<(u64, u64), Receiver<bool>>,
+    /// The last error told, so one that repeats every second is told once.
+    last_error: Option<String>,
 }
 
 /// How the watch tells what it did.
@@ -73,8 +75,15 @@ pub fn spawn(queue: Duration, say: Say) -> std::io::Result<std::thread::JoinHand
 fn tick(root: &Path, tracked: &mut BTreeMap<String, Tracked>, queue: Duration, say: Say) {
     for m in super::all(root) {
         let t = tracked.entry(m.name.clone()).or_default();
-        if let Err(e) = watch(root, &m, t, queue, say) {
-            say(&format!("multipath: {} ({}): {e:#}", m.name, m.kname));
+        match watch(root, &m, t, queue, say) {
+            Ok(()) => t.last_error = None,
+            Err(e) => {
+                let e = format!("{e:#}");
+                if t.last_error.as_deref() != Some(e.as_str()) {
+                    say(&format!("multipath: {} ({}): {e}", m.name, m.kname));
+                    t.last_error = Some(e);
+                }
+            }
         }
     }
 }
