@@ -110,26 +110,12 @@ pub fn main() -> ! {
     for f in failures {
         say(&format!("multipath: {f}"));
     }
-    let multipath = !assembled.is_empty();
-    for m in assembled {
-        say(&format!(
-            "multipath: {} ({}) assembled from {} (WWID {})",
-            m.node.display(),
-            m.name,
-            m.paths.join(", "),
-            m.wwid
-        ));
-        for (number, node, bytes) in &m.partitions {
-            say(&format!(
-                "multipath: {} partition {number} mapped at {} ({bytes} bytes)",
-                m.name,
-                node.display()
-            ));
-        }
+    for line in assembled.iter().flat_map(|m| m.lines()) {
+        say(&line);
     }
-    if multipath {
-        // Failover, paths coming back and the bound on queueing, as
-        // multipathd keeps them in IPA's ramdisk.
+    {
+        // Failover, paths coming back, the bound on queueing and LUNs that
+        // appear later, as multipathd keeps them in IPA's ramdisk.
         let queue = secs(
             &params,
             "agent.multipath-queue",

@@ -6,6 +6,8 @@
 //! below the size the agent splits over several, the write lasts ~24 s):
 //! - at boot, the LUN's MBR partitions are mapped as kpartx maps them: its
 //!   primary, its extended partition (1 KiB) and the two logical ones in it;
+//! - a second LUN zoned to the machine after boot (two paths hot-added) is
+//!   assembled as `mpathb` by the agent's watch;
 //! - every path gone for longer than the bound (`agent.multipath-queue=15`):
 //!   the deploy fails with an error that names the multipath device and the
 //!   bound, and the LUN holds nothing bootable (no partition table);
@@ -168,6 +170,11 @@ fn a_deploy_survives_lost_paths_and_fails_closed_past_the_queueing_bound() {
     let img = tmp.path().join("image.raw");
     image(&img, IMAGE_SIZE);
     mbr_with_logical_partitions(&lun);
+    let late_lun = tmp.path().join("late.img");
+    std::fs::File::create(&late_lun)
+        .unwrap()
+        .set_len(256 * MIB)
+        .unwrap();
     let sha = deploy::sha256_file(&img).unwrap();
 
     let disks = [Disk {
@@ -238,6 +245,18 @@ fn a_deploy_survives_lost_paths_and_fails_closed_past_the_queueing_bound() {
                 "the multipath watch did not start{}",
                 ctx(&vm, &conductor)
             );
+            // A LUN that appears after boot.
+            let late = MultipathDisk {
+                path: late_lun.clone(),
+                size: 256 * MIB,
+                serial: "MPATH0003".into(),
+                wwn: "0x5000c50015ea71af".into(),
+                paths: 2,
+            };
+            qmp::add_path(&socket, 0, &late, 8)?;
+            qmp::add_path(&socket, 0, &late, 9)?;
+            console_has(&vm, "(mpathb) assembled from", 1).await?;
+            println!("{} a LUN added after boot assembled", at());
             let request = || DeployRequest {
                 image_info: ImageInfo::raw_sha256(&server.url("/image.raw"), &sha),
                 configdrive: None,

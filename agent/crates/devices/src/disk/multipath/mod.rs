@@ -328,17 +328,49 @@ pub struct Assembled {
     pub partitions: Vec<(u32, PathBuf, u64)>,
 }
 
+impl Assembled {
+    /// What PID 1 tells of it on the console: the device, then each map.
+    pub fn lines(&self) -> Vec<String> {
+        let mut out = vec![format!(
+            "multipath: {} ({}) assembled from {} (WWID {})",
+            self.node.display(),
+            self.name,
+            self.paths.join(", "),
+            self.wwid
+        )];
+        for (number, node, bytes) in &self.partitions {
+            out.push(format!(
+                "multipath: {} partition {number} mapped at {} ({bytes} bytes)",
+                self.name,
+                node.display()
+            ));
+        }
+        out
+    }
+}
+
 /// Creates a multipath device for every group of paths on the running
-/// machine (the ramdisk, after its drivers are loaded), then the partition
+/// machine that has none yet (the ramdisk, after its drivers are loaded;
+/// then [`watch`], for LUNs that appear later), then the partition
 /// maps of the table on each. Returns what was made and, apart, what
 /// failed (those paths are left as they are, single disks).
 pub fn assemble() -> (Vec<Assembled>, Vec<String>) {
     let root = Path::new("/");
-    let mut taken: Vec<String> = all(root).into_iter().map(|m| m.name).collect();
+    let existing = all(root);
+    let mut taken: Vec<String> = existing.iter().map(|m| m.name.clone()).collect();
+    // A LUN that has a device already: its paths that come back are the
+    // watch's to add, never a second device.
+    let uuids: Vec<String> = existing
+        .iter()
+        .filter_map(|m| dm_uuid(root, &m.kname))
+        .collect();
     let mut next = 0;
     let mut out = Vec::new();
     let mut failures = Vec::new();
     for g in groups(root) {
+        if uuids.contains(&uuid(&g.wwid)) {
+            continue;
+        }
         let name = loop {
             let a = alias(next);
             next += 1;

@@ -1,6 +1,7 @@
 //! Keeps the multipath devices usable while the agent runs, as multipathd
-//! does in IPA's ramdisk: PID 1 runs [`spawn`]'s thread once it has
-//! assembled them. Every second, for each multipath device:
+//! does in IPA's ramdisk: PID 1 runs [`spawn`]'s thread in every boot of
+//! the ramdisk, once it has assembled the devices there are. Every second a LUN that appeared since boot on two or
+//! more paths is assembled as at boot, and for each multipath device:
 //! - a path whose disk is gone (hot-unplugged) is dropped from the table
 //!   while another path is up, and a new disk of the same WWID (the path
 //!   coming back) is added: the table is reloaded without flushing, so I/O
@@ -64,15 +65,22 @@ pub fn spawn(queue: Duration, say: Say) -> std::io::Result<std::thread::JoinHand
         .name("multipath-watch".into())
         .spawn(move || {
             let mut tracked: BTreeMap<String, Tracked> = BTreeMap::new();
+            let mut told = Vec::new();
             loop {
-                tick(Path::new("/"), &mut tracked, queue, say);
+                tick(Path::new("/"), &mut tracked, &mut told, queue, say);
                 std::thread::sleep(TICK);
             }
         })
 }
 
 /// One pass over every multipath device.
-fn tick(root: &Path, tracked: &mut BTreeMap<String, Tracked>, queue: Duration, say: Say) {
+fn tick(
+    root: &Path,
+    tracked: &mut BTreeMap<String, Tracked>,
+    told: &mut Vec<String>,
+    queue: Duration,
+    say: Say,
+) {
     for m in super::all(root) {
         let t = tracked.entry(m.name.clone()).or_default();
         match watch(root, &m, t, queue, say) {
@@ -84,6 +92,18 @@ fn tick(root: &Path, tracked: &mut BTreeMap<String, Tracked>, queue: Duration, s
                     t.last_error = Some(e);
                 }
             }
+        }
+    }
+    // A LUN that appeared since (zoned or mapped to the host after boot),
+    // assembled as at boot; a failure is told once per LUN and paths.
+    let (made, failures) = super::assemble();
+    for line in made.iter().flat_map(|m| m.lines()) {
+        say(&line);
+    }
+    for f in failures {
+        if !told.contains(&f) {
+            say(&format!("multipath: {f}"));
+            told.push(f);
         }
     }
 }
@@ -139,7 +159,14 @@ fn watch(
         .map(|(p, _, _)| p)
         .collect();
     if !new.is_empty() || (!gone.is_empty() && !here.is_empty()) {
-        let paths: Vec<PathDev> = here.iter().chain(&new).cloned().collect();
+        // A new disk may have the device number of a path gone (the kernel
+        // reuses `sda`'s): one entry each.
+        let mut paths: Vec<PathDev> = Vec::new();
+        for p in here.iter().chain(&new) {
+            if !paths.iter().any(|q| q.devno == p.devno) {
+                paths.push(p.clone());
+            }
+        }
         dm::reload(&m.name, &[super::table_over(&paths, target.length)])?;
         say(&format!(
             "multipath: {} ({}): table reloaded over {} (new: {}; gone: {})",
