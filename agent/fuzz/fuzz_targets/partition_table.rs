@@ -1,9 +1,12 @@
-//! Reading a disk's partition table (GPT, else MBR) and adding the
-//! config-drive partition at its end, with 512- and 4096-byte sectors, on a
-//! disk whose first bytes are the input. Oracle: the new partition lies on
-//! the disk, and reading the table again finds it.
+//! Reading a disk's partition table (GPT, else MBR) with an MBR's logical
+//! partitions (its EBR chain), and adding the config-drive partition at its
+//! end, with 512- and 4096-byte sectors, on a disk whose first bytes are
+//! the input. Oracle: every logical partition lies inside its extended
+//! partition, the new partition lies on the disk, and reading the table
+//! again finds it.
 #![no_main]
 
+use agent_devices::disk::table::logical::{is_extended, logical_partitions};
 use agent_devices::disk::table::{add_config_partition, read, Kind};
 use agent_fuzz::SparseDisk;
 use libfuzzer_sys::fuzz_target;
@@ -27,6 +30,19 @@ fuzz_target!(|data: &[u8]| {
     };
     for p in &table.parts {
         let _ = p.start.checked_add(p.len);
+    }
+    if let (Ok(logical), Some(ext)) = (
+        logical_partitions(&disk, &table),
+        table.parts.iter().find(|p| is_extended(p)),
+    ) {
+        for (i, p) in logical.iter().enumerate() {
+            assert_eq!(p.number, 5 + i as u32);
+            let end = p.start.checked_add(p.len).expect("logical end overflows");
+            assert!(
+                p.start >= ext.start && end <= ext.start + ext.len,
+                "logical partition {p:?} outside the extended {ext:?}"
+            );
+        }
     }
     let Ok(part) = add_config_partition(&mut disk, &table, size) else {
         return;
