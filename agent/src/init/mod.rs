@@ -113,21 +113,19 @@ pub fn main() -> ! {
     for line in assembled.iter().flat_map(|m| m.lines()) {
         say(&line);
     }
-    {
-        // Failover, paths coming back, the bound on queueing and LUNs that
-        // appear later, as multipathd keeps them in IPA's ramdisk.
-        let queue = secs(
-            &params,
-            "agent.multipath-queue",
-            agent_devices::disk::multipath::watch::DEFAULT_QUEUE.as_secs_f64(),
-        );
-        match agent_devices::disk::multipath::watch::spawn(queue, say) {
-            Ok(_) => say(&format!(
-                "multipath: watching paths; no path queues I/O for at most {} s",
-                queue.as_secs()
-            )),
-            Err(e) => say(&format!("multipath: the path watch did not start: {e}")),
-        }
+    // Failover, paths coming back, the bound on queueing and LUNs that
+    // appear later, as multipathd keeps them in IPA's ramdisk.
+    let queue = secs(
+        &params,
+        "agent.multipath-queue",
+        agent_devices::disk::multipath::watch::DEFAULT_QUEUE.as_secs_f64(),
+    );
+    match agent_devices::disk::multipath::watch::spawn(queue, say) {
+        Ok(_) => say(&format!(
+            "multipath: watching paths; no path queues I/O for at most {} s",
+            queue.as_secs()
+        )),
+        Err(e) => say(&format!("multipath: the path watch did not start: {e}")),
     }
     // Software RAID arrays on the disks start now, as udev and mdadm
     // --incremental start them in IPA's ramdisk (a deploy onto /dev/md0

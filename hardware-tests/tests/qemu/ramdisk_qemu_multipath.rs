@@ -29,7 +29,7 @@ use agent::testconductor::{BootMode, DeployRequest, ImageInfo, Settings, TestCon
 use agent_contents::raid::superblock;
 use agent_testkit::image_server::{Fault, ImageServer};
 use hardware_tests::bed::BRIDGE_IP;
-use hardware_tests::bed::{self, deploy, direct, Bus, Disk, MultipathDisk, Vm};
+use hardware_tests::bed::{self, deploy, direct, MultipathDisk, Vm};
 use hardware_tests::{require_root, run};
 use serde_json::{json, Value};
 
@@ -91,13 +91,8 @@ fn ramdisk_lists_erases_and_deploys_through_a_multipath_device() {
         .unwrap();
     let sha = deploy::sha256_file(&image).unwrap();
 
-    let disks = [Disk {
-        path: plain.clone(),
-        size: 4 * GIB,
-        bus: Bus::Virtio,
-        serial: "PLAIN0001".into(),
-        model: None,
-    }];
+    let disks = direct::virtio_disks(tmp.path(), &["PLAIN0001"], 4 * GIB);
+    assert_eq!(disks[0].path, plain);
     let lun_disk = MultipathDisk {
         path: lun.clone(),
         size: 5 * GIB,

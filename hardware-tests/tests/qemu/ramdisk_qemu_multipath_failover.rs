@@ -30,9 +30,7 @@ use std::time::{Duration, Instant};
 
 use agent::testconductor::{BootMode, DeployRequest, ImageInfo, Settings, TestConductor};
 use agent_testkit::image_server::{Fault, ImageServer};
-use hardware_tests::bed::{
-    self, deploy, direct, dirty_disk, qmp, Bus, Disk, MultipathDisk, Vm, BRIDGE_IP,
-};
+use hardware_tests::bed::{self, deploy, direct, dirty_disk, qmp, MultipathDisk, Vm, BRIDGE_IP};
 use hardware_tests::{require_root, run};
 
 const MAC: &str = "52:54:00:12:34:5d";
@@ -177,13 +175,8 @@ fn a_deploy_survives_lost_paths_and_fails_closed_past_the_queueing_bound() {
         .unwrap();
     let sha = deploy::sha256_file(&img).unwrap();
 
-    let disks = [Disk {
-        path: plain.clone(),
-        size: 256 * MIB,
-        bus: Bus::Virtio,
-        serial: "PLAIN0002".into(),
-        model: None,
-    }];
+    let disks = direct::virtio_disks(tmp.path(), &["PLAIN0002"], 256 * MIB);
+    assert_eq!(disks[0].path, plain);
     let lun_disk = MultipathDisk {
         path: lun.clone(),
         size: LUN_SIZE,

@@ -320,9 +320,8 @@ pub(crate) fn message(name: &str, message: &str) -> Result<(), DmError> {
 }
 
 /// `/dev/<kernel name>` of a device number, from sysfs.
-fn node_of((major, minor): (u64, u64)) -> Option<PathBuf> {
-    let link = std::fs::read_link(format!("/sys/dev/block/{major}:{minor}")).ok()?;
-    Some(Path::new("/dev").join(link.file_name()?))
+fn node_of(devno: (u64, u64)) -> Option<PathBuf> {
+    super::kernel_name_of(Path::new("/"), devno).map(|n| Path::new("/dev").join(n))
 }
 
 #[cfg(test)]

@@ -83,9 +83,7 @@ impl Device {
 
     /// Kernel name (`sda`, `loop3p1`), from sysfs for block devices.
     pub fn kernel_name(&self) -> Option<String> {
-        let (ma, mi) = self.devno?;
-        let link = fs::read_link(format!("/sys/dev/block/{ma}:{mi}")).ok()?;
-        link.file_name().map(|n| n.to_string_lossy().into_owned())
+        kernel_name_of(Path::new("/"), self.devno?)
     }
 
     /// Partitions of this (whole) device, as devices, found through sysfs;
@@ -393,6 +391,13 @@ pub fn erase_candidates(disks: &[PathBuf]) -> Result<Vec<Device>> {
         }
     }
     Ok(out)
+}
+
+/// The kernel name of block device `major:minor` under `root` (`/` on the
+/// machine), from its `sys/dev/block` link; `None` when it does not exist.
+pub fn kernel_name_of(root: &Path, (major, minor): (u64, u64)) -> Option<String> {
+    let link = fs::read_link(root.join(format!("sys/dev/block/{major}:{minor}"))).ok()?;
+    Some(link.file_name()?.to_string_lossy().into_owned())
 }
 
 #[cfg(test)]

@@ -57,6 +57,8 @@ pub struct Multipath {
     pub kname: String,
     /// dm name (`mpatha`).
     pub name: String,
+    /// dm uuid (`mpath-<WWID>`).
+    pub uuid: String,
     /// Kernel names of its paths (`slaves/`), sorted.
     pub paths: Vec<String>,
 }
@@ -162,6 +164,7 @@ pub fn multipath(root: &Path, kname: &str) -> Option<Multipath> {
     Some(Multipath {
         kname: kname.to_string(),
         name: read(&b.join("dm/name")).unwrap_or_else(|| kname.to_string()),
+        uuid,
         paths: list(&b.join("slaves")),
     })
 }
@@ -360,15 +363,12 @@ pub fn assemble() -> (Vec<Assembled>, Vec<String>) {
     let mut taken: Vec<String> = existing.iter().map(|m| m.name.clone()).collect();
     // A LUN that has a device already: its paths that come back are the
     // watch's to add, never a second device.
-    let uuids: Vec<String> = existing
-        .iter()
-        .filter_map(|m| dm_uuid(root, &m.kname))
-        .collect();
+    let uuids: Vec<&str> = existing.iter().map(|m| m.uuid.as_str()).collect();
     let mut next = 0;
     let mut out = Vec::new();
     let mut failures = Vec::new();
     for g in groups(root) {
-        if uuids.contains(&uuid(&g.wwid)) {
+        if uuids.contains(&uuid(&g.wwid).as_str()) {
             continue;
         }
         let name = loop {
@@ -455,6 +455,29 @@ pub fn is_multipath(dev: &Path) -> bool {
     multipath_of(dev).is_some()
 }
 
+/// The partitions of the table on multipath device `dev` (open as `f`) as
+/// kpartx maps them: every partition, an MBR's logical ones included (5,
+/// 6, …), its extended partition as the kernel shows it (its first 1 KiB).
+/// `Ok(None)`: no table.
+fn mapped_partitions(f: &std::fs::File, dev: &Path) -> Result<Option<Vec<super::table::Part>>> {
+    let sector = u64::from(super::ioctl::logical_sector_size(f).unwrap_or(512)).max(512);
+    let Some(table) = super::table::read(f, sector)
+        .with_context(|| format!("reading the partition table of {}", dev.display()))?
+    else {
+        return Ok(None);
+    };
+    let logical = super::table::logical::logical_partitions(f, &table)
+        .with_context(|| format!("reading the logical partitions of {}", dev.display()))?;
+    let mut parts = table.parts;
+    for p in &mut parts {
+        if super::table::logical::is_extended(p) {
+            p.len = p.len.min(1024);
+        }
+    }
+    parts.extend(logical);
+    Ok(Some(parts))
+}
+
 /// The partition map (`/dev/dm-N`) of multipath device `dev` that covers
 /// exactly `len` bytes from byte `offset` (a partition of the table on it,
 /// logical ones included): what mounts a partition of a SAN disk, whose
@@ -462,13 +485,9 @@ pub fn is_multipath(dev: &Path) -> bool {
 pub fn partition_map_at(dev: &Path, offset: u64, len: u64) -> Option<PathBuf> {
     let m = multipath_of(dev)?;
     let f = std::fs::File::open(dev).ok()?;
-    let sector = u64::from(super::ioctl::logical_sector_size(&f).unwrap_or(512)).max(512);
-    let table = super::table::read(&f, sector).ok()??;
-    let logical = super::table::logical::logical_partitions(&f, &table).unwrap_or_default();
-    let number = table
-        .parts
-        .iter()
-        .chain(&logical)
+    let number = mapped_partitions(&f, dev)
+        .ok()??
+        .into_iter()
         .find(|p| p.start == offset && p.len == len)?
         .number;
     let root = Path::new("/");
@@ -508,25 +527,14 @@ pub fn sync_partitions(dev: &Path) -> Result<Option<Vec<(u32, PathBuf, u64)>>> {
     };
     drop_partitions(dev)?;
     let f = std::fs::File::open(dev).with_context(|| format!("opening {}", dev.display()))?;
-    let sector = u64::from(super::ioctl::logical_sector_size(&f).unwrap_or(512)).max(512);
-    let Some(table) = super::table::read(&f, sector)
-        .with_context(|| format!("reading the partition table of {}", dev.display()))?
-    else {
+    let Some(parts) = mapped_partitions(&f, dev)? else {
         return Ok(Some(Vec::new()));
     };
-    let parent = dm_uuid(Path::new("/"), &m.kname).unwrap_or_default();
+    let parent = &m.uuid;
     let devno = read(&sys_block(Path::new("/")).join(&m.kname).join("dev"))
         .with_context(|| format!("the device number of {}", m.kname))?;
-    // An MBR's logical partitions are mapped too (5, 6, …), and its
-    // extended partition as the kernel and kpartx show it: its first 1 KiB.
-    let logical = super::table::logical::logical_partitions(&f, &table)
-        .with_context(|| format!("reading the logical partitions of {}", dev.display()))?;
     let mut out = Vec::new();
-    for p in table.parts.iter().chain(&logical) {
-        let mut p = p.clone();
-        if super::table::logical::is_extended(&p) {
-            p.len = p.len.min(1024);
-        }
+    for p in parts {
         if p.start % 512 != 0 || p.len % 512 != 0 || p.len == 0 {
             bail!(
                 "partition {} of {} is not in whole 512-byte sectors",
@@ -707,6 +715,7 @@ mod tests {
             [Multipath {
                 kname: "dm-0".into(),
                 name: "mpatha".into(),
+                uuid: "mpath-naa.5000c50015ea71ad".into(),
                 paths: vec!["sdb".into(), "sdc".into()],
             }]
         );

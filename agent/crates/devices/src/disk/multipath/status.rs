@@ -47,12 +47,6 @@ impl Status {
     }
 }
 
-/// Parses a `major:minor` pair.
-pub fn devno(s: &str) -> Option<(u64, u64)> {
-    let (a, b) = s.split_once(':')?;
-    Some((a.parse().ok()?, b.parse().ok()?))
-}
-
 /// Parses a multipath target's status line.
 pub fn parse(line: &str) -> Option<Status> {
     let mut w = line.split_whitespace();
@@ -85,7 +79,7 @@ pub fn parse(line: &str) -> Option<Status> {
             paths: Vec::with_capacity(paths),
         };
         for _ in 0..paths {
-            let devno = devno(w.next()?)?;
+            let devno = super::devno(w.next()?)?;
             let active = match w.next()? {
                 "A" => true,
                 "F" => false,

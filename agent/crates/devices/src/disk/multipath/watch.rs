@@ -27,7 +27,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 
 use super::status::{self, Status};
-use super::{alua_priority, candidates, dm, dm_uuid, read, sys_block, PathDev};
+use super::{alua_priority, candidates, dm, read, sys_block, PathDev};
+use crate::disk::kernel_name_of;
 
 /// Where the reason a device fails its I/O is kept, one file per device
 /// (`dm-0`), for [`no_path`] in the agent's process.
@@ -81,9 +82,11 @@ fn tick(
     queue: Duration,
     say: Say,
 ) {
+    // The free disks, read once for every device's returning paths.
+    let free = candidates(root);
     for m in super::all(root) {
         let t = tracked.entry(m.name.clone()).or_default();
-        match watch(root, &m, t, queue, say) {
+        match watch(root, &m, &free, t, queue, say) {
             Ok(()) => t.last_error = None,
             Err(e) => {
                 let e = format!("{e:#}");
@@ -108,18 +111,12 @@ fn tick(
     }
 }
 
-/// The kernel name of the block device `devno` under `root`, if it exists.
-fn kname(root: &Path, (major, minor): (u64, u64)) -> Option<String> {
-    let link = std::fs::read_link(root.join(format!("sys/dev/block/{major}:{minor}"))).ok()?;
-    Some(link.file_name()?.to_string_lossy().into_owned())
-}
-
 /// The table's paths whose disk exists, and the devnos of those gone.
 fn present(root: &Path, st: &Status) -> (Vec<PathDev>, Vec<(u64, u64)>) {
     let mut here = Vec::new();
     let mut gone = Vec::new();
     for p in st.paths() {
-        match kname(root, p.devno) {
+        match kernel_name_of(root, p.devno) {
             Some(name) => here.push(PathDev {
                 priority: alua_priority(root, &name),
                 name,
@@ -141,6 +138,7 @@ fn names(paths: &[PathDev]) -> String {
 fn watch(
     root: &Path,
     m: &super::Multipath,
+    free: &[(PathDev, u64, String)],
     t: &mut Tracked,
     queue: Duration,
     say: Say,
@@ -151,12 +149,11 @@ fn watch(
     };
     let st = status::parse(&target.params)
         .with_context(|| format!("unreadable status {:?}", target.params))?;
-    let uuid = dm_uuid(root, &m.kname).unwrap_or_default();
     let (here, gone) = present(root, &st);
-    let new: Vec<PathDev> = candidates(root)
-        .into_iter()
-        .filter(|(_, sectors, wwid)| *sectors == target.length && super::uuid(wwid) == uuid)
-        .map(|(p, _, _)| p)
+    let new: Vec<PathDev> = free
+        .iter()
+        .filter(|(_, sectors, wwid)| *sectors == target.length && super::uuid(wwid) == m.uuid)
+        .map(|(p, _, _)| p.clone())
         .collect();
     if !new.is_empty() || (!gone.is_empty() && !here.is_empty()) {
         // A new disk may have the device number of a path gone (the kernel
@@ -253,7 +250,7 @@ fn reinstate(root: &Path, m: &super::Multipath, st: &Status, t: &mut Tracked, sa
         if t.checks.contains_key(&p.devno) {
             continue;
         }
-        let Some(name) = kname(root, p.devno) else {
+        let Some(name) = kernel_name_of(root, p.devno) else {
             continue;
         };
         let (tx, rx) = mpsc::channel();
