@@ -8,7 +8,11 @@
 //!   power: the token is wiped as for a real reboot); the agent looks the
 //!   node up again and Ironic runs the next step on it;
 //! * a deploy template runs a step after `write_image`, renaming the
-//!   deployed image's partition;
+//!   deployed image's partition; its `raid.apply_configuration` runs a
+//!   vendor's step instead of the generic one, and the vendor's
+//!   `os_install_device` hook then chooses its volume as the root disk;
+//!   the undeploy's automated cleaning runs the vendor's `erase_devices`
+//!   instead of the generic one;
 //! * a failing step ends `clean failed` with its exit status and last
 //!   output line in `last_error`;
 //! * aborting a clean kills a running abortable step and what it started;
@@ -577,8 +581,61 @@ fn make_image(path: &Path) -> (Vec<u8>, String) {
     (img, hex)
 }
 
+/// (h) A vendor's in-band hardware RAID in a deploy: manager `vendor_raid`
+/// replaces the generic `apply_configuration` (the template's
+/// `raid.apply_configuration`, before `write_image`) and, once its volume
+/// exists, chooses it as the root disk through its `os_install_device`
+/// hook (IPA's `get_os_install_device`). The "volume" is the second loop
+/// device, which the agent's own choice (the smaller disk) would not take.
+fn vendor_raid(mdir: &Path, volume: &Path) {
+    let built = mdir.join("volume-built");
+    script(
+        mdir,
+        "apply.sh",
+        &format!(
+            r#"{FIELD}
+input=$(cat)
+echo "building $(field args.raid_config.logical_disks.0.raid_level) on the controller"
+touch {built}
+field args.raid_config"#,
+            built = built.display()
+        ),
+    );
+    script(
+        mdir,
+        "root.sh",
+        &format!(
+            r#"cat > {seen}
+if [ -e {built} ]; then echo '{{"name": "{volume}"}}'; else echo '{{"claimed": false}}'; fi"#,
+            seen = mdir.join("root-input.json").display(),
+            built = built.display(),
+            volume = volume.display()
+        ),
+    );
+    // Its whole-disk erase records the disk list it was given and erases
+    // nothing, so the test can tell it ran instead of the generic one.
+    script(
+        mdir,
+        "erase_all.sh",
+        &format!(
+            "cat > {seen}\necho '{{\"erased_by\": \"controller\"}}'",
+            seen = mdir.join("erase-input.json").display()
+        ),
+    );
+    std::fs::write(
+        mdir.join("vendor_raid.yaml"),
+        "name: vendor_raid\nversion: '3'\nos_install_device: {executable: root.sh}\nsteps:\n  - {name: apply_configuration, executable: apply.sh, interface: raid, deploy_priority: 0, argsinfo: {raid_config: {description: the configuration, required: true}}}\n  - {name: erase_devices, executable: erase_all.sh, interface: deploy, clean_priority: 10}\n",
+    )
+    .unwrap();
+}
+
 /// (b) A deploy template runs `rename_partition` after `write_image`: the
-/// deployed image's partition is renamed, its data intact.
+/// deployed image's partition is renamed, its data intact; and (h) its
+/// `raid.apply_configuration` runs the vendor's step, whose volume becomes
+/// the root disk the image is written to. The undeploy's automated
+/// cleaning (this Ironic runs `erase_devices` at priority 10) then runs the
+/// vendor's `erase_devices` in place of the generic one, which would
+/// discard the image's data.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn real_ironic_runs_an_executable_step_from_a_deploy_template() {
     hardware_tests::require_root("the real-Ironic executable deploy step test");
@@ -586,23 +643,31 @@ async fn real_ironic_runs_an_executable_step_from_a_deploy_template() {
     let dir = tempfile::tempdir().unwrap();
     let mdir = dir.path().join("managers");
     std::fs::create_dir(&mdir).unwrap();
-    let disk = LoopDevice::new(64 * MIB).expect("creating a loop device");
+    // Sparse: the agent's own choice needs 4 GiB, and takes the smaller.
+    let other = LoopDevice::new((5 << 30) - MIB).expect("creating a loop device");
+    let disk = LoopDevice::new(5 << 30).expect("creating a loop device");
     managers(&mdir, &PathBuf::from("/dev/none"), &dir.path().join("pids"));
+    vendor_raid(&mdir, &disk.path);
     let image_path = dir.path().join("tenant.raw");
     let (img, sha) = make_image(&image_path);
     let server = ImageServer::start().unwrap();
     server.route("/images/tenant.raw", &image_path, &[], Fault::None);
 
-    let ironic = Ironic::start().expect("starting Ironic 39.0.0");
+    let ironic = Ironic::start_with("[deploy]\nerase_devices_priority = 10\n")
+        .expect("starting Ironic 39.0.0");
     let mac = "52:54:00:c1:ee:02";
     let uuid = ironic
         .enroll_ready("agent-exec-deploy", mac, true)
         .await
         .unwrap();
+    let raid = json!({"logical_disks": [{"controller": "RAID.Integrated.1-1", "raid_level": "1",
+        "size_gb": "MAX", "is_root_volume": true}]});
     ironic
         .create_deploy_template(
             "CUSTOM_EXEC_STEPS",
-            json!([{"interface": "deploy", "step": "rename_partition", "priority": 50,
+            json!([{"interface": "raid", "step": "apply_configuration", "priority": 90,
+                    "args": {"raid_config": raid}},
+                   {"interface": "deploy", "step": "rename_partition", "priority": 50,
                     "args": {"device": disk.path, "label": "templated"}}]),
         )
         .await
@@ -617,13 +682,15 @@ async fn real_ironic_runs_an_executable_step_from_a_deploy_template() {
             Ironic::image_patch(
                 &server.url("/images/tenant.raw"),
                 &sha,
-                json!([{"op": "add", "path": "/instance_info/traits", "value": ["CUSTOM_EXEC_STEPS"]}]),
+                json!([{"op": "add", "path": "/instance_info/traits", "value": ["CUSTOM_EXEC_STEPS"]},
+                       {"op": "replace", "path": "/raid_interface", "value": "agent"}]),
             ),
         )
         .await
         .unwrap();
-    let mut config = host_config(&ironic.url, mac, &disk.path);
-    config.exec_managers_dir = Some(mdir);
+    let mut config = host_config(&ironic.url, mac, &other.path);
+    config.allowed_devices.push(disk.path.clone());
+    config.exec_managers_dir = Some(mdir.clone());
     let agent = agent::agent::start_detached(config);
     let t = Instant::now();
     ironic
@@ -639,10 +706,66 @@ async fn real_ironic_runs_an_executable_step_from_a_deploy_template() {
         t.elapsed().as_secs_f64()
     );
     assert!(node["last_error"].is_null(), "{}", node["last_error"]);
+    // The vendor's step ran (not the generic software RAID) and Ironic
+    // stored the configuration it returned.
+    assert!(
+        mdir.join("volume-built").exists(),
+        "the vendor's apply_configuration did not run"
+    );
+    assert_eq!(
+        node["raid_config"]["logical_disks"][0]["controller"], "RAID.Integrated.1-1",
+        "{}",
+        node["raid_config"]
+    );
+    // Its hook was given both disks and chose the volume: the image is
+    // there, renamed by the template's step; the other disk is untouched.
+    let seen: Value =
+        serde_json::from_str(&std::fs::read_to_string(mdir.join("root-input.json")).unwrap())
+            .unwrap();
+    let given: Vec<&str> = seen["disks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|d| d["name"].as_str())
+        .collect();
+    let names = [
+        other.path.display().to_string(),
+        disk.path.display().to_string(),
+    ];
+    assert_eq!(given, names, "{seen}");
+    assert_eq!(seen["node"]["uuid"], uuid.as_str());
     assert_eq!(gpt_names(&disk.path), ["templated"]);
-    let data = std::fs::read(&disk.path).unwrap();
+    let mut data = vec![0; (6 * MIB) as usize];
+    std::io::Read::read_exact(&mut std::fs::File::open(&disk.path).unwrap(), &mut data).unwrap();
     let body = (2 * MIB) as usize..(6 * MIB) as usize;
     assert!(data[body.clone()] == img[body], "the image's data changed");
+    assert!(
+        gpt_names(&other.path).is_empty(),
+        "the agent's own choice was written"
+    );
+
+    ironic.enable_automated_clean(&uuid).await.unwrap();
+    ironic
+        .move_to(&uuid, "deleted", "available", Duration::from_secs(240))
+        .await
+        .unwrap_or_else(|e| panic!("undeploy with the vendor's erase: {e:#}"));
+    let seen = std::fs::read_to_string(mdir.join("erase-input.json"))
+        .expect("the vendor's erase_devices did not run");
+    let seen: Value = serde_json::from_str(&seen).unwrap();
+    assert_eq!(seen["step"], "erase_devices");
+    assert_eq!(seen["phase"], "clean");
+    // The generic erase_devices_metadata (priority 10 here too) wiped the
+    // table; the generic erase_devices would have discarded the rest.
+    std::io::Read::read_exact(&mut std::fs::File::open(&disk.path).unwrap(), &mut data).unwrap();
+    assert!(
+        gpt_names(&disk.path).is_empty(),
+        "the metadata erase did not run"
+    );
+    let body = (2 * MIB) as usize..(6 * MIB) as usize;
+    assert!(
+        data[body.clone()] == img[body],
+        "the generic erase_devices ran: the image's data is gone"
+    );
     agent.abort();
 }
 

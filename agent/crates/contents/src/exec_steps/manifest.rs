@@ -1,7 +1,7 @@
 //! The manifest of an executable hardware manager: one YAML file naming the
 //! manager, its steps (each an executable with its interface, priorities
-//! per phase, `argsinfo`, time limit) and its optional per-disk erase and
-//! inspection hooks; parsed, checked and turned into [`ExecManager`] here
+//! per phase, `argsinfo`, time limit) and its optional per-disk erase,
+//! inspection and root-disk (`os_install_device`) hooks; parsed, checked and turned into [`ExecManager`] here
 //! (a directory of them: [`super::dir`]).
 //! The reference for operators is `agent/docs/own-steps.md`.
 
@@ -126,6 +126,9 @@ pub struct ExecManager {
     pub erase_block_device: Option<Hook>,
     /// Its inspection data collector, if any.
     pub inspect: Option<Hook>,
+    /// Its choice of the disk the image is written to (IPA's
+    /// `get_os_install_device`), if any.
+    pub os_install_device: Option<Hook>,
 }
 
 /// Why a manifest (or the directory of manifests) was refused.
@@ -198,6 +201,8 @@ struct RawManifest {
     erase_block_device: Option<Value>,
     #[serde(default)]
     inspect: Option<Value>,
+    #[serde(default)]
+    os_install_device: Option<Value>,
 }
 
 #[derive(Deserialize)]
@@ -421,6 +426,10 @@ pub fn parse_manifest(text: &str, path: &Path) -> Result<ExecManager, ManifestEr
         .map(|h| cx.hook("erase_block_device", h))
         .transpose()?;
     let inspect = raw.inspect.map(|h| cx.hook("inspect", h)).transpose()?;
+    let os_install_device = raw
+        .os_install_device
+        .map(|h| cx.hook("os_install_device", h))
+        .transpose()?;
     Ok(ExecManager {
         path: path.to_path_buf(),
         name: raw.name,
@@ -429,6 +438,7 @@ pub fn parse_manifest(text: &str, path: &Path) -> Result<ExecManager, ManifestEr
         steps,
         erase_block_device,
         inspect,
+        os_install_device,
     })
 }
 

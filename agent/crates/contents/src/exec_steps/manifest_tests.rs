@@ -75,6 +75,7 @@ erase_block_device:
   timeout: 600
 inspect:
   executable: ./tool
+os_install_device: {executable: tool, timeout: 30}
 ",
     )
     .unwrap();
@@ -129,6 +130,9 @@ inspect:
     assert_eq!(erase.args, ["-v"]);
     assert_eq!(erase.timeout, Duration::from_secs(600));
     assert_eq!(m.inspect.unwrap().executable, tool);
+    let root = m.os_install_device.unwrap();
+    assert_eq!(root.executable, d.path().join("tool"));
+    assert_eq!(root.timeout, Duration::from_secs(30));
 }
 
 #[test]
@@ -142,6 +146,7 @@ fn defaults_and_absolute_executables() {
     assert_eq!(m.support, DEFAULT_SUPPORT);
     assert_eq!(m.steps[0].hook.executable, PathBuf::from("/bin/sh"));
     assert!(m.erase_block_device.is_none() && m.inspect.is_none());
+    assert!(m.os_install_device.is_none());
     let m = parse(d.path(), "name: nothing\nversion: '0'\n").unwrap();
     assert!(m.steps.is_empty());
 }
@@ -180,6 +185,10 @@ fn refusals_name_the_file_the_step_and_the_field() {
         (
             &format!("{STEP}inspect: {{executable: tool, timeout: 9999999}}\n"),
             "D/m.yaml: inspect.timeout 9999999 is out of range (1 to 604800 seconds)",
+        ),
+        (
+            &format!("{STEP}os_install_device: {{executable: gone}}\n"),
+            "D/m.yaml: os_install_device.executable gone does not exist",
         ),
     ];
     for (text, want) in cases {

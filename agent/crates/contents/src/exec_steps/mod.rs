@@ -1,7 +1,8 @@
 //! Executable hardware managers: what an operator adds to the ramdisk
 //! without rebuilding the agent. A directory of YAML manifests (one per
 //! manager, [`manifest`]) names executables that provide clean, deploy and
-//! service steps, a per-disk erase method and extra inspection data; [`run`]
+//! service steps, a per-disk erase method, extra inspection data and the
+//! choice of the root disk; [`run`]
 //! runs one of them with its JSON input, time limit and abort. How they
 //! become steps of the agent is `commands`' business (layers above).
 
@@ -23,4 +24,4 @@ pub use dir::load_dir;
 pub use manifest::{
     parse_manifest, ArgSpec, ExecManager, ExecStep, Hook, Interface, ManifestError,
 };
-pub use run::{erase_block_device, run, Exit, RunError, Tail};
+pub use run::{erase_block_device, os_install_device, run, Exit, RunError, Tail};

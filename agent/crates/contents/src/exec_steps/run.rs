@@ -129,6 +129,16 @@ pub enum RunError {
         /// What ran.
         label: String,
     },
+    /// It succeeded, but its answer is not one its hook may give.
+    #[error("{label} answered {answer}, which is not {expected}")]
+    Answer {
+        /// What ran.
+        label: String,
+        /// Its last JSON line (`null` when it printed none).
+        answer: String,
+        /// What the hook may answer.
+        expected: &'static str,
+    },
 }
 
 /// The last lines of both streams, in the order they came.
@@ -375,4 +385,46 @@ pub async fn erase_block_device(
         return Ok(None);
     }
     Ok(Some(result))
+}
+
+/// What an `os_install_device` hook may answer.
+const INSTALL_DEVICE_ANSWERS: &str =
+    "{\"name\": \"/dev/…\"} (the disk to write) or {\"claimed\": false} (no choice: the next manager chooses)";
+
+/// Runs a root-disk hook (IPA's `get_os_install_device`; `input`:
+/// `{"node": .., "disks": [..]}`). `Ok(None)`: the hook declined (its last
+/// stdout line was `{"claimed": false}` and it exited 0), so the next
+/// manager chooses; `Ok(Some(path))`: its choice, an absolute path
+/// (`{"name": "/dev/sdb"}`). Any other answer is an error naming it.
+pub async fn os_install_device(
+    hook: &Hook,
+    label: &str,
+    input: &Value,
+    abort: Arc<AtomicBool>,
+) -> Result<Option<PathBuf>, RunError> {
+    let result = run(hook, label, input, abort).await?;
+    if result.get("claimed") == Some(&Value::Bool(false)) {
+        tracing::info!(target: "exec_steps", hook = %label, "made no choice of the root disk");
+        return Ok(None);
+    }
+    let name = result
+        .as_object()
+        .filter(|o| o.len() == 1)
+        .and_then(|o| o.get("name"))
+        .and_then(Value::as_str)
+        .filter(|n| n.starts_with('/') && !n.contains('\0'));
+    match name {
+        Some(n) => Ok(Some(PathBuf::from(n))),
+        None => {
+            let mut answer = result.to_string();
+            if answer.len() > 200 {
+                answer = format!("{}…", answer.chars().take(200).collect::<String>());
+            }
+            Err(RunError::Answer {
+                label: label.to_string(),
+                answer,
+                expected: INSTALL_DEVICE_ANSWERS,
+            })
+        }
+    }
 }

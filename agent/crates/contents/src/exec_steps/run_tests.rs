@@ -1,6 +1,7 @@
 //! Running hooks with real processes (`sh`, `cat`, `sleep`): the result
 //! line, stdin, failures with their tail, the time limit and abort killing
-//! the whole process group, and the erase protocol's decline.
+//! the whole process group, the erase protocol's decline and the root-disk
+//! hook's answers.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -277,4 +278,50 @@ async fn an_erase_hook_claims_or_declines_a_disk() {
     assert!(erase_block_device(&failing, "erase", &input, never())
         .await
         .is_err());
+}
+
+#[tokio::test]
+async fn a_root_disk_hook_chooses_declines_or_is_an_error_naming_its_answer() {
+    let input = json!({"node": {}, "disks": [{"name": "/dev/sda"}, {"name": "/dev/sdb"}]});
+    let choose = sh("echo looking; echo '{\"name\": \"/dev/sdb\"}'", LONG);
+    assert_eq!(
+        os_install_device(&choose, "root", &input, never())
+            .await
+            .unwrap(),
+        Some(PathBuf::from("/dev/sdb"))
+    );
+    let decline = sh("echo '{\"claimed\": false}'", LONG);
+    assert_eq!(
+        os_install_device(&decline, "root", &input, never())
+            .await
+            .unwrap(),
+        None
+    );
+    // No choice at all, a relative name, extra keys, a name of the wrong
+    // type: each is the hook's error, with what it printed.
+    for (script, printed) in [
+        ("true", "null"),
+        ("echo '{\"name\": \"sdb\"}'", r#"{"name":"sdb"}"#),
+        (
+            "echo '{\"name\": \"/dev/sdb\", \"wipe\": true}'",
+            r#"{"name":"/dev/sdb","wipe":true}"#,
+        ),
+        ("echo '{\"name\": 3}'", r#"{"name":3}"#),
+        ("echo '\"/dev/sdb\"'", r#""/dev/sdb""#),
+    ] {
+        let e = os_install_device(&sh(script, LONG), "root", &input, never())
+            .await
+            .unwrap_err();
+        let text = e.to_string();
+        assert!(matches!(e, RunError::Answer { .. }), "{script}: {text}");
+        assert!(
+            text.starts_with(&format!("root answered {printed}, which is not {{\"name\"")),
+            "{script}: {text}"
+        );
+    }
+    let failing = sh("echo '{\"name\": \"/dev/sdb\"}'; exit 2", LONG);
+    assert!(matches!(
+        os_install_device(&failing, "root", &input, never()).await,
+        Err(RunError::Failed { .. })
+    ));
 }

@@ -106,7 +106,7 @@ pub(crate) async fn install_bootloader(
         return Outcome::Done(Value::Null);
     }
     let efivars = std::path::Path::new(agent_contents::uefi::efivars::EFIVARS);
-    let result = match super::target::choose_device(&state, node) {
+    let result = match super::target::choose_device(&state, node).await {
         Err(e) => Err(e),
         Ok(_) if !efivars.is_dir() => Err(CommandError::new(
             ErrorKind::CommandExecution,
@@ -203,7 +203,7 @@ async fn partition_image_loaders(
     node: Option<&Node>,
     root_uuid: &str,
 ) -> Result<(), CommandError> {
-    let device = super::target::choose_device(state, node)?;
+    let device = super::target::choose_device(state, node).await?;
     let root = root_uuid.to_string();
     let preserved = tokio::task::spawn_blocking(move || {
         agent_contents::partimage::efi::preserve_assets(&device, &root)
@@ -272,7 +272,7 @@ async fn bios_grub(
     root_uuid: &str,
 ) -> Result<(), CommandError> {
     bios_grub_arch(std::env::consts::ARCH)?;
-    let device = super::target::choose_device(state, node)?;
+    let device = super::target::choose_device(state, node).await?;
     let disks = match device.file_name().map(|n| n.to_string_lossy().into_owned()) {
         Some(name) if is_md(&device) => {
             let disks = agent_contents::raid::md::member_disks(std::path::Path::new("/"), &name);

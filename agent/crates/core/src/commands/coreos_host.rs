@@ -77,7 +77,7 @@ pub(crate) async fn install_coreos(
         );
     }
     try_delete_raid(&state, &call).await;
-    plan.device = super::target::choose_device(&state, call.node.as_ref())?;
+    plan.device = super::target::choose_device(&state, call.node.as_ref()).await?;
     // What an earlier write reported no longer describes the disk.
     state.set_partition_uuids(Some(json!({})));
     let args = installer::args(&plan);

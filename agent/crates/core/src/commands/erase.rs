@@ -19,7 +19,7 @@ use anyhow::Result;
 use serde_json::{Map, Value};
 
 use super::dispatch::step_call::StepCall;
-use super::managers::exec;
+use super::managers::hooks as manager_hooks;
 use super::{CommandError, ErrorKind};
 use crate::state::AgentState;
 use agent_devices::disk::fullerase::{self, Knobs};
@@ -95,7 +95,7 @@ fn refuse_special(devices: &[Device], knobs: &Knobs) -> Result<(), EraseFailure>
 
 /// The `erase_devices` step: each disk is offered first to the erase hooks
 /// of the executable hardware managers (highest support first,
-/// [`super::managers::exec::erase_claimed`]); the ones every hook declines
+/// [`super::managers::hooks::erase_claimed`]); the ones every hook declines
 /// get the generic erase. The result names the method per disk. A disk
 /// holding a shared cluster filesystem is never offered to a hook unless
 /// the node allows wiping it: the generic erase refuses it as before.
@@ -109,7 +109,7 @@ pub(crate) async fn erase_devices_step(
     // clean and powered the node off, or wiped the token).
     let cancel = state.abort_flag();
     let node = call.node_document().clone();
-    let hooks = exec::erase_hooks(&state.config)
+    let hooks = manager_hooks::erase_hooks(&state.config)
         .map_err(|e| CommandError::new(ErrorKind::BlockDeviceErase, e.to_string()))?;
     let (disks, guarded) = {
         let (policy, node, wipe_special) = (policy.clone(), node.clone(), knobs.wipe_special);
@@ -124,7 +124,7 @@ pub(crate) async fn erase_devices_step(
         .map_err(|e| CommandError::new(ErrorKind::BlockDeviceErase, e.to_string()))?
         .map_err(|e| CommandError::from_anyhow(ErrorKind::BlockDeviceErase, &e))?
     };
-    let (claimed, mut rest) = exec::erase_claimed(&hooks, disks, &node, &state).await?;
+    let (claimed, mut rest) = manager_hooks::erase_claimed(&hooks, disks, &node, &state).await?;
     rest.extend(guarded);
     let results = tokio::task::spawn_blocking(move || {
         fullerase::erase_disks(&rest, &policy, &knobs, &cancel)

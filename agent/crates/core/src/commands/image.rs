@@ -205,7 +205,7 @@ where
             ),
         ));
     }
-    let device = choose_device(&state, node)?;
+    let device = choose_device(&state, node).await?;
     let policy = WritePolicy::from_config(&state.config);
     let progress = Arc::new(Progress::default());
     state.commands.set_progress(Some(progress.clone()));

@@ -40,7 +40,7 @@ pub(crate) async fn inject_files_step(
         tracing::info!("inject_files: no files to inject");
         return Ok(json!({"files": []}));
     }
-    let device = super::target::choose_device(&state, call.node.as_ref())?;
+    let device = super::target::choose_device(&state, call.node.as_ref()).await?;
     // As every other download (IPA's inject_files uses its one TLS
     // session too): the CA, client certificate, time limits and retries of
     // the configuration, the proxies of the agent's environment (requests'

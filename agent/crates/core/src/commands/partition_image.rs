@@ -67,7 +67,7 @@ pub(crate) async fn write(
     configdrive: Option<Vec<u8>>,
     node: Option<Node>,
 ) -> Result<Value, CommandError> {
-    let device = choose_device(&state, node.as_ref())?;
+    let device = choose_device(&state, node.as_ref()).await?;
     let params = with_configured_sizes(params, &state.config);
     let ramdisk_uefi = Path::new("/sys/firmware/efi").is_dir();
     let mode = params::boot_mode(node.as_ref(), &params, ramdisk_uefi);

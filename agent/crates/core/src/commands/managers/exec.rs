@@ -4,14 +4,13 @@
 //! `{"node", "ports", "args", "step", "phase", "disks"}` as JSON on stdin;
 //! its last JSON stdout line is the step's result, and a failure, a time
 //! limit or an abort is the command's error with the exit status and the
-//! last output lines (what Ironic shows in `last_error`). Also the
-//! per-disk erase hooks `erase_devices` asks first, and the disk list both
-//! give the executables.
+//! last output lines (what Ironic shows in `last_error`). Also the disk
+//! list steps and hooks ([`super::hooks`]) give the executables.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 use super::{ArgDesc, Manager, ManagerVersion, StepInfo};
 use crate::commands::dispatch::context::Context;
@@ -86,7 +85,7 @@ fn info(s: &ExecStep, priority: u32) -> StepInfo {
 
 /// How a hook's executable is named in messages: relative to its manifest's
 /// directory when it lies there.
-fn label(m: &ExecManager, what: &str, hook: &Hook) -> String {
+pub(super) fn label(m: &ExecManager, what: &str, hook: &Hook) -> String {
     let dir = m.path.parent().unwrap_or(Path::new(""));
     let exe = hook
         .executable
@@ -194,124 +193,13 @@ pub fn disks(config: &Config) -> Value {
     }
 }
 
-fn inventory_disks(config: &Config) -> anyhow::Result<Vec<Value>> {
+pub(super) fn inventory_disks(config: &Config) -> anyhow::Result<Vec<Value>> {
     Ok(crate::commands::target::machine_disks(config)?
         .iter()
         .filter_map(|d| serde_json::to_value(d).ok())
         .collect())
 }
 
-/// The managers with an erase hook, highest support first (load order
-/// among equals).
-pub fn erase_hooks(config: &Config) -> Result<Vec<Arc<ExecManager>>, Refused> {
-    let mut hooks: Vec<Arc<ExecManager>> = load(config)?
-        .into_iter()
-        .filter(|m| m.support > 0 && m.erase_block_device.is_some())
-        .map(Arc::new)
-        .collect();
-    hooks.sort_by_key(|m| std::cmp::Reverse(m.support));
-    Ok(hooks)
-}
-
-/// Who erased a disk, for the step's result.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Claimed {
-    /// The disk.
-    pub disk: PathBuf,
-    /// The manager whose hook erased it.
-    pub manager: String,
-    /// The hook's JSON result.
-    pub result: Value,
-}
-
-/// Offers each of `disks` to the erase hooks of `managers` in turn (the
-/// first that claims it erases it). Returns the claimed disks and the
-/// ones every hook declined, in `disks`' order; a hook's failure stops
-/// the erase.
-pub async fn erase_claimed(
-    managers: &[Arc<ExecManager>],
-    disks: Vec<PathBuf>,
-    node: &Value,
-    state: &AgentState,
-) -> Result<(Vec<Claimed>, Vec<PathBuf>), CommandError> {
-    if managers.is_empty() {
-        return Ok((Vec::new(), disks));
-    }
-    let listed = inventory_disks(&state.config).unwrap_or_default();
-    let mut claimed = Vec::new();
-    let mut rest = Vec::new();
-    'disk: for disk in disks {
-        let name = disk.display().to_string();
-        let block_device = listed
-            .iter()
-            .find(|d| d.get("name").and_then(Value::as_str) == Some(name.as_str()))
-            .cloned()
-            .unwrap_or_else(|| json!({"name": name}));
-        let input = json!({"node": node, "block_device": block_device});
-        for m in managers {
-            let Some(hook) = &m.erase_block_device else {
-                continue;
-            };
-            let label = label(m, &format!("erase_block_device of {name}:"), hook);
-            let answer = agent_contents::exec_steps::erase_block_device(
-                hook,
-                &label,
-                &input,
-                state.abort_flag(),
-            )
-            .await
-            .map_err(|e| CommandError::new(ErrorKind::BlockDeviceErase, e.to_string()))?;
-            if let Some(result) = answer {
-                claimed.push(Claimed {
-                    disk,
-                    manager: m.name.clone(),
-                    result,
-                });
-                continue 'disk;
-            }
-        }
-        rest.push(disk);
-    }
-    Ok((claimed, rest))
-}
-
-/// Every executable manager's `inspect` hook, run in turn: each JSON
-/// object it prints is merged into `data` under its manager's name. A hook
-/// that fails or prints no object is logged and left out: inspection goes
-/// on without it.
-pub async fn inspection_data(config: &Config, node: &Value) -> Map<String, Value> {
-    let mut out = Map::new();
-    let managers = match load(config) {
-        Ok(m) => m,
-        Err(e) => {
-            tracing::warn!("{e}");
-            return out;
-        }
-    };
-    let hooked: Vec<&ExecManager> = managers
-        .iter()
-        .filter(|m| m.support > 0 && m.inspect.is_some())
-        .collect();
-    if hooked.is_empty() {
-        return out;
-    }
-    // One disk listing for every hook.
-    let input = json!({"node": node, "disks": disks(config)});
-    for m in hooked {
-        let Some(hook) = &m.inspect else { continue };
-        let label = label(m, "inspect executable", hook);
-        let never = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        match agent_contents::exec_steps::run(hook, &label, &input, never).await {
-            Ok(Value::Object(o)) => {
-                out.insert(m.name.clone(), Value::Object(o));
-            }
-            Ok(other) => tracing::warn!("{label} printed no JSON object: {other}"),
-            Err(e) => tracing::warn!("{e}"),
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 #[path = "exec_tests.rs"]
-mod tests;
+pub(super) mod tests;

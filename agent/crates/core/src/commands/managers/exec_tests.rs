@@ -1,9 +1,9 @@
 //! Executable managers loaded from a manifest directory and run through
-//! the managers' listing and dispatch, with shell scripts for executables;
-//! the per-disk erase hooks' claims.
+//! the managers' listing and dispatch, with shell scripts for executables
+//! (the helpers here serve the hooks' tests too).
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use serde_json::{json, Map, Value};
@@ -14,13 +14,13 @@ use crate::commands::dispatch::step_call::StepCall;
 use crate::commands::managers::Managers;
 use ironic_types::node::Node;
 
-fn script(dir: &Path, name: &str, body: &str) {
+pub(in crate::commands::managers) fn script(dir: &Path, name: &str, body: &str) {
     let p = dir.join(name);
     std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
     std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
 }
 
-fn config(dir: &Path) -> Config {
+pub(in crate::commands::managers) fn config(dir: &Path) -> Config {
     Config {
         exec_managers_dir: Some(dir.to_path_buf()),
         ..Config::default()
@@ -278,92 +278,5 @@ fn a_step_shadowing_a_generic_one_is_refused_naming_the_manifest() {
         )),
         "{}",
         e.details
-    );
-}
-
-#[tokio::test]
-async fn erase_hooks_claim_the_disks_they_want_and_decline_the_rest() {
-    let d = tempfile::tempdir().unwrap();
-    let (a, b) = (d.path().join("disk-a"), d.path().join("disk-b"));
-    // Claims disk-a (and says so), declines any other.
-    script(
-        d.path(),
-        "erase.sh",
-        &format!(
-            "if grep -q '\"name\":\"{}\"'; then echo '{{\"wiped\": true}}'; else echo '{{\"claimed\": false}}'; fi",
-            a.display()
-        ),
-    );
-    script(d.path(), "never.sh", "echo '{\"claimed\": false}'");
-    std::fs::write(
-        d.path().join("a.yaml"),
-        "name: low\nversion: '1'\nsupport: 2\nerase_block_device: {executable: never.sh}\n",
-    )
-    .unwrap();
-    std::fs::write(
-        d.path().join("b.yaml"),
-        "name: vendor\nversion: '1'\nsupport: 4\nerase_block_device: {executable: erase.sh}\n",
-    )
-    .unwrap();
-    std::fs::write(d.path().join("c.yaml"), "name: no_hook\nversion: '1'\n").unwrap();
-    let cfg = config(d.path());
-    let hooks = erase_hooks(&cfg).unwrap();
-    let names: Vec<&str> = hooks.iter().map(|m| m.name.as_str()).collect();
-    assert_eq!(names, ["vendor", "low"]);
-    let state = AgentState::new(cfg, None);
-    let (claimed, rest) = erase_claimed(&hooks, vec![a.clone(), b.clone()], &json!({}), &state)
-        .await
-        .unwrap();
-    assert_eq!(
-        claimed,
-        [Claimed {
-            disk: a,
-            manager: "vendor".into(),
-            result: json!({"wiped": true}),
-        }]
-    );
-    assert_eq!(rest, std::slice::from_ref(&b));
-
-    // A failing hook stops the erase, naming the disk.
-    script(d.path(), "never.sh", "echo busy >&2; exit 2");
-    let e = erase_claimed(&hooks, vec![b.clone()], &json!({}), &state)
-        .await
-        .unwrap_err();
-    assert_eq!(e.kind, ErrorKind::BlockDeviceErase);
-    assert_eq!(
-        e.details,
-        format!(
-            "manager low's erase_block_device of {}: never.sh exited with status 2; last output:\nbusy",
-            b.display()
-        )
-    );
-    assert!(erase_hooks(&config(&PathBuf::from("/nonexistent")))
-        .unwrap()
-        .is_empty());
-}
-
-#[tokio::test]
-async fn inspect_hooks_add_their_objects_under_their_managers_name() {
-    let d = tempfile::tempdir().unwrap();
-    script(
-        d.path(),
-        "inv.sh",
-        "echo '{\"raid_controller\": \"acme 9000\"}'",
-    );
-    script(d.path(), "bad.sh", "echo not json");
-    std::fs::write(
-        d.path().join("a.yaml"),
-        "name: acme\nversion: '1'\ninspect: {executable: inv.sh}\n",
-    )
-    .unwrap();
-    std::fs::write(
-        d.path().join("b.yaml"),
-        "name: other\nversion: '1'\ninspect: {executable: bad.sh}\n",
-    )
-    .unwrap();
-    let data = inspection_data(&config(d.path()), &Value::Null).await;
-    assert_eq!(
-        Value::Object(data),
-        json!({"acme": {"raid_controller": "acme 9000"}})
     );
 }

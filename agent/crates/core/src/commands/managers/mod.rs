@@ -24,6 +24,7 @@ mod compose;
 pub(crate) mod container;
 pub mod exec;
 pub(crate) mod generic;
+pub mod hooks;
 pub(crate) mod nvidia;
 
 pub use compose::Refusal;
