@@ -38,7 +38,7 @@ fn candidate_disks(
     state: &AgentState,
     node: &Value,
 ) -> anyhow::Result<Vec<agent_devices::inventory::Disk>> {
-    let mut disks = super::target::machine_disks(&state.config)?;
+    let mut disks = agent_devices::disk::machine_disks(&state.config)?;
     disks.retain(|d| !d.name.starts_with("/dev/md"));
     Ok(agent_contents::selection::unprotected_disks(node, disks)?)
 }

@@ -1,14 +1,12 @@
 //! The disk a write goes to ([`choose_device`]): the image writes, the
-//! boot loader and file injection all pick it the same way; and the
-//! machine's disks as steps see them ([`machine_disks`]).
+//! boot loader and file injection all pick it the same way.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use super::managers::hooks;
 use super::{CommandError, ErrorKind};
 use crate::state::AgentState;
-use agent_base::config::{Config, RunMode};
-use agent_devices::disk::WritePolicy;
+use agent_base::config::RunMode;
 use agent_devices::inventory::Disk;
 use ironic_types::node::Node;
 
@@ -156,24 +154,12 @@ fn protected(
         .collect()
 }
 
-/// The machine's whole disks as the inventory describes them; in host mode
-/// the allowed devices (loop devices, say) are listed too, and only they
-/// are kept.
-pub(crate) fn machine_disks(
-    config: &Config,
-) -> anyhow::Result<Vec<agent_devices::inventory::Disk>> {
-    let extra = agent_devices::disk::allowed_kernel_names(config);
-    let mut disks = agent_devices::inventory::disks::read(Path::new("/"), &extra)?;
-    if config.mode == RunMode::Host {
-        let allowed = WritePolicy::from_config(config).allowed().to_vec();
-        disks.retain(|d| allowed.iter().any(|a| a.as_os_str() == d.name.as_str()));
-    }
-    Ok(disks)
-}
-
 #[cfg(test)]
 mod tests {
     use std::os::unix::fs::PermissionsExt;
+    use std::path::Path;
+
+    use agent_base::config::Config;
 
     use super::*;
     use agent_contents::raid::ops::RootMark;

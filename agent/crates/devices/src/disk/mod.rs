@@ -145,6 +145,19 @@ pub fn allowed_kernel_names(config: &Config) -> Vec<String> {
         .collect()
 }
 
+/// The machine's whole disks as the inventory describes them (as steps
+/// and managers see them); in host mode the allowed devices (loop
+/// devices, say) are listed too, and only they are kept.
+pub fn machine_disks(config: &Config) -> Result<Vec<crate::inventory::Disk>> {
+    let extra = allowed_kernel_names(config);
+    let mut disks = crate::inventory::disks::read(Path::new("/"), &extra)?;
+    if config.mode == RunMode::Host {
+        let allowed = WritePolicy::from_config(config).allowed().to_vec();
+        disks.retain(|d| allowed.iter().any(|a| a.as_os_str() == d.name.as_str()));
+    }
+    Ok(disks)
+}
+
 impl WritePolicy {
     /// The policy of a configuration (reading `/proc`).
     pub fn from_config(config: &Config) -> Self {

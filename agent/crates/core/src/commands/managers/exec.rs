@@ -194,7 +194,7 @@ pub fn disks(config: &Config) -> Value {
 }
 
 pub(super) fn inventory_disks(config: &Config) -> anyhow::Result<Vec<Value>> {
-    Ok(crate::commands::target::machine_disks(config)?
+    Ok(agent_devices::disk::machine_disks(config)?
         .iter()
         .filter_map(|d| serde_json::to_value(d).ok())
         .collect())
