@@ -9,20 +9,25 @@
 //! `instance_info` and `properties` are typed where the agent reads them
 //! ([`InstanceInfo`], [`Properties`]: image location and checksums, boot
 //! mode, capabilities, root-device hints, config drive), so a field of the
-//! wrong type is named too (`node.instance_info.root_device`). Keys with
-//! errors of their own (`skip_block_devices`, the erase and burn-in knobs
-//! of `driver_info`) are read from [`Node::document`] by the code that
-//! owns them; the commands' edge (`commands::node_check`) runs those
-//! parsers on the skip list, the root-device hints, `inject_files` and a
-//! software `target_raid_config` as the request arrives. The node's [`Ports`] (sent beside it with the step commands)
-//! are typed the same way: a list of port objects whose fields IPA's
+//! wrong type is named too (`node.instance_info.root_device`);
+//! `driver_internal_info` too ([`DriverInternalInfo`]: the erase settings,
+//! read leniently as IPA reads them). Keys with
+//! errors of their own (`skip_block_devices`, the burn-in knobs of
+//! `driver_info`) are still read from [`Node::document`] by the code that
+//! owns them (issue 48); the commands' edge (`commands::node_check`) runs
+//! those parsers on the skip list, the root-device hints, `inject_files`
+//! and a software `target_raid_config` as the request arrives. The node's
+//! [`Ports`] (sent beside it with the step commands) are typed the same
+//! way: a list of port objects whose fields IPA's
 //! managers read have their types, the rest kept as sent.
 
+mod driver_internal_info;
 mod instance_info;
 
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value};
 
+pub use driver_internal_info::DriverInternalInfo;
 pub use instance_info::{Capabilities, ConfigDrive, InstanceInfo, Properties};
 
 /// The node's sections: `instance_info` and `properties` typed where the
@@ -39,7 +44,7 @@ struct Sections {
     #[serde(default)]
     driver_info: Option<Map<String, Value>>,
     #[serde(default)]
-    driver_internal_info: Option<Map<String, Value>>,
+    driver_internal_info: Option<DriverInternalInfo>,
 }
 
 /// A node document whose sections have the shapes IPA relies on.
@@ -48,6 +53,7 @@ pub struct Node {
     doc: Value,
     instance_info: InstanceInfo,
     properties: Properties,
+    driver_internal_info: DriverInternalInfo,
 }
 
 /// A node whose section has the wrong type.
@@ -68,6 +74,7 @@ impl Default for Node {
             doc: Value::Object(Map::new()),
             instance_info: InstanceInfo::default(),
             properties: Properties::default(),
+            driver_internal_info: DriverInternalInfo::default(),
         }
     }
 }
@@ -88,6 +95,7 @@ impl Node {
             doc,
             instance_info: sections.instance_info.unwrap_or_default(),
             properties: sections.properties.unwrap_or_default(),
+            driver_internal_info: sections.driver_internal_info.unwrap_or_default(),
         }))
     }
 
@@ -117,6 +125,11 @@ impl Node {
         &self.properties
     }
 
+    /// Its `driver_internal_info` (empty when it has none).
+    pub fn driver_internal_info(&self) -> &DriverInternalInfo {
+        &self.driver_internal_info
+    }
+
     /// The capability `key`: the instance's, else the node's (IPA reads
     /// `secure_boot` and `disk_label` so).
     pub fn capability(&self, key: &str) -> Option<String> {
@@ -130,9 +143,9 @@ impl Node {
     /// is a non-empty list (Ironic sets it as a deploy starts and wipes it
     /// when the deploy ends).
     pub fn deploy_under_way(&self) -> bool {
-        self.doc
-            .pointer("/driver_internal_info/deploy_steps")
-            .and_then(Value::as_array)
+        self.driver_internal_info
+            .deploy_steps
+            .as_ref()
             .is_some_and(|steps| !steps.is_empty())
     }
 

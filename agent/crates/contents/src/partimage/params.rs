@@ -209,14 +209,7 @@ pub fn node_boot_mode(node: &Node, fallback: BootMode) -> BootMode {
     {
         return BootMode::Uefi;
     }
-    let internal = node
-        .document()
-        .get("driver_internal_info")
-        .and_then(|d| d.get("deploy_boot_mode"))
-        .map(|v| match v {
-            Value::String(s) => s.clone(),
-            other => other.to_string(),
-        });
+    let internal = node.driver_internal_info().deploy_boot_mode.clone();
     node.instance_info()
         .deploy_boot_mode
         .clone()

@@ -26,6 +26,7 @@ use agent_devices::disk::fullerase::{self, Knobs};
 use agent_devices::disk::{
     erasable_devices, erasable_disks, erase, erase_candidates, Device, WritePolicy,
 };
+use ironic_types::node::Node;
 
 /// The `erase_devices_metadata` step (the node's `skip_block_devices` are
 /// left alone, as by `erase_devices`; a device holding a shared cluster
@@ -37,7 +38,7 @@ pub(crate) async fn erase_devices_metadata_step(
     call: StepCall,
 ) -> Result<Value, CommandError> {
     let policy = WritePolicy::from_config(&state.config);
-    let knobs = knobs(&state, call.node_document());
+    let knobs = knobs(&state, call.node_or_empty());
     let node = call.node_document().clone();
     tokio::task::spawn_blocking(move || {
         let devices = targets(&policy, &node, true)?;
@@ -103,7 +104,7 @@ pub(crate) async fn erase_devices_step(
     state: Arc<AgentState>,
     call: StepCall,
 ) -> Result<Value, CommandError> {
-    let knobs = knobs(&state, call.node_document());
+    let knobs = knobs(&state, call.node_or_empty());
     let policy = WritePolicy::from_config(&state.config);
     // Raised when the operation ends under the step (Ironic aborted the
     // clean and powered the node off, or wiped the token).
@@ -155,7 +156,7 @@ pub(crate) async fn erase_devices_express_step(
     state: Arc<AgentState>,
     call: StepCall,
 ) -> Result<Value, CommandError> {
-    let knobs = knobs(&state, call.node_document());
+    let knobs = knobs(&state, call.node_or_empty());
     let policy = WritePolicy::from_config(&state.config);
     let node = call.node_document().clone();
     tokio::task::spawn_blocking(move || {
@@ -171,8 +172,11 @@ pub(crate) async fn erase_devices_express_step(
 
 /// The node's erase settings, with the agent's defaults
 /// (`ipa-enable-discard-erase`, `ipa-guard-special-filesystems`).
-fn knobs(state: &AgentState, node: &Value) -> Knobs {
-    let mut k = Knobs::from_node(node, state.config.enable_discard_erase);
+fn knobs(state: &AgentState, node: &Node) -> Knobs {
+    let mut k = Knobs::from_info(
+        node.driver_internal_info(),
+        state.config.enable_discard_erase,
+    );
     k.wipe_special |= !state.config.guard_special_filesystems;
     k
 }

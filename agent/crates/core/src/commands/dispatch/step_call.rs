@@ -35,6 +35,12 @@ impl<A> StepCall<A> {
         static NULL: Value = Value::Null;
         self.node.as_ref().map_or(&NULL, Node::document)
     }
+
+    /// The node, an empty one when the conductor sent none.
+    pub fn node_or_empty(&self) -> &Node {
+        static EMPTY: std::sync::LazyLock<Node> = std::sync::LazyLock::new(Node::default);
+        self.node.as_ref().unwrap_or(&EMPTY)
+    }
 }
 
 #[cfg(test)]

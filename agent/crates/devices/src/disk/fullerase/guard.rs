@@ -11,7 +11,7 @@
 use std::fs::File;
 use std::path::Path;
 
-use serde_json::Value;
+use ironic_types::node::DriverInternalInfo;
 
 use crate::disk::probe::probe_value;
 use crate::disk::table;
@@ -28,8 +28,8 @@ const VMFS_MBR: u8 = 0xfb;
 
 /// Whether the node turns the guard off (IPA 13: an explicit `false` in
 /// `driver_internal_info.wipe_special_filesystems`).
-pub fn wipe_special_allowed(node: &Value) -> bool {
-    node["driver_internal_info"]["wipe_special_filesystems"].as_bool() == Some(false)
+pub fn wipe_special_allowed(info: &DriverInternalInfo) -> bool {
+    info.wipe_special_filesystems == Some(false)
 }
 
 /// How to let a guarded erase go on, for messages.
@@ -112,15 +112,16 @@ mod tests {
             .unwrap()
             .contains("0xfb"));
         // IPA 13's reading: guarded unless an explicit false.
-        assert!(!wipe_special_allowed(&json!({})));
-        assert!(!wipe_special_allowed(
-            &json!({"driver_internal_info": {"wipe_special_filesystems": true}})
-        ));
-        assert!(!wipe_special_allowed(
-            &json!({"driver_info": {"wipe_special_filesystems": false}})
-        ));
-        assert!(wipe_special_allowed(
-            &json!({"driver_internal_info": {"wipe_special_filesystems": false}})
-        ));
+        let info = |v| serde_json::from_value::<DriverInternalInfo>(v).unwrap();
+        assert!(!wipe_special_allowed(&info(json!({}))));
+        assert!(!wipe_special_allowed(&info(
+            json!({"wipe_special_filesystems": true})
+        )));
+        assert!(!wipe_special_allowed(&info(
+            json!({"wipe_special_filesystems": "false"})
+        )));
+        assert!(wipe_special_allowed(&info(
+            json!({"wipe_special_filesystems": false})
+        )));
     }
 }

@@ -1,7 +1,7 @@
 //! The erase settings Ironic puts in `node.driver_internal_info` before
 //! cleaning (PROTOCOL.md §7.4), with Ironic's defaults when absent.
 
-use serde_json::Value;
+use ironic_types::node::DriverInternalInfo;
 
 /// Settings of `erase_devices`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,31 +47,30 @@ impl Default for Knobs {
 }
 
 impl Knobs {
-    /// From the node sent with the step; missing or malformed values keep
-    /// the default. `discard_default` is the agent's own
+    /// From the node's `driver_internal_info`; missing or malformed values
+    /// keep the default. `discard_default` is the agent's own
     /// `ipa-enable-discard-erase`, which the node's knob overrides.
-    pub fn from_node(node: &Value, discard_default: bool) -> Self {
+    pub fn from_info(info: &DriverInternalInfo, discard_default: bool) -> Self {
         let d = Self::default();
-        let info = &node["driver_internal_info"];
-        let flag = |k: &str, default: bool| info[k].as_bool().unwrap_or(default);
-        let num = |k: &str| info[k].as_u64();
         Self {
-            iterations: num("agent_erase_devices_iterations")
+            iterations: info
+                .agent_erase_devices_iterations
                 .and_then(|n| u32::try_from(n).ok())
                 .unwrap_or(d.iterations),
-            zeroize: flag("agent_erase_devices_zeroize", d.zeroize),
-            continue_if_secure_erase_failed: flag(
-                "agent_continue_if_secure_erase_failed",
-                flag("agent_continue_if_ata_erase_failed", false),
-            ),
-            enable_nvme_secure_erase: flag("agent_enable_nvme_secure_erase", true),
-            enable_ata_secure_erase: flag("agent_enable_ata_secure_erase", true),
-            concurrency: num("disk_erasure_concurrency")
-                .map(|n| (n as usize).max(1))
+            zeroize: info.agent_erase_devices_zeroize.unwrap_or(d.zeroize),
+            continue_if_secure_erase_failed: info
+                .agent_continue_if_secure_erase_failed
+                .or(info.agent_continue_if_ata_erase_failed)
+                .unwrap_or(false),
+            enable_nvme_secure_erase: info.agent_enable_nvme_secure_erase.unwrap_or(true),
+            enable_ata_secure_erase: info.agent_enable_ata_secure_erase.unwrap_or(true),
+            concurrency: info
+                .disk_erasure_concurrency
+                .map(|n| usize::try_from(n).unwrap_or(usize::MAX).max(1))
                 .unwrap_or(d.concurrency),
-            skip_read_only: flag("agent_erase_skip_read_only", false),
-            wipe_special: super::guard::wipe_special_allowed(node),
-            enable_discard: flag("agent_enable_discard_erase", discard_default),
+            skip_read_only: info.agent_erase_skip_read_only.unwrap_or(false),
+            wipe_special: super::guard::wipe_special_allowed(info),
+            enable_discard: info.agent_enable_discard_erase.unwrap_or(discard_default),
         }
     }
 }
@@ -79,21 +78,26 @@ impl Knobs {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{json, Value};
+
+    fn from_node(node: &Value, discard_default: bool) -> Knobs {
+        let info = serde_json::from_value(node["driver_internal_info"].clone()).unwrap_or_default();
+        Knobs::from_info(&info, discard_default)
+    }
 
     #[test]
     fn reads_ironic_values_and_keeps_defaults() {
-        assert_eq!(Knobs::from_node(&json!({}), false), Knobs::default());
-        assert!(Knobs::from_node(&json!({}), true).enable_discard);
+        assert_eq!(from_node(&json!({}), false), Knobs::default());
+        assert!(from_node(&json!({}), true).enable_discard);
         let off = json!({"driver_internal_info": {"agent_enable_discard_erase": false}});
-        assert!(!Knobs::from_node(&off, true).enable_discard);
+        assert!(!from_node(&off, true).enable_discard);
         let on = json!({"driver_internal_info": {"agent_enable_discard_erase": true}});
-        assert!(Knobs::from_node(&on, false).enable_discard);
+        assert!(from_node(&on, false).enable_discard);
         let node = json!({"driver_internal_info": {
             "agent_erase_devices_iterations": 3, "agent_erase_devices_zeroize": false,
             "agent_continue_if_ata_erase_failed": true, "disk_erasure_concurrency": 0,
             "agent_erase_skip_read_only": true, "agent_enable_nvme_secure_erase": "bogus"}});
-        let k = Knobs::from_node(&node, false);
+        let k = from_node(&node, false);
         assert_eq!((k.iterations, k.zeroize), (3, false));
         assert!(k.continue_if_secure_erase_failed && k.skip_read_only);
         assert_eq!(k.concurrency, 1);
