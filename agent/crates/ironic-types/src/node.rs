@@ -12,21 +12,24 @@
 //! wrong type is named too (`node.instance_info.root_device`);
 //! `driver_internal_info` too ([`DriverInternalInfo`]: the erase settings,
 //! read leniently as IPA reads them). Keys with
-//! errors of their own (`skip_block_devices`, the burn-in knobs of
-//! `driver_info`) are still read from [`Node::document`] by the code that
-//! owns them (issue 48); the commands' edge (`commands::node_check`) runs
+//! errors of their own (`skip_block_devices`) are still read from
+//! [`Node::document`] by the code that owns them (issue 48); `driver_info`'s
+//! burn-in settings are kept as sent ([`DriverInfo`]) for the burn-in steps
+//! to check; the commands' edge (`commands::node_check`) runs
 //! those parsers on the skip list, the root-device hints, `inject_files`
 //! and a software `target_raid_config` as the request arrives. The node's
 //! [`Ports`] (sent beside it with the step commands) are typed the same
 //! way: a list of port objects whose fields IPA's
 //! managers read have their types, the rest kept as sent.
 
+mod driver_info;
 mod driver_internal_info;
 mod instance_info;
 
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value};
 
+pub use driver_info::DriverInfo;
 pub use driver_internal_info::DriverInternalInfo;
 pub use instance_info::{Capabilities, ConfigDrive, InstanceInfo, Properties};
 
@@ -42,7 +45,7 @@ struct Sections {
     #[serde(default)]
     instance_info: Option<InstanceInfo>,
     #[serde(default)]
-    driver_info: Option<Map<String, Value>>,
+    driver_info: Option<DriverInfo>,
     #[serde(default)]
     driver_internal_info: Option<DriverInternalInfo>,
 }
@@ -53,6 +56,7 @@ pub struct Node {
     doc: Value,
     instance_info: InstanceInfo,
     properties: Properties,
+    driver_info: DriverInfo,
     driver_internal_info: DriverInternalInfo,
 }
 
@@ -74,6 +78,7 @@ impl Default for Node {
             doc: Value::Object(Map::new()),
             instance_info: InstanceInfo::default(),
             properties: Properties::default(),
+            driver_info: DriverInfo::default(),
             driver_internal_info: DriverInternalInfo::default(),
         }
     }
@@ -95,6 +100,7 @@ impl Node {
             doc,
             instance_info: sections.instance_info.unwrap_or_default(),
             properties: sections.properties.unwrap_or_default(),
+            driver_info: sections.driver_info.unwrap_or_default(),
             driver_internal_info: sections.driver_internal_info.unwrap_or_default(),
         }))
     }
@@ -123,6 +129,11 @@ impl Node {
     /// Its `properties` (empty when it has none).
     pub fn properties(&self) -> &Properties {
         &self.properties
+    }
+
+    /// Its `driver_info` (empty when it has none).
+    pub fn driver_info(&self) -> &DriverInfo {
+        &self.driver_info
     }
 
     /// Its `driver_internal_info` (empty when it has none).

@@ -24,6 +24,7 @@ use agent_devices::burnin::settings::{
 };
 use agent_devices::burnin::{self, knobs, network, pairing, BurninError, Stop};
 use agent_devices::disk::WritePolicy;
+use ironic_types::node::DriverInfo;
 
 /// Memory left to the agent and the kernel by `burnin_memory` in the ramdisk.
 const MEMORY_RESERVE: u64 = 64 << 20;
@@ -54,10 +55,10 @@ async fn blocking<T: Send + 'static>(
 
 /// The report as the step's result; in the ramdisk also written to the
 /// `*_outputfile` the node names (IPA's tools write their logs there).
-fn finish<R: Serialize>(state: &AgentState, node: &Value, key: &str, report: &R) -> Value {
+fn finish<R: Serialize>(state: &AgentState, info: &DriverInfo, key: &str, report: &R) -> Value {
     let v = serde_json::to_value(report).unwrap_or(Value::Null);
     tracing::info!(result = %v, "burn-in report");
-    if let Some(path) = knob(node, key).and_then(Value::as_str) {
+    if let Some(path) = knob(info, key).and_then(Value::as_str) {
         match state.config.mode {
             RunMode::Ramdisk | RunMode::Container => {
                 if let Err(e) = std::fs::write(path, format!("{v:#}\n")) {
@@ -80,9 +81,9 @@ pub(crate) async fn burnin_cpu_step(
     state: Arc<AgentState>,
     call: StepCall,
 ) -> Result<Value, CommandError> {
-    let node = call.node_document();
-    let workers = count_knob(node, "agent_burnin_cpu_cpu", 0).map_err(to_command_error)?;
-    let timeout = duration_knob(node, "agent_burnin_cpu_timeout", DEFAULT_TIMEOUT)
+    let info = call.node_or_empty().driver_info();
+    let workers = count_knob(info, "agent_burnin_cpu_cpu", 0).map_err(to_command_error)?;
+    let timeout = duration_knob(info, "agent_burnin_cpu_timeout", DEFAULT_TIMEOUT)
         .map_err(to_command_error)?;
     let workers = usize::try_from(workers).unwrap_or(usize::MAX).min(4096);
     let report = blocking(&state, move |cancel| {
@@ -95,7 +96,7 @@ pub(crate) async fn burnin_cpu_step(
         )
     })
     .await?;
-    Ok(finish(&state, node, "agent_burnin_cpu_outputfile", &report))
+    Ok(finish(&state, info, "agent_burnin_cpu_outputfile", &report))
 }
 
 /// `burnin_gpu`: NVIDIA's `gpu-burn` from `agent_burnin_gpu_install_dir`
@@ -106,18 +107,18 @@ pub(crate) async fn burnin_gpu_step(
     state: Arc<AgentState>,
     call: StepCall,
 ) -> Result<Value, CommandError> {
-    let node = call.node_document();
-    let cfg = burnin::settings::gpu(node).map_err(to_command_error)?;
+    let info = call.node_or_empty().driver_info();
+    let cfg = burnin::settings::gpu(info).map_err(to_command_error)?;
     let report = blocking(&state, move |cancel| burnin::gpu::run(&cfg, cancel)).await?;
-    Ok(finish(&state, node, "agent_burnin_gpu_outputfile", &report))
+    Ok(finish(&state, info, "agent_burnin_gpu_outputfile", &report))
 }
 
 /// How many bytes `burnin_memory` tests: `agent_burnin_vm_vm-bytes` (IPA's
 /// default `98%`) of what is available, less a reserve in the ramdisk, at
 /// most a quarter of it in host mode.
-fn memory_bytes(node: &Value, mode: RunMode, available: u64) -> Result<u64, BurninError> {
+fn memory_bytes(info: &DriverInfo, mode: RunMode, available: u64) -> Result<u64, BurninError> {
     let key = "agent_burnin_vm_vm-bytes";
-    let asked = match knob(node, key) {
+    let asked = match knob(info, key) {
         Some(v) => knobs::bytes(key, v, available)?,
         None => knobs::bytes(key, &Value::from("98%"), available)?,
     };
@@ -142,13 +143,13 @@ pub(crate) async fn burnin_memory_step(
     state: Arc<AgentState>,
     call: StepCall,
 ) -> Result<Value, CommandError> {
-    let node = call.node_document();
-    let workers = count_knob(node, "agent_burnin_vm_vm", 0).map_err(to_command_error)?;
-    let timeout = duration_knob(node, "agent_burnin_vm_timeout", DEFAULT_TIMEOUT)
+    let info = call.node_or_empty().driver_info();
+    let workers = count_knob(info, "agent_burnin_vm_vm", 0).map_err(to_command_error)?;
+    let timeout = duration_knob(info, "agent_burnin_vm_timeout", DEFAULT_TIMEOUT)
         .map_err(to_command_error)?;
     let available =
         burnin::memory::available_bytes(Path::new("/proc")).map_err(to_command_error)?;
-    let bytes = memory_bytes(node, state.config.mode, available).map_err(to_command_error)?;
+    let bytes = memory_bytes(info, state.config.mode, available).map_err(to_command_error)?;
     let workers = match usize::try_from(workers).unwrap_or(usize::MAX).min(4096) {
         0 => burnin::cpu::usable_cpus().len().max(1),
         n => n,
@@ -164,7 +165,7 @@ pub(crate) async fn burnin_memory_step(
         )
     })
     .await?;
-    Ok(finish(&state, node, "agent_burnin_vm_outputfile", &report))
+    Ok(finish(&state, info, "agent_burnin_vm_outputfile", &report))
 }
 
 /// `burnin_disk`: every disk the erase steps may touch (less the node's
@@ -174,11 +175,10 @@ pub(crate) async fn burnin_disk_step(
     state: Arc<AgentState>,
     call: StepCall,
 ) -> Result<Value, CommandError> {
-    let node = call.node_document().clone();
-    let loops = count_knob(&node, "agent_burnin_fio_disk_loops", 4).map_err(to_command_error)?;
-    let runtime =
-        count_knob(&node, "agent_burnin_fio_disk_runtime", 0).map_err(to_command_error)?;
-    let smart_test = knob(&node, "agent_burnin_fio_disk_smart_test")
+    let info = call.node_or_empty().driver_info();
+    let loops = count_knob(info, "agent_burnin_fio_disk_loops", 4).map_err(to_command_error)?;
+    let runtime = count_knob(info, "agent_burnin_fio_disk_runtime", 0).map_err(to_command_error)?;
+    let smart_test = knob(info, "agent_burnin_fio_disk_smart_test")
         .is_some_and(|v| v.as_bool() == Some(true) || v.as_str() == Some("true"));
     let plan = burnin::disk::Plan {
         loops,
@@ -187,7 +187,7 @@ pub(crate) async fn burnin_disk_step(
         ) || !state.config.guard_special_filesystems,
     };
     let policy = WritePolicy::from_config(&state.config);
-    let disks = super::erase::disks(&policy, &node)
+    let disks = super::erase::disks(&policy, call.node_document())
         .map_err(|e| CommandError::from_anyhow(ErrorKind::CommandExecution, &e))?;
     let report = blocking(&state, move |cancel| {
         let deadline = (runtime > 0).then(|| Instant::now() + Duration::from_secs(runtime));
@@ -223,7 +223,7 @@ pub(crate) async fn burnin_disk_step(
     .await?;
     Ok(finish(
         &state,
-        &node,
+        info,
         "agent_burnin_fio_disk_outputfile",
         &report,
     ))
@@ -247,9 +247,12 @@ fn member_address(state: &AgentState) -> Option<String> {
 }
 
 /// The plan: the static one, or the partner found through the backend.
-async fn network_plan(state: &AgentState, node: &Value) -> Result<network::Plan, CommandError> {
+async fn network_plan(
+    state: &AgentState,
+    info: &DriverInfo,
+) -> Result<network::Plan, CommandError> {
     let mode = state.config.mode;
-    let (mut plan, own) = match network_partner(node).map_err(to_command_error)? {
+    let (mut plan, own) = match network_partner(info).map_err(to_command_error)? {
         Partner::Static(plan) => (plan, None),
         Partner::Dynamic {
             url,
@@ -298,8 +301,8 @@ pub(crate) async fn burnin_network_step(
     state: Arc<AgentState>,
     call: StepCall,
 ) -> Result<Value, CommandError> {
-    let node = call.node_document().clone();
-    let plan = network_plan(&state, &node).await?;
+    let info = call.node_or_empty().driver_info();
+    let plan = network_plan(&state, info).await?;
     let report = blocking(&state, move |cancel| {
         network::run(
             &plan,
@@ -312,7 +315,7 @@ pub(crate) async fn burnin_network_step(
     .await?;
     Ok(finish(
         &state,
-        &node,
+        info,
         "agent_burnin_fio_network_outputfile",
         &report,
     ))

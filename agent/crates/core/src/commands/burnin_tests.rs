@@ -52,13 +52,14 @@ async fn bad_knobs_are_invalid_parameters_naming_the_knob() {
 #[test]
 fn memory_is_capped_in_host_mode_and_keeps_a_reserve_in_the_ramdisk() {
     let gib = 1u64 << 30;
-    let node = json!({"driver_info": {}});
+    let node = DriverInfo::default();
     assert_eq!(memory_bytes(&node, RunMode::Host, 4 * gib).unwrap(), gib);
     assert_eq!(
         memory_bytes(&node, RunMode::Ramdisk, 4 * gib).unwrap(),
         (4.0 * gib as f64 * 0.98) as u64
     );
-    let all = json!({"driver_info": {"agent_burnin_vm_vm-bytes": "100%"}});
+    let all: DriverInfo =
+        serde_json::from_value(json!({"agent_burnin_vm_vm-bytes": "100%"})).unwrap();
     assert_eq!(
         memory_bytes(&all, RunMode::Ramdisk, 4 * gib).unwrap(),
         4 * gib - MEMORY_RESERVE

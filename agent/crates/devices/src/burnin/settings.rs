@@ -7,6 +7,7 @@
 
 use std::time::Duration;
 
+use ironic_types::node::DriverInfo;
 use serde_json::Value;
 
 use super::{knobs, network, BurninError};
@@ -15,21 +16,27 @@ use super::{knobs, network, BurninError};
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(86400);
 
 /// `driver_info[key]`, if set (and not `null`).
-pub fn knob<'a>(node: &'a Value, key: &str) -> Option<&'a Value> {
-    node["driver_info"].get(key).filter(|v| !v.is_null())
+pub fn knob<'a>(info: &'a DriverInfo, key: &str) -> Option<&'a Value> {
+    info.burnin(key)
 }
 
-pub fn duration_knob(node: &Value, key: &str, default: Duration) -> Result<Duration, BurninError> {
-    knob(node, key).map_or(Ok(default), |v| knobs::duration(key, v))
+/// The duration `key`, `default` when unset.
+pub fn duration_knob(
+    info: &DriverInfo,
+    key: &str,
+    default: Duration,
+) -> Result<Duration, BurninError> {
+    knob(info, key).map_or(Ok(default), |v| knobs::duration(key, v))
 }
 
-pub fn count_knob(node: &Value, key: &str, default: u64) -> Result<u64, BurninError> {
-    knob(node, key).map_or(Ok(default), |v| knobs::count(key, v))
+/// The count `key`, `default` when unset.
+pub fn count_knob(info: &DriverInfo, key: &str, default: u64) -> Result<u64, BurninError> {
+    knob(info, key).map_or(Ok(default), |v| knobs::count(key, v))
 }
 
 /// `burnin_gpu`'s knobs (`gpu-burn`'s) from `driver_info`, with IPA's defaults.
-pub fn gpu(node: &Value) -> Result<super::gpu::GpuBurn, BurninError> {
-    let install_dir = match knob(node, "agent_burnin_gpu_install_dir") {
+pub fn gpu(info: &DriverInfo) -> Result<super::gpu::GpuBurn, BurninError> {
+    let install_dir = match knob(info, "agent_burnin_gpu_install_dir") {
         None => "/opt/gpu-burn".into(),
         Some(Value::String(d)) if d.starts_with('/') => d.into(),
         Some(v) => {
@@ -39,7 +46,7 @@ pub fn gpu(node: &Value) -> Result<super::gpu::GpuBurn, BurninError> {
             })
         }
     };
-    let memory = match knob(node, "agent_burnin_gpu_memory") {
+    let memory = match knob(info, "agent_burnin_gpu_memory") {
         None => "95%".to_string(),
         Some(v) => {
             let t = match v {
@@ -59,8 +66,8 @@ pub fn gpu(node: &Value) -> Result<super::gpu::GpuBurn, BurninError> {
     Ok(super::gpu::GpuBurn {
         install_dir,
         memory,
-        timeout_secs: count_knob(node, "agent_burnin_gpu_timeout", DEFAULT_TIMEOUT.as_secs())?,
-        count: count_knob(node, "agent_burnin_gpu_count", 0)?,
+        timeout_secs: count_knob(info, "agent_burnin_gpu_timeout", DEFAULT_TIMEOUT.as_secs())?,
+        count: count_knob(info, "agent_burnin_gpu_count", 0)?,
     })
 }
 
@@ -85,19 +92,19 @@ pub enum Partner {
 /// The network burn-in's partner and knobs from `driver_info`: the static
 /// `agent_burnin_fio_network_config`, else dynamic pairing through the
 /// tooz backend at `agent_burnin_fio_network_pairing_backend_url`.
-pub fn network_partner(node: &Value) -> Result<Partner, BurninError> {
-    let runtime = match knob(node, "agent_burnin_fio_network_runtime") {
+pub fn network_partner(info: &DriverInfo) -> Result<Partner, BurninError> {
+    let runtime = match knob(info, "agent_burnin_fio_network_runtime") {
         Some(v) => Duration::from_secs(knobs::count("agent_burnin_fio_network_runtime", v)?),
         None => Duration::from_secs(21600),
     };
     let pairing_timeout = Duration::from_secs(count_knob(
-        node,
+        info,
         "agent_burnin_fio_network_pairing_timeout",
         900,
     )?);
-    let Some(config) = knob(node, "agent_burnin_fio_network_config") else {
+    let Some(config) = knob(info, "agent_burnin_fio_network_config") else {
         let key = "agent_burnin_fio_network_pairing_backend_url";
-        let url = match knob(node, key) {
+        let url = match knob(info, key) {
             None | Some(Value::Null) => {
                 return Err(BurninError::Unsupported(format!(
                     "fio (network): dynamic pairing config is missing {key}"
@@ -112,7 +119,7 @@ pub fn network_partner(node: &Value) -> Result<Partner, BurninError> {
             }
         };
         let group_key = "agent_burnin_fio_network_pairing_group_name";
-        let group = match knob(node, group_key) {
+        let group = match knob(info, group_key) {
             None | Some(Value::Null) => "ironic.network-burnin".to_string(),
             Some(Value::String(g)) if !g.is_empty() && !g.contains('/') => g.clone(),
             Some(other) => {
@@ -181,6 +188,19 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    /// The `driver_info` of the node `doc`.
+    fn info(doc: &Value) -> DriverInfo {
+        serde_json::from_value(doc["driver_info"].clone()).unwrap()
+    }
+
+    fn gpu(doc: &Value) -> Result<super::super::gpu::GpuBurn, BurninError> {
+        super::gpu(&info(doc))
+    }
+
+    fn network_partner(doc: &Value) -> Result<Partner, BurninError> {
+        super::network_partner(&info(doc))
+    }
 
     #[test]
     fn gpu_knobs_have_ipas_defaults_and_bad_ones_are_named() {
