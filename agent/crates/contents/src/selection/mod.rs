@@ -33,6 +33,7 @@ use serde_json::Value;
 
 use agent_devices::hints::{matching, parse};
 use agent_devices::inventory::Disk;
+use ironic_types::node::Node;
 
 /// One disk as the selection sees it.
 #[derive(Debug, Clone, PartialEq)]
@@ -91,9 +92,11 @@ pub enum SkipError {
 }
 
 impl SkipList {
-    /// Reads `node.properties.skip_block_devices` (absent or `null`: empty).
-    pub fn from_node(node: &Value) -> Result<Self, SkipError> {
-        let list = match node.pointer("/properties/skip_block_devices") {
+    /// Reads the node's `properties.skip_block_devices` (absent or `null`:
+    /// empty): the commands' edge parses it as a request arrives, the steps
+    /// take the list.
+    pub fn of(node: &Node) -> Result<Self, SkipError> {
+        let list = match node.document().pointer("/properties/skip_block_devices") {
             None | Some(Value::Null) => return Ok(Self::default()),
             Some(Value::Array(a)) => a,
             Some(other) => return Err(SkipError::NotAList(other.to_string())),
@@ -220,27 +223,27 @@ impl Protection {
 }
 
 /// `paths` (whole disks or md arrays of the running machine) less the ones
-/// the node's `skip_block_devices` protect, each protected one logged.
-pub fn unprotected(node: &Value, paths: Vec<PathBuf>) -> Result<Vec<PathBuf>, SkipError> {
-    let skip = SkipList::from_node(node)?;
+/// the node's `skip_block_devices` (`skip`) protect, each protected one
+/// logged.
+pub fn unprotected(skip: &SkipList, paths: Vec<PathBuf>) -> Vec<PathBuf> {
     if skip.is_empty() {
-        return Ok(paths);
+        return paths;
     }
-    Ok(Protection::decide(&skip, &gather::candidates(&paths)).retain(paths))
+    Protection::decide(skip, &gather::candidates(&paths)).retain(paths)
 }
 
 /// `disks` (described by the inventory, each listed by its name) less the
-/// ones the node's `skip_block_devices` protect, each protected one logged.
-pub fn unprotected_disks(node: &Value, disks: Vec<Disk>) -> Result<Vec<Disk>, SkipError> {
-    let skip = SkipList::from_node(node)?;
+/// ones the node's `skip_block_devices` (`skip`) protect, each protected
+/// one logged.
+pub fn unprotected_disks(skip: &SkipList, disks: Vec<Disk>) -> Vec<Disk> {
     if skip.is_empty() {
-        return Ok(disks);
+        return disks;
     }
-    let protection = Protection::decide(&skip, &candidates_named(&disks));
-    Ok(disks
+    let protection = Protection::decide(skip, &candidates_named(&disks));
+    disks
         .into_iter()
         .filter(|d| protection.reason(Path::new(&d.name)).is_none())
-        .collect())
+        .collect()
 }
 
 /// The candidates of `disks`, each listed by its name.

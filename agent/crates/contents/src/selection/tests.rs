@@ -1,9 +1,14 @@
 //! The skip list read as IPA 13 reads it: every hint and operator, every
 //! serial and WWN, partitions by name, RAID volume names, bad entries.
 
-use serde_json::json;
+use serde_json::{json, Value};
 
 use super::*;
+
+/// The skip list of the node `doc`.
+fn from_node(doc: &Value) -> Result<SkipList, SkipError> {
+    SkipList::of(&Node::from_document(doc.clone()).unwrap())
+}
 
 const GIB: u64 = 1 << 30;
 
@@ -21,7 +26,7 @@ fn candidate(name: &str, gib: u64) -> Candidate {
 
 fn protected(skip: serde_json::Value, cands: &[Candidate]) -> Vec<String> {
     let node = json!({"properties": {"skip_block_devices": skip}});
-    let list = SkipList::from_node(&node).unwrap();
+    let list = from_node(&node).unwrap();
     Protection::decide(&list, cands)
         .protected()
         .iter()
@@ -77,7 +82,7 @@ fn entries_are_root_device_hints() {
 fn the_reason_names_the_entry() {
     let node =
         json!({"properties": {"skip_block_devices": [{"name": "/dev/sdx"}, {"serial": "SER-A"}]}});
-    let list = SkipList::from_node(&node).unwrap();
+    let list = from_node(&node).unwrap();
     let why = list.reason(&two_disks()[0]).unwrap();
     assert_eq!(
         why,
@@ -90,7 +95,7 @@ fn a_partition_named_protects_its_whole_disk() {
     let mut d = two_disks();
     d[1].partitions = vec![("/dev/sdb1".into(), GIB), ("/dev/sdb2".into(), 5 * GIB)];
     let node = json!({"properties": {"skip_block_devices": [{"name": "/dev/sdb2"}]}});
-    let list = SkipList::from_node(&node).unwrap();
+    let list = from_node(&node).unwrap();
     let p = Protection::decide(&list, &d);
     assert_eq!(
         p.reason(Path::new("/dev/sdb")),
@@ -110,7 +115,7 @@ fn a_raid_volume_name_protects_the_disks_holding_it() {
     d[0].raid_volumes = vec!["data".into()];
     d[1].raid_volumes = vec!["root".into()];
     let node = json!({"properties": {"skip_block_devices": [{"volume_name": "data"}]}});
-    let list = SkipList::from_node(&node).unwrap();
+    let list = from_node(&node).unwrap();
     assert_eq!(list.volume_names().collect::<Vec<_>>(), ["data"]);
     let p = Protection::decide(&list, &d);
     assert_eq!(
@@ -146,12 +151,12 @@ fn bad_entries_are_errors_naming_the_entry() {
         (json!([{"colour": "red"}]), "are invalid"),
     ] {
         let node = json!({"properties": {"skip_block_devices": skip}});
-        let e = SkipList::from_node(&node).unwrap_err().to_string();
+        let e = from_node(&node).unwrap_err().to_string();
         assert!(e.contains(needle), "{skip}: {e}");
     }
-    assert!(SkipList::from_node(&json!({})).unwrap().is_empty());
+    assert!(from_node(&json!({})).unwrap().is_empty());
     assert!(
-        SkipList::from_node(&json!({"properties": {"skip_block_devices": null}}))
+        from_node(&json!({"properties": {"skip_block_devices": null}}))
             .unwrap()
             .is_empty()
     );

@@ -187,7 +187,10 @@ pub(crate) async fn burnin_disk_step(
         ) || !state.config.guard_special_filesystems,
     };
     let policy = WritePolicy::from_config(&state.config);
-    let disks = super::erase::disks(&policy, call.node_document())
+    let skip = call
+        .skip_list()
+        .map_err(|e| CommandError::new(ErrorKind::CommandExecution, e.to_string()))?;
+    let disks = super::erase::disks(&policy, &skip)
         .map_err(|e| CommandError::from_anyhow(ErrorKind::CommandExecution, &e))?;
     let report = blocking(&state, move |cancel| {
         let deadline = (runtime > 0).then(|| Instant::now() + Duration::from_secs(runtime));

@@ -191,7 +191,7 @@ async fn try_delete_raid(state: &Arc<AgentState>, call: &StepCall<InstallCoreosA
         return;
     }
     tracing::info!("Deleting any software RAID devices");
-    let node = call.node_document().clone();
+    let node = call.node_or_empty().clone();
     let state = state.clone();
     let r = tokio::task::spawn_blocking(move || super::raid::delete_all(&state, &node)).await;
     match r {

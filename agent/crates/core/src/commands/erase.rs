@@ -22,6 +22,7 @@ use super::dispatch::step_call::StepCall;
 use super::managers::hooks as manager_hooks;
 use super::{CommandError, ErrorKind};
 use crate::state::AgentState;
+use agent_contents::selection::SkipList;
 use agent_devices::disk::fullerase::{self, Knobs};
 use agent_devices::disk::{
     erasable_devices, erasable_disks, erase, erase_candidates, Device, WritePolicy,
@@ -39,9 +40,9 @@ pub(crate) async fn erase_devices_metadata_step(
 ) -> Result<Value, CommandError> {
     let policy = WritePolicy::from_config(&state.config);
     let knobs = knobs(&state, call.node_or_empty());
-    let node = call.node_document().clone();
+    let skip = skip_list(&call)?;
     tokio::task::spawn_blocking(move || {
-        let devices = targets(&policy, &node, true)?;
+        let devices = targets(&policy, &skip, true)?;
         refuse_special(&devices, &knobs)?;
         erase::erase_devices(devices, &policy).map_err(EraseFailure::Erase)
     })
@@ -109,13 +110,15 @@ pub(crate) async fn erase_devices_step(
     // Raised when the operation ends under the step (Ironic aborted the
     // clean and powered the node off, or wiped the token).
     let cancel = state.abort_flag();
+    // The node as the hooks' executables get it (opaque to them).
     let node = call.node_document().clone();
+    let skip = skip_list(&call)?;
     let hooks = manager_hooks::erase_hooks(&state.config)
         .map_err(|e| CommandError::new(ErrorKind::BlockDeviceErase, e.to_string()))?;
     let (disks, guarded) = {
-        let (policy, node, wipe_special) = (policy.clone(), node.clone(), knobs.wipe_special);
+        let (policy, wipe_special) = (policy.clone(), knobs.wipe_special);
         tokio::task::spawn_blocking(move || -> Result<_> {
-            let disks = paths(targets(&policy, &node, false)?);
+            let disks = paths(targets(&policy, &skip, false)?);
             let (guarded, open): (Vec<PathBuf>, Vec<PathBuf>) = disks.into_iter().partition(|d| {
                 !wipe_special && fullerase::guard::first_special(std::slice::from_ref(d)).is_some()
             });
@@ -158,9 +161,9 @@ pub(crate) async fn erase_devices_express_step(
 ) -> Result<Value, CommandError> {
     let knobs = knobs(&state, call.node_or_empty());
     let policy = WritePolicy::from_config(&state.config);
-    let node = call.node_document().clone();
+    let skip = skip_list(&call)?;
     tokio::task::spawn_blocking(move || {
-        let devices = targets(&policy, &node, false)?;
+        let devices = targets(&policy, &skip, false)?;
         refuse_special(&devices, &knobs)?;
         fullerase::express_erase(&paths(devices), &policy, &knobs).map_err(EraseFailure::Erase)
     })
@@ -186,8 +189,8 @@ fn knobs(state: &AgentState, node: &Node) -> Knobs {
 /// with their partitions when `partitions`; minus the disks the node's
 /// `properties.skip_block_devices` protect and minus RAID members. Sorted
 /// by name descending, partitions before their disk (as IPA).
-fn targets(policy: &WritePolicy, node: &Value, partitions: bool) -> Result<Vec<Device>> {
-    let listed = agent_contents::selection::unprotected(node, erasable_devices(policy)?)?;
+fn targets(policy: &WritePolicy, skip: &SkipList, partitions: bool) -> Result<Vec<Device>> {
+    let listed = agent_contents::selection::unprotected(skip, erasable_devices(policy)?);
     let mut devices = if partitions {
         erase_candidates(&listed)?
     } else {
@@ -214,11 +217,17 @@ fn paths(devices: Vec<Device>) -> Vec<PathBuf> {
 /// Whole disks to erase or burn in: the allowed devices in host mode,
 /// every disk in the ramdisk; minus the disks the node's
 /// `properties.skip_block_devices` protect.
-pub(super) fn disks(policy: &WritePolicy, node: &Value) -> Result<Vec<PathBuf>> {
+pub(super) fn disks(policy: &WritePolicy, skip: &SkipList) -> Result<Vec<PathBuf>> {
     Ok(agent_contents::selection::unprotected(
-        node,
+        skip,
         erasable_disks(policy)?,
-    )?)
+    ))
+}
+
+/// The node's protected disks, for an erase step.
+fn skip_list<A>(call: &StepCall<A>) -> Result<SkipList, CommandError> {
+    call.skip_list()
+        .map_err(|e| CommandError::new(ErrorKind::BlockDeviceErase, e.to_string()))
 }
 
 #[cfg(test)]

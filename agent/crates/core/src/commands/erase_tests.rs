@@ -34,12 +34,19 @@ async fn express_erase_wipes_metadata_of_non_nvme_disks() {
     assert!(left.is_empty(), "{left:?}");
 }
 
+/// The skip list of the node `doc`.
+fn skip(doc: Value) -> SkipList {
+    StepCall::with_node(doc).skip_list().unwrap()
+}
+
 #[test]
 fn skip_block_devices_are_left_alone() {
     let dir = tempfile::tempdir().unwrap();
     let (a, b) = (dir.path().join("a"), dir.path().join("b"));
     let p = policy(&[a.clone(), b.clone()]);
-    let node = serde_json::json!({"properties": {"skip_block_devices": [{"name": a.display().to_string()}]}});
+    let node = skip(
+        serde_json::json!({"properties": {"skip_block_devices": [{"name": a.display().to_string()}]}}),
+    );
     assert_eq!(disks(&p, &node).unwrap(), [b]);
 }
 
@@ -56,14 +63,17 @@ fn skip_block_devices_are_hints() {
         .set_len(6 << 30)
         .unwrap();
     let p = policy(&[small.clone(), big.clone()]);
-    let node = serde_json::json!({"properties": {"skip_block_devices": [{"size": 5}]}});
+    let node = skip(serde_json::json!({"properties": {"skip_block_devices": [{"size": 5}]}}));
     assert_eq!(disks(&p, &node).unwrap(), std::slice::from_ref(&big));
-    let node = serde_json::json!({"properties": {"skip_block_devices": [{"size": "> 5"}]}});
+    let node = skip(serde_json::json!({"properties": {"skip_block_devices": [{"size": "> 5"}]}}));
     assert_eq!(disks(&p, &node).unwrap(), [small]);
     // A protection that cannot be read stops the step.
-    let node = serde_json::json!({"properties": {"skip_block_devices": [{"size": "five"}]}});
-    let e = format!("{:#}", disks(&p, &node).unwrap_err());
-    assert!(e.contains("skip_block_devices[0]"), "{e}");
+    let call = StepCall::with_node(
+        serde_json::json!({"properties": {"skip_block_devices": [{"size": "five"}]}}),
+    );
+    let e = skip_list(&call).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::BlockDeviceErase);
+    assert!(e.details.contains("skip_block_devices[0]"), "{}", e.details);
 }
 
 #[test]

@@ -18,14 +18,12 @@ use super::{CommandError, ErrorKind};
 use crate::state::AgentState;
 use agent_contents::partimage::params::{self, BootMode};
 use agent_contents::raid::{config, ops, plan};
+use agent_contents::selection::SkipList;
 use agent_devices::disk::{ioctl, WritePolicy};
 use ironic_types::node::Node;
 
-fn node_uuid(node: &Value) -> String {
-    node.get("uuid")
-        .and_then(Value::as_str)
-        .unwrap_or("(unknown node)")
-        .to_string()
+fn node_uuid(node: &Node) -> String {
+    node.uuid().unwrap_or("(unknown node)").to_string()
 }
 
 fn error(kind: ErrorKind, what: &str, e: &anyhow::Error) -> CommandError {
@@ -36,11 +34,12 @@ fn error(kind: ErrorKind, what: &str, e: &anyhow::Error) -> CommandError {
 /// devices), md devices and protected disks aside.
 fn candidate_disks(
     state: &AgentState,
-    node: &Value,
+    node: &Node,
 ) -> anyhow::Result<Vec<agent_devices::inventory::Disk>> {
+    let skip = SkipList::of(node)?;
     let mut disks = agent_devices::disk::machine_disks(&state.config)?;
     disks.retain(|d| !d.name.starts_with("/dev/md"));
-    Ok(agent_contents::selection::unprotected_disks(node, disks)?)
+    Ok(agent_contents::selection::unprotected_disks(&skip, disks))
 }
 
 fn geometry(path: &Path) -> anyhow::Result<plan::MemberDisk> {
@@ -61,9 +60,9 @@ fn build(
     raid_config: &Value,
     kind: ErrorKind,
 ) -> Result<Value, CommandError> {
-    let disks = candidate_disks(state, node.document())
+    let disks = candidate_disks(state, node)
         .map_err(|e| error(kind, "Listing the disks for software RAID", &e))?;
-    let Some(cfg) = config::parse(raid_config, &node_uuid(node.document()), disks.len())
+    let Some(cfg) = config::parse(raid_config, &node_uuid(node), disks.len())
         .map_err(|e| CommandError::new(kind, e.to_string()))?
     else {
         tracing::info!("no software RAID logical disks in the RAID configuration: nothing to do");
@@ -151,19 +150,25 @@ pub(crate) async fn delete_configuration_step(
     call: StepCall,
 ) -> Result<Value, CommandError> {
     let kind = ErrorKind::SoftwareRaid;
-    blocking(kind, move || delete(&state, call.node_document(), kind)).await
+    blocking(kind, move || delete(&state, call.node_or_empty(), kind)).await
 }
 
 /// `delete_configuration` for `install_coreos` (container form), which
 /// deletes any software RAID before coreos-installer runs.
-pub(crate) fn delete_all(state: &AgentState, node: &Value) -> Result<(), CommandError> {
+pub(crate) fn delete_all(state: &AgentState, node: &Node) -> Result<(), CommandError> {
     delete(state, node, ErrorKind::SoftwareRaid).map(|_| ())
 }
 
-fn delete(state: &AgentState, node: &Value, kind: ErrorKind) -> Result<Value, CommandError> {
+fn delete(state: &AgentState, node: &Node, kind: ErrorKind) -> Result<Value, CommandError> {
     let policy = WritePolicy::from_config(&state.config);
-    let disks = agent_devices::disk::erasable_disks(&policy)
-        .and_then(|d| Ok(agent_contents::selection::unprotected(node, d)?))
+    let disks = SkipList::of(node)
+        .map_err(anyhow::Error::from)
+        .and_then(|skip| {
+            Ok(agent_contents::selection::unprotected(
+                &skip,
+                agent_devices::disk::erasable_disks(&policy)?,
+            ))
+        })
         .map_err(|e| error(kind, "Listing the disks", &e))?;
     // The arrays go, and with them what is_root_volume said of them (IPA
     // keeps its map, and would name a deleted array as the root device).
@@ -213,12 +218,12 @@ pub(crate) async fn apply_configuration_step(
     let node = call.node.unwrap_or_default();
     blocking(kind, move || {
         // Validate before deleting anything (IPA's order).
-        let disks = candidate_disks(&state, node.document())
+        let disks = candidate_disks(&state, &node)
             .map_err(|e| error(kind, "Listing the disks for software RAID", &e))?;
-        config::parse(&raid_config, &node_uuid(node.document()), disks.len())
+        config::parse(&raid_config, &node_uuid(&node), disks.len())
             .map_err(|e| CommandError::new(kind, e.to_string()))?;
         if delete_existing {
-            delete(&state, node.document(), kind)?;
+            delete(&state, &node, kind)?;
         }
         build(&state, &node, &raid_config, kind)
     })

@@ -34,7 +34,7 @@ pub(crate) async fn choose_device(
 ) -> Result<PathBuf, CommandError> {
     let fail = |msg: String| CommandError::new(ErrorKind::Deployment, msg);
     let skip = node
-        .map(|n| agent_contents::selection::SkipList::from_node(n.document()))
+        .map(agent_contents::selection::SkipList::of)
         .transpose()
         .map_err(|e| fail(e.to_string()))?
         .unwrap_or_default();

@@ -18,7 +18,7 @@ use ironic_types::node::Node;
 /// and software RAID configuration.
 pub(crate) fn check(node: &Node) -> Result<(), ParamsError> {
     let doc = node.document();
-    SkipList::from_node(doc).map_err(skip_error)?;
+    SkipList::of(node).map_err(skip_error)?;
     root_device(node)?;
     if let Some(files) = doc.pointer("/properties/inject_files") {
         agent_contents::inject::spec::validate(files, &Value::Null)

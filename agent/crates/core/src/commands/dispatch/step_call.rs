@@ -13,6 +13,7 @@ use serde_json::{Map, Value};
 
 use crate::commands::CommandError;
 use crate::state::AgentState;
+use agent_contents::selection::{SkipError, SkipList};
 use ironic_types::node::{Node, Ports};
 
 /// What a step handler receives: the node sent with the step (else the
@@ -34,6 +35,12 @@ impl<A> StepCall<A> {
     pub fn node_document(&self) -> &Value {
         static NULL: Value = Value::Null;
         self.node.as_ref().map_or(&NULL, Node::document)
+    }
+
+    /// The disks the node protects (`properties.skip_block_devices`),
+    /// as the commands' edge checked them when the node arrived.
+    pub fn skip_list(&self) -> Result<SkipList, SkipError> {
+        SkipList::of(self.node_or_empty())
     }
 
     /// The node, an empty one when the conductor sent none.
