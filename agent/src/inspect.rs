@@ -274,7 +274,7 @@ pub async fn collect(config: &Config, opts: &Options) -> Value {
     // The operator's executable managers (agent/docs/own-steps.md): each
     // `inspect` hook's object under its manager's name, never over a key
     // of the agent's own (Ironic keeps unknown keys as plugin data).
-    for (name, data) in hooks::inspection_data(config, &Value::Null).await {
+    for (name, data) in hooks::inspection_data(config).await {
         if doc.contains_key(&name) {
             tracing::warn!(manager = %name, "inspection data of executable manager {name} left out: the document has a key {name} of its own");
             continue;

@@ -51,7 +51,8 @@ pub struct Claimed {
 /// Offers each of `disks` to the erase hooks of `managers` in turn (the
 /// first that claims it erases it). Returns the claimed disks and the
 /// ones every hook declined, in `disks`' order; a hook's failure stops
-/// the erase.
+/// the erase. `node` is the node's document as the conductor sent it,
+/// passed through to the executables unread (opaque pass-through).
 pub async fn erase_claimed(
     managers: &[Arc<ExecManager>],
     disks: Vec<PathBuf>,
@@ -103,7 +104,7 @@ pub async fn erase_claimed(
 /// object it prints is merged into `data` under its manager's name. A hook
 /// that fails or prints no object is logged and left out: inspection goes
 /// on without it.
-pub async fn inspection_data(config: &Config, node: &Value) -> Map<String, Value> {
+pub async fn inspection_data(config: &Config) -> Map<String, Value> {
     let mut out = Map::new();
     let managers = match hooked(config, |m| m.inspect.as_ref()) {
         Ok(m) => m,
@@ -115,8 +116,9 @@ pub async fn inspection_data(config: &Config, node: &Value) -> Map<String, Value
     if managers.is_empty() {
         return out;
     }
-    // One disk listing for every hook.
-    let input = json!({"node": node, "disks": disks(config)});
+    // One disk listing for every hook; no node yet (inspection runs
+    // before the node is known).
+    let input = json!({"node": null, "disks": disks(config)});
     for m in managers {
         let Some(hook) = &m.inspect else { continue };
         let label = label(&m, "inspect executable", hook);
@@ -147,7 +149,8 @@ pub struct Chosen {
 /// one that answers `{"claimed": false}` leaves the choice to the next.
 /// `Ok(None)`: no hook chose (or none is loaded), the agent's own choice
 /// applies. A hook that fails, or names a disk it was not given, fails the
-/// choice naming the manager.
+/// choice naming the manager. `node` is the node's document, passed through
+/// to the executables unread (opaque pass-through).
 pub async fn os_install_device(
     state: &AgentState,
     node: &Value,

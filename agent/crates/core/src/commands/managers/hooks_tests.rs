@@ -88,7 +88,7 @@ async fn inspect_hooks_add_their_objects_under_their_managers_name() {
         "name: other\nversion: '1'\ninspect: {executable: bad.sh}\n",
     )
     .unwrap();
-    let data = inspection_data(&config(d.path()), &Value::Null).await;
+    let data = inspection_data(&config(d.path())).await;
     assert_eq!(
         Value::Object(data),
         json!({"acme": {"raid_controller": "acme 9000"}})
