@@ -110,8 +110,6 @@ pub(crate) async fn erase_devices_step(
     // Raised when the operation ends under the step (Ironic aborted the
     // clean and powered the node off, or wiped the token).
     let cancel = state.abort_flag();
-    // The node as the hooks' executables get it (opaque to them).
-    let node = call.node_document().clone();
     let skip = skip_list(&call)?;
     let hooks = manager_hooks::erase_hooks(&state.config)
         .map_err(|e| CommandError::new(ErrorKind::BlockDeviceErase, e.to_string()))?;
@@ -128,7 +126,9 @@ pub(crate) async fn erase_devices_step(
         .map_err(|e| CommandError::new(ErrorKind::BlockDeviceErase, e.to_string()))?
         .map_err(|e| CommandError::from_anyhow(ErrorKind::BlockDeviceErase, &e))?
     };
-    let (claimed, mut rest) = manager_hooks::erase_claimed(&hooks, disks, &node, &state).await?;
+    // The node's document goes to the hooks' executables unread.
+    let (claimed, mut rest) =
+        manager_hooks::erase_claimed(&hooks, disks, call.node_document(), &state).await?;
     rest.extend(guarded);
     let results = tokio::task::spawn_blocking(move || {
         fullerase::erase_disks(&rest, &policy, &knobs, &cancel)

@@ -39,8 +39,7 @@ pub(crate) async fn choose_device(
         .map_err(|e| fail(e.to_string()))?
         .unwrap_or_default();
     let disks = candidates(state)?;
-    let doc = node.map_or(serde_json::Value::Null, |n| n.document().clone());
-    if let Some(chosen) = hooks::os_install_device(state, &doc, &disks).await? {
+    if let Some(chosen) = hooks::os_install_device(state, node, &disks).await? {
         let name = chosen.disk.display().to_string();
         if let Some(r) = protected(&skip, &disks).iter().find(|r| r.name == name) {
             return Err(fail(format!(

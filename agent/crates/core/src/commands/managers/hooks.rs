@@ -16,6 +16,7 @@ use crate::state::AgentState;
 use agent_base::config::Config;
 use agent_contents::exec_steps::{ExecManager, Hook};
 use agent_devices::inventory::Disk;
+use ironic_types::node::Node;
 
 /// The loaded managers that have the hook `which` picks, highest support
 /// first (load order among equals).
@@ -149,11 +150,11 @@ pub struct Chosen {
 /// one that answers `{"claimed": false}` leaves the choice to the next.
 /// `Ok(None)`: no hook chose (or none is loaded), the agent's own choice
 /// applies. A hook that fails, or names a disk it was not given, fails the
-/// choice naming the manager. `node` is the node's document, passed through
-/// to the executables unread (opaque pass-through).
+/// choice naming the manager. The node's document is passed through to
+/// the executables unread (opaque pass-through; `null` without a node).
 pub async fn os_install_device(
     state: &AgentState,
-    node: &Value,
+    node: Option<&Node>,
     disks: &[Disk],
 ) -> Result<Option<Chosen>, CommandError> {
     let fail = |msg: String| CommandError::new(ErrorKind::Deployment, msg);
@@ -162,7 +163,7 @@ pub async fn os_install_device(
     if managers.is_empty() {
         return Ok(None);
     }
-    let input = json!({"node": node, "disks": disks});
+    let input = json!({"node": node.map(Node::document), "disks": disks});
     for m in managers {
         let Some(hook) = &m.os_install_device else {
             continue;

@@ -139,8 +139,10 @@ async fn the_highest_root_disk_hook_that_chooses_one_of_its_disks_wins() {
         "name: vendor\nversion: '1'\nos_install_device: {executable: root.sh}\n",
     )
     .unwrap();
-    let node = json!({"instance_info": {"pick": "second"}});
-    let chosen = os_install_device(&state, &node, &disks).await.unwrap();
+    let node = Node::from_document(json!({"instance_info": {"pick": "second"}})).unwrap();
+    let chosen = os_install_device(&state, Some(&node), &disks)
+        .await
+        .unwrap();
     assert_eq!(
         chosen,
         Some(Chosen {
@@ -149,15 +151,11 @@ async fn the_highest_root_disk_hook_that_chooses_one_of_its_disks_wins() {
         })
     );
     // Every hook declines: the agent's own choice applies.
-    let none = json!({});
-    assert_eq!(
-        os_install_device(&state, &none, &disks).await.unwrap(),
-        None
-    );
+    assert_eq!(os_install_device(&state, None, &disks).await.unwrap(), None);
 
     // A disk the hook was not given is refused, naming the manager.
     script(d.path(), "never.sh", "echo '{\"name\": \"/dev/sda\"}'");
-    let e = os_install_device(&state, &none, &disks).await.unwrap_err();
+    let e = os_install_device(&state, None, &disks).await.unwrap_err();
     assert_eq!(e.kind, ErrorKind::Deployment);
     assert_eq!(
         e.details,
@@ -170,7 +168,7 @@ async fn the_highest_root_disk_hook_that_chooses_one_of_its_disks_wins() {
         "never.sh",
         "echo 'controller offline' >&2; exit 4",
     );
-    let e = os_install_device(&state, &none, &disks).await.unwrap_err();
+    let e = os_install_device(&state, None, &disks).await.unwrap_err();
     assert_eq!(
         e.details,
         "manager low's os_install_device executable never.sh exited with status 4; last output:\n\
@@ -182,10 +180,9 @@ async fn the_highest_root_disk_hook_that_chooses_one_of_its_disks_wins() {
         "name: low\nversion: '1'\nsupport: 0\nos_install_device: {executable: never.sh}\n",
     )
     .unwrap();
-    assert_eq!(
-        os_install_device(&state, &none, &disks).await.unwrap(),
-        None
-    );
-    let chosen = os_install_device(&state, &node, &disks).await.unwrap();
+    assert_eq!(os_install_device(&state, None, &disks).await.unwrap(), None);
+    let chosen = os_install_device(&state, Some(&node), &disks)
+        .await
+        .unwrap();
     assert_eq!(chosen.map(|c| c.disk), Some(b));
 }
