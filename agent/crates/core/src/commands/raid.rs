@@ -34,13 +34,23 @@ fn error(kind: ErrorKind, what: &str, e: &anyhow::Error) -> CommandError {
 /// devices), md devices and protected disks aside.
 fn candidate_disks(
     state: &AgentState,
-    node: &Node,
+    skip: &SkipList,
 ) -> anyhow::Result<Vec<agent_devices::inventory::Disk>> {
-    let skip = SkipList::of(node)?;
     let mut disks = agent_devices::disk::machine_disks(&state.config)?;
     disks.retain(|d| !d.name.starts_with("/dev/md"));
-    Ok(agent_contents::selection::unprotected_disks(&skip, disks))
+    Ok(agent_contents::selection::unprotected_disks(skip, disks))
 }
+
+/// The node's protected disks, read once per step; a list that does not
+/// parse fails the step as a failed listing (`what`).
+fn skip_list(node: &Node, kind: ErrorKind, what: &str) -> Result<SkipList, CommandError> {
+    SkipList::of(node).map_err(|e| error(kind, what, &e.into()))
+}
+
+/// How a failed disk listing for building arrays is reported.
+const LISTING_FOR_RAID: &str = "Listing the disks for software RAID";
+/// How a failed disk listing for deleting arrays is reported.
+const LISTING: &str = "Listing the disks";
 
 fn geometry(path: &Path) -> anyhow::Result<plan::MemberDisk> {
     use anyhow::Context;
@@ -57,11 +67,11 @@ fn geometry(path: &Path) -> anyhow::Result<plan::MemberDisk> {
 fn build(
     state: &AgentState,
     node: &Node,
+    skip: &SkipList,
     raid_config: &Value,
     kind: ErrorKind,
 ) -> Result<Value, CommandError> {
-    let disks = candidate_disks(state, node)
-        .map_err(|e| error(kind, "Listing the disks for software RAID", &e))?;
+    let disks = candidate_disks(state, skip).map_err(|e| error(kind, LISTING_FOR_RAID, &e))?;
     let Some(cfg) = config::parse(raid_config, &node_uuid(node), disks.len())
         .map_err(|e| CommandError::new(kind, e.to_string()))?
     else {
@@ -138,7 +148,11 @@ pub(crate) async fn create_configuration_step(
             return Ok(json!({}));
         }
     };
-    blocking(kind, move || build(&state, &node, &raid_config, kind)).await
+    blocking(kind, move || {
+        let skip = skip_list(&node, kind, LISTING_FOR_RAID)?;
+        build(&state, &node, &skip, &raid_config, kind)
+    })
+    .await
 }
 
 /// `delete_configuration`: stops every array on the disks the agent may
@@ -150,26 +164,25 @@ pub(crate) async fn delete_configuration_step(
     call: StepCall,
 ) -> Result<Value, CommandError> {
     let kind = ErrorKind::SoftwareRaid;
-    blocking(kind, move || delete(&state, call.node_or_empty(), kind)).await
+    blocking(kind, move || {
+        let skip = skip_list(call.node_or_empty(), kind, LISTING)?;
+        delete(&state, &skip, kind)
+    })
+    .await
 }
 
 /// `delete_configuration` for `install_coreos` (container form), which
 /// deletes any software RAID before coreos-installer runs.
 pub(crate) fn delete_all(state: &AgentState, node: &Node) -> Result<(), CommandError> {
-    delete(state, node, ErrorKind::SoftwareRaid).map(|_| ())
+    let kind = ErrorKind::SoftwareRaid;
+    delete(state, &skip_list(node, kind, LISTING)?, kind).map(|_| ())
 }
 
-fn delete(state: &AgentState, node: &Node, kind: ErrorKind) -> Result<Value, CommandError> {
+fn delete(state: &AgentState, skip: &SkipList, kind: ErrorKind) -> Result<Value, CommandError> {
     let policy = WritePolicy::from_config(&state.config);
-    let disks = SkipList::of(node)
-        .map_err(anyhow::Error::from)
-        .and_then(|skip| {
-            Ok(agent_contents::selection::unprotected(
-                &skip,
-                agent_devices::disk::erasable_disks(&policy)?,
-            ))
-        })
-        .map_err(|e| error(kind, "Listing the disks", &e))?;
+    let disks = agent_devices::disk::erasable_disks(&policy)
+        .map(|d| agent_contents::selection::unprotected(skip, d))
+        .map_err(|e| error(kind, LISTING, &e))?;
     // The arrays go, and with them what is_root_volume said of them (IPA
     // keeps its map, and would name a deleted array as the root device).
     state.set_raid_root_marks(Vec::new());
@@ -218,14 +231,15 @@ pub(crate) async fn apply_configuration_step(
     let node = call.node.unwrap_or_default();
     blocking(kind, move || {
         // Validate before deleting anything (IPA's order).
-        let disks = candidate_disks(&state, &node)
-            .map_err(|e| error(kind, "Listing the disks for software RAID", &e))?;
+        let skip = skip_list(&node, kind, LISTING_FOR_RAID)?;
+        let disks =
+            candidate_disks(&state, &skip).map_err(|e| error(kind, LISTING_FOR_RAID, &e))?;
         config::parse(&raid_config, &node_uuid(&node), disks.len())
             .map_err(|e| CommandError::new(kind, e.to_string()))?;
         if delete_existing {
-            delete(&state, &node, kind)?;
+            delete(&state, &skip, kind)?;
         }
-        build(&state, &node, &raid_config, kind)
+        build(&state, &node, &skip, &raid_config, kind)
     })
     .await
 }
