@@ -182,9 +182,7 @@ pub(crate) async fn burnin_disk_step(
         .is_some_and(|v| v.as_bool() == Some(true) || v.as_str() == Some("true"));
     let plan = burnin::disk::Plan {
         loops,
-        wipe_special: agent_devices::disk::fullerase::guard::wipe_special_allowed(
-            call.node_or_empty().driver_internal_info(),
-        ) || !state.config.guard_special_filesystems,
+        wipe_special: super::erase::wipe_special(&state, call.node_or_empty()),
     };
     let policy = WritePolicy::from_config(&state.config);
     let skip = call

@@ -176,12 +176,21 @@ pub(crate) async fn erase_devices_express_step(
 /// The node's erase settings, with the agent's defaults
 /// (`ipa-enable-discard-erase`, `ipa-guard-special-filesystems`).
 fn knobs(state: &AgentState, node: &Node) -> Knobs {
-    let mut k = Knobs::from_info(
-        node.driver_internal_info(),
-        state.config.enable_discard_erase,
-    );
-    k.wipe_special |= !state.config.guard_special_filesystems;
-    k
+    Knobs {
+        wipe_special: wipe_special(state, node),
+        ..Knobs::from_info(
+            node.driver_internal_info(),
+            state.config.enable_discard_erase,
+        )
+    }
+}
+
+/// Whether disks holding shared cluster filesystems may be written: the
+/// node allows it, or the agent was booted with
+/// `ipa-guard-special-filesystems=0` (the erase and disk burn-in steps).
+pub(super) fn wipe_special(state: &AgentState, node: &Node) -> bool {
+    fullerase::guard::wipe_special_allowed(node.driver_internal_info())
+        || !state.config.guard_special_filesystems
 }
 
 /// Devices the erase steps erase (see the module docs): the allowed

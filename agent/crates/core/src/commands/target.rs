@@ -155,12 +155,12 @@ fn protected(
 
 #[cfg(test)]
 mod tests {
-    use std::os::unix::fs::PermissionsExt;
     use std::path::Path;
 
     use agent_base::config::Config;
 
     use super::*;
+    use crate::commands::managers::exec::tests::script;
     use agent_contents::raid::ops::RootMark;
 
     /// A host-mode state allowing two sparse 5 GiB files, `a` smaller by
@@ -234,13 +234,11 @@ mod tests {
         let (dir, _a, b, state) = two_disks();
         let mdir = dir.path().join("managers");
         std::fs::create_dir(&mdir).unwrap();
-        let hook = mdir.join("root.sh");
-        std::fs::write(
-            &hook,
-            format!("#!/bin/sh\necho '{{\"name\": \"{}\"}}'\n", b.display()),
-        )
-        .unwrap();
-        std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+        script(
+            &mdir,
+            "root.sh",
+            &format!("echo '{{\"name\": \"{}\"}}'", b.display()),
+        );
         std::fs::write(
             mdir.join("vendor.yaml"),
             "name: vendor\nversion: '1'\nos_install_device: {executable: root.sh}\n",

@@ -202,4 +202,4 @@ pub(super) fn inventory_disks(config: &Config) -> anyhow::Result<Vec<Value>> {
 
 #[cfg(test)]
 #[path = "exec_tests.rs"]
-pub(super) mod tests;
+pub(in crate::commands) mod tests;

@@ -14,7 +14,7 @@ use crate::commands::dispatch::step_call::StepCall;
 use crate::commands::managers::Managers;
 use ironic_types::node::Node;
 
-pub(in crate::commands::managers) fn script(dir: &Path, name: &str, body: &str) {
+pub(in crate::commands) fn script(dir: &Path, name: &str, body: &str) {
     let p = dir.join(name);
     std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
     std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
